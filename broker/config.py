@@ -1,0 +1,61 @@
+"""A node's configuration: the dataclass the node runs on, and parsing of the peer list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.consensus import Peer
+from raft.node import RaftConfig
+
+PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
+
+
+class ConfigError(ValueError):
+    """A configuration value is malformed; the node refuses to start."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything one node needs: identity, addresses, peers, data and tuning."""
+
+    node_id: str
+    grpc_address: str
+    raft_address: str
+    peers: tuple[Peer, ...]  # The other members.
+    data_dir: Path
+    secret: str
+    grpc_workers: int = 64
+    raft: RaftConfig | None = None
+
+    @property
+    def self_peer(self) -> Peer:
+        """This node as a Peer."""
+        return Peer(self.node_id, self.raft_address, self.grpc_address)
+
+
+def parse_address(text: str, what: str) -> str:
+    """Checks `host:port` and returns it unchanged."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{what} must be host:port, got {text!r}")
+    return text
+
+
+def parse_peers(text: str, self_id: str) -> tuple[Peer, ...]:
+    """Parses `id=raft_host:port=grpc_host:port,...`; the entry for `self_id` (if listed) is dropped."""
+    peers: list[Peer] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        fields = item.split("=")
+        if len(fields) != 3 or not fields[0]:
+            raise ConfigError(f"peer {item!r} must be id=raft_host:port=grpc_host:port")
+        node_id, raft_address, grpc_address = fields
+        peer = Peer(node_id, parse_address(raft_address, "peer raft address"), parse_address(grpc_address, "peer gRPC address"))
+        if node_id != self_id:
+            peers.append(peer)
+    ids = [peer.node_id for peer in peers]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("peer ids must be unique")
+    if len(peers) + 1 > PEERS_MAX:
+        raise ConfigError(f"at most {PEERS_MAX} nodes in a cluster")
+    return tuple(peers)

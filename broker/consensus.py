@@ -1,0 +1,99 @@
+"""The seam between the broker and Raft: a Protocol the servicers use, and its PySyncObj implementation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from raft.node import RaftNode
+from raft.results import ApplyResult
+
+PYSYNCOBJ_SUCCESS = 0  # pysyncobj.FAIL_REASON.SUCCESS
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """A cluster member as configured: its id, Raft address and gRPC address."""
+
+    node_id: str
+    raft_address: str
+    grpc_address: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsensusStatus:
+    """What `kq cluster status` shows for one node."""
+
+    role: str
+    leader_id: str
+    leader_address: str
+    term: int
+    commit_index: int
+    applied_index: int
+    connected: dict[str, bool]  # Peer node id -> connected.
+    ready: bool
+    log_entries: int
+
+
+class Consensus(Protocol):
+    """What the broker needs from Raft; a fake implements it in the in-process tests."""
+
+    def propose(self, data: bytes, callback: Callable[[ApplyResult | None, int], None]) -> None:
+        """Queues `data`; `callback(result, reason)` runs once it committed (reason 0) or failed."""
+
+    def is_leader(self) -> bool:
+        """Whether this node believes it leads (a hint; only a commit is proof)."""
+
+    def leader_grpc_address(self) -> str | None:
+        """The gRPC address of the leader this node knows of, if any."""
+
+    def status(self) -> ConsensusStatus:
+        """A snapshot of this node's Raft state."""
+
+
+class PySyncObjConsensus:
+    """Consensus over a RaftNode, mapping Raft addresses to configured peers."""
+
+    def __init__(self, node: RaftNode, self_peer: Peer, peers: tuple[Peer, ...]) -> None:
+        self._node = node
+        self._self = self_peer
+        self._by_raft_address = {peer.raft_address: peer for peer in (self_peer, *peers)}
+        self._peers = peers
+
+    def propose(self, data: bytes, callback: Callable[[ApplyResult | None, int], None]) -> None:
+        """Queues `data` with PySyncObj."""
+        self._node.propose(data, callback)
+
+    def is_leader(self) -> bool:
+        """PySyncObj's leader flag."""
+        return bool(self._node._isLeader())
+
+    def _leader(self) -> Peer | None:
+        leader = self._node._getLeader()
+        return None if leader is None else self._by_raft_address.get(str(leader.address))
+
+    def leader_grpc_address(self) -> str | None:
+        """The known leader's gRPC address."""
+        leader = self._leader()
+        return None if leader is None else leader.grpc_address
+
+    def status(self) -> ConsensusStatus:
+        """Reads PySyncObj's status dictionary."""
+        raw = self._node.status()
+        leader = self._leader()
+        role = {0: "follower", 1: "candidate", 2: "leader"}.get(int(raw["state"]), "unknown")
+        return ConsensusStatus(
+            role=role,
+            leader_id=leader.node_id if leader else "",
+            leader_address=leader.grpc_address if leader else "",
+            term=int(raw["raft_term"]),
+            commit_index=int(raw["commit_idx"]),
+            applied_index=int(raw["last_applied"]),
+            connected={
+                peer.node_id: raw.get(f"partner_node_status_server_{peer.raft_address}", 0) == 2
+                for peer in self._peers
+            },
+            ready=bool(self._node.isReady()),
+            log_entries=int(raw["log_len"]),
+        )

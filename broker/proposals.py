@@ -1,0 +1,169 @@
+"""Proposing commands and waiting for their results, with bounded waits; plus the leader's batcher.
+
+The batcher packs concurrent produce requests into one Raft entry (group commit). It takes whatever
+is queued when a proposal slot is free: under light load an entry carries one request (lowest
+latency), under heavy load the queue fills while the slots are busy, so entries grow by themselves
+up to ENTRY_BYTES_MAX. No sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
+from broker.errors import KqError, ResourceExhaustedError, UnavailableError
+from proto import kq_pb2
+from raft import commands
+from raft.limits import ENTRY_BYTES_MAX
+from raft.results import AppendResult, ApplyResult, PartitionAppendResult
+
+logger = logging.getLogger(__name__)
+
+PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).
+BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
+PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queue up and get batched.
+APPENDS_PER_ENTRY_MAX = 1_000
+ENTRY_OVERHEAD_BYTES = 64  # Envelope bytes outside the appends, a generous bound.
+
+
+def propose_and_wait(consensus: Consensus, command: kq_pb2.Command, timeout_s: float) -> ApplyResult:
+    """Proposes one command and waits for its result; raises UnavailableError when it does not commit."""
+    future: Future[ApplyResult] = Future()
+
+    def on_result(result: ApplyResult | None, reason: int) -> None:
+        if reason == PYSYNCOBJ_SUCCESS and result is not None:
+            future.set_result(result)
+        else:
+            future.set_exception(UnavailableError(f"proposal not committed (reason {reason}); retry"))
+
+    consensus.propose(commands.encode(command), on_result)
+    return _wait(future, timeout_s)
+
+
+def _wait(future: Future[ApplyResult], timeout_s: float) -> ApplyResult:
+    try:
+        return future.result(timeout=timeout_s)
+    except TimeoutError as error:
+        raise UnavailableError(f"not committed within {timeout_s:.0f} s; it may still commit: retry") from error
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """One produce request's result and the Raft index of the entry that carried it."""
+
+    result: PartitionAppendResult
+    index: int
+
+
+@dataclass(slots=True)
+class _Pending:
+    append: kq_pb2.PartitionAppend
+    size_bytes: int
+    future: Future[AppendOutcome]
+
+
+class Batcher:
+    """Groups produce requests into Raft entries on the leader."""
+
+    def __init__(self, consensus: Consensus, clock_ms: Callable[[], int]) -> None:
+        self._consensus = consensus
+        self._clock_ms = clock_ms
+        self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=BATCHER_QUEUE_MAX)
+        self._in_flight: dict[int, float] = {}  # Proposal number -> monotonic deadline.
+        self._in_flight_changed = threading.Condition()
+        self._proposal_number = 0
+        self._carry: _Pending | None = None
+        self._thread = threading.Thread(target=self._run, name="kq-batcher", daemon=True)
+        self._thread.start()
+
+    def append(self, append: kq_pb2.PartitionAppend, timeout_s: float) -> AppendOutcome:
+        """Queues one produce request and waits for its result."""
+        pending = _Pending(append, append.ByteSize(), Future())
+        assert pending.size_bytes + ENTRY_OVERHEAD_BYTES <= ENTRY_BYTES_MAX, "the edge checks request size"
+        try:
+            self._queue.put_nowait(pending)
+        except queue.Full as error:
+            raise ResourceExhaustedError("produce queue is full; retry later") from error
+        try:
+            return pending.future.result(timeout=timeout_s)
+        except TimeoutError as error:
+            raise UnavailableError(f"not committed within {timeout_s:.0f} s; it may still commit: retry") from error
+
+    def stop(self) -> None:
+        """Stops the batcher thread after the requests already queued."""
+        self._queue.put(None)
+        self._thread.join(timeout=PROPOSAL_TIMEOUT_S)
+
+    def _run(self) -> None:
+        while True:
+            self._wait_for_slot()
+            batch = self._take_batch()
+            if batch is None:
+                return
+            self._propose(batch)
+
+    def _take_batch(self) -> list[_Pending] | None:
+        first = self._carry if self._carry is not None else self._queue.get()
+        self._carry = None
+        if first is None:
+            return None
+        batch, size_bytes = [first], first.size_bytes + ENTRY_OVERHEAD_BYTES
+        while len(batch) < APPENDS_PER_ENTRY_MAX:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None or size_bytes + item.size_bytes > ENTRY_BYTES_MAX:
+                self._carry = item  # Starts the next entry (or stops the thread after this one).
+                if item is None:
+                    self._queue.put(None)
+                    self._carry = None
+                break
+            batch.append(item)
+            size_bytes += item.size_bytes
+        return batch
+
+    def _wait_for_slot(self) -> None:
+        """Blocks while PROPOSALS_IN_FLIGHT_MAX entries are uncommitted; forgets ones past their deadline."""
+        with self._in_flight_changed:
+            while True:
+                now = time.monotonic()
+                for number, deadline in list(self._in_flight.items()):
+                    if deadline <= now:  # Its callback never came (lost leadership): free the slot.
+                        del self._in_flight[number]
+                if len(self._in_flight) < PROPOSALS_IN_FLIGHT_MAX:
+                    return
+                self._in_flight_changed.wait(timeout=min(self._in_flight.values()) - now)
+
+    def _propose(self, batch: list[_Pending]) -> None:
+        self._proposal_number += 1
+        number = self._proposal_number
+        with self._in_flight_changed:
+            self._in_flight[number] = time.monotonic() + PROPOSAL_TIMEOUT_S
+
+        def on_result(result: ApplyResult | None, reason: int) -> None:
+            with self._in_flight_changed:
+                self._in_flight.pop(number, None)
+                self._in_flight_changed.notify()
+            if reason == PYSYNCOBJ_SUCCESS and isinstance(result, AppendResult):
+                assert len(result.appends) == len(batch)
+                for pending, outcome in zip(batch, result.appends, strict=True):
+                    pending.future.set_result(AppendOutcome(outcome, result.index))
+                return
+            error: KqError = UnavailableError(f"entry not committed (reason {reason}); retry")
+            for pending in batch:
+                pending.future.set_exception(error)
+
+        command = commands.append(self._clock_ms(), [pending.append for pending in batch])
+        self._consensus.propose(commands.encode(command), on_result)
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: the leader stamps it into commands (apply never reads a clock)."""
+    return time.time_ns() // 1_000_000

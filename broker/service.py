@@ -1,0 +1,323 @@
+"""The gRPC Broker service: validates at the edge, proposes writes on the leader, reads from local LMDB."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from broker.consensus import Consensus, Peer
+from broker.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    KqError,
+    NotFoundError,
+    NotLeaderError,
+    OutOfRangeError,
+    UnavailableError,
+    abort_with,
+    error_for_code,
+)
+from broker.proposals import PROPOSAL_TIMEOUT_S, Batcher, propose_and_wait, wall_clock_ms
+from broker.validation import check_partition_count, check_produce, check_topic_name, fetch_limits
+from proto import kq_pb2, kq_pb2_grpc
+from raft import commands
+from raft.results import ProducerResult, TopicResult
+from storage import Store, StoreReader, StoredRecord, TopicMeta
+from storage.records import TIMESTAMP_LOG_APPEND_TIME
+
+logger = logging.getLogger(__name__)
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Handler = Callable[[Any, Request, grpc.ServicerContext], Response]
+
+
+class AppliedNotifier:
+    """Wakes long-polling fetches when an entry is applied."""
+
+    def __init__(self, applied_index: int) -> None:
+        self._changed = threading.Condition()
+        self._applied_index = applied_index
+
+    def notify(self, index: int) -> None:
+        """Called by the Raft adapter after each applied entry (and after a snapshot restore)."""
+        with self._changed:
+            self._applied_index = max(self._applied_index, index)
+            self._changed.notify_all()
+
+    def wait_beyond(self, index: int, timeout_s: float) -> None:
+        """Waits until an entry after `index` is applied, or `timeout_s` passes."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._applied_index > index, timeout=timeout_s)
+
+
+def rpc(method: Handler[Request, Response]) -> Handler[Request, Response]:
+    """Maps KqError to its status; anything else is a bug: logged, answered INTERNAL."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
+        try:
+            return method(self, request, context)
+        except KqError as error:
+            abort_with(context, error)
+        except Exception:
+            logger.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the node's log")
+
+    return wrapper
+
+
+class BrokerService(kq_pb2_grpc.BrokerServicer):
+    """Implements every RPC of `kq.v1.Broker`."""
+
+    def __init__(
+        self,
+        node: Peer,
+        peers: tuple[Peer, ...],
+        store: Store,
+        consensus: Consensus,
+        batcher: Batcher,
+        notifier: AppliedNotifier,
+    ) -> None:
+        self._node = node
+        self._peers = peers
+        self._store = store
+        self._consensus = consensus
+        self._batcher = batcher
+        self._notifier = notifier
+
+    def _require_leader(self) -> None:
+        if not self._consensus.is_leader():
+            leader = self._consensus.leader_grpc_address()
+            if leader is None:
+                raise UnavailableError("no leader is elected right now; retry")
+            raise NotLeaderError(leader)
+
+    @staticmethod
+    def _topic(reader: StoreReader, name: str) -> TopicMeta:
+        topic = reader.topic(name)
+        if topic is None:
+            raise NotFoundError(f"unknown topic {name}")
+        return topic
+
+    @rpc
+    def CreateTopic(
+        self, request: kq_pb2.CreateTopicRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.CreateTopicResponse:
+        """Creates a topic through Raft."""
+        check_topic_name(request.name)
+        check_partition_count(request.partitions)
+        self._require_leader()
+        with self._store.read() as reader:
+            if reader.topic(request.name) is not None:
+                raise AlreadyExistsError(f"topic {request.name} already exists")
+        command = commands.create_topic(request.name, request.partitions, wall_clock_ms())
+        result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
+        assert isinstance(result, TopicResult)
+        _raise_for(result, request.name)
+        assert result.topic is not None
+        return kq_pb2.CreateTopicResponse(topic=_topic_info(result.topic))
+
+    @rpc
+    def DeleteTopic(
+        self, request: kq_pb2.DeleteTopicRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.DeleteTopicResponse:
+        """Deletes a topic and its records through Raft."""
+        check_topic_name(request.name)
+        self._require_leader()
+        with self._store.read() as reader:
+            self._topic(reader, request.name)
+        result = propose_and_wait(self._consensus, commands.delete_topic(request.name), PROPOSAL_TIMEOUT_S)
+        assert isinstance(result, TopicResult)
+        _raise_for(result, request.name)
+        return kq_pb2.DeleteTopicResponse()
+
+    @rpc
+    def ListTopics(
+        self, request: kq_pb2.ListTopicsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.ListTopicsResponse:
+        """Lists topics from this node's store."""
+        with self._store.read() as reader:
+            return kq_pb2.ListTopicsResponse(topics=[_topic_info(topic) for topic in reader.topics()])
+
+    @rpc
+    def DescribeTopic(
+        self, request: kq_pb2.DescribeTopicRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.DescribeTopicResponse:
+        """A topic with each partition's log start and end, from this node's store."""
+        check_topic_name(request.name)
+        with self._store.read() as reader:
+            topic = self._topic(reader, request.name)
+            return kq_pb2.DescribeTopicResponse(
+                topic=_topic_info(topic),
+                partitions=_partition_infos(reader, topic),
+                served_by=self._node.node_id,
+                applied_index=reader.applied_index(),
+            )
+
+    @rpc
+    def ListOffsets(
+        self, request: kq_pb2.ListOffsetsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.ListOffsetsResponse:
+        """Log start and end of every partition of a topic."""
+        check_topic_name(request.topic)
+        with self._store.read() as reader:
+            topic = self._topic(reader, request.topic)
+            return kq_pb2.ListOffsetsResponse(
+                partitions=_partition_infos(reader, topic),
+                served_by=self._node.node_id,
+                applied_index=reader.applied_index(),
+            )
+
+    @rpc
+    def Produce(self, request: kq_pb2.ProduceRequest, context: grpc.ServicerContext) -> kq_pb2.ProduceResponse:
+        """Appends records to one partition through the batcher; answers after commit."""
+        check_produce(request)
+        self._require_leader()
+        with self._store.read() as reader:
+            topic = self._topic(reader, request.topic)
+            _check_partition(topic, request.partition)
+        append = commands.partition_append(
+            request.topic, request.partition, request.records, request.producer_id, request.sequence
+        )
+        outcome = self._batcher.append(append, PROPOSAL_TIMEOUT_S)
+        error = error_for_code(outcome.result.error, f"{request.topic}/{request.partition}")
+        if error is not None:
+            raise error
+        return kq_pb2.ProduceResponse(
+            partition=request.partition,
+            base_offset=outcome.result.base_offset,
+            duplicate=outcome.result.duplicate,
+            index=outcome.index,
+        )
+
+    @rpc
+    def Fetch(self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext) -> kq_pb2.FetchResponse:
+        """Reads committed records from this node's store, long-polling up to `wait_ms` for new ones."""
+        max_records, max_bytes, wait_ms = fetch_limits(request)
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            with self._store.read() as reader:
+                applied_index = reader.applied_index()
+                topic = self._topic(reader, request.topic)
+                _check_partition(topic, request.partition)
+                state = reader.partition(topic.topic_id, request.partition)
+                assert state is not None
+                if request.offset < state.log_start_offset:
+                    raise OutOfRangeError(
+                        f"offset {request.offset} is below the log start {state.log_start_offset}"
+                    )
+                caught_up = applied_index >= request.min_index
+                records: list[StoredRecord] = []
+                if caught_up and request.offset < state.log_end_offset:
+                    records = reader.records(topic.topic_id, request.partition, request.offset, max_records, max_bytes)
+            remaining_s = deadline - time.monotonic()
+            if records or remaining_s <= 0 or not context.is_active():
+                if not records and caught_up and request.offset > state.log_end_offset:
+                    raise OutOfRangeError(
+                        f"offset {request.offset} is beyond the log end {state.log_end_offset}"
+                    )
+                return kq_pb2.FetchResponse(
+                    records=[_stored_record(record) for record in records],
+                    log_start_offset=state.log_start_offset,
+                    log_end_offset=state.log_end_offset,
+                    served_by=self._node.node_id,
+                    applied_index=applied_index,
+                )
+            self._notifier.wait_beyond(applied_index, remaining_s)
+
+    @rpc
+    def RegisterProducer(
+        self, request: kq_pb2.RegisterProducerRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.RegisterProducerResponse:
+        """Allocates an idempotent producer id through Raft."""
+        self._require_leader()
+        result = propose_and_wait(self._consensus, commands.register_producer(wall_clock_ms()), PROPOSAL_TIMEOUT_S)
+        assert isinstance(result, ProducerResult)
+        return kq_pb2.RegisterProducerResponse(producer_id=result.producer_id)
+
+    @rpc
+    def ClusterStatus(
+        self, request: kq_pb2.ClusterStatusRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.ClusterStatusResponse:
+        """This node's view of the cluster."""
+        status = self._consensus.status()
+        peers = self._peers
+        return kq_pb2.ClusterStatusResponse(
+            node_id=self._node.node_id,
+            role=status.role,
+            leader_id=status.leader_id,
+            leader_address=status.leader_address,
+            term=status.term,
+            commit_index=status.commit_index,
+            applied_index=status.applied_index,
+            peers=[
+                kq_pb2.PeerStatus(
+                    node_id=peer.node_id,
+                    grpc_address=peer.grpc_address,
+                    raft_address=peer.raft_address,
+                    connected=status.connected.get(peer.node_id, False),
+                )
+                for peer in peers
+            ],
+            ready=status.ready,
+            grpc_address=self._node.grpc_address,
+            raft_log_entries=status.log_entries,
+        )
+
+
+def _raise_for(result: TopicResult, subject: str) -> None:
+    error = error_for_code(result.error, subject)
+    if error is not None:
+        raise error
+
+
+def _check_partition(topic: TopicMeta, partition: int) -> None:
+    if partition >= topic.partitions:
+        raise InvalidArgumentError(
+            f"partition {partition} out of range: topic {topic.name} has {topic.partitions} partitions"
+        )
+
+
+def _topic_info(topic: TopicMeta) -> kq_pb2.TopicInfo:
+    return kq_pb2.TopicInfo(
+        name=topic.name, partitions=topic.partitions, topic_id=topic.topic_id, created_ms=topic.created_ms
+    )
+
+
+def _partition_infos(reader: StoreReader, topic: TopicMeta) -> list[kq_pb2.PartitionInfo]:
+    infos = []
+    for partition in range(topic.partitions):
+        state = reader.partition(topic.topic_id, partition)
+        assert state is not None, "a topic's partition row is missing"
+        infos.append(
+            kq_pb2.PartitionInfo(
+                partition=partition,
+                log_start_offset=state.log_start_offset,
+                log_end_offset=state.log_end_offset,
+                size_bytes=state.size_bytes,
+            )
+        )
+    return infos
+
+
+def _stored_record(record: StoredRecord) -> kq_pb2.StoredRecord:
+    message = kq_pb2.StoredRecord(
+        offset=record.offset,
+        timestamp_ms=record.timestamp_ms,
+        timestamp_type=kq_pb2.LOG_APPEND_TIME
+        if record.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+        else kq_pb2.CREATE_TIME,
+        headers=[kq_pb2.Header(name=name, value=value) for name, value in record.headers],
+    )
+    if record.key is not None:
+        message.key = record.key
+    if record.value is not None:
+        message.value = record.value
+    return message

@@ -1,0 +1,80 @@
+"""Checks at the gRPC edge: a request outside a limit is rejected here and never proposed."""
+
+from __future__ import annotations
+
+from broker.errors import InvalidArgumentError
+from proto import kq_pb2
+from raft.limits import (
+    APPEND_BYTES_MAX,
+    FETCH_BYTES_MAX,
+    FETCH_RECORDS_MAX,
+    FETCH_WAIT_MS_MAX,
+    HEADER_NAME_BYTES_MAX,
+    HEADERS_PER_RECORD_MAX,
+    PARTITIONS_MAX,
+    RECORD_BYTES_MAX,
+    RECORDS_PER_APPEND_MAX,
+    topic_name_problem,
+)
+
+FETCH_RECORDS_DEFAULT = 500
+FETCH_BYTES_DEFAULT = 1024 * 1024
+
+
+def check_topic_name(name: str) -> None:
+    """Rejects an illegal topic name."""
+    problem = topic_name_problem(name)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
+
+
+def check_partition_count(partitions: int) -> None:
+    """Rejects a partition count outside 1..PARTITIONS_MAX."""
+    if not 0 < partitions <= PARTITIONS_MAX:
+        raise InvalidArgumentError(f"partition count must be between 1 and {PARTITIONS_MAX}, got {partitions}")
+
+
+def check_produce(request: kq_pb2.ProduceRequest) -> None:
+    """Rejects a produce request that is empty, too large, or has an oversized record."""
+    check_topic_name(request.topic)
+    if not request.HasField("partition"):
+        raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
+    if not request.records:
+        raise InvalidArgumentError("a produce request needs at least one record")
+    if len(request.records) > RECORDS_PER_APPEND_MAX:
+        raise InvalidArgumentError(f"at most {RECORDS_PER_APPEND_MAX} records per request, got {len(request.records)}")
+    total_bytes = 0
+    for position, record in enumerate(request.records):
+        total_bytes += _check_record(record, position)
+    if total_bytes > APPEND_BYTES_MAX:
+        raise InvalidArgumentError(f"request of {total_bytes} bytes exceeds the {APPEND_BYTES_MAX}-byte limit")
+
+
+def _check_record(record: kq_pb2.Record, position: int) -> int:
+    if len(record.headers) > HEADERS_PER_RECORD_MAX:
+        raise InvalidArgumentError(f"record {position} has more than {HEADERS_PER_RECORD_MAX} headers")
+    for header in record.headers:
+        if len(header.name.encode()) > HEADER_NAME_BYTES_MAX:
+            raise InvalidArgumentError(f"record {position} has a header name over {HEADER_NAME_BYTES_MAX} bytes")
+    size_bytes = len(record.key) + len(record.value) + sum(len(h.name) + len(h.value) for h in record.headers)
+    if size_bytes > RECORD_BYTES_MAX:
+        raise InvalidArgumentError(
+            f"record {position} is {size_bytes} bytes; the limit is {RECORD_BYTES_MAX} (key, value and headers)"
+        )
+    if record.timestamp_ms < 0:
+        raise InvalidArgumentError(f"record {position} has a negative timestamp")
+    return size_bytes
+
+
+def fetch_limits(request: kq_pb2.FetchRequest) -> tuple[int, int, int]:
+    """(max_records, max_bytes, wait_ms) of a fetch, defaults filled in; rejects values over the limits."""
+    check_topic_name(request.topic)
+    max_records = request.max_records or FETCH_RECORDS_DEFAULT
+    max_bytes = request.max_bytes or FETCH_BYTES_DEFAULT
+    if max_records > FETCH_RECORDS_MAX:
+        raise InvalidArgumentError(f"max_records is at most {FETCH_RECORDS_MAX}")
+    if max_bytes > FETCH_BYTES_MAX:
+        raise InvalidArgumentError(f"max_bytes is at most {FETCH_BYTES_MAX}")
+    if request.wait_ms > FETCH_WAIT_MS_MAX:
+        raise InvalidArgumentError(f"wait_ms is at most {FETCH_WAIT_MS_MAX}")
+    return max_records, max_bytes, request.wait_ms

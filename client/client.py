@@ -1,0 +1,307 @@
+"""`KqClient`: admin calls, an idempotent producer and partition reads, over any node of the cluster."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable, Sequence
+
+from client.connection import Connections
+from client.errors import InvalidRequestError, KqClientError, ProducerSequenceError, UnavailableError
+from client.partitioner import partition_for_key
+from client.types import (
+    ConsumerRecord,
+    FetchResult,
+    NodeStatus,
+    PartitionOffsets,
+    PeerState,
+    ProducerRecord,
+    RecordMetadata,
+    TopicDescription,
+    TopicInfo,
+)
+from proto import kq_pb2
+
+REQUEST_RECORDS_MAX = 10_000  # The broker's RECORDS_PER_APPEND_MAX.
+REQUEST_BYTES_MAX = 2 * 1024 * 1024  # Below the broker's 3 MiB APPEND_BYTES_MAX, leaving room for framing.
+STATUS_TIMEOUT_S = 2.0
+
+
+class KqClient:
+    """A client of a kq cluster. Thread-safe; one per process is enough.
+
+    `bootstrap` lists some nodes as host:port; the leader is found from any of them. Produce is
+    idempotent by default: a retry after a timeout or failover never writes a record twice.
+    """
+
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        *,
+        idempotent: bool = True,
+        retry_timeout_s: float = 30.0,
+        rpc_timeout_s: float = 10.0,
+    ) -> None:
+        self._connections = Connections(bootstrap, retry_timeout_s, rpc_timeout_s)
+        self._idempotent = idempotent
+        self._producer_lock = threading.Lock()
+        self._producer_id = 0
+        self._sequences: dict[tuple[str, int], int] = {}
+        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
+        self._partition_counts: dict[str, int] = {}
+        self._round_robin = itertools.count()
+
+    def __enter__(self) -> KqClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connections."""
+        self._connections.close()
+
+    # Topics -------------------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int) -> TopicInfo:
+        """Creates a topic (on the leader, wherever the client first lands)."""
+        response = self._connections.write("CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions))
+        return _topic_info(response.topic)
+
+    def delete_topic(self, name: str) -> None:
+        """Deletes a topic and all its records."""
+        self._connections.write("DeleteTopic", kq_pb2.DeleteTopicRequest(name=name))
+        self._partition_counts.pop(name, None)
+
+    def list_topics(self, node: str | None = None) -> list[TopicInfo]:
+        """Every topic, by name."""
+        response = self._connections.read("ListTopics", kq_pb2.ListTopicsRequest(), node)
+        return [_topic_info(topic) for topic in response.topics]
+
+    def describe_topic(self, name: str, node: str | None = None) -> TopicDescription:
+        """A topic with per-partition log start and end, as `node` (or any node) sees it."""
+        response = self._connections.read("DescribeTopic", kq_pb2.DescribeTopicRequest(name=name), node)
+        return TopicDescription(
+            _topic_info(response.topic),
+            tuple(_offsets(p) for p in response.partitions),
+            response.served_by,
+            response.applied_index,
+        )
+
+    def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]:
+        """Log start and end per partition."""
+        response = self._connections.read("ListOffsets", kq_pb2.ListOffsetsRequest(topic=topic), node)
+        return {p.partition: _offsets(p) for p in response.partitions}
+
+    def partition_count(self, topic: str) -> int:
+        """The topic's partition count (cached after the first look-up)."""
+        count = self._partition_counts.get(topic)
+        if count is None:
+            count = self._partition_counts[topic] = self.describe_topic(topic).topic.partitions
+        return count
+
+    # Produce ------------------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        headers: Iterable[tuple[str, bytes]] = (),
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        """Sends one record and waits until it is committed; returns where it was written."""
+        record = ProducerRecord(value, key, tuple(headers), timestamp_ms, partition)
+        return self.send_batch(topic, [record])[0]
+
+    def send_batch(self, topic: str, records: Sequence[ProducerRecord]) -> list[RecordMetadata]:
+        """Sends records (one request per partition and chunk) and returns their metadata in input order.
+
+        A record's partition is its own, else murmur2(key) like Kafka, else round-robin per batch.
+        """
+        by_partition: dict[int, list[int]] = {}
+        for position, record in enumerate(records):
+            by_partition.setdefault(self._choose_partition(topic, record), []).append(position)
+        results: list[RecordMetadata | None] = [None] * len(records)
+        for partition, positions in by_partition.items():
+            for chunk in _chunks(positions, records):
+                metadata = self._produce(topic, partition, [records[i] for i in chunk])
+                for position, item in zip(chunk, metadata, strict=True):
+                    results[position] = item
+        return [item for item in results if item is not None]
+
+    def _choose_partition(self, topic: str, record: ProducerRecord) -> int:
+        if record.partition is not None:
+            return record.partition
+        count = self.partition_count(topic)
+        if record.key is not None:
+            return partition_for_key(record.key, count)
+        return next(self._round_robin) % count
+
+    def _produce(self, topic: str, partition: int, records: list[ProducerRecord]) -> list[RecordMetadata]:
+        request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=[_record(r) for r in records])
+        if not self._idempotent:
+            response = self._connections.write("Produce", request)
+            return _metadata(topic, response, len(records))
+        key = (topic, partition)
+        with self._producer_lock:
+            lock = self._partition_locks.setdefault(key, threading.Lock())
+        with lock:  # One request in flight per partition keeps sequences in send order.
+            request.producer_id = self._ensure_producer_id()
+            request.sequence = self._sequences.get(key, 0)
+            try:
+                response = self._connections.write("Produce", request)
+            except (UnavailableError, ProducerSequenceError):
+                # The outcome is unknown (or the broker lost track): start a fresh producer so the
+                # next records can never be mistaken for retries of these.
+                self._reset_producer()
+                raise
+            except InvalidRequestError:
+                self._partition_counts.pop(topic, None)  # Maybe the partition count is stale.
+                raise
+            self._sequences[key] = request.sequence + len(records)
+            return _metadata(topic, response, len(records))
+
+    def _ensure_producer_id(self) -> int:
+        with self._producer_lock:
+            if not self._producer_id:
+                response = self._connections.write("RegisterProducer", kq_pb2.RegisterProducerRequest())
+                self._producer_id = response.producer_id
+                self._sequences.clear()
+            return self._producer_id
+
+    def _reset_producer(self) -> None:
+        with self._producer_lock:
+            self._producer_id = 0
+            self._sequences.clear()
+
+    # Fetch --------------------------------------------------------------------------------------
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1024 * 1024,
+        wait_ms: int = 0,
+        node: str | None = None,
+        min_index: int = 0,
+    ) -> FetchResult:
+        """Reads records from `offset`, from `node` or any node; waits up to `wait_ms` for new ones."""
+        request = kq_pb2.FetchRequest(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            max_records=max_records,
+            max_bytes=max_bytes,
+            wait_ms=wait_ms,
+            min_index=min_index,
+        )
+        timeout_s = self._connections.rpc_timeout_s + wait_ms / 1000
+        response = self._connections.read("Fetch", request, node, timeout_s)
+        return FetchResult(
+            tuple(_consumer_record(topic, partition, r) for r in response.records),
+            response.log_start_offset,
+            response.log_end_offset,
+            response.served_by,
+            response.applied_index,
+        )
+
+    # Cluster ------------------------------------------------------------------------------------
+
+    def cluster_status(self) -> list[NodeStatus | KqClientError]:
+        """Every bootstrap node's own status, or the error reaching it."""
+        results: list[NodeStatus | KqClientError] = []
+        for address, outcome in self._connections.call_each(
+            "ClusterStatus", kq_pb2.ClusterStatusRequest(), STATUS_TIMEOUT_S
+        ):
+            results.append(outcome if isinstance(outcome, KqClientError) else _node_status(address, outcome))
+        return results
+
+    def node_status(self, node: str) -> NodeStatus:
+        """One node's status."""
+        return _node_status(node, self._connections.read("ClusterStatus", kq_pb2.ClusterStatusRequest(), node))
+
+    @property
+    def bootstrap(self) -> tuple[str, ...]:
+        """The addresses this client was given."""
+        return self._connections.bootstrap
+
+
+def _chunks(positions: list[int], records: Sequence[ProducerRecord]) -> Iterable[list[int]]:
+    chunk: list[int] = []
+    size_bytes = 0
+    for position in positions:
+        record = records[position]
+        record_bytes = 32 + len(record.key or b"") + len(record.value or b"") + sum(
+            len(name) + len(value) + 8 for name, value in record.headers
+        )
+        if chunk and (len(chunk) >= REQUEST_RECORDS_MAX or size_bytes + record_bytes > REQUEST_BYTES_MAX):
+            yield chunk
+            chunk, size_bytes = [], 0
+        chunk.append(position)
+        size_bytes += record_bytes
+    if chunk:
+        yield chunk
+
+
+def _record(record: ProducerRecord) -> kq_pb2.Record:
+    message = kq_pb2.Record(
+        headers=[kq_pb2.Header(name=name, value=value) for name, value in record.headers],
+        timestamp_ms=record.timestamp_ms or 0,
+    )
+    if record.key is not None:
+        message.key = record.key
+    if record.value is not None:
+        message.value = record.value
+    return message
+
+
+def _metadata(topic: str, response: kq_pb2.ProduceResponse, count: int) -> list[RecordMetadata]:
+    return [
+        RecordMetadata(topic, response.partition, response.base_offset + i, response.duplicate, response.index)
+        for i in range(count)
+    ]
+
+
+def _topic_info(topic: kq_pb2.TopicInfo) -> TopicInfo:
+    return TopicInfo(topic.name, topic.partitions, topic.topic_id, topic.created_ms)
+
+
+def _offsets(partition: kq_pb2.PartitionInfo) -> PartitionOffsets:
+    return PartitionOffsets(
+        partition.partition, partition.log_start_offset, partition.log_end_offset, partition.size_bytes
+    )
+
+
+def _consumer_record(topic: str, partition: int, record: kq_pb2.StoredRecord) -> ConsumerRecord:
+    return ConsumerRecord(
+        topic=topic,
+        partition=partition,
+        offset=record.offset,
+        timestamp_ms=record.timestamp_ms,
+        timestamp_type=int(record.timestamp_type),
+        key=record.key if record.HasField("key") else None,
+        value=record.value if record.HasField("value") else None,
+        headers=tuple((h.name, h.value) for h in record.headers),
+    )
+
+
+def _node_status(address: str, response: kq_pb2.ClusterStatusResponse) -> NodeStatus:
+    return NodeStatus(
+        address=address,
+        node_id=response.node_id,
+        role=response.role,
+        leader_id=response.leader_id,
+        leader_address=response.leader_address,
+        term=response.term,
+        commit_index=response.commit_index,
+        applied_index=response.applied_index,
+        ready=response.ready,
+        raft_log_entries=response.raft_log_entries,
+        peers=tuple(PeerState(p.node_id, p.grpc_address, p.connected) for p in response.peers),
+    )

@@ -1,0 +1,108 @@
+"""Plain values the client returns: topics, partitions, records, cluster status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic's name, partition count and id."""
+
+    name: str
+    partitions: int
+    topic_id: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """A partition's log start (first offset held) and end (offset the next record gets)."""
+
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    """A topic and its partitions as one node sees them."""
+
+    topic: TopicInfo
+    partitions: tuple[PartitionOffsets, ...]
+    served_by: str
+    applied_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRecord:
+    """A record to send (kafka-python's names)."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp_ms: int | None = None
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record was written."""
+
+    topic: str
+    partition: int
+    offset: int
+    duplicate: bool = False
+    index: int = 0  # Raft index of the entry; pass as min_index to read your writes from a follower.
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """A record read from a partition (kafka-python's names)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    timestamp_type: int  # 0 = CreateTime, 1 = LogAppendTime (as in Kafka).
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One fetch's records and what the serving node knew."""
+
+    records: tuple[ConsumerRecord, ...]
+    log_start_offset: int
+    log_end_offset: int
+    served_by: str
+    applied_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerState:
+    """A peer as one node sees it."""
+
+    node_id: str
+    grpc_address: str
+    connected: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """One node's view of the cluster (`kq cluster status`)."""
+
+    address: str
+    node_id: str
+    role: str
+    leader_id: str
+    leader_address: str
+    term: int
+    commit_index: int
+    applied_index: int
+    ready: bool
+    raft_log_entries: int
+    peers: tuple[PeerState, ...] = field(default=())

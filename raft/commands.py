@@ -1,0 +1,73 @@
+"""Builders and the codec of the `Command` envelope (protobuf, versioned): the Raft log's format."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from proto import kq_pb2
+from raft.limits import COMMAND_VERSION
+
+
+class UnknownCommandError(Exception):
+    """A log entry this code cannot decode or does not know: applying it would diverge replicas."""
+
+
+def encode(command: kq_pb2.Command) -> bytes:
+    """Serializes a command for the Raft log."""
+    return command.SerializeToString()
+
+
+def decode(data: bytes) -> kq_pb2.Command:
+    """Parses a log entry; raises UnknownCommandError for an entry this version cannot apply."""
+    command = kq_pb2.Command()
+    try:
+        command.ParseFromString(data)
+    except Exception as error:  # protobuf raises its own DecodeError hierarchy.
+        raise UnknownCommandError(f"undecodable command: {error}") from error
+    if command.version != COMMAND_VERSION:
+        raise UnknownCommandError(f"command version {command.version}, this node knows {COMMAND_VERSION}")
+    if command.WhichOneof("kind") is None:
+        raise UnknownCommandError("command has no kind (written by a newer version?)")
+    return command
+
+
+def create_topic(name: str, partitions: int, created_ms: int) -> kq_pb2.Command:
+    """Command creating topic `name`."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        create_topic=kq_pb2.CreateTopicCommand(name=name, partitions=partitions, created_ms=created_ms),
+    )
+
+
+def delete_topic(name: str) -> kq_pb2.Command:
+    """Command deleting topic `name` and all its records."""
+    return kq_pb2.Command(version=COMMAND_VERSION, delete_topic=kq_pb2.DeleteTopicCommand(name=name))
+
+
+def register_producer(registered_ms: int) -> kq_pb2.Command:
+    """Command allocating a new idempotent producer id."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        register_producer=kq_pb2.RegisterProducerCommand(registered_ms=registered_ms),
+    )
+
+
+def append(timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend]) -> kq_pb2.Command:
+    """Command appending several produce requests' records in one entry (group commit)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        append=kq_pb2.AppendCommand(timestamp_ms=timestamp_ms, appends=appends),
+    )
+
+
+def partition_append(
+    topic: str,
+    partition: int,
+    records: Sequence[kq_pb2.Record],
+    producer_id: int = 0,
+    sequence: int = 0,
+) -> kq_pb2.PartitionAppend:
+    """One produce request's share of an AppendCommand."""
+    return kq_pb2.PartitionAppend(
+        topic=topic, partition=partition, producer_id=producer_id, sequence=sequence, records=records
+    )

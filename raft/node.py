@@ -1,0 +1,125 @@
+"""The PySyncObj adapter: one replicated method that hands each committed entry to the pure `apply`.
+
+Every PySyncObj option is spelled out here (see ARCHITECTURE.md, "Facts about PySyncObj").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pysyncobj
+import pysyncobj.pickle
+from pysyncobj import SyncObj, SyncObjConf, replicated
+
+from raft.limits import ENTRY_BYTES_MAX
+from raft.results import ApplyResult
+from raft.snapshot import SnapshotHooks
+from raft.state_machine import apply
+from storage import Store
+
+logger = logging.getLogger(__name__)
+
+TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Entries up to ENTRY_BYTES_MAX must fit (64 KiB default broke).
+COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for PySyncObj's tick; beyond it QUEUE_FULL.
+PICKLE_PROTOCOL = 5  # PySyncObj hard-codes protocol 2: slower and 1.75x bigger for bytes.
+EXIT_APPLY_FAILED = 70  # A broken invariant in apply: stop rather than diverge from the other replicas.
+
+assert ENTRY_BYTES_MAX < TRANSPORT_BUFFER_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Consensus settings of one node."""
+
+    raft_address: str  # host:port this node binds and its peers dial.
+    peer_raft_addresses: tuple[str, ...]
+    data_dir: Path
+    password: str
+    election_timeout_min_s: float = 0.5
+    election_timeout_max_s: float = 1.0
+    heartbeat_period_s: float = 0.05
+    leader_fallback_timeout_s: float = 2.0  # A leader cut off from a majority steps down after this.
+    connection_timeout_s: float = 1.5
+    connection_retry_s: float = 0.3  # A restarted peer is dialed again this soon (default 5 s).
+    compaction_min_entries: int = 5_000  # Bounds the Raft log PySyncObj keeps in RAM.
+    compaction_min_time_s: float = 300.0
+
+
+class ProposalFailed(Exception):
+    """PySyncObj could not commit a proposal (not leader, queue full, discarded by a new term)."""
+
+    def __init__(self, reason: int) -> None:
+        super().__init__(f"proposal failed (PySyncObj reason {reason})")
+        self.reason = reason
+
+
+ProposalCallback = Callable[[ApplyResult | None, int], None]
+
+
+class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
+    """A Raft member whose state machine is the node's LMDB store."""
+
+    def __init__(self, config: RaftConfig, store: Store, on_applied: Callable[[int], None]) -> None:
+        self._store = store
+        self._on_applied = on_applied
+        raft_dir = config.data_dir / "raft"
+        raft_dir.mkdir(parents=True, exist_ok=True)
+        self._snapshots = SnapshotHooks(store, raft_dir, on_applied)
+        setattr(pysyncobj.pickle, "__protocol", PICKLE_PROTOCOL)  # noqa: B010 - module-private setting.
+        conf = SyncObjConf(
+            password=config.password,
+            autoTick=True,
+            autoTickPeriod=0.01,
+            commandsQueueSize=COMMANDS_QUEUE_MAX,
+            raftMinTimeout=config.election_timeout_min_s,
+            raftMaxTimeout=config.election_timeout_max_s,
+            appendEntriesPeriod=config.heartbeat_period_s,
+            connectionTimeout=config.connection_timeout_s,
+            connectionRetryTime=config.connection_retry_s,
+            leaderFallbackTimeout=config.leader_fallback_timeout_s,
+            appendEntriesUseBatch=False,  # True adds ~100 ms per commit; kq's batcher groups instead.
+            appendEntriesBatchSizeBytes=TRANSPORT_BUFFER_BYTES,
+            sendBufferSize=TRANSPORT_BUFFER_BYTES,
+            recvBufferSize=TRANSPORT_BUFFER_BYTES,
+            bindAddress=config.raft_address,
+            logCompactionMinEntries=config.compaction_min_entries,
+            logCompactionMinTime=config.compaction_min_time_s,
+            logCompactionSplit=False,
+            logCompactionBatchSize=TRANSPORT_BUFFER_BYTES // 4,
+            fullDumpFile=str(raft_dir / "snapshot"),
+            journalFile=str(raft_dir / "journal"),
+            serializer=self._snapshots.serialize,
+            deserializer=self._snapshots.deserialize,
+            serializeChecker=self._snapshots.check,
+            useFork=False,
+            dynamicMembershipChange=False,
+            commandsWaitLeader=True,
+            pollerType="auto",
+        )
+        super().__init__(config.raft_address, list(config.peer_raft_addresses), conf)
+
+    @replicated  # type: ignore[untyped-decorator]
+    def _apply_entry(self, data: bytes) -> ApplyResult:
+        """Applied on every node in log order; PySyncObj increments raftLastApplied right after."""
+        index = self.raftLastApplied + 1
+        try:
+            result = apply(self._store, index, data)
+        except BaseException:
+            logger.critical("apply failed at index %d: stopping this node", index, exc_info=True)
+            logging.shutdown()
+            os._exit(EXIT_APPLY_FAILED)
+        self._on_applied(index)
+        return result
+
+    def propose(self, data: bytes, callback: ProposalCallback) -> None:
+        """Queues `data` for replication; `callback(result, reason)` runs on commit or failure."""
+        self._apply_entry(data, callback=callback)
+
+    def status(self) -> dict[str, Any]:
+        """PySyncObj's status dictionary."""
+        return dict(self.getStatus())

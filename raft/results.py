@@ -1,0 +1,63 @@
+"""Results of applying commands: identical on every replica, returned to the proposing broker."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from storage import TopicMeta
+
+
+class ErrorCode(enum.IntEnum):
+    """Deterministic rejections decided inside apply (the same on every node)."""
+
+    OK = 0
+    UNKNOWN_TOPIC = 1
+    UNKNOWN_PARTITION = 2
+    TOPIC_EXISTS = 3
+    TOO_MANY_TOPICS = 4
+    UNKNOWN_PRODUCER = 5
+    OUT_OF_ORDER_SEQUENCE = 6
+    DUPLICATE_SEQUENCE = 7  # A retry older than the remembered window: cannot return its offset.
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    """Result of create/delete topic."""
+
+    error: ErrorCode
+    topic: TopicMeta | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAppendResult:
+    """Result of one partition append inside an AppendCommand."""
+
+    error: ErrorCode
+    base_offset: int = 0
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Results of an AppendCommand, one per PartitionAppend, in order, and the entry's Raft index."""
+
+    appends: tuple[PartitionAppendResult, ...]
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerResult:
+    """Result of RegisterProducer."""
+
+    producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedResult:
+    """The entry's index was already applied (journal replay after a restart): nothing was done."""
+
+    index: int
+
+
+ApplyResult = TopicResult | AppendResult | ProducerResult | SkippedResult

@@ -1,0 +1,39 @@
+"""storage: one LMDB environment per node holding everything the replicated state machine owns.
+
+Named databases and their key/value layout (integers big-endian, so LMDB's byte order is numeric):
+
+    meta        key: ASCII name
+                  b"applied_index"     -> u64  Raft index of the last entry applied (0: none)
+                  b"next_topic_id"     -> u64  topic ids are never reused, so a recreated topic is new
+                  b"next_producer_id"  -> u64  idempotent producer ids, allocated from 1
+    topics      key: topic name (UTF-8, <= 249 bytes)
+                value: topic_id u64 | partitions u32 | created_ms i64                      (20 bytes)
+    partitions  key: topic_id u64 | partition u32                                           (12 bytes)
+                value: log_start_offset u64 | log_end_offset u64 | size_bytes u64           (24 bytes)
+    records     key: topic_id u64 | partition u32 | offset u64                              (20 bytes)
+                value: one encoded record with its CRC32C (layout in storage/records.py)
+    producers   key: producer_id u64 | topic_id u64 | partition u32                         (20 bytes)
+                value: count u8, then `count` x (first_sequence u64 | record_count u32 | base_offset u64),
+                       oldest first; the last PRODUCER_APPENDS_KEPT appends of that producer there.
+
+Every write goes through one LMDB write transaction per applied Raft entry, which also stores the
+entry's index in `applied_index`: state and index move together or not at all.
+"""
+
+from storage.errors import CorruptRecordError, SnapshotError, StorageError
+from storage.records import NewRecord, StoredRecord
+from storage.store import PartitionState, ProducerAppend, Store, StoreReader, StoreWriter, TopicMeta
+
+__all__ = [
+    "CorruptRecordError",
+    "NewRecord",
+    "PartitionState",
+    "ProducerAppend",
+    "SnapshotError",
+    "StorageError",
+    "Store",
+    "StoreReader",
+    "StoreWriter",
+    "StoredRecord",
+    "TopicMeta",
+]

@@ -1,0 +1,312 @@
+"""The LMDB environment of one node and typed transactions over it (layout: storage/__init__.py)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from storage.records import NewRecord, StoredRecord, decode_record, encode_record
+
+MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
+MAX_DATABASES = 8
+MAX_READERS = 512  # gRPC worker threads and long-polls each hold a reader slot while they read.
+PRODUCER_APPENDS_KEPT = 5  # Like Kafka: a retry of any of the last five appends is recognized.
+
+_U64 = struct.Struct(">Q")
+_TOPIC = struct.Struct(">QIq")
+_PARTITION_KEY = struct.Struct(">QI")
+_PARTITION_STATE = struct.Struct(">QQQ")
+_RECORD_KEY = struct.Struct(">QIQ")
+_PRODUCER_KEY = struct.Struct(">QQI")
+_PRODUCER_APPEND = struct.Struct(">QIQ")
+
+_APPLIED_INDEX = b"applied_index"
+_NEXT_TOPIC_ID = b"next_topic_id"
+_NEXT_PRODUCER_ID = b"next_producer_id"
+DATABASE_NAMES = (b"meta", b"topics", b"partitions", b"records", b"producers")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    """A topic's metadata row."""
+
+    name: str
+    topic_id: int
+    partitions: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Where a partition log starts and ends; offsets in [log_start_offset, log_end_offset) exist."""
+
+    log_start_offset: int
+    log_end_offset: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerAppend:
+    """One remembered append of an idempotent producer to one partition."""
+
+    first_sequence: int
+    record_count: int
+    base_offset: int
+
+
+class Store:
+    """One node's LMDB environment. Writes come only from `apply`; reads come from any thread."""
+
+    def __init__(self, environment: Any, path: Path, map_size_bytes: int) -> None:
+        self._environment = environment
+        self.path = path
+        self._map_size_bytes = map_size_bytes
+        self._databases = {name: environment.open_db(name) for name in DATABASE_NAMES}
+
+    @classmethod
+    def open(cls, path: Path, map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT, sync: bool = False) -> Store:
+        """Opens (creating) the environment in directory `path`.
+
+        `sync=False` skips the fsync at each commit: a commit still reaches the page cache, so it
+        survives a killed process but not a power loss; replication is the durability (see DESIGN).
+        """
+        path.mkdir(parents=True, exist_ok=True)
+        environment = lmdb.open(
+            str(path),
+            map_size=map_size_bytes,
+            max_dbs=MAX_DATABASES,
+            max_readers=MAX_READERS,
+            subdir=True,
+            sync=sync,
+            metasync=sync,
+            writemap=False,
+            map_async=False,
+            readahead=False,
+            lock=True,
+        )
+        return cls(environment, path, map_size_bytes)
+
+    def map_size_bytes(self) -> int:
+        """The address space reserved for the environment."""
+        return self._map_size_bytes
+
+    def close(self) -> None:
+        """Closes the environment; the store must not be used afterwards."""
+        self._environment.close()
+
+    @contextmanager
+    def write(self) -> Iterator[StoreWriter]:
+        """One write transaction: committed when the block ends normally, aborted if it raises."""
+        with self._environment.begin(write=True) as transaction:
+            yield StoreWriter(transaction, self._databases)
+
+    @contextmanager
+    def read(self) -> Iterator[StoreReader]:
+        """One consistent read-only view of the store."""
+        with self._environment.begin(write=False, buffers=True) as transaction:
+            yield StoreReader(transaction, self._databases)
+
+    def applied_index(self) -> int:
+        """Raft index of the last applied entry, 0 for an empty store."""
+        with self.read() as reader:
+            return reader.applied_index()
+
+    def begin_snapshot(self) -> Any:
+        """Starts a read transaction that pins the current state for `copy_to` (possibly in a thread)."""
+        return self._environment.begin(write=False)
+
+    def applied_index_in(self, transaction: Any) -> int:
+        """Applied index as seen by a transaction from `begin_snapshot`."""
+        return StoreReader(transaction, self._databases).applied_index()
+
+    def copy_to(self, directory: Path, transaction: Any) -> None:
+        """Writes a compact copy of the state seen by `transaction` into the empty `directory`."""
+        directory.mkdir(parents=True, exist_ok=True)
+        self._environment.copy(str(directory), compact=True, txn=transaction)
+
+    def replace_with(self, other: Store) -> None:
+        """Replaces every database's contents with `other`'s, in one write transaction."""
+        with self._environment.begin(write=True) as transaction, other._environment.begin() as source:
+            for name in DATABASE_NAMES:
+                target_db = self._databases[name]
+                transaction.drop(target_db, delete=False)
+                cursor = source.cursor(db=other._databases[name])
+                transaction.cursor(db=target_db).putmulti(iter(cursor), append=True)
+
+    def dump(self) -> list[tuple[bytes, bytes, bytes]]:
+        """Every (database, key, value) in order: for tests that compare replicas byte by byte."""
+        rows: list[tuple[bytes, bytes, bytes]] = []
+        with self._environment.begin() as transaction:
+            for name in DATABASE_NAMES:
+                rows += [(name, bytes(k), bytes(v)) for k, v in transaction.cursor(db=self._databases[name])]
+        return rows
+
+
+class StoreReader:
+    """Typed reads inside one transaction."""
+
+    def __init__(self, transaction: Any, databases: dict[bytes, Any]) -> None:
+        self._transaction = transaction
+        self._meta = databases[b"meta"]
+        self._topics = databases[b"topics"]
+        self._partitions = databases[b"partitions"]
+        self._records = databases[b"records"]
+        self._producers = databases[b"producers"]
+
+    def _meta_u64(self, name: bytes) -> int:
+        raw = self._transaction.get(name, db=self._meta)
+        return 0 if raw is None else int(_U64.unpack(raw)[0])
+
+    def applied_index(self) -> int:
+        """Raft index of the last applied entry."""
+        return self._meta_u64(_APPLIED_INDEX)
+
+    def topic(self, name: str) -> TopicMeta | None:
+        """The topic called `name`, or None."""
+        raw = self._transaction.get(name.encode(), db=self._topics)
+        if raw is None:
+            return None
+        topic_id, partitions, created_ms = _TOPIC.unpack(raw)
+        return TopicMeta(name, topic_id, partitions, created_ms)
+
+    def topics(self) -> list[TopicMeta]:
+        """Every topic, ordered by name."""
+        result = []
+        for key, raw in self._transaction.cursor(db=self._topics):
+            topic_id, partitions, created_ms = _TOPIC.unpack(raw)
+            result.append(TopicMeta(bytes(key).decode(), topic_id, partitions, created_ms))
+        return result
+
+    def partition(self, topic_id: int, partition: int) -> PartitionState | None:
+        """The partition's offsets, or None when it does not exist."""
+        raw = self._transaction.get(_PARTITION_KEY.pack(topic_id, partition), db=self._partitions)
+        return None if raw is None else PartitionState(*_PARTITION_STATE.unpack(raw))
+
+    def producer_appends(self, producer_id: int, topic_id: int, partition: int) -> list[ProducerAppend]:
+        """The producer's remembered appends to this partition, oldest first."""
+        raw = self._transaction.get(_PRODUCER_KEY.pack(producer_id, topic_id, partition), db=self._producers)
+        if raw is None:
+            return []
+        raw = bytes(raw)
+        return [
+            ProducerAppend(*_PRODUCER_APPEND.unpack_from(raw, 1 + i * _PRODUCER_APPEND.size))
+            for i in range(raw[0])
+        ]
+
+    def records(
+        self, topic_id: int, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[StoredRecord]:
+        """Records from `offset` on, at most `max_records`, stopping before `max_bytes` is passed.
+
+        At least one record is returned when one exists, even if it alone exceeds `max_bytes`, so a
+        consumer can always make progress (Kafka's rule). Every record's CRC is verified.
+        """
+        result: list[StoredRecord] = []
+        total_bytes = 0
+        cursor = self._transaction.cursor(db=self._records)
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        if not cursor.set_range(_RECORD_KEY.pack(topic_id, partition, offset)):
+            return result
+        expected = offset
+        for key, raw in cursor:
+            if bytes(key[:12]) != prefix or len(result) >= max_records:
+                break
+            total_bytes += len(raw)
+            if result and total_bytes > max_bytes:
+                break
+            record_offset = _RECORD_KEY.unpack(key)[2]
+            assert record_offset == expected, f"hole in log at {expected}: found {record_offset}"
+            result.append(decode_record(raw, record_offset))
+            expected += 1
+        return result
+
+
+class StoreWriter(StoreReader):
+    """Typed writes inside the one write transaction of an applied entry."""
+
+    def _put_meta_u64(self, name: bytes, value: int) -> None:
+        self._transaction.put(name, _U64.pack(value), db=self._meta)
+
+    def set_applied_index(self, index: int) -> None:
+        """Records that the entry at `index` is applied; it only ever grows."""
+        assert index > self.applied_index(), "applied index must only move forward"
+        self._put_meta_u64(_APPLIED_INDEX, index)
+
+    def producer_id_allocated(self, producer_id: int) -> bool:
+        """Whether `producer_id` was handed out by `allocate_producer_id`."""
+        return 0 < producer_id < (self._meta_u64(_NEXT_PRODUCER_ID) or 1)
+
+    def allocate_producer_id(self) -> int:
+        """Returns a new producer id (from 1) and advances the counter."""
+        producer_id = self._meta_u64(_NEXT_PRODUCER_ID) or 1
+        self._put_meta_u64(_NEXT_PRODUCER_ID, producer_id + 1)
+        return producer_id
+
+    def create_topic(self, name: str, partitions: int, created_ms: int) -> TopicMeta:
+        """Creates a topic with empty partitions; the caller checked that the name is free."""
+        topic_id = self._meta_u64(_NEXT_TOPIC_ID) or 1
+        self._put_meta_u64(_NEXT_TOPIC_ID, topic_id + 1)
+        self._transaction.put(name.encode(), _TOPIC.pack(topic_id, partitions, created_ms), db=self._topics)
+        for partition in range(partitions):
+            self._put_partition(topic_id, partition, PartitionState(0, 0, 0))
+        return TopicMeta(name, topic_id, partitions, created_ms)
+
+    def delete_topic(self, topic: TopicMeta) -> None:
+        """Removes the topic, its partitions and all their records and producer state."""
+        self._transaction.delete(topic.name.encode(), db=self._topics)
+        for partition in range(topic.partitions):
+            self._transaction.delete(_PARTITION_KEY.pack(topic.topic_id, partition), db=self._partitions)
+        self._delete_prefix(self._records, _U64.pack(topic.topic_id))
+        cursor = self._transaction.cursor(db=self._producers)
+        stale = [bytes(key) for key in cursor.iternext(values=False) if _PRODUCER_KEY.unpack(key)[1] == topic.topic_id]
+        for key in stale:
+            self._transaction.delete(key, db=self._producers)
+
+    def _delete_prefix(self, database: Any, prefix: bytes) -> None:
+        cursor = self._transaction.cursor(db=database)
+        if not cursor.set_range(prefix):
+            return
+        while bytes(cursor.key()[: len(prefix)]) == prefix:
+            if not cursor.delete():
+                break
+
+    def _put_partition(self, topic_id: int, partition: int, state: PartitionState) -> None:
+        self._transaction.put(
+            _PARTITION_KEY.pack(topic_id, partition),
+            _PARTITION_STATE.pack(state.log_start_offset, state.log_end_offset, state.size_bytes),
+            db=self._partitions,
+        )
+
+    def append(self, topic_id: int, partition: int, records: list[NewRecord]) -> int:
+        """Appends `records` at the partition's end and returns the base offset given to the first."""
+        state = self.partition(topic_id, partition)
+        assert state is not None, "append to a partition that does not exist"
+        base_offset = state.log_end_offset
+        items = [
+            (_RECORD_KEY.pack(topic_id, partition, base_offset + i), encode_record(base_offset + i, record))
+            for i, record in enumerate(records)
+        ]
+        # No MDB_APPEND: other partitions' records may sort after this partition's end.
+        consumed, added = self._transaction.cursor(db=self._records).putmulti(items, overwrite=False)
+        assert consumed == added == len(items), "an offset was already taken"
+        size_bytes = state.size_bytes + sum(len(value) for _, value in items)
+        self._put_partition(
+            topic_id, partition, PartitionState(state.log_start_offset, base_offset + len(items), size_bytes)
+        )
+        return base_offset
+
+    def remember_producer_append(
+        self, producer_id: int, topic_id: int, partition: int, append: ProducerAppend
+    ) -> None:
+        """Adds `append` to the producer's window for the partition, dropping the oldest beyond the limit."""
+        window = [*self.producer_appends(producer_id, topic_id, partition), append][-PRODUCER_APPENDS_KEPT:]
+        raw = bytes([len(window)]) + b"".join(
+            _PRODUCER_APPEND.pack(a.first_sequence, a.record_count, a.base_offset) for a in window
+        )
+        self._transaction.put(_PRODUCER_KEY.pack(producer_id, topic_id, partition), raw, db=self._producers)
