@@ -50,7 +50,11 @@ def parse_peers(text: str, self_id: str) -> tuple[Peer, ...]:
         if len(fields) != 3 or not fields[0]:
             raise ConfigError(f"peer {item!r} must be id=raft_host:port=grpc_host:port")
         node_id, raft_address, grpc_address = fields
-        peer = Peer(node_id, parse_address(raft_address, "peer raft address"), parse_address(grpc_address, "peer gRPC address"))
+        peer = Peer(
+            node_id,
+            parse_address(raft_address, "peer raft address"),
+            parse_address(grpc_address, "peer gRPC address"),
+        )
         if node_id != self_id:
             peers.append(peer)
     ids = [peer.node_id for peer in peers]

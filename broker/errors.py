@@ -92,6 +92,9 @@ def error_for_code(code: ErrorCode, subject: str) -> KqError | None:
         ErrorCode.TOO_MANY_TOPICS: ResourceExhaustedError("the cluster holds its maximum number of topics"),
         ErrorCode.UNKNOWN_PRODUCER: SequenceError(f"unknown producer id for {subject}"),
         ErrorCode.OUT_OF_ORDER_SEQUENCE: SequenceError(f"out-of-order producer sequence for {subject}"),
-        ErrorCode.DUPLICATE_SEQUENCE: SequenceError(f"producer sequence for {subject} is too old to deduplicate"),
+        ErrorCode.OFFSET_OUT_OF_RANGE: OutOfRangeError(f"offset beyond the log end of {subject}"),
+        ErrorCode.DUPLICATE_SEQUENCE: SequenceError(
+            f"producer sequence for {subject} is too old to deduplicate"
+        ),
     }
     return errors[code]

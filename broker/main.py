@@ -94,30 +94,63 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
 
 
 @click.command(context_settings={"auto_envvar_prefix": "KQ", "show_default": True})
-@click.option("--config", type=click.Path(exists=True, dir_okay=False), callback=_load_config_file,
-              is_eager=True, expose_value=False, help="TOML file with any of these options (KQ_CONFIG).")
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False),
+    callback=_load_config_file,
+    is_eager=True,
+    expose_value=False,
+    help="TOML file with any of these options (KQ_CONFIG).",
+)
 @click.option("--node-id", required=True, help="This node's id, as in --peers (KQ_NODE_ID).")
 @click.option("--grpc-address", required=True, help="host:port the gRPC service binds (KQ_GRPC_ADDRESS).")
 @click.option("--raft-address", required=True, help="host:port Raft binds; peers dial it (KQ_RAFT_ADDRESS).")
-@click.option("--peers", required=True,
-              help="Cluster members as id=raft_host:port=grpc_host:port, comma-separated (KQ_PEERS).")
-@click.option("--data-dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Directory for LMDB and the Raft journal (KQ_DATA_DIR).")
+@click.option(
+    "--peers",
+    required=True,
+    help="Cluster members as id=raft_host:port=grpc_host:port, comma-separated (KQ_PEERS).",
+)
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for LMDB and the Raft journal (KQ_DATA_DIR).",
+)
 @click.option("--secret", required=True, help="Shared Raft password of the cluster (KQ_SECRET).")
 @click.option("--election-timeout-min-ms", default=500, type=click.IntRange(50, 60_000))
 @click.option("--election-timeout-max-ms", default=1000, type=click.IntRange(100, 120_000))
 @click.option("--heartbeat-ms", default=50, type=click.IntRange(10, 10_000))
-@click.option("--leader-fallback-ms", default=2000, type=click.IntRange(100, 120_000),
-              help="A leader that hears from no majority for this long steps down.")
-@click.option("--compaction-min-entries", default=5000, type=click.IntRange(10, 10_000_000),
-              help="Raft log entries kept in RAM before a snapshot compacts them.")
+@click.option(
+    "--leader-fallback-ms",
+    default=2000,
+    type=click.IntRange(100, 120_000),
+    help="A leader that hears from no majority for this long steps down.",
+)
+@click.option(
+    "--compaction-min-entries",
+    default=5000,
+    type=click.IntRange(10, 10_000_000),
+    help="Raft log entries kept in RAM before a snapshot compacts them.",
+)
 @click.option("--compaction-min-time-s", default=300, type=click.IntRange(1, 86_400))
 @click.option("--grpc-workers", default=64, type=click.IntRange(4, 1024))
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
-def main(node_id: str, grpc_address: str, raft_address: str, peers: str, data_dir: Path, secret: str,
-         election_timeout_min_ms: int, election_timeout_max_ms: int, heartbeat_ms: int,
-         leader_fallback_ms: int, compaction_min_entries: int, compaction_min_time_s: int,
-         grpc_workers: int, log_level: str) -> None:
+def main(
+    node_id: str,
+    grpc_address: str,
+    raft_address: str,
+    peers: str,
+    data_dir: Path,
+    secret: str,
+    election_timeout_min_ms: int,
+    election_timeout_max_ms: int,
+    heartbeat_ms: int,
+    leader_fallback_ms: int,
+    compaction_min_entries: int,
+    compaction_min_time_s: int,
+    grpc_workers: int,
+    log_level: str,
+) -> None:
     """Runs one kq node."""
     try:
         parse_address(grpc_address, "--grpc-address")

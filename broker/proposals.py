@@ -50,7 +50,9 @@ def _wait(future: Future[ApplyResult], timeout_s: float) -> ApplyResult:
     try:
         return future.result(timeout=timeout_s)
     except TimeoutError as error:
-        raise UnavailableError(f"not committed within {timeout_s:.0f} s; it may still commit: retry") from error
+        raise UnavailableError(
+            f"not committed within {timeout_s:.0f} s; it may still commit: retry"
+        ) from error
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,9 @@ class Batcher:
         try:
             return pending.future.result(timeout=timeout_s)
         except TimeoutError as error:
-            raise UnavailableError(f"not committed within {timeout_s:.0f} s; it may still commit: retry") from error
+            raise UnavailableError(
+                f"not committed within {timeout_s:.0f} s; it may still commit: retry"
+            ) from error
 
     def stop(self) -> None:
         """Stops the batcher thread after the requests already queued."""

@@ -27,8 +27,8 @@ from broker.proposals import PROPOSAL_TIMEOUT_S, Batcher, propose_and_wait, wall
 from broker.validation import check_partition_count, check_produce, check_topic_name, fetch_limits
 from proto import kq_pb2, kq_pb2_grpc
 from raft import commands
-from raft.results import ProducerResult, TopicResult
-from storage import Store, StoreReader, StoredRecord, TopicMeta
+from raft.results import ProducerResult, TopicResult, TrimResult
+from storage import Store, StoredRecord, StoreReader, TopicMeta
 from storage.records import TIMESTAMP_LOG_APPEND_TIME
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,9 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
             )
 
     @rpc
-    def Produce(self, request: kq_pb2.ProduceRequest, context: grpc.ServicerContext) -> kq_pb2.ProduceResponse:
+    def Produce(
+        self, request: kq_pb2.ProduceRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.ProduceResponse:
         """Appends records to one partition through the batcher; answers after commit."""
         check_produce(request)
         self._require_leader()
@@ -216,7 +218,9 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
                 caught_up = applied_index >= request.min_index
                 records: list[StoredRecord] = []
                 if caught_up and request.offset < state.log_end_offset:
-                    records = reader.records(topic.topic_id, request.partition, request.offset, max_records, max_bytes)
+                    records = reader.records(
+                        topic.topic_id, request.partition, request.offset, max_records, max_bytes
+                    )
             remaining_s = deadline - time.monotonic()
             if records or remaining_s <= 0 or not context.is_active():
                 if not records and caught_up and request.offset > state.log_end_offset:
@@ -233,12 +237,38 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
             self._notifier.wait_beyond(applied_index, remaining_s)
 
     @rpc
+    def DeleteRecords(
+        self, request: kq_pb2.DeleteRecordsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.DeleteRecordsResponse:
+        """Deletes a partition's records below an offset through Raft (Kafka's DeleteRecords)."""
+        check_topic_name(request.topic)
+        self._require_leader()
+        with self._store.read() as reader:
+            topic = self._topic(reader, request.topic)
+            _check_partition(topic, request.partition)
+            state = reader.partition(topic.topic_id, request.partition)
+            assert state is not None
+            if request.before_offset > state.log_end_offset:
+                raise OutOfRangeError(
+                    f"offset {request.before_offset} is beyond the log end {state.log_end_offset}"
+                )
+        command = commands.trim(request.topic, request.partition, request.before_offset)
+        result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
+        assert isinstance(result, TrimResult)
+        error = error_for_code(result.error, f"{request.topic}/{request.partition}")
+        if error is not None:
+            raise error
+        return kq_pb2.DeleteRecordsResponse(log_start_offset=result.log_start_offset)
+
+    @rpc
     def RegisterProducer(
         self, request: kq_pb2.RegisterProducerRequest, context: grpc.ServicerContext
     ) -> kq_pb2.RegisterProducerResponse:
         """Allocates an idempotent producer id through Raft."""
         self._require_leader()
-        result = propose_and_wait(self._consensus, commands.register_producer(wall_clock_ms()), PROPOSAL_TIMEOUT_S)
+        result = propose_and_wait(
+            self._consensus, commands.register_producer(wall_clock_ms()), PROPOSAL_TIMEOUT_S
+        )
         assert isinstance(result, ProducerResult)
         return kq_pb2.RegisterProducerResponse(producer_id=result.producer_id)
 

@@ -31,7 +31,9 @@ def check_topic_name(name: str) -> None:
 def check_partition_count(partitions: int) -> None:
     """Rejects a partition count outside 1..PARTITIONS_MAX."""
     if not 0 < partitions <= PARTITIONS_MAX:
-        raise InvalidArgumentError(f"partition count must be between 1 and {PARTITIONS_MAX}, got {partitions}")
+        raise InvalidArgumentError(
+            f"partition count must be between 1 and {PARTITIONS_MAX}, got {partitions}"
+        )
 
 
 def check_produce(request: kq_pb2.ProduceRequest) -> None:
@@ -42,12 +44,16 @@ def check_produce(request: kq_pb2.ProduceRequest) -> None:
     if not request.records:
         raise InvalidArgumentError("a produce request needs at least one record")
     if len(request.records) > RECORDS_PER_APPEND_MAX:
-        raise InvalidArgumentError(f"at most {RECORDS_PER_APPEND_MAX} records per request, got {len(request.records)}")
+        raise InvalidArgumentError(
+            f"at most {RECORDS_PER_APPEND_MAX} records per request, got {len(request.records)}"
+        )
     total_bytes = 0
     for position, record in enumerate(request.records):
         total_bytes += _check_record(record, position)
     if total_bytes > APPEND_BYTES_MAX:
-        raise InvalidArgumentError(f"request of {total_bytes} bytes exceeds the {APPEND_BYTES_MAX}-byte limit")
+        raise InvalidArgumentError(
+            f"request of {total_bytes} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
+        )
 
 
 def _check_record(record: kq_pb2.Record, position: int) -> int:
@@ -55,11 +61,14 @@ def _check_record(record: kq_pb2.Record, position: int) -> int:
         raise InvalidArgumentError(f"record {position} has more than {HEADERS_PER_RECORD_MAX} headers")
     for header in record.headers:
         if len(header.name.encode()) > HEADER_NAME_BYTES_MAX:
-            raise InvalidArgumentError(f"record {position} has a header name over {HEADER_NAME_BYTES_MAX} bytes")
+            raise InvalidArgumentError(
+                f"record {position} has a header name over {HEADER_NAME_BYTES_MAX} bytes"
+            )
     size_bytes = len(record.key) + len(record.value) + sum(len(h.name) + len(h.value) for h in record.headers)
     if size_bytes > RECORD_BYTES_MAX:
         raise InvalidArgumentError(
-            f"record {position} is {size_bytes} bytes; the limit is {RECORD_BYTES_MAX} (key, value and headers)"
+            f"record {position} is {size_bytes} bytes; "
+            f"the limit is {RECORD_BYTES_MAX} (key, value and headers)"
         )
     if record.timestamp_ms < 0:
         raise InvalidArgumentError(f"record {position} has a negative timestamp")

@@ -97,13 +97,21 @@ class LocalCluster:
         log = open(self.base_dir / f"node{node_id}.log", "ab")  # noqa: SIM115 - closed in _reap.
         self._logs[node_id] = log
         command = [
-            sys.executable, "-m", "broker",
-            "--node-id", node_id,
-            "--grpc-address", spec.grpc_address,
-            "--raft-address", spec.raft_address,
-            "--peers", self.peers_argument(),
-            "--data-dir", str(spec.data_dir),
-            "--secret", self.secret,
+            sys.executable,
+            "-m",
+            "broker",
+            "--node-id",
+            node_id,
+            "--grpc-address",
+            spec.grpc_address,
+            "--raft-address",
+            spec.raft_address,
+            "--peers",
+            self.peers_argument(),
+            "--data-dir",
+            str(spec.data_dir),
+            "--secret",
+            self.secret,
             *self.node_args,
         ]
         self.processes[node_id] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

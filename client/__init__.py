@@ -1,11 +1,11 @@
 """kq's Python client: `KqClient` (admin, idempotent produce, fetch) and `Consumer`.
 
-    from client import KqClient, Consumer
-    with KqClient(["127.0.0.1:9101", "127.0.0.1:9102"]) as kq:
-        kq.create_topic("events", partitions=3)
-        kq.send("events", b"hello", key=b"user-1")
-        for record in Consumer(kq, "events").poll(timeout_ms=1000):
-            print(record.partition, record.offset, record.value)
+from client import KqClient, Consumer
+with KqClient(["127.0.0.1:9101", "127.0.0.1:9102"]) as kq:
+    kq.create_topic("events", partitions=3)
+    kq.send("events", b"hello", key=b"user-1")
+    for record in Consumer(kq, "events").poll(timeout_ms=1000):
+        print(record.partition, record.offset, record.value)
 """
 
 from client.client import KqClient
@@ -19,7 +19,14 @@ from client.errors import (
     TopicNotFoundError,
     UnavailableError,
 )
-from client.types import ConsumerRecord, NodeStatus, PartitionOffsets, ProducerRecord, RecordMetadata, TopicInfo
+from client.types import (
+    ConsumerRecord,
+    NodeStatus,
+    PartitionOffsets,
+    ProducerRecord,
+    RecordMetadata,
+    TopicInfo,
+)
 
 __all__ = [
     "Consumer",

@@ -65,7 +65,9 @@ class KqClient:
 
     def create_topic(self, name: str, partitions: int) -> TopicInfo:
         """Creates a topic (on the leader, wherever the client first lands)."""
-        response = self._connections.write("CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions))
+        response = self._connections.write(
+            "CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions)
+        )
         return _topic_info(response.topic)
 
     def delete_topic(self, name: str) -> None:
@@ -92,6 +94,11 @@ class KqClient:
         """Log start and end per partition."""
         response = self._connections.read("ListOffsets", kq_pb2.ListOffsetsRequest(topic=topic), node)
         return {p.partition: _offsets(p) for p in response.partitions}
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Deletes a partition's records below `before_offset`; returns the new log start offset."""
+        request = kq_pb2.DeleteRecordsRequest(topic=topic, partition=partition, before_offset=before_offset)
+        return int(self._connections.write("DeleteRecords", request).log_start_offset)
 
     def partition_count(self, topic: str) -> int:
         """The topic's partition count (cached after the first look-up)."""
@@ -141,7 +148,9 @@ class KqClient:
         return next(self._round_robin) % count
 
     def _produce(self, topic: str, partition: int, records: list[ProducerRecord]) -> list[RecordMetadata]:
-        request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=[_record(r) for r in records])
+        request = kq_pb2.ProduceRequest(
+            topic=topic, partition=partition, records=[_record(r) for r in records]
+        )
         if not self._idempotent:
             response = self._connections.write("Produce", request)
             return _metadata(topic, response, len(records))
@@ -224,7 +233,9 @@ class KqClient:
 
     def node_status(self, node: str) -> NodeStatus:
         """One node's status."""
-        return _node_status(node, self._connections.read("ClusterStatus", kq_pb2.ClusterStatusRequest(), node))
+        return _node_status(
+            node, self._connections.read("ClusterStatus", kq_pb2.ClusterStatusRequest(), node)
+        )
 
     @property
     def bootstrap(self) -> tuple[str, ...]:
@@ -237,8 +248,11 @@ def _chunks(positions: list[int], records: Sequence[ProducerRecord]) -> Iterable
     size_bytes = 0
     for position in positions:
         record = records[position]
-        record_bytes = 32 + len(record.key or b"") + len(record.value or b"") + sum(
-            len(name) + len(value) + 8 for name, value in record.headers
+        record_bytes = (
+            32
+            + len(record.key or b"")
+            + len(record.value or b"")
+            + sum(len(name) + len(value) + 8 for name, value in record.headers)
         )
         if chunk and (len(chunk) >= REQUEST_RECORDS_MAX or size_bytes + record_bytes > REQUEST_BYTES_MAX):
             yield chunk
@@ -263,7 +277,9 @@ def _record(record: ProducerRecord) -> kq_pb2.Record:
 
 def _metadata(topic: str, response: kq_pb2.ProduceResponse, count: int) -> list[RecordMetadata]:
     return [
-        RecordMetadata(topic, response.partition, response.base_offset + i, response.duplicate, response.index)
+        RecordMetadata(
+            topic, response.partition, response.base_offset + i, response.duplicate, response.index
+        )
         for i in range(count)
     ]
 

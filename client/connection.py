@@ -28,13 +28,17 @@ BACKOFF_MAX_S = 1.0
 RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal within 5 s.
 RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
 MESSAGE_BYTES_MAX = 8 * 1024 * 1024
-_RETRIABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED)
+_RETRIABLE = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
 
 Response = TypeVar("Response")
 
 
 def _leader_from(error: grpc.RpcError) -> str | None:
-    metadata = error.trailing_metadata() or ()  # type: ignore[attr-defined]
+    metadata: Any = error.trailing_metadata() or ()
     for key, value in metadata:
         if key == LEADER_METADATA_KEY:
             return str(value)
@@ -45,7 +49,10 @@ class Connections:
     """One gRPC channel per node address, and the call policy."""
 
     def __init__(
-        self, bootstrap: Sequence[str], retry_timeout_s: float = RETRY_TIMEOUT_S, rpc_timeout_s: float = RPC_TIMEOUT_S
+        self,
+        bootstrap: Sequence[str],
+        retry_timeout_s: float = RETRY_TIMEOUT_S,
+        rpc_timeout_s: float = RPC_TIMEOUT_S,
     ) -> None:
         if not bootstrap:
             raise ValueError("bootstrap needs at least one host:port")
@@ -100,7 +107,7 @@ class Connections:
                 self._leader = address
                 return response
             except grpc.RpcError as error:
-                code = error.code()  # type: ignore[attr-defined]
+                code = error.code()
                 leader = _leader_from(error) if code == grpc.StatusCode.FAILED_PRECONDITION else None
                 if leader is not None and hops < REDIRECTS_MAX:
                     logger.debug("%s redirected from %s to %s", method, address, leader)
@@ -128,7 +135,7 @@ class Connections:
             try:
                 return getattr(self.stub(address), method)(request, timeout=timeout_s or self.rpc_timeout_s)
             except grpc.RpcError as error:
-                code = error.code()  # type: ignore[attr-defined]
+                code = error.code()
                 if code not in _RETRIABLE or time.monotonic() + backoff_s >= deadline:
                     raise from_rpc_error(error, address) from None
                 time.sleep(backoff_s)
@@ -145,5 +152,3 @@ class Connections:
             except grpc.RpcError as error:
                 results.append((address, from_rpc_error(error, address)))
         return results
-
-

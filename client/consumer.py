@@ -77,7 +77,12 @@ class Consumer:
         if limit <= 0:
             return []
         result = self._client.fetch(
-            self.topic, partition, self._positions[partition], max_records=limit, wait_ms=wait_ms, node=self._node
+            self.topic,
+            partition,
+            self._positions[partition],
+            max_records=limit,
+            wait_ms=wait_ms,
+            node=self._node,
         )
         if result.records:
             self._positions[partition] = result.records[-1].offset + 1

@@ -55,8 +55,8 @@ _BY_CODE: dict[grpc.StatusCode, type[KqClientError]] = {
 
 def from_rpc_error(error: grpc.RpcError, address: str) -> KqClientError:
     """The KqClientError for a failed call to `address`."""
-    code = error.code()  # type: ignore[attr-defined]
-    details = error.details() or code.name  # type: ignore[attr-defined]
+    code = error.code()
+    details = error.details() or code.name
     if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
         details = f"cannot reach {address}"
     return _BY_CODE.get(code, KqClientError)(details, code)

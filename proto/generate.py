@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grpc_tools import protoc  # type: ignore[import-untyped]
+from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # The mypy-protobuf plugins live beside the interpreter.

@@ -162,6 +162,7 @@ class Command(_message.Message):
     DELETE_TOPIC_FIELD_NUMBER: _builtins.int
     APPEND_FIELD_NUMBER: _builtins.int
     REGISTER_PRODUCER_FIELD_NUMBER: _builtins.int
+    TRIM_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -172,6 +173,8 @@ class Command(_message.Message):
     def append(self) -> Global___AppendCommand: ...
     @_builtins.property
     def register_producer(self) -> Global___RegisterProducerCommand: ...
+    @_builtins.property
+    def trim(self) -> Global___TrimCommand: ...
     def __init__(
         self,
         *,
@@ -180,12 +183,13 @@ class Command(_message.Message):
         delete_topic: Global___DeleteTopicCommand | None = ...,
         append: Global___AppendCommand | None = ...,
         register_producer: Global___RegisterProducerCommand | None = ...,
+        trim: Global___TrimCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "create_topic", b"create_topic", "delete_topic", b"delete_topic", "kind", b"kind", "register_producer", b"register_producer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "create_topic", b"create_topic", "delete_topic", b"delete_topic", "kind", b"kind", "register_producer", b"register_producer", "trim", b"trim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "create_topic", b"create_topic", "delete_topic", b"delete_topic", "kind", b"kind", "register_producer", b"register_producer", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "create_topic", b"create_topic", "delete_topic", b"delete_topic", "kind", b"kind", "register_producer", b"register_producer", "trim", b"trim", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -294,6 +298,33 @@ class PartitionAppend(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionAppend: _TypeAlias = PartitionAppend  # noqa: Y015
+
+@_typing.final
+class TrimCommand(_message.Message):
+    """Removes a partition's records below `before_offset` (Kafka's DeleteRecords); the log start moves up."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    BEFORE_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    before_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        before_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["before_offset", b"before_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrimCommand: _TypeAlias = TrimCommand  # noqa: Y015
 
 @_typing.final
 class RegisterProducerCommand(_message.Message):
@@ -717,6 +748,51 @@ class ListOffsetsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListOffsetsResponse: _TypeAlias = ListOffsetsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    BEFORE_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    before_offset: _builtins.int
+    """Records with offsets below this are deleted; at most the log end offset."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        before_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["before_offset", b"before_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsRequest: _TypeAlias = DeleteRecordsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    log_start_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        log_start_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["log_start_offset", b"log_start_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsResponse: _TypeAlias = DeleteRecordsResponse  # noqa: Y015
 
 @_typing.final
 class RegisterProducerRequest(_message.Message):

@@ -69,6 +69,11 @@ class BrokerStub:
                 request_serializer=proto_dot_kq__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=proto_dot_kq__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/kq.v1.Broker/DeleteRecords',
+                request_serializer=proto_dot_kq__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
         self.RegisterProducer = channel.unary_unary(
                 '/kq.v1.Broker/RegisterProducer',
                 request_serializer=proto_dot_kq__pb2.RegisterProducerRequest.SerializeToString,
@@ -126,6 +131,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RegisterProducer(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -175,6 +186,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=proto_dot_kq__pb2.ListOffsetsRequest.FromString,
                     response_serializer=proto_dot_kq__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=proto_dot_kq__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.DeleteRecordsResponse.SerializeToString,
             ),
             'RegisterProducer': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterProducer,
@@ -376,6 +392,33 @@ class Broker:
             '/kq.v1.Broker/ListOffsets',
             proto_dot_kq__pb2.ListOffsetsRequest.SerializeToString,
             proto_dot_kq__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/DeleteRecords',
+            proto_dot_kq__pb2.DeleteRecordsRequest.SerializeToString,
+            proto_dot_kq__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,7 @@ class BrokerStub:
     Produce: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]
     Fetch: _grpc.UnaryUnaryMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListOffsetsRequest, _kq_pb2.ListOffsetsResponse]
+    DeleteRecords: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]
     RegisterProducer: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]
     ClusterStatus: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ClusterStatusRequest, _kq_pb2.ClusterStatusResponse]
 
@@ -55,6 +56,7 @@ class BrokerAsyncStub(BrokerStub):
     Produce: _aio.UnaryUnaryMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]  # type: ignore[assignment]
     Fetch: _aio.UnaryUnaryMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]  # type: ignore[assignment]
     ListOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListOffsetsRequest, _kq_pb2.ListOffsetsResponse]  # type: ignore[assignment]
+    DeleteRecords: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
     RegisterProducer: _aio.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]  # type: ignore[assignment]
     ClusterStatus: _aio.UnaryUnaryMultiCallable[_kq_pb2.ClusterStatusRequest, _kq_pb2.ClusterStatusResponse]  # type: ignore[assignment]
 
@@ -107,6 +109,13 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.ListOffsetsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.ListOffsetsResponse, _abc.Awaitable[_kq_pb2.ListOffsetsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteRecords(
+        self,
+        request: _kq_pb2.DeleteRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.DeleteRecordsResponse, _abc.Awaitable[_kq_pb2.DeleteRecordsResponse]]: ...
 
     @_abc_1.abstractmethod
     def RegisterProducer(

@@ -71,3 +71,11 @@ def partition_append(
     return kq_pb2.PartitionAppend(
         topic=topic, partition=partition, producer_id=producer_id, sequence=sequence, records=records
     )
+
+
+def trim(topic: str, partition: int, before_offset: int) -> kq_pb2.Command:
+    """Command deleting a partition's records below `before_offset`."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        trim=kq_pb2.TrimCommand(topic=topic, partition=partition, before_offset=before_offset),
+    )

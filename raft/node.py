@@ -50,14 +50,6 @@ class RaftConfig:
     compaction_min_time_s: float = 300.0
 
 
-class ProposalFailed(Exception):
-    """PySyncObj could not commit a proposal (not leader, queue full, discarded by a new term)."""
-
-    def __init__(self, reason: int) -> None:
-        super().__init__(f"proposal failed (PySyncObj reason {reason})")
-        self.reason = reason
-
-
 ProposalCallback = Callable[[ApplyResult | None, int], None]
 
 
@@ -70,7 +62,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
         raft_dir = config.data_dir / "raft"
         raft_dir.mkdir(parents=True, exist_ok=True)
         self._snapshots = SnapshotHooks(store, raft_dir, on_applied)
-        setattr(pysyncobj.pickle, "__protocol", PICKLE_PROTOCOL)  # noqa: B010 - module-private setting.
+        setattr(pysyncobj.pickle, "__protocol", PICKLE_PROTOCOL)  # Module-private setting.
         conf = SyncObjConf(
             password=config.password,
             autoTick=True,

@@ -19,6 +19,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_PRODUCER = 5
     OUT_OF_ORDER_SEQUENCE = 6
     DUPLICATE_SEQUENCE = 7  # A retry older than the remembered window: cannot return its offset.
+    OFFSET_OUT_OF_RANGE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,14 @@ class AppendResult:
 
 
 @dataclass(frozen=True, slots=True)
+class TrimResult:
+    """Result of a trim: the partition's log start afterwards."""
+
+    error: ErrorCode
+    log_start_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerResult:
     """Result of RegisterProducer."""
 
@@ -60,4 +69,4 @@ class SkippedResult:
     index: int
 
 
-ApplyResult = TopicResult | AppendResult | ProducerResult | SkippedResult
+ApplyResult = TopicResult | AppendResult | TrimResult | ProducerResult | SkippedResult

@@ -86,9 +86,10 @@ class SnapshotHooks:
         self._thread.start()
 
     def _copy_data(self, output: BinaryIO, transaction: Any, applied_index: int) -> None:
-        scratch = Path(tempfile.mkdtemp(prefix="snapshot-", dir=self._scratch_dir))
+        scratch: Path | None = None
         state = FAILED
         try:
+            scratch = Path(tempfile.mkdtemp(prefix="snapshot-", dir=self._scratch_dir))
             self._store.copy_to(scratch, transaction)
             transaction.abort()
             data_path = scratch / "data.mdb"
@@ -108,7 +109,8 @@ class SnapshotHooks:
             transaction.abort()
         finally:
             output.close()
-            shutil.rmtree(scratch, ignore_errors=True)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
             with self._lock:
                 self._state = state
 

@@ -24,6 +24,7 @@ from raft.results import (
     ProducerResult,
     SkippedResult,
     TopicResult,
+    TrimResult,
 )
 from storage import NewRecord, ProducerAppend, Store, StoreWriter
 from storage.records import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
@@ -52,6 +53,8 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
         return _apply_create_topic(writer, command.create_topic)
     if kind == "delete_topic":
         return _apply_delete_topic(writer, command.delete_topic)
+    if kind == "trim":
+        return _apply_trim(writer, command.trim)
     if kind == "register_producer":
         return ProducerResult(writer.allocate_producer_id())
     raise commands.UnknownCommandError(f"no handler for command kind {kind}")
@@ -65,7 +68,9 @@ def _apply_create_topic(writer: StoreWriter, command: kq_pb2.CreateTopicCommand)
         return TopicResult(ErrorCode.TOPIC_EXISTS, existing)
     if len(writer.topics()) >= TOPICS_MAX:
         return TopicResult(ErrorCode.TOO_MANY_TOPICS)
-    return TopicResult(ErrorCode.OK, writer.create_topic(command.name, command.partitions, command.created_ms))
+    return TopicResult(
+        ErrorCode.OK, writer.create_topic(command.name, command.partitions, command.created_ms)
+    )
 
 
 def _apply_delete_topic(writer: StoreWriter, command: kq_pb2.DeleteTopicCommand) -> TopicResult:
@@ -74,6 +79,19 @@ def _apply_delete_topic(writer: StoreWriter, command: kq_pb2.DeleteTopicCommand)
         return TopicResult(ErrorCode.UNKNOWN_TOPIC)
     writer.delete_topic(topic)
     return TopicResult(ErrorCode.OK, topic)
+
+
+def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
+    topic = writer.topic(command.topic)
+    if topic is None:
+        return TrimResult(ErrorCode.UNKNOWN_TOPIC)
+    if command.partition >= topic.partitions:
+        return TrimResult(ErrorCode.UNKNOWN_PARTITION)
+    state = writer.partition(topic.topic_id, command.partition)
+    assert state is not None
+    if command.before_offset > state.log_end_offset:
+        return TrimResult(ErrorCode.OFFSET_OUT_OF_RANGE, state.log_start_offset)
+    return TrimResult(ErrorCode.OK, writer.trim(topic.topic_id, command.partition, command.before_offset))
 
 
 def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int) -> AppendResult:

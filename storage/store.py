@@ -264,7 +264,11 @@ class StoreWriter(StoreReader):
             self._transaction.delete(_PARTITION_KEY.pack(topic.topic_id, partition), db=self._partitions)
         self._delete_prefix(self._records, _U64.pack(topic.topic_id))
         cursor = self._transaction.cursor(db=self._producers)
-        stale = [bytes(key) for key in cursor.iternext(values=False) if _PRODUCER_KEY.unpack(key)[1] == topic.topic_id]
+        stale = [
+            bytes(key)
+            for key in cursor.iternext(values=False)
+            if _PRODUCER_KEY.unpack(key)[1] == topic.topic_id
+        ]
         for key in stale:
             self._transaction.delete(key, db=self._producers)
 
@@ -300,6 +304,25 @@ class StoreWriter(StoreReader):
             topic_id, partition, PartitionState(state.log_start_offset, base_offset + len(items), size_bytes)
         )
         return base_offset
+
+    def trim(self, topic_id: int, partition: int, before_offset: int) -> int:
+        """Deletes the partition's records below `before_offset`; returns the new log start offset."""
+        state = self.partition(topic_id, partition)
+        assert state is not None and before_offset <= state.log_end_offset
+        if before_offset <= state.log_start_offset:
+            return state.log_start_offset
+        cursor = self._transaction.cursor(db=self._records)
+        freed_bytes = 0
+        end_key = _RECORD_KEY.pack(topic_id, partition, before_offset)
+        if cursor.set_range(_RECORD_KEY.pack(topic_id, partition, state.log_start_offset)):
+            while bytes(cursor.key()) < end_key:
+                freed_bytes += len(cursor.value())
+                if not cursor.delete():
+                    break
+        self._put_partition(
+            topic_id, partition, PartitionState(before_offset, state.log_end_offset, state.size_bytes - freed_bytes)
+        )
+        return before_offset
 
     def remember_producer_append(
         self, producer_id: int, topic_id: int, partition: int, append: ProducerAppend

@@ -1,0 +1,143 @@
+"""The gRPC edge in-process over a fake consensus: statuses for bad input, redirects, and no stored change."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from broker.consensus import Peer
+from broker.proposals import Batcher, wall_clock_ms
+from broker.service import AppliedNotifier, BrokerService
+from proto import kq_pb2, kq_pb2_grpc
+from raft.limits import PARTITIONS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
+from storage import Store
+from tests.broker.fake_consensus import FakeConsensus
+
+
+@dataclass
+class Edge:
+    stub: kq_pb2_grpc.BrokerStub
+    consensus: FakeConsensus
+    store: Store
+
+
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[Edge]:
+    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+    notifier = AppliedNotifier(0)
+    consensus = FakeConsensus(store, notifier.notify)
+    batcher = Batcher(consensus, wall_clock_ms)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    service = BrokerService(Peer("1", "127.0.0.1:1", "127.0.0.1:2"), (), store, consensus, batcher, notifier)
+    kq_pb2_grpc.add_BrokerServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 8 << 20)])
+    stub = kq_pb2_grpc.BrokerStub(channel)
+    stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=2))
+    stub.Produce(kq_pb2.ProduceRequest(topic="t", partition=0, records=[kq_pb2.Record(value=b"v")] * 3))
+    try:
+        yield Edge(stub, consensus, store)
+    finally:
+        channel.close()
+        server.stop(None)
+        batcher.stop()
+        store.close()
+
+
+def status_of(call: object) -> grpc.StatusCode:
+    assert isinstance(call, grpc.RpcError)
+    code: grpc.StatusCode = call.code()
+    return code
+
+
+def expect(code: grpc.StatusCode, method: object, request: object) -> str:
+    with pytest.raises(grpc.RpcError) as caught:
+        method(request)  # type: ignore[operator]
+    assert status_of(caught.value) == code, caught.value
+    details: str = caught.value.details()  # type: ignore[attr-defined]
+    assert "\n" not in details
+    return details
+
+
+def test_bad_topic_requests_are_rejected_without_proposing(edge: Edge) -> None:
+    """Illegal names and partition counts get INVALID_ARGUMENT and never reach Raft."""
+    before, proposals = edge.store.dump(), edge.consensus.proposals
+    for name in ("", "x" * (TOPIC_NAME_LENGTH_MAX + 1), "bad/name", "..", "sp ace"):
+        expect(grpc.StatusCode.INVALID_ARGUMENT, edge.stub.CreateTopic, kq_pb2.CreateTopicRequest(name=name, partitions=1))
+    for partitions in (0, PARTITIONS_MAX + 1):
+        expect(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            edge.stub.CreateTopic,
+            kq_pb2.CreateTopicRequest(name="ok", partitions=partitions),
+        )
+    expect(grpc.StatusCode.ALREADY_EXISTS, edge.stub.CreateTopic, kq_pb2.CreateTopicRequest(name="t", partitions=1))
+    expect(grpc.StatusCode.NOT_FOUND, edge.stub.DeleteTopic, kq_pb2.DeleteTopicRequest(name="missing"))
+    expect(grpc.StatusCode.NOT_FOUND, edge.stub.DescribeTopic, kq_pb2.DescribeTopicRequest(name="missing"))
+    assert edge.store.dump() == before and edge.consensus.proposals == proposals
+
+
+def test_bad_produce_requests_are_rejected_without_proposing(edge: Edge) -> None:
+    """Unknown topic, partition out of range, oversized or empty requests change nothing."""
+    before, proposals = edge.store.dump(), edge.consensus.proposals
+    record = [kq_pb2.Record(value=b"v")]
+    cases = [
+        (grpc.StatusCode.NOT_FOUND, kq_pb2.ProduceRequest(topic="missing", partition=0, records=record)),
+        (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", partition=2, records=record)),
+        (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", records=record)),
+        (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", partition=0)),
+        (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            kq_pb2.ProduceRequest(
+                topic="t", partition=0, records=[kq_pb2.Record(value=b"x" * (RECORD_BYTES_MAX + 1))]
+            ),
+        ),
+    ]
+    for code, request in cases:
+        expect(code, edge.stub.Produce, request)
+    assert edge.store.dump() == before and edge.consensus.proposals == proposals
+
+
+def test_fetch_outside_the_log_is_out_of_range(edge: Edge) -> None:
+    """Below the log start (after DeleteRecords) and beyond the log end give OUT_OF_RANGE."""
+    trimmed = edge.stub.DeleteRecords(kq_pb2.DeleteRecordsRequest(topic="t", partition=0, before_offset=2))
+    assert trimmed.log_start_offset == 2
+    before = edge.store.dump()
+    expect(grpc.StatusCode.OUT_OF_RANGE, edge.stub.Fetch, kq_pb2.FetchRequest(topic="t", partition=0, offset=1))
+    expect(grpc.StatusCode.OUT_OF_RANGE, edge.stub.Fetch, kq_pb2.FetchRequest(topic="t", partition=0, offset=9))
+    expect(
+        grpc.StatusCode.OUT_OF_RANGE,
+        edge.stub.DeleteRecords,
+        kq_pb2.DeleteRecordsRequest(topic="t", partition=0, before_offset=9),
+    )
+    expect(grpc.StatusCode.INVALID_ARGUMENT, edge.stub.Fetch, kq_pb2.FetchRequest(topic="t", partition=5, offset=0))
+    expect(grpc.StatusCode.NOT_FOUND, edge.stub.Fetch, kq_pb2.FetchRequest(topic="nope", partition=0, offset=0))
+    response = edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=0, offset=2))
+    assert [r.offset for r in response.records] == [2]
+    assert edge.store.dump() == before
+
+
+def test_writes_on_a_follower_redirect_to_the_leader(edge: Edge) -> None:
+    """A follower answers FAILED_PRECONDITION with kq-leader; with no leader known, UNAVAILABLE."""
+    edge.consensus.leader, edge.consensus.leader_address = False, "127.0.0.1:9999"
+    request = kq_pb2.ProduceRequest(topic="t", partition=0, records=[kq_pb2.Record(value=b"v")])
+    with pytest.raises(grpc.RpcError) as caught:
+        edge.stub.Produce(request)
+    assert status_of(caught.value) == grpc.StatusCode.FAILED_PRECONDITION
+    assert ("kq-leader", "127.0.0.1:9999") in tuple(caught.value.trailing_metadata())  # type: ignore[attr-defined]
+    edge.consensus.leader_address = None
+    expect(grpc.StatusCode.UNAVAILABLE, edge.stub.Produce, request)
+    response = edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=0, offset=0))  # Reads still served.
+    assert len(response.records) == 3
+
+
+def test_long_poll_returns_when_a_record_arrives(edge: Edge) -> None:
+    """A fetch waiting at the log end answers with the record produced meanwhile."""
+    future = edge.stub.Fetch.future(kq_pb2.FetchRequest(topic="t", partition=1, offset=0, wait_ms=10_000))
+    edge.stub.Produce(kq_pb2.ProduceRequest(topic="t", partition=1, records=[kq_pb2.Record(value=b"late")]))
+    assert [r.value for r in future.result(timeout=10).records] == [b"late"]

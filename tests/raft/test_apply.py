@@ -1,0 +1,169 @@
+"""The pure apply: deterministic across replicas, idempotent on replay, result codes not exceptions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from raft import commands
+from raft.results import AppendResult, ErrorCode, ProducerResult, SkippedResult, TopicResult, TrimResult
+from raft.state_machine import apply
+from storage import Store
+from tests.raft.helpers import append, create
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+
+
+def run(store: Store, entries: list[bytes], first_index: int = 1) -> list[object]:
+    return [apply(store, first_index + i, entry) for i, entry in enumerate(entries)]
+
+
+def test_replicas_converge_and_reject_alike(tmp_path: Path) -> None:
+    """Two stores fed the same log end byte-identical with identical results, rejections included."""
+    log = [
+        create("t", 2),
+        append("t", 0, b"a", b"b"),
+        append("t", 1, b"c"),
+        append("t", 9, b"x"),
+        append("missing", 0, b"y"),
+        create("t", 3),
+        commands.encode(commands.register_producer(5)),
+        commands.encode(commands.delete_topic("nope")),
+    ]
+    left = Store.open(tmp_path / "left", map_size_bytes=64 * 1024**2)
+    right = Store.open(tmp_path / "right", map_size_bytes=64 * 1024**2)
+    results = run(left, log)
+    assert run(right, log) == results
+    assert left.dump() == right.dump()
+    assert results[3] == AppendResult((results[3].appends[0],), 4)  # type: ignore[union-attr]
+    assert results[3].appends[0].error == ErrorCode.UNKNOWN_PARTITION  # type: ignore[union-attr]
+    assert results[4].appends[0].error == ErrorCode.UNKNOWN_TOPIC  # type: ignore[union-attr]
+    with left.read() as reader:
+        assert results[5] == TopicResult(ErrorCode.TOPIC_EXISTS, reader.topic("t"))
+    assert results[6] == ProducerResult(1)
+    assert results[7] == TopicResult(ErrorCode.UNKNOWN_TOPIC)
+
+
+def test_offsets_are_contiguous_per_partition(store: Store) -> None:
+    """Each partition numbers its records from 0 without gaps, independently of the others."""
+    results = run(store, [create("t", 2), append("t", 0, b"a", b"b"), append("t", 1, b"c"), append("t", 0, b"d")])
+    assert [r.appends[0].base_offset for r in results[1:]] == [0, 0, 2]  # type: ignore[union-attr]
+    with store.read() as reader:
+        topic = reader.topic("t")
+        assert topic is not None
+        values = [r.value for r in reader.records(topic.topic_id, 0, 0, 100, 1 << 20)]
+    assert values == [b"a", b"b", b"d"]
+
+
+def test_entry_applied_twice_is_skipped(store: Store) -> None:
+    """Replaying an index at or below the applied index changes nothing (journal replay on restart)."""
+    run(store, [create("t", 1), append("t", 0, b"a")])
+    before = store.dump()
+    assert apply(store, 2, append("t", 0, b"a")) == SkippedResult(2)
+    assert apply(store, 1, create("u", 1)) == SkippedResult(1)
+    assert store.dump() == before
+    assert store.applied_index() == 2
+
+
+def test_duplicate_producer_sequence_returns_original_offset(store: Store) -> None:
+    """A retried (producer, sequence) is not written again and answers with the first offset."""
+    run(store, [create("t", 1), commands.encode(commands.register_producer(1)), append("t", 0, b"zero")])
+    first = apply(store, 4, append("t", 0, b"a", b"b", producer_id=1, sequence=0))
+    retry = apply(store, 5, append("t", 0, b"a", b"b", producer_id=1, sequence=0))
+    assert isinstance(first, AppendResult) and isinstance(retry, AppendResult)
+    assert first.appends[0].base_offset == 1 and not first.appends[0].duplicate
+    assert retry.appends[0].base_offset == 1 and retry.appends[0].duplicate
+    with store.read() as reader:
+        state = reader.partition(1, 0)
+    assert state is not None and state.log_end_offset == 3
+
+
+def test_sequence_gaps_and_unknown_producers_are_result_codes(store: Store) -> None:
+    """Out-of-order, too-old and unregistered producers are rejected with codes; nothing is written."""
+    run(store, [create("t", 1), commands.encode(commands.register_producer(1))])
+    index = 3
+    for sequence in range(7):  # More appends than the remembered window of five.
+        apply(store, index, append("t", 0, b"v", producer_id=1, sequence=sequence))
+        index += 1
+    before = store.dump()
+    cases = {
+        ErrorCode.OUT_OF_ORDER_SEQUENCE: append("t", 0, b"v", producer_id=1, sequence=9),
+        ErrorCode.DUPLICATE_SEQUENCE: append("t", 0, b"v", producer_id=1, sequence=0),
+        ErrorCode.UNKNOWN_PRODUCER: append("t", 0, b"v", producer_id=42, sequence=0),
+    }
+    for expected, entry in cases.items():
+        result = apply(store, index, entry)
+        index += 1
+        assert isinstance(result, AppendResult) and result.appends[0].error == expected
+    assert [row for row in store.dump() if row[1] != b"applied_index"] == [
+        row for row in before if row[1] != b"applied_index"
+    ]
+
+
+def test_delete_topic_removes_records_and_the_name_can_be_reused(store: Store) -> None:
+    """A deleted topic's records go; a new topic of the same name starts empty with a new id."""
+    results = run(
+        store,
+        [create("t", 1), append("t", 0, b"a"), commands.encode(commands.delete_topic("t")), create("t", 1)],
+    )
+    recreated = results[3]
+    assert isinstance(recreated, TopicResult) and recreated.topic is not None
+    assert recreated.topic.topic_id == 2
+    assert not [row for row in store.dump() if row[0] == b"records"]
+
+
+def test_unknown_command_version_stops_apply(store: Store) -> None:
+    """An entry this version cannot read raises (the adapter stops the node) instead of being skipped."""
+    command = commands.create_topic("t", 1, 0)
+    command.version = 99
+    with pytest.raises(commands.UnknownCommandError):
+        apply(store, 1, commands.encode(command))
+    assert store.applied_index() == 0
+
+
+operations = st.lists(
+    st.one_of(
+        st.builds(lambda p: create("t", p), st.integers(1, 3)),
+        st.builds(lambda p, n: append("t", p, *[b"x"] * n), st.integers(0, 3), st.integers(1, 3)),
+        st.builds(
+            lambda p, s: append("t", p, b"i", producer_id=1, sequence=s), st.integers(0, 2), st.integers(0, 4)
+        ),
+        st.just(commands.encode(commands.register_producer(0))),
+        st.just(commands.encode(commands.delete_topic("t"))),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations)
+def test_replay_of_any_log_is_deterministic(tmp_path_factory: pytest.TempPathFactory, log: list[bytes]) -> None:
+    """For any log, two replicas give identical results and byte-identical stores."""
+    base = tmp_path_factory.mktemp("replay")
+    left = Store.open(base / "left", map_size_bytes=16 * 1024**2)
+    right = Store.open(base / "right", map_size_bytes=16 * 1024**2)
+    try:
+        assert run(left, log) == run(right, log)
+        assert left.dump() == right.dump()
+    finally:
+        left.close()
+        right.close()
+
+
+def test_trim_moves_log_start_and_keeps_offsets(store: Store) -> None:
+    """Trimming deletes records below the offset; later appends keep counting from the log end."""
+    run(store, [create("t", 1), append("t", 0, b"a", b"b", b"c"), commands.encode(commands.trim("t", 0, 2))])
+    beyond = apply(store, 4, commands.encode(commands.trim("t", 0, 9)))
+    apply(store, 5, append("t", 0, b"d"))
+    with store.read() as reader:
+        state = reader.partition(1, 0)
+        offsets = [r.offset for r in reader.records(1, 0, 0, 100, 1 << 20)]
+    assert state is not None and (state.log_start_offset, state.log_end_offset) == (2, 4)
+    assert offsets == [2, 3]
+    assert beyond == TrimResult(ErrorCode.OFFSET_OUT_OF_RANGE, 2)
