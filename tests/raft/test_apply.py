@@ -163,7 +163,7 @@ def test_trim_moves_log_start_and_keeps_offsets(store: Store) -> None:
     apply(store, 5, append("t", 0, b"d"))
     with store.read() as reader:
         state = reader.partition(1, 0)
-        offsets = [r.offset for r in reader.records(1, 0, 0, 100, 1 << 20)]
+        offsets = [r.offset for r in reader.records(1, 0, 2, 100, 1 << 20)]
     assert state is not None and (state.log_start_offset, state.log_end_offset) == (2, 4)
     assert offsets == [2, 3]
     assert beyond == TrimResult(ErrorCode.OFFSET_OUT_OF_RANGE, 2)
