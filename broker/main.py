@@ -133,6 +133,12 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     help="Raft log entries kept in RAM before a snapshot compacts them.",
 )
 @click.option("--compaction-min-time-s", default=300, type=click.IntRange(1, 86_400))
+@click.option(
+    "--compaction-log-mib",
+    default=128,
+    type=click.IntRange(1, 65_536),
+    help="Raft entry MiB kept in RAM before a snapshot compacts them.",
+)
 @click.option("--grpc-workers", default=64, type=click.IntRange(4, 1024))
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 def main(
@@ -148,6 +154,7 @@ def main(
     leader_fallback_ms: int,
     compaction_min_entries: int,
     compaction_min_time_s: int,
+    compaction_log_mib: int,
     grpc_workers: int,
     log_level: str,
 ) -> None:
@@ -173,6 +180,7 @@ def main(
         leader_fallback_timeout_s=leader_fallback_ms / 1000,
         compaction_min_entries=compaction_min_entries,
         compaction_min_time_s=compaction_min_time_s,
+        compaction_log_bytes_max=compaction_log_mib * 1024 * 1024,
     )
     config = NodeConfig(node_id, grpc_address, raft_address, peer_list, data_dir, secret, grpc_workers, raft)
     run_node(config, log_level)

@@ -48,6 +48,8 @@ class RaftConfig:
     connection_retry_s: float = 0.3  # A restarted peer is dialed again this soon (default 5 s).
     compaction_min_entries: int = 5_000  # Bounds the Raft log PySyncObj keeps in RAM.
     compaction_min_time_s: float = 300.0
+    # Entry bytes kept in RAM between snapshots: a byte bound next to PySyncObj's entry-count bound.
+    compaction_log_bytes_max: int = 128 * 1024 * 1024
 
 
 ProposalCallback = Callable[[ApplyResult | None, int], None]
@@ -59,6 +61,8 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
     def __init__(self, config: RaftConfig, store: Store, on_applied: Callable[[int], None]) -> None:
         self._store = store
         self._on_applied = on_applied
+        self._log_bytes_max = config.compaction_log_bytes_max
+        self._log_bytes = 0  # Entry bytes applied since the last forced compaction.
         raft_dir = config.data_dir / "raft"
         raft_dir.mkdir(parents=True, exist_ok=True)
         self._snapshots = SnapshotHooks(store, raft_dir, on_applied)
@@ -106,6 +110,10 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
             logging.shutdown()
             os._exit(EXIT_APPLY_FAILED)
         self._on_applied(index)
+        self._log_bytes += len(data)
+        if self._log_bytes > self._log_bytes_max:
+            self._log_bytes = 0
+            self.forceLogCompaction()
         return result
 
     def propose(self, data: bytes, callback: ProposalCallback) -> None:

@@ -9,7 +9,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raft import commands
-from raft.results import AppendResult, ErrorCode, ProducerResult, SkippedResult, TopicResult, TrimResult
+from raft.results import (
+    AppendResult,
+    ApplyResult,
+    ErrorCode,
+    ProducerResult,
+    SkippedResult,
+    TopicResult,
+    TrimResult,
+)
 from raft.state_machine import apply
 from storage import Store
 from tests.raft.helpers import append, create
@@ -20,7 +28,7 @@ def store(tmp_path: Path) -> Store:
     return Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
 
 
-def run(store: Store, entries: list[bytes], first_index: int = 1) -> list[object]:
+def run(store: Store, entries: list[bytes], first_index: int = 1) -> list[ApplyResult]:
     return [apply(store, first_index + i, entry) for i, entry in enumerate(entries)]
 
 
@@ -41,9 +49,10 @@ def test_replicas_converge_and_reject_alike(tmp_path: Path) -> None:
     results = run(left, log)
     assert run(right, log) == results
     assert left.dump() == right.dump()
-    assert results[3] == AppendResult((results[3].appends[0],), 4)  # type: ignore[union-attr]
-    assert results[3].appends[0].error == ErrorCode.UNKNOWN_PARTITION  # type: ignore[union-attr]
-    assert results[4].appends[0].error == ErrorCode.UNKNOWN_TOPIC  # type: ignore[union-attr]
+    assert isinstance(results[3], AppendResult) and isinstance(results[4], AppendResult)
+    assert results[3].index == 4
+    assert results[3].appends[0].error == ErrorCode.UNKNOWN_PARTITION
+    assert results[4].appends[0].error == ErrorCode.UNKNOWN_TOPIC
     with left.read() as reader:
         assert results[5] == TopicResult(ErrorCode.TOPIC_EXISTS, reader.topic("t"))
     assert results[6] == ProducerResult(1)
@@ -52,7 +61,9 @@ def test_replicas_converge_and_reject_alike(tmp_path: Path) -> None:
 
 def test_offsets_are_contiguous_per_partition(store: Store) -> None:
     """Each partition numbers its records from 0 without gaps, independently of the others."""
-    results = run(store, [create("t", 2), append("t", 0, b"a", b"b"), append("t", 1, b"c"), append("t", 0, b"d")])
+    results = run(
+        store, [create("t", 2), append("t", 0, b"a", b"b"), append("t", 1, b"c"), append("t", 0, b"d")]
+    )
     assert [r.appends[0].base_offset for r in results[1:]] == [0, 0, 2]  # type: ignore[union-attr]
     with store.read() as reader:
         topic = reader.topic("t")
@@ -143,7 +154,9 @@ operations = st.lists(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations)
-def test_replay_of_any_log_is_deterministic(tmp_path_factory: pytest.TempPathFactory, log: list[bytes]) -> None:
+def test_replay_of_any_log_is_deterministic(
+    tmp_path_factory: pytest.TempPathFactory, log: list[bytes]
+) -> None:
     """For any log, two replicas give identical results and byte-identical stores."""
     base = tmp_path_factory.mktemp("replay")
     left = Store.open(base / "left", map_size_bytes=16 * 1024**2)

@@ -1,0 +1,21 @@
+"""Fixtures that start real kq-node clusters; every node is stopped by PID when the test ends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos.cluster import LocalCluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A started three-node cluster."""
+    local = LocalCluster(tmp_path / "cluster")
+    try:
+        local.start()
+        yield local
+    finally:
+        local.stop()
