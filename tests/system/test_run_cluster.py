@@ -1,0 +1,199 @@
+"""`deploy/run-cluster.sh` end to end: real node processes on free ports, driven only through the script."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from client import Consumer, ConsumerRecord, KqClient
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "deploy" / "run-cluster.sh"
+NODE_IDS = ("1", "2", "3")
+SCRIPT_TIMEOUT_S = 120.0  # The script itself waits at most 60 s for a leader.
+CONSUME_TIMEOUT_S = 30.0
+PORT_ATTEMPTS_MAX = 200
+REAP_TIMEOUT_S = 15.0
+# Below Linux's ephemeral range (32768+), so outgoing connections do not take the ports meanwhile.
+GRPC_BASE_RANGE = (20_000, 26_000)
+RAFT_BASE_RANGE = (26_000, 32_000)
+
+
+def free_base(low: int, high: int) -> int:
+    """A port base in [low, high) whose base+1..base+3 are all free on 127.0.0.1 right now."""
+    for _ in range(PORT_ATTEMPTS_MAX):
+        base = random.randrange(low, high - 3)
+        if all(_port_free(base + int(node_id)) for node_id in NODE_IDS):
+            return base
+    raise RuntimeError(f"no three consecutive free ports in [{low}, {high})")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _is_kq_node(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"kq-node" in cmdline.read()
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@dataclass
+class ScriptCluster:
+    """Runs the script against one run directory and remembers every node PID it ever recorded."""
+
+    run_dir: Path
+    grpc_base: int
+    raft_base: int
+    seen_pids: set[int] = field(default_factory=set)
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [self.grpc_address(node_id) for node_id in NODE_IDS]
+
+    def grpc_address(self, node_id: str) -> str:
+        return f"127.0.0.1:{self.grpc_base + int(node_id)}"
+
+    def run(self, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        environment = {key: value for key, value in os.environ.items() if not key.startswith("KQ_")}
+        environment |= {
+            "KQ_RUN_DIR": str(self.run_dir),
+            "KQ_VENV": sys.prefix,  # The venv running these tests: the script must not reinstall.
+            "KQ_BASE_GRPC_PORT": str(self.grpc_base),
+            "KQ_BASE_RAFT_PORT": str(self.raft_base),
+        }
+        result = subprocess.run(
+            ["bash", str(SCRIPT), *arguments],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_TIMEOUT_S,
+            check=False,
+        )
+        self.pids()  # Remember what it started, for the teardown.
+        if check:
+            assert result.returncode == 0, (
+                f"{arguments}: exit {result.returncode}\n{result.stdout}{result.stderr}"
+            )
+        return result
+
+    def pids(self) -> dict[str, int]:
+        """The PIDs recorded now, by node id."""
+        recorded = {}
+        for node_id in NODE_IDS:
+            pid_file = self.run_dir / f"node{node_id}.pid"
+            if pid_file.exists():
+                recorded[node_id] = int(pid_file.read_text())
+        self.seen_pids |= set(recorded.values())
+        return recorded
+
+    def kill_leftovers(self) -> None:
+        """SIGKILLs any node this test saw that is still kq-node, by PID."""
+        for pid in self.seen_pids:
+            if _alive(pid) and _is_kq_node(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def script_cluster(tmp_path: Path) -> Iterator[ScriptCluster]:
+    scripted = ScriptCluster(tmp_path / "run", free_base(*GRPC_BASE_RANGE), free_base(*RAFT_BASE_RANGE))
+    try:
+        yield scripted
+    finally:
+        try:
+            scripted.run("stop", check=False)
+        finally:
+            scripted.kill_leftovers()
+
+
+def consume(client: KqClient, topic: str, count: int, node: str | None = None) -> list[ConsumerRecord]:
+    """The first `count` records of `topic` (from `node`, or any node), waiting with a deadline."""
+    consumer = Consumer(client, topic, node=node)
+    records: list[ConsumerRecord] = []
+    deadline = time.monotonic() + CONSUME_TIMEOUT_S
+    while len(records) < count and time.monotonic() < deadline:
+        records += consumer.poll(timeout_ms=500)
+    return records
+
+
+def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    """The PIDs still alive after waiting up to `timeout_s` for them to disappear."""
+    deadline = time.monotonic() + timeout_s
+    while (alive := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive
+
+
+@pytest.mark.system
+def test_script_starts_serves_survives_kill_and_stops_everything(script_cluster: ScriptCluster) -> None:
+    """The script starts a working cluster, refuses a second start, survives kill/restart, stops all nodes."""
+    cluster = script_cluster
+    started = cluster.run("start")
+    for example in (
+        "topics create demo --partitions 3",
+        "produce demo hello world",
+        "consume demo --from-beginning --max 2",
+        "cluster status",
+        "run-cluster.sh stop",
+    ):
+        assert example in started.stdout
+    first_pids = cluster.pids()
+    assert sorted(first_pids) == list(NODE_IDS)
+    assert (cluster.run_dir / "secret").stat().st_mode & 0o777 == 0o600
+
+    again = cluster.run("start", check=False)
+    assert again.returncode != 0 and "already running" in again.stderr
+    assert cluster.pids() == first_pids
+
+    status = cluster.run("status").stdout
+    assert status.count("running") == 3 and "leader" in status
+
+    with KqClient(cluster.bootstrap) as client:
+        client.create_topic("demo", partitions=3)
+        client.send("demo", b"hello")
+        client.send("demo", b"world")
+        assert sorted(r.value for r in consume(client, "demo", 2) if r.value) == [b"hello", b"world"]
+
+        cluster.run("kill", "2")
+        assert "2" not in cluster.pids() and wait_gone([first_pids["2"]], REAP_TIMEOUT_S) == []
+        client.send("demo", b"during failover")
+
+        cluster.run("restart", "2")
+        restarted = cluster.pids()
+        assert restarted["2"] != first_pids["2"] and _alive(restarted["2"])
+        caught_up = consume(client, "demo", 3, node=cluster.grpc_address("2"))
+        assert sorted(r.value for r in caught_up if r.value) == [b"during failover", b"hello", b"world"]
+
+    stopped = cluster.run("stop")
+    assert "no node is running" in stopped.stdout
+    assert cluster.pids() == {}
+    # A stopped node lingers as a zombie until init reaps it (this machine's init takes ~2 s): wait.
+    wait_gone(sorted(cluster.seen_pids), REAP_TIMEOUT_S)
+    for pid in cluster.seen_pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
