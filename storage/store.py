@@ -320,7 +320,9 @@ class StoreWriter(StoreReader):
                 if not cursor.delete():
                     break
         self._put_partition(
-            topic_id, partition, PartitionState(before_offset, state.log_end_offset, state.size_bytes - freed_bytes)
+            topic_id,
+            partition,
+            PartitionState(before_offset, state.log_end_offset, state.size_bytes - freed_bytes),
         )
         return before_offset
 
