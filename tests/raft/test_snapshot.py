@@ -19,15 +19,20 @@ def make_store(path: Path) -> Store:
     return Store.open(path, map_size_bytes=64 * 1024**2)
 
 
-def write_snapshot(store: Store, file_name: Path, scratch: Path) -> None:
-    hooks = SnapshotHooks(store, scratch, lambda index: None)
-    hooks.serialize(str(file_name), RAFT_DATA)
+def finished_state(hooks: SnapshotHooks) -> int:
+    """Polls `check` until the copying thread has finished (10 s at most); returns its final state."""
     deadline = time.monotonic() + 10
     state = hooks.check()
     while state == SERIALIZING and time.monotonic() < deadline:
         time.sleep(0.01)
         state = hooks.check()
-    assert state == SUCCESS
+    return state
+
+
+def write_snapshot(store: Store, file_name: Path, scratch: Path) -> None:
+    hooks = SnapshotHooks(store, scratch, lambda index: None)
+    hooks.serialize(str(file_name), RAFT_DATA)
+    assert finished_state(hooks) == SUCCESS
     assert hooks.check() == NOT_SERIALIZING  # SUCCESS is reported once.
 
 
@@ -86,10 +91,5 @@ def test_failed_serialization_is_reported_once(source: Store, tmp_path: Path) ->
     """A snapshot that cannot be written reports FAILED once, so PySyncObj can try again later."""
     hooks = SnapshotHooks(source, tmp_path / "missing-dir", lambda index: None)
     hooks.serialize(str(tmp_path / "snapshot"), RAFT_DATA)
-    deadline = time.monotonic() + 10
-    state = hooks.check()
-    while state == SERIALIZING and time.monotonic() < deadline:
-        time.sleep(0.01)
-        state = hooks.check()
-    assert state == FAILED
+    assert finished_state(hooks) == FAILED
     assert hooks.check() == NOT_SERIALIZING
