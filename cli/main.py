@@ -1,0 +1,92 @@
+"""The `kq` click group, its global options, and the one place where failures become one line.
+
+Every failure a person can cause (a server rejection, a bad argument) prints exactly one line,
+`kq: error: <reason>`, to stderr: exit code 1 for errors from the cluster, 2 for usage errors (as
+click does). `KqGroup` converts them at the top of the command tree, so commands just raise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from cli.cluster import cluster
+from cli.consume import consume
+from cli.context import DEFAULT_BOOTSTRAP, RETRY_TIMEOUT_S_DEFAULT, Settings, parse_bootstrap
+from cli.errors import PROGRAM_NAME, CommandError, UsageLineError
+from cli.produce import produce
+from cli.topics import topics
+from client import KqClientError
+
+
+class KqGroup(click.Group):
+    """A click group whose failures print one `kq: error:` line instead of click's block or a traceback."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        """Parses the global options; a bad one becomes a one-line usage error."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _one_line(error) from error
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Runs the subcommand; client errors and usage errors from below become one line."""
+        try:
+            return super().invoke(ctx)
+        except KqClientError as error:
+            raise CommandError(str(error)) from error
+        except click.UsageError as error:
+            raise _one_line(error) from error
+
+
+def _one_line(error: click.UsageError) -> click.UsageError | UsageLineError:
+    """The one-line form of a usage error; `kq` alone (help requested by no arguments) stays as help."""
+    if isinstance(error, click.exceptions.NoArgsIsHelpError):
+        return error
+    return UsageLineError(error.format_message())
+
+
+@click.group(cls=KqGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--bootstrap",
+    envvar="KQ_BOOTSTRAP",
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    callback=parse_bootstrap,
+    help="Comma-separated host:port list of nodes (any subset works; env KQ_BOOTSTRAP).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=RETRY_TIMEOUT_S_DEFAULT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Keep retrying an unreachable cluster or a leader election this long before failing.",
+)
+@click.version_option(package_name="kq", prog_name=PROGRAM_NAME)
+@click.pass_context
+def kq(ctx: click.Context, bootstrap: tuple[str, ...], timeout_s: float) -> None:
+    """kq: a Kafka-like, Raft-replicated log broker.
+
+    \b
+    kq topics create events --partitions 3
+    echo hello | kq produce events
+    kq consume events --from-beginning
+    kq cluster status
+    """
+    ctx.obj = Settings(bootstrap=bootstrap, retry_timeout_s=timeout_s)
+
+
+kq.add_command(topics)
+kq.add_command(produce)
+kq.add_command(consume)
+kq.add_command(cluster)
+
+
+def main() -> None:
+    """The `kq` console script."""
+    kq(prog_name=PROGRAM_NAME)

@@ -1,0 +1,126 @@
+"""Every bad request to `kq` fails with one `kq: error:` line, a non-zero exit code, and no change to data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+
+from chaos.cluster import free_ports
+from cli.main import kq
+from client import KqClient, ProducerRecord
+
+RunKq = Callable[..., Result]
+STABLE_TOPIC = "cli-errors-stable"  # Three partitions holding records; no error case may change it.
+RECORD_BYTES_MAX = 1024 * 1024  # The broker's limit on key + value + headers of one record.
+
+pytestmark = pytest.mark.system
+
+# (arguments, stdin, exit code, text the error line must contain)
+ERROR_CASES: list[tuple[list[str], str | None, int, str]] = [
+    (["topics", "create", ""], None, 1, "topic name is empty"),
+    (["topics", "create", "bad/name"], None, 1, "topic name may contain only"),
+    (["topics", "create", "x" * 250], None, 1, "topic name is longer than 249 bytes"),
+    (
+        ["topics", "create", "cli-errors-new", "--partitions", "0"],
+        None,
+        1,
+        "partition count must be between 1 and",
+    ),
+    (["topics", "create", "cli-errors-new", "--partitions", "5000"], None, 1, "got 5000"),
+    (
+        ["topics", "create", STABLE_TOPIC, "--partitions", "3"],
+        None,
+        1,
+        f"topic {STABLE_TOPIC} already exists",
+    ),
+    (["topics", "describe", "no-such-topic"], None, 1, "unknown topic no-such-topic"),
+    (["topics", "delete", "no-such-topic", "--yes"], None, 1, "unknown topic no-such-topic"),
+    (["topics", "delete", STABLE_TOPIC], None, 2, "pass --yes"),
+    (["produce", "no-such-topic", "x"], None, 1, "unknown topic no-such-topic"),
+    (["produce", "no-such-topic"], "", 1, "unknown topic no-such-topic"),
+    (["produce", STABLE_TOPIC, "x", "--partition", "3"], None, 2, "has 3 partitions (0-2), not 3"),
+    (["produce", STABLE_TOPIC, "x", "--partition", "-1"], None, 2, "'--partition'"),
+    (["produce", STABLE_TOPIC], "x" * (RECORD_BYTES_MAX + 1), 1, f"the limit is {RECORD_BYTES_MAX}"),
+    (
+        ["produce", STABLE_TOPIC, "--key-separator", ":"],
+        "a:1\nno separator\n",
+        1,
+        "line 2 has no key separator",
+    ),
+    (
+        ["produce", STABLE_TOPIC, "x", "--key", "k", "--key-separator", ":"],
+        None,
+        2,
+        "cannot be used together",
+    ),
+    (["produce", STABLE_TOPIC, "x", "--header", "novalue"], None, 2, "is not name=value"),
+    (["produce", STABLE_TOPIC, "x", "--file", "/no/such/file"], None, 2, "'--file'"),
+    (["consume", "no-such-topic", "--from-beginning"], None, 1, "unknown topic no-such-topic"),
+    (["consume", STABLE_TOPIC, "--partition", "7"], None, 2, "has 3 partitions (0-2), not 7"),
+    (["consume", STABLE_TOPIC, "--offset", "99"], None, 2, "offset 99 is outside partition 0's range"),
+    (["consume", STABLE_TOPIC, "--offset", "1", "--from-beginning"], None, 2, "cannot be used together"),
+    (["consume", STABLE_TOPIC, "--format", "xml"], None, 2, "'--format'"),
+    (["consume", STABLE_TOPIC, "--node", "nonsense"], None, 2, "is not host:port"),
+    (["--bootstrap", "nonsense", "topics", "list"], None, 2, "is not host:port"),
+    (["no-such-command"], None, 2, "No such command"),
+    (["topics", "create"], None, 2, "Missing argument 'NAME'"),
+]
+
+
+@pytest.fixture(scope="module")
+def stable_topic(client: KqClient) -> Iterator[str]:
+    """A topic with records in every partition, created once for this module."""
+    client.create_topic(STABLE_TOPIC, 3)
+    client.send_batch(STABLE_TOPIC, [_record(i) for i in range(12)])
+    yield STABLE_TOPIC
+
+
+def _record(i: int) -> ProducerRecord:
+    return ProducerRecord(b"v%d" % i, partition=i % 3)
+
+
+def _stored_state(client: KqClient) -> dict[str, list[tuple[int, int, int]]]:
+    """Every topic and each partition's (log start, log end, size): what an error must not change."""
+    return {
+        topic.name: [
+            (p.log_start_offset, p.log_end_offset, p.size_bytes)
+            for p in client.list_offsets(topic.name).values()
+        ]
+        for topic in client.list_topics()
+    }
+
+
+def _assert_one_error_line(result: Result, exit_code: int, text: str) -> None:
+    assert result.exit_code == exit_code, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # Not an escaped exception.
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith("kq: error: ")
+    assert result.stderr.count("\n") == 1 and result.stderr.endswith("\n"), result.stderr
+    assert text in result.stderr
+
+
+@pytest.mark.parametrize(("arguments", "stdin", "exit_code", "text"), ERROR_CASES, ids=lambda v: str(v)[:40])
+def test_error_is_one_line_with_exit_code_and_changes_nothing(
+    run_kq: RunKq,
+    client: KqClient,
+    stable_topic: str,
+    arguments: list[str],
+    stdin: str | None,
+    exit_code: int,
+    text: str,
+) -> None:
+    """The request fails with one `kq: error:` line and its exit code; topics and offsets stay unchanged."""
+    before = _stored_state(client)
+    result = run_kq(*arguments, stdin=stdin)
+    _assert_one_error_line(result, exit_code, text)
+    assert result.stdout == ""
+    assert _stored_state(client) == before
+
+
+def test_unreachable_cluster_fails_with_one_line_after_the_timeout() -> None:
+    """With no node listening, a command fails after --timeout with one line naming the address."""
+    dead = f"127.0.0.1:{free_ports(1)[0]}"
+    result = CliRunner().invoke(kq, ["--bootstrap", dead, "--timeout", "0.5", "topics", "list"])
+    _assert_one_error_line(result, 1, f"cannot reach {dead}")
