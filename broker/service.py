@@ -33,6 +33,8 @@ from storage.records import TIMESTAMP_LOG_APPEND_TIME
 
 logger = logging.getLogger(__name__)
 
+CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.
+
 Request = TypeVar("Request")
 Response = TypeVar("Response")
 Handler = Callable[[Any, Request, grpc.ServicerContext], Response]
@@ -50,6 +52,11 @@ class AppliedNotifier:
         with self._changed:
             self._applied_index = max(self._applied_index, index)
             self._changed.notify_all()
+
+    def wait_until(self, index: int, timeout_s: float) -> bool:
+        """Waits until `index` is applied, at most `timeout_s`; whether it is."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._applied_index >= index, timeout=timeout_s)
 
     def wait_beyond(self, index: int, timeout_s: float) -> None:
         """Waits until an entry after `index` is applied, or `timeout_s` passes."""
@@ -92,6 +99,11 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
         self._batcher = batcher
         self._notifier = notifier
 
+    def _catch_up(self, min_index: int) -> None:
+        """Read-your-writes for metadata reads: wait until `min_index` is applied, else UNAVAILABLE."""
+        if min_index and not self._notifier.wait_until(min_index, CATCH_UP_WAIT_S):
+            raise UnavailableError(f"node {self._node.node_id} has not applied index {min_index} yet; retry")
+
     def _require_leader(self) -> None:
         if not self._consensus.is_leader():
             leader = self._consensus.leader_grpc_address()
@@ -122,7 +134,7 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
         assert isinstance(result, TopicResult)
         _raise_for(result, request.name)
         assert result.topic is not None
-        return kq_pb2.CreateTopicResponse(topic=_topic_info(result.topic))
+        return kq_pb2.CreateTopicResponse(topic=_topic_info(result.topic), index=self._store.applied_index())
 
     @rpc
     def DeleteTopic(
@@ -136,13 +148,14 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
         result = propose_and_wait(self._consensus, commands.delete_topic(request.name), PROPOSAL_TIMEOUT_S)
         assert isinstance(result, TopicResult)
         _raise_for(result, request.name)
-        return kq_pb2.DeleteTopicResponse()
+        return kq_pb2.DeleteTopicResponse(index=self._store.applied_index())
 
     @rpc
     def ListTopics(
         self, request: kq_pb2.ListTopicsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ListTopicsResponse:
         """Lists topics from this node's store."""
+        self._catch_up(request.min_index)
         with self._store.read() as reader:
             return kq_pb2.ListTopicsResponse(topics=[_topic_info(topic) for topic in reader.topics()])
 
@@ -152,6 +165,7 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
     ) -> kq_pb2.DescribeTopicResponse:
         """A topic with each partition's log start and end, from this node's store."""
         check_topic_name(request.name)
+        self._catch_up(request.min_index)
         with self._store.read() as reader:
             topic = self._topic(reader, request.name)
             return kq_pb2.DescribeTopicResponse(
@@ -167,6 +181,7 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
     ) -> kq_pb2.ListOffsetsResponse:
         """Log start and end of every partition of a topic."""
         check_topic_name(request.topic)
+        self._catch_up(request.min_index)
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             return kq_pb2.ListOffsetsResponse(
@@ -258,7 +273,9 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
         error = error_for_code(result.error, f"{request.topic}/{request.partition}")
         if error is not None:
             raise error
-        return kq_pb2.DeleteRecordsResponse(log_start_offset=result.log_start_offset)
+        return kq_pb2.DeleteRecordsResponse(
+            log_start_offset=result.log_start_offset, index=self._store.applied_index()
+        )
 
     @rpc
     def RegisterProducer(

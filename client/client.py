@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 from collections.abc import Iterable, Sequence
 
 from client.connection import Connections
-from client.errors import InvalidRequestError, KqClientError, ProducerSequenceError, UnavailableError
+from client.errors import (
+    InvalidRequestError,
+    KqClientError,
+    ProducerSequenceError,
+    TopicNotFoundError,
+    UnavailableError,
+)
 from client.partitioner import partition_for_key
 from client.types import (
     ConsumerRecord,
@@ -49,7 +56,19 @@ class KqClient:
         self._sequences: dict[tuple[str, int], int] = {}
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self._partition_counts: dict[str, int] = {}
-        self._round_robin = itertools.count()
+        # A random start, so short-lived clients sending one unkeyed record each do not all pick partition 0.
+        self._round_robin = itertools.count(random.randrange(1 << 16))
+        # Highest Raft index this client has seen: reads pass it as min_index, so a client always sees
+        # its own writes and never reads older state than it saw before, whichever node answers.
+        self._index_seen = 0
+
+    def _saw(self, index: int) -> None:
+        self._index_seen = max(self._index_seen, index)
+
+    @property
+    def index_seen(self) -> int:
+        """The highest Raft index this client has seen in any answer."""
+        return self._index_seen
 
     def __enter__(self) -> KqClient:
         return self
@@ -68,21 +87,25 @@ class KqClient:
         response = self._connections.write(
             "CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions)
         )
+        self._saw(response.index)
         return _topic_info(response.topic)
 
     def delete_topic(self, name: str) -> None:
         """Deletes a topic and all its records."""
-        self._connections.write("DeleteTopic", kq_pb2.DeleteTopicRequest(name=name))
+        self._saw(self._connections.write("DeleteTopic", kq_pb2.DeleteTopicRequest(name=name)).index)
         self._partition_counts.pop(name, None)
 
     def list_topics(self, node: str | None = None) -> list[TopicInfo]:
         """Every topic, by name."""
-        response = self._connections.read("ListTopics", kq_pb2.ListTopicsRequest(), node)
+        request = kq_pb2.ListTopicsRequest(min_index=self._index_seen)
+        response = self._connections.read("ListTopics", request, node)
         return [_topic_info(topic) for topic in response.topics]
 
     def describe_topic(self, name: str, node: str | None = None) -> TopicDescription:
         """A topic with per-partition log start and end, as `node` (or any node) sees it."""
-        response = self._connections.read("DescribeTopic", kq_pb2.DescribeTopicRequest(name=name), node)
+        request = kq_pb2.DescribeTopicRequest(name=name, min_index=self._index_seen)
+        response = self._connections.read("DescribeTopic", request, node)
+        self._saw(response.applied_index)
         return TopicDescription(
             _topic_info(response.topic),
             tuple(_offsets(p) for p in response.partitions),
@@ -92,20 +115,36 @@ class KqClient:
 
     def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]:
         """Log start and end per partition."""
-        response = self._connections.read("ListOffsets", kq_pb2.ListOffsetsRequest(topic=topic), node)
+        request = kq_pb2.ListOffsetsRequest(topic=topic, min_index=self._index_seen)
+        response = self._connections.read("ListOffsets", request, node)
+        self._saw(response.applied_index)
         return {p.partition: _offsets(p) for p in response.partitions}
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Deletes a partition's records below `before_offset`; returns the new log start offset."""
         request = kq_pb2.DeleteRecordsRequest(topic=topic, partition=partition, before_offset=before_offset)
-        return int(self._connections.write("DeleteRecords", request).log_start_offset)
+        response = self._connections.write("DeleteRecords", request)
+        self._saw(response.index)
+        return int(response.log_start_offset)
 
     def partition_count(self, topic: str) -> int:
         """The topic's partition count (cached after the first look-up)."""
         count = self._partition_counts.get(topic)
         if count is None:
-            count = self._partition_counts[topic] = self.describe_topic(topic).topic.partitions
+            try:
+                count = self.describe_topic(topic).topic.partitions
+            except TopicNotFoundError:  # Another process may have just created it: ask the leader.
+                leader = self.leader_address()
+                if leader is None:
+                    raise
+                count = self.describe_topic(topic, node=leader).topic.partitions
+            self._partition_counts[topic] = count
         return count
+
+    def leader_address(self) -> str | None:
+        """The leader's gRPC address as the answering node with the highest term reports it, or None."""
+        statuses = [s for s in self.cluster_status() if isinstance(s, NodeStatus) and s.leader_address]
+        return max(statuses, key=lambda status: status.term).leader_address if statuses else None
 
     # Produce ------------------------------------------------------------------------------------
 
@@ -153,6 +192,7 @@ class KqClient:
         )
         if not self._idempotent:
             response = self._connections.write("Produce", request)
+            self._saw(response.index)
             return _metadata(topic, response, len(records))
         key = (topic, partition)
         with self._producer_lock:
@@ -171,6 +211,7 @@ class KqClient:
                 self._partition_counts.pop(topic, None)  # Maybe the partition count is stale.
                 raise
             self._sequences[key] = request.sequence + len(records)
+            self._saw(response.index)
             return _metadata(topic, response, len(records))
 
     def _ensure_producer_id(self) -> int:
@@ -198,9 +239,13 @@ class KqClient:
         max_bytes: int = 1024 * 1024,
         wait_ms: int = 0,
         node: str | None = None,
-        min_index: int = 0,
+        min_index: int | None = None,
     ) -> FetchResult:
-        """Reads records from `offset`, from `node` or any node; waits up to `wait_ms` for new ones."""
+        """Reads records from `offset`, from `node` or any node; waits up to `wait_ms` for new ones.
+
+        `min_index` (default: the highest index this client has seen) makes a node that has not
+        applied it yet answer with no records rather than with older state.
+        """
         request = kq_pb2.FetchRequest(
             topic=topic,
             partition=partition,
@@ -208,10 +253,11 @@ class KqClient:
             max_records=max_records,
             max_bytes=max_bytes,
             wait_ms=wait_ms,
-            min_index=min_index,
+            min_index=self._index_seen if min_index is None else min_index,
         )
         timeout_s = self._connections.rpc_timeout_s + wait_ms / 1000
         response = self._connections.read("Fetch", request, node, timeout_s)
+        self._saw(response.applied_index)
         return FetchResult(
             tuple(_consumer_record(topic, partition, r) for r in response.records),
             response.log_start_offset,

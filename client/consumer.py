@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from client.client import KqClient
+from client.errors import InvalidRequestError
 from client.types import ConsumerRecord
 
 POLL_WAIT_SLICE_MS = 100  # Long-poll one partition this long before looking at the others again.
@@ -35,7 +36,7 @@ class Consumer:
         chosen = list(partitions) if partitions is not None else sorted(offsets)
         unknown = [p for p in chosen if p not in offsets]
         if unknown:
-            raise ValueError(f"topic {topic} has no partition {unknown[0]} (it has {len(offsets)})")
+            raise InvalidRequestError(f"topic {topic} has no partition {unknown[0]} (it has {len(offsets)})")
         self._positions: dict[int, int] = {}
         for partition in chosen:
             if start == "earliest":

@@ -377,16 +377,20 @@ class CreateTopicResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPIC_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """Raft index at which the topic exists; pass it as min_index to read it from any node."""
     @_builtins.property
     def topic(self) -> Global___TopicInfo: ...
     def __init__(
         self,
         *,
         topic: Global___TopicInfo | None = ...,
+        index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,12 +419,16 @@ Global___DeleteTopicRequest: _TypeAlias = DeleteTopicRequest  # noqa: Y015
 class DeleteTopicResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
     def __init__(
         self,
+        *,
+        index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -430,12 +438,16 @@ Global___DeleteTopicResponse: _TypeAlias = DeleteTopicResponse  # noqa: Y015
 class ListTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    MIN_INDEX_FIELD_NUMBER: _builtins.int
+    min_index: _builtins.int
     def __init__(
         self,
+        *,
+        min_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_index", b"min_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -466,15 +478,19 @@ class DescribeTopicRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
+    MIN_INDEX_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    min_index: _builtins.int
+    """Read-your-writes: the node waits (a bounded time) until it has applied this index."""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
+        min_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_index", b"min_index", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -709,15 +725,18 @@ class ListOffsetsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPIC_FIELD_NUMBER: _builtins.int
+    MIN_INDEX_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
+    min_index: _builtins.int
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
+        min_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_index", b"min_index", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -780,15 +799,18 @@ class DeleteRecordsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
     log_start_offset: _builtins.int
+    index: _builtins.int
     def __init__(
         self,
         *,
         log_start_offset: _builtins.int = ...,
+        index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["log_start_offset", b"log_start_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "log_start_offset", b"log_start_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
