@@ -1,0 +1,5 @@
+"""`python -m bench`: see `bench.cli`."""
+
+from bench.cli import main
+
+main()

@@ -1,0 +1,123 @@
+"""CPU time and resident memory of processes by PID, from Linux `/proc` (no third-party library).
+
+CPU comes from `/proc/PID/stat` (utime + stime, in clock ticks: 10 ms resolution at the usual
+100 Hz), memory from `/proc/PID/status`, the whole machine's CPU from `/proc/stat`.
+
+Resident memory is split the way the kernel counts it, because the two halves mean different
+things here: RssAnon is the heap (Python objects, PySyncObj's in-RAM Raft log), which must stay
+bounded; RssFile is pages of memory-mapped files (LMDB's map, the Raft journal) that the kernel
+can drop at any time, and which grows with the data a node touches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+PROC = Path("/proc")
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+PEAK_SAMPLE_PERIOD_S = 0.25  # Often enough to see a Raft log grow between two compactions.
+# /proc/PID/stat fields after the ")" that closes the command name: state is field 3, so utime
+# (field 14) and stime (field 15) sit at these positions of the split remainder.
+_UTIME_POSITION = 14 - 3
+_STIME_POSITION = 15 - 3
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySample:
+    """One process's resident memory, in KiB."""
+
+    rss_kib: int  # VmRSS: resident now (anon + file + shmem).
+    peak_rss_kib: int  # VmHWM: the most it was ever resident.
+    anon_kib: int  # RssAnon: heap and other private memory.
+    file_kib: int  # RssFile: resident pages of mapped files (reclaimable).
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    text = (PROC / str(pid) / "stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    ticks = int(fields[_UTIME_POSITION]) + int(fields[_STIME_POSITION])
+    return ticks / CLOCK_TICKS_PER_S
+
+
+def memory(pid: int) -> MemorySample:
+    """The process's current and peak resident memory."""
+    values: dict[str, int] = {}
+    for line in (PROC / str(pid) / "status").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+            values[name] = int(rest.split()[0])  # Always in kB.
+    return MemorySample(values["VmRSS"], values["VmHWM"], values["RssAnon"], values["RssFile"])
+
+
+def cpu_seconds_each(pids: Mapping[str, int]) -> dict[str, float]:
+    """CPU seconds of each named process."""
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class HostCpu:
+    """Cumulative CPU time of the whole machine, in clock ticks, summed over all CPUs."""
+
+    busy_ticks: int
+    total_ticks: int
+
+    def busy_fraction_since(self, earlier: HostCpu) -> float:
+        """Share of all CPUs' time spent not idle between `earlier` and this sample (0..1)."""
+        total = self.total_ticks - earlier.total_ticks
+        return (self.busy_ticks - earlier.busy_ticks) / total if total > 0 else 0.0
+
+
+def host_cpu() -> HostCpu:
+    """The machine's CPU counters (the first line of /proc/stat); idle and iowait count as not busy."""
+    with open(PROC / "stat") as handle:
+        fields = [int(value) for value in handle.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice: already inside user/nice].
+    total = sum(fields[:8])
+    idle = fields[3] + fields[4]
+    return HostCpu(total - idle, total)
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU seconds of this (the benchmark client's) process, all threads."""
+    times = os.times()
+    return times.user + times.system
+
+
+class PeakAnonSampler:
+    """Samples each process's RssAnon in a background thread and keeps the largest value seen.
+
+    The kernel keeps a peak for total RSS (VmHWM) but not for anonymous memory, which is the part
+    the Raft log compaction settings must bound; snapshots between scenarios would miss the peaks.
+    """
+
+    def __init__(self, pids: Mapping[str, int], period_s: float = PEAK_SAMPLE_PERIOD_S) -> None:
+        self._pids = dict(pids)
+        self._period_s = period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-peak-anon", daemon=True)
+        self.peak_anon_kib = dict.fromkeys(self._pids, 0)
+
+    def __enter__(self) -> PeakAnonSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self._period_s * 10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            for name, pid in self._pids.items():
+                try:
+                    anon_kib = memory(pid).anon_kib
+                except (OSError, KeyError):
+                    continue  # The process is gone or mid-exit; the runner reports that elsewhere.
+                self.peak_anon_kib[name] = max(self.peak_anon_kib[name], anon_kib)
