@@ -26,10 +26,11 @@ from broker.errors import (
 from broker.proposals import PROPOSAL_TIMEOUT_S, Batcher, propose_and_wait, wall_clock_ms
 from broker.validation import check_partition_count, check_produce, check_topic_name, fetch_limits
 from proto import kq_pb2, kq_pb2_grpc
+from proto.records import WireRecord, parse_batch
 from raft import commands
+from raft.limits import HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
 from raft.results import ProducerResult, TopicResult, TrimResult
-from storage import Store, StoredRecord, StoreReader, TopicMeta
-from storage.records import TIMESTAMP_LOG_APPEND_TIME
+from storage import Store, StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +202,12 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
         append = commands.partition_append(
-            request.topic, request.partition, request.records, request.producer_id, request.sequence
+            request.topic,
+            request.partition,
+            request.records,
+            request.record_count,
+            request.producer_id,
+            request.sequence,
         )
         outcome = self._batcher.append(append, PROPOSAL_TIMEOUT_S)
         error = error_for_code(outcome.result.error, f"{request.topic}/{request.partition}")
@@ -220,36 +226,42 @@ class BrokerService(kq_pb2_grpc.BrokerServicer):
         max_records, max_bytes, wait_ms = fetch_limits(request)
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            with self._store.read() as reader:
-                applied_index = reader.applied_index()
-                topic = self._topic(reader, request.topic)
-                _check_partition(topic, request.partition)
-                state = reader.partition(topic.topic_id, request.partition)
-                assert state is not None
-                if request.offset < state.log_start_offset:
-                    raise OutOfRangeError(
-                        f"offset {request.offset} is below the log start {state.log_start_offset}"
-                    )
-                caught_up = applied_index >= request.min_index
-                records: list[StoredRecord] = []
-                if caught_up and request.offset < state.log_end_offset:
-                    records = reader.records(
-                        topic.topic_id, request.partition, request.offset, max_records, max_bytes
-                    )
+            response, caught_up = self._read_records(request, max_records, max_bytes)
             remaining_s = deadline - time.monotonic()
-            if records or remaining_s <= 0 or not context.is_active():
-                if not records and caught_up and request.offset > state.log_end_offset:
+            if response.records or remaining_s <= 0 or not context.is_active():
+                if not response.records and caught_up and request.offset > response.log_end_offset:
                     raise OutOfRangeError(
-                        f"offset {request.offset} is beyond the log end {state.log_end_offset}"
+                        f"offset {request.offset} is beyond the log end {response.log_end_offset}"
                     )
-                return kq_pb2.FetchResponse(
-                    records=[_stored_record(record) for record in records],
-                    log_start_offset=state.log_start_offset,
-                    log_end_offset=state.log_end_offset,
-                    served_by=self._node.node_id,
-                    applied_index=applied_index,
+                return response
+            self._notifier.wait_beyond(response.applied_index, remaining_s)
+
+    def _read_records(
+        self, request: kq_pb2.FetchRequest, max_records: int, max_bytes: int
+    ) -> tuple[kq_pb2.FetchResponse, bool]:
+        """One read of the partition: the response, and whether this node has applied `min_index`."""
+        with self._store.read() as reader:
+            applied_index = reader.applied_index()
+            topic = self._topic(reader, request.topic)
+            _check_partition(topic, request.partition)
+            state = reader.partition(topic.topic_id, request.partition)
+            assert state is not None
+            if request.offset < state.log_start_offset:
+                raise OutOfRangeError(
+                    f"offset {request.offset} is below the log start {state.log_start_offset}"
                 )
-            self._notifier.wait_beyond(applied_index, remaining_s)
+            caught_up = applied_index >= request.min_index
+            batches: list[StoredBatch] = []
+            if caught_up and request.offset < state.log_end_offset:
+                batches = reader.batches(topic.topic_id, request.partition, request.offset, max_bytes)
+        response = kq_pb2.FetchResponse(
+            records=_records_from(batches, request.offset, max_records, max_bytes),
+            log_start_offset=state.log_start_offset,
+            log_end_offset=state.log_end_offset,
+            served_by=self._node.node_id,
+            applied_index=applied_index,
+        )
+        return response, caught_up
 
     @rpc
     def DeleteRecords(
@@ -354,13 +366,32 @@ def _partition_infos(reader: StoreReader, topic: TopicMeta) -> list[kq_pb2.Parti
     return infos
 
 
-def _stored_record(record: StoredRecord) -> kq_pb2.StoredRecord:
+def _records_from(
+    batches: list[StoredBatch], offset: int, max_records: int, max_bytes: int
+) -> list[kq_pb2.StoredRecord]:
+    """The records at `offset` and after, within the limits (at least one when there is one)."""
+    result: list[kq_pb2.StoredRecord] = []
+    total_bytes = 0
+    for batch in batches:
+        wire_records = parse_batch(batch.records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX)
+        assert len(wire_records) == batch.record_count, "a stored batch and its count disagree"
+        for position, wire in enumerate(wire_records):
+            record_offset = batch.base_offset + position
+            if record_offset < offset:
+                continue
+            total_bytes += wire.size_bytes
+            if len(result) >= max_records or (result and total_bytes > max_bytes):
+                return result
+            result.append(_stored_record(record_offset, wire, batch.append_time_ms))
+    return result
+
+
+def _stored_record(offset: int, record: WireRecord, append_time_ms: int) -> kq_pb2.StoredRecord:
+    created = record.timestamp_ms > 0
     message = kq_pb2.StoredRecord(
-        offset=record.offset,
-        timestamp_ms=record.timestamp_ms,
-        timestamp_type=kq_pb2.LOG_APPEND_TIME
-        if record.timestamp_type == TIMESTAMP_LOG_APPEND_TIME
-        else kq_pb2.CREATE_TIME,
+        offset=offset,
+        timestamp_ms=record.timestamp_ms if created else append_time_ms,
+        timestamp_type=kq_pb2.CREATE_TIME if created else kq_pb2.LOG_APPEND_TIME,
         headers=[kq_pb2.Header(name=name, value=value) for name, value in record.headers],
     )
     if record.key is not None:

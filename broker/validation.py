@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from broker.errors import InvalidArgumentError
 from proto import kq_pb2
+from proto.records import MalformedBatchError, WireRecord, parse_batch
 from raft.limits import (
     APPEND_BYTES_MAX,
     FETCH_BYTES_MAX,
@@ -37,42 +38,43 @@ def check_partition_count(partitions: int) -> None:
 
 
 def check_produce(request: kq_pb2.ProduceRequest) -> None:
-    """Rejects a produce request that is empty, too large, or has an oversized record."""
+    """Rejects a produce request that is empty, malformed, too large, or has an oversized record.
+
+    Every record is decoded here, on the leader, so that what is replicated and stored is always
+    readable: apply only walks the length prefixes again.
+    """
     check_topic_name(request.topic)
     if not request.HasField("partition"):
         raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
     if not request.records:
         raise InvalidArgumentError("a produce request needs at least one record")
-    if len(request.records) > RECORDS_PER_APPEND_MAX:
+    if len(request.records) > APPEND_BYTES_MAX:
         raise InvalidArgumentError(
-            f"at most {RECORDS_PER_APPEND_MAX} records per request, got {len(request.records)}"
+            f"request of {len(request.records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
         )
-    total_bytes = 0
-    for position, record in enumerate(request.records):
-        total_bytes += _check_record(record, position)
-    if total_bytes > APPEND_BYTES_MAX:
+    try:
+        records = parse_batch(request.records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX)
+    except MalformedBatchError as error:
+        raise InvalidArgumentError(f"malformed record batch: {error}") from error
+    if len(records) != request.record_count:
         raise InvalidArgumentError(
-            f"request of {total_bytes} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
+            f"record_count says {request.record_count}; the batch holds {len(records)}"
         )
+    for position, record in enumerate(records):
+        _check_record(record, position)
 
 
-def _check_record(record: kq_pb2.Record, position: int) -> int:
-    if len(record.headers) > HEADERS_PER_RECORD_MAX:
-        raise InvalidArgumentError(f"record {position} has more than {HEADERS_PER_RECORD_MAX} headers")
-    for header in record.headers:
-        if len(header.name.encode()) > HEADER_NAME_BYTES_MAX:
+def _check_record(record: WireRecord, position: int) -> None:
+    for name, _ in record.headers:
+        if len(name.encode()) > HEADER_NAME_BYTES_MAX:
             raise InvalidArgumentError(
                 f"record {position} has a header name over {HEADER_NAME_BYTES_MAX} bytes"
             )
-    size_bytes = len(record.key) + len(record.value) + sum(len(h.name) + len(h.value) for h in record.headers)
-    if size_bytes > RECORD_BYTES_MAX:
+    if record.size_bytes > RECORD_BYTES_MAX:
         raise InvalidArgumentError(
-            f"record {position} is {size_bytes} bytes; "
+            f"record {position} is {record.size_bytes} bytes; "
             f"the limit is {RECORD_BYTES_MAX} (key, value and headers)"
         )
-    if record.timestamp_ms < 0:
-        raise InvalidArgumentError(f"record {position} has a negative timestamp")
-    return size_bytes
 
 
 def fetch_limits(request: kq_pb2.FetchRequest) -> tuple[int, int, int]:

@@ -28,6 +28,7 @@ from client.types import (
     TopicInfo,
 )
 from proto import kq_pb2
+from proto.records import encode_batch, encode_record
 
 REQUEST_RECORDS_MAX = 10_000  # The broker's RECORDS_PER_APPEND_MAX.
 REQUEST_BYTES_MAX = 2 * 1024 * 1024  # Below the broker's 3 MiB APPEND_BYTES_MAX, leaving room for framing.
@@ -172,9 +173,10 @@ class KqClient:
             by_partition.setdefault(self._choose_partition(topic, record), []).append(position)
         results: list[RecordMetadata | None] = [None] * len(records)
         for partition, positions in by_partition.items():
-            for chunk in _chunks(positions, records):
-                metadata = self._produce(topic, partition, [records[i] for i in chunk])
-                for position, item in zip(chunk, metadata, strict=True):
+            encoded = [_encode(records[i]) for i in positions]
+            for start, end in _chunks(encoded):
+                metadata = self._produce(topic, partition, encoded[start:end])
+                for position, item in zip(positions[start:end], metadata, strict=True):
                     results[position] = item
         return [item for item in results if item is not None]
 
@@ -186,9 +188,9 @@ class KqClient:
             return partition_for_key(record.key, count)
         return next(self._round_robin) % count
 
-    def _produce(self, topic: str, partition: int, records: list[ProducerRecord]) -> list[RecordMetadata]:
+    def _produce(self, topic: str, partition: int, records: list[bytes]) -> list[RecordMetadata]:
         request = kq_pb2.ProduceRequest(
-            topic=topic, partition=partition, records=[_record(r) for r in records]
+            topic=topic, partition=partition, records=encode_batch(records), record_count=len(records)
         )
         if not self._idempotent:
             response = self._connections.write("Produce", request)
@@ -289,36 +291,22 @@ class KqClient:
         return self._connections.bootstrap
 
 
-def _chunks(positions: list[int], records: Sequence[ProducerRecord]) -> Iterable[list[int]]:
-    chunk: list[int] = []
-    size_bytes = 0
-    for position in positions:
-        record = records[position]
-        record_bytes = (
-            32
-            + len(record.key or b"")
-            + len(record.value or b"")
-            + sum(len(name) + len(value) + 8 for name, value in record.headers)
-        )
-        if chunk and (len(chunk) >= REQUEST_RECORDS_MAX or size_bytes + record_bytes > REQUEST_BYTES_MAX):
-            yield chunk
-            chunk, size_bytes = [], 0
-        chunk.append(position)
-        size_bytes += record_bytes
-    if chunk:
-        yield chunk
+def _chunks(encoded: list[bytes]) -> Iterable[tuple[int, int]]:
+    """(start, end) slices of `encoded` that fit one produce request."""
+    start, size_bytes = 0, 0
+    for position, record in enumerate(encoded):
+        if position > start and (
+            position - start >= REQUEST_RECORDS_MAX or size_bytes + len(record) > REQUEST_BYTES_MAX
+        ):
+            yield start, position
+            start, size_bytes = position, 0
+        size_bytes += len(record)
+    if start < len(encoded):
+        yield start, len(encoded)
 
 
-def _record(record: ProducerRecord) -> kq_pb2.Record:
-    message = kq_pb2.Record(
-        headers=[kq_pb2.Header(name=name, value=value) for name, value in record.headers],
-        timestamp_ms=record.timestamp_ms or 0,
-    )
-    if record.key is not None:
-        message.key = record.key
-    if record.value is not None:
-        message.value = record.value
-    return message
+def _encode(record: ProducerRecord) -> bytes:
+    return encode_record(record.key, record.value, record.headers, record.timestamp_ms or 0)
 
 
 def _metadata(topic: str, response: kq_pb2.ProduceResponse, count: int) -> list[RecordMetadata]:

@@ -66,45 +66,6 @@ class Header(_message.Message):
 Global___Header: _TypeAlias = Header  # noqa: Y015
 
 @_typing.final
-class Record(_message.Message):
-    """A record as a producer sends it. Absent key or value is distinct from an empty one."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    KEY_FIELD_NUMBER: _builtins.int
-    VALUE_FIELD_NUMBER: _builtins.int
-    HEADERS_FIELD_NUMBER: _builtins.int
-    TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
-    key: _builtins.bytes
-    value: _builtins.bytes
-    timestamp_ms: _builtins.int
-    """Producer's create time in ms since the epoch; 0 lets the leader stamp its append time."""
-    @_builtins.property
-    def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Header]: ...
-    def __init__(
-        self,
-        *,
-        key: _builtins.bytes | None = ...,
-        value: _builtins.bytes | None = ...,
-        headers: _abc.Iterable[Global___Header] | None = ...,
-        timestamp_ms: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "key", b"key", "value", b"value"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "headers", b"headers", "key", b"key", "timestamp_ms", b"timestamp_ms", "value", b"value"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
-    _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015
-    _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
-    _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__key) -> _WhichOneofReturnType__key | None: ...
-    @_typing.overload
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
-
-Global___Record: _TypeAlias = Record  # noqa: Y015
-
-@_typing.final
 class StoredRecord(_message.Message):
     """A record as stored and served."""
 
@@ -248,7 +209,7 @@ class AppendCommand(_message.Message):
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     APPENDS_FIELD_NUMBER: _builtins.int
     timestamp_ms: _builtins.int
-    """Leader's clock when the entry was proposed; used for records without a create time."""
+    """Leader's clock when the entry was proposed: the LogAppendTime of records without a create time."""
     @_builtins.property
     def appends(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionAppend]: ...
     def __init__(
@@ -274,14 +235,16 @@ class PartitionAppend(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     SEQUENCE_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    RECORD_COUNT_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     producer_id: _builtins.int
     """0 = not idempotent. Otherwise the producer id from RegisterProducer."""
     sequence: _builtins.int
     """Sequence number of the first record of this append, per (producer, topic, partition)."""
-    @_builtins.property
-    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
+    records: _builtins.bytes
+    """A record batch (layout in proto/records.py), exactly as the producer sent it, checked by the leader."""
+    record_count: _builtins.int
     def __init__(
         self,
         *,
@@ -289,11 +252,12 @@ class PartitionAppend(_message.Message):
         partition: _builtins.int = ...,
         producer_id: _builtins.int = ...,
         sequence: _builtins.int = ...,
-        records: _abc.Iterable[Global___Record] | None = ...,
+        records: _builtins.bytes = ...,
+        record_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "producer_id", b"producer_id", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "producer_id", b"producer_id", "record_count", b"record_count", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -593,13 +557,17 @@ class ProduceRequest(_message.Message):
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     SEQUENCE_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    RECORD_COUNT_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    """Absent: keyed records go to murmur2(key) % partitions, unkeyed ones round-robin (chosen by the client)."""
+    """Required. The client library chooses it when its user does not: keyed records go to
+    murmur2(key) % partitions like Kafka's default partitioner, unkeyed ones round-robin.
+    """
     producer_id: _builtins.int
     sequence: _builtins.int
-    @_builtins.property
-    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
+    records: _builtins.bytes
+    """A record batch: the records' encoding is in proto/records.py."""
+    record_count: _builtins.int
     def __init__(
         self,
         *,
@@ -607,11 +575,12 @@ class ProduceRequest(_message.Message):
         partition: _builtins.int | None = ...,
         producer_id: _builtins.int = ...,
         sequence: _builtins.int = ...,
-        records: _abc.Iterable[Global___Record] | None = ...,
+        records: _builtins.bytes = ...,
+        record_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition", "producer_id", b"producer_id", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition", "producer_id", b"producer_id", "record_count", b"record_count", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
     _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015

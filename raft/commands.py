@@ -63,13 +63,19 @@ def append(timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend]) -> kq_p
 def partition_append(
     topic: str,
     partition: int,
-    records: Sequence[kq_pb2.Record],
+    records: bytes,
+    record_count: int,
     producer_id: int = 0,
     sequence: int = 0,
 ) -> kq_pb2.PartitionAppend:
-    """One produce request's share of an AppendCommand."""
+    """One produce request's share of an AppendCommand: a record batch (proto/records.py)."""
     return kq_pb2.PartitionAppend(
-        topic=topic, partition=partition, producer_id=producer_id, sequence=sequence, records=records
+        topic=topic,
+        partition=partition,
+        producer_id=producer_id,
+        sequence=sequence,
+        records=records,
+        record_count=record_count,
     )
 
 

@@ -26,8 +26,8 @@ from raft.results import (
     TopicResult,
     TrimResult,
 )
-from storage import NewRecord, ProducerAppend, Store, StoreWriter
-from storage.records import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
+from proto.records import count_records
+from storage import ProducerAppend, Store, StoreWriter
 
 
 def apply(store: Store, index: int, data: bytes) -> ApplyResult:
@@ -102,7 +102,8 @@ def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int
 def _apply_partition_append(
     writer: StoreWriter, timestamp_ms: int, append: kq_pb2.PartitionAppend
 ) -> PartitionAppendResult:
-    assert 0 < len(append.records) <= RECORDS_PER_APPEND_MAX, "record count outside limits reached apply"
+    assert 0 < append.record_count <= RECORDS_PER_APPEND_MAX, "record count outside limits reached apply"
+    assert count_records(append.records) == append.record_count, "batch and its count disagree"
     topic = writer.topic(append.topic)
     if topic is None:
         return PartitionAppendResult(ErrorCode.UNKNOWN_TOPIC)
@@ -112,10 +113,11 @@ def _apply_partition_append(
         verdict = _check_sequence(writer, topic.topic_id, append)
         if verdict is not None:
             return verdict
-    records = [_new_record(record, timestamp_ms) for record in append.records]
-    base_offset = writer.append(topic.topic_id, append.partition, records)
+    base_offset = writer.append(
+        topic.topic_id, append.partition, append.records, append.record_count, timestamp_ms
+    )
     if append.producer_id:
-        remembered = ProducerAppend(append.sequence, len(records), base_offset)
+        remembered = ProducerAppend(append.sequence, append.record_count, base_offset)
         writer.remember_producer_append(append.producer_id, topic.topic_id, append.partition, remembered)
     return PartitionAppendResult(ErrorCode.OK, base_offset)
 
@@ -133,17 +135,6 @@ def _check_sequence(
     if append.sequence > expected:
         return PartitionAppendResult(ErrorCode.OUT_OF_ORDER_SEQUENCE)
     for earlier in window:
-        if earlier.first_sequence == append.sequence and earlier.record_count == len(append.records):
+        if earlier.first_sequence == append.sequence and earlier.record_count == append.record_count:
             return PartitionAppendResult(ErrorCode.OK, earlier.base_offset, duplicate=True)
     return PartitionAppendResult(ErrorCode.DUPLICATE_SEQUENCE)
-
-
-def _new_record(record: kq_pb2.Record, timestamp_ms: int) -> NewRecord:
-    created = record.timestamp_ms > 0
-    return NewRecord(
-        timestamp_ms=record.timestamp_ms if created else timestamp_ms,
-        timestamp_type=TIMESTAMP_CREATE_TIME if created else TIMESTAMP_LOG_APPEND_TIME,
-        key=record.key if record.HasField("key") else None,
-        value=record.value if record.HasField("value") else None,
-        headers=tuple((header.name, header.value) for header in record.headers),
-    )

@@ -10,8 +10,9 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                 value: topic_id u64 | partitions u32 | created_ms i64                      (20 bytes)
     partitions  key: topic_id u64 | partition u32                                           (12 bytes)
                 value: log_start_offset u64 | log_end_offset u64 | size_bytes u64           (24 bytes)
-    records     key: topic_id u64 | partition u32 | offset u64                              (20 bytes)
-                value: one encoded record with its CRC32C (layout in storage/records.py)
+    records     key: topic_id u64 | partition u32 | base_offset u64                         (20 bytes)
+                value: one appended batch with its CRC32C (layout in storage/records.py); the
+                       batch holds offsets base_offset .. base_offset + record_count - 1
     producers   key: producer_id u64 | topic_id u64 | partition u32                         (20 bytes)
                 value: count u8, then `count` x (first_sequence u64 | record_count u32 | base_offset u64),
                        oldest first; the last PRODUCER_APPENDS_KEPT appends of that producer there.
@@ -21,12 +22,11 @@ entry's index in `applied_index`: state and index move together or not at all.
 """
 
 from storage.errors import CorruptRecordError, SnapshotError, StorageError
-from storage.records import NewRecord, StoredRecord
+from storage.records import StoredBatch
 from storage.store import PartitionState, ProducerAppend, Store, StoreReader, StoreWriter, TopicMeta
 
 __all__ = [
     "CorruptRecordError",
-    "NewRecord",
     "PartitionState",
     "ProducerAppend",
     "SnapshotError",
@@ -34,6 +34,6 @@ __all__ = [
     "Store",
     "StoreReader",
     "StoreWriter",
-    "StoredRecord",
+    "StoredBatch",
     "TopicMeta",
 ]

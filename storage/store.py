@@ -11,7 +11,7 @@ from typing import Any
 
 import lmdb
 
-from storage.records import NewRecord, StoredRecord, decode_record, encode_record
+from storage.records import StoredBatch, decode_batch, encode_batch
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
 MAX_DATABASES = 8
@@ -199,31 +199,33 @@ class StoreReader:
             for i in range(raw[0])
         ]
 
-    def records(
-        self, topic_id: int, partition: int, offset: int, max_records: int, max_bytes: int
-    ) -> list[StoredRecord]:
-        """Records from `offset` on, at most `max_records`, stopping before `max_bytes` is passed.
+    def batches(self, topic_id: int, partition: int, offset: int, max_bytes: int) -> list[StoredBatch]:
+        """Batches from the one holding `offset` on, stopping once `max_bytes` of them are read.
 
-        At least one record is returned when one exists, even if it alone exceeds `max_bytes`, so a
-        consumer can always make progress (Kafka's rule). Every record's CRC is verified.
+        At least one batch is returned when `offset` is in the log, even if it alone exceeds
+        `max_bytes`, so a reader always makes progress (Kafka's rule). Every checksum is verified.
         """
-        result: list[StoredRecord] = []
-        total_bytes = 0
         cursor = self._transaction.cursor(db=self._records)
         prefix = _PARTITION_KEY.pack(topic_id, partition)
-        if not cursor.set_range(_RECORD_KEY.pack(topic_id, partition, offset)):
-            return result
-        expected = offset
-        for key, raw in cursor:
-            if bytes(key[:12]) != prefix or len(result) >= max_records:
+        key = _RECORD_KEY.pack(topic_id, partition, offset)
+        found = cursor.set_range(key)
+        if not found or bytes(cursor.key()) != key:
+            # The batch holding `offset` starts before it: the previous key, if it is this partition's.
+            if not (cursor.prev() if found else cursor.last()) or bytes(cursor.key()[:12]) != prefix:
+                return []
+        result: list[StoredBatch] = []
+        total_bytes = 0
+        for raw_key, raw in cursor:
+            if bytes(raw_key[:12]) != prefix or (result and total_bytes >= max_bytes):
                 break
+            base_offset = _RECORD_KEY.unpack(raw_key)[2]
+            batch = decode_batch(raw, base_offset)
+            if result:
+                assert base_offset == result[-1].next_offset, f"hole in log before offset {base_offset}"
+            elif batch.next_offset <= offset:
+                break  # `offset` is at or past the end of the log.
+            result.append(batch)
             total_bytes += len(raw)
-            if result and total_bytes > max_bytes:
-                break
-            record_offset = _RECORD_KEY.unpack(key)[2]
-            assert record_offset == expected, f"hole in log at {expected}: found {record_offset}"
-            result.append(decode_record(raw, record_offset))
-            expected += 1
         return result
 
 
@@ -287,35 +289,43 @@ class StoreWriter(StoreReader):
             db=self._partitions,
         )
 
-    def append(self, topic_id: int, partition: int, records: list[NewRecord]) -> int:
-        """Appends `records` at the partition's end and returns the base offset given to the first."""
+    def append(
+        self, topic_id: int, partition: int, records: bytes, record_count: int, append_time_ms: int
+    ) -> int:
+        """Appends a batch of `record_count` records at the partition's end; returns its base offset."""
         state = self.partition(topic_id, partition)
         assert state is not None, "append to a partition that does not exist"
         base_offset = state.log_end_offset
-        items = [
-            (_RECORD_KEY.pack(topic_id, partition, base_offset + i), encode_record(base_offset + i, record))
-            for i, record in enumerate(records)
-        ]
-        # No MDB_APPEND: other partitions' records may sort after this partition's end.
-        consumed, added = self._transaction.cursor(db=self._records).putmulti(items, overwrite=False)
-        assert consumed == added == len(items), "an offset was already taken"
-        size_bytes = state.size_bytes + sum(len(value) for _, value in items)
+        value = encode_batch(base_offset, record_count, append_time_ms, records)
+        added = self._transaction.put(
+            _RECORD_KEY.pack(topic_id, partition, base_offset), value, db=self._records, overwrite=False
+        )
+        assert added, "an offset was already taken"
         self._put_partition(
-            topic_id, partition, PartitionState(state.log_start_offset, base_offset + len(items), size_bytes)
+            topic_id,
+            partition,
+            PartitionState(state.log_start_offset, base_offset + record_count, state.size_bytes + len(value)),
         )
         return base_offset
 
     def trim(self, topic_id: int, partition: int, before_offset: int) -> int:
-        """Deletes the partition's records below `before_offset`; returns the new log start offset."""
+        """Moves the log start to `before_offset`, deleting the batches wholly below it.
+
+        A batch that straddles the new log start stays; reads skip its records below the start.
+        Returns the new log start offset.
+        """
         state = self.partition(topic_id, partition)
         assert state is not None and before_offset <= state.log_end_offset
         if before_offset <= state.log_start_offset:
             return state.log_start_offset
         cursor = self._transaction.cursor(db=self._records)
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
         freed_bytes = 0
-        end_key = _RECORD_KEY.pack(topic_id, partition, before_offset)
-        if cursor.set_range(_RECORD_KEY.pack(topic_id, partition, state.log_start_offset)):
-            while bytes(cursor.key()) < end_key:
+        if cursor.set_range(prefix):
+            while bytes(cursor.key()[:12]) == prefix:
+                _, _, record_count = struct.unpack_from(">IQI", cursor.value())
+                if _RECORD_KEY.unpack(cursor.key())[2] + record_count > before_offset:
+                    break
                 freed_bytes += len(cursor.value())
                 if not cursor.delete():
                     break

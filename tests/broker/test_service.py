@@ -17,6 +17,14 @@ from proto import kq_pb2, kq_pb2_grpc
 from raft.limits import PARTITIONS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
 from storage import Store
 from tests.broker.fake_consensus import FakeConsensus
+from tests.raft.helpers import batch
+
+
+def produce(topic: str, partition: int, *values: bytes) -> kq_pb2.ProduceRequest:
+    """A produce request for `values` (no producer id)."""
+    return kq_pb2.ProduceRequest(
+        topic=topic, partition=partition, records=batch(*values), record_count=len(values)
+    )
 
 
 @dataclass
@@ -40,7 +48,7 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
     channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 8 << 20)])
     stub = kq_pb2_grpc.BrokerStub(channel)
     stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=2))
-    stub.Produce(kq_pb2.ProduceRequest(topic="t", partition=0, records=[kq_pb2.Record(value=b"v")] * 3))
+    stub.Produce(produce("t", 0, b"v", b"v", b"v"))
     try:
         yield Edge(stub, consensus, store)
     finally:
@@ -93,17 +101,24 @@ def test_bad_topic_requests_are_rejected_without_proposing(edge: Edge) -> None:
 def test_bad_produce_requests_are_rejected_without_proposing(edge: Edge) -> None:
     """Unknown topic, partition out of range, oversized or empty requests change nothing."""
     before, proposals = edge.store.dump(), edge.consensus.proposals
-    record = [kq_pb2.Record(value=b"v")]
+    one = batch(b"v")
     cases = [
-        (grpc.StatusCode.NOT_FOUND, kq_pb2.ProduceRequest(topic="missing", partition=0, records=record)),
-        (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", partition=2, records=record)),
-        (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", records=record)),
+        (grpc.StatusCode.NOT_FOUND, produce("missing", 0, b"v")),
+        (grpc.StatusCode.INVALID_ARGUMENT, produce("t", 2, b"v")),
+        (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", records=one, record_count=1)),
         (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", partition=0)),
+        (grpc.StatusCode.INVALID_ARGUMENT, produce("t", 0, b"x" * (RECORD_BYTES_MAX + 1))),
         (
             grpc.StatusCode.INVALID_ARGUMENT,
-            kq_pb2.ProduceRequest(
-                topic="t", partition=0, records=[kq_pb2.Record(value=b"x" * (RECORD_BYTES_MAX + 1))]
-            ),
+            kq_pb2.ProduceRequest(topic="t", partition=0, records=one, record_count=2),
+        ),
+        (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            kq_pb2.ProduceRequest(topic="t", partition=0, records=one[:-1], record_count=1),
+        ),
+        (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            kq_pb2.ProduceRequest(topic="t", partition=0, records=b"\xff" * 9, record_count=1),
         ),
     ]
     for code, request in cases:
@@ -143,7 +158,7 @@ def test_fetch_outside_the_log_is_out_of_range(edge: Edge) -> None:
 def test_writes_on_a_follower_redirect_to_the_leader(edge: Edge) -> None:
     """A follower answers FAILED_PRECONDITION with kq-leader; with no leader known, UNAVAILABLE."""
     edge.consensus.leader, edge.consensus.leader_address = False, "127.0.0.1:9999"
-    request = kq_pb2.ProduceRequest(topic="t", partition=0, records=[kq_pb2.Record(value=b"v")])
+    request = produce("t", 0, b"v")
     with pytest.raises(grpc.RpcError) as caught:
         edge.stub.Produce(request)
     assert status_of(caught.value) == grpc.StatusCode.FAILED_PRECONDITION
@@ -158,5 +173,5 @@ def test_writes_on_a_follower_redirect_to_the_leader(edge: Edge) -> None:
 def test_long_poll_returns_when_a_record_arrives(edge: Edge) -> None:
     """A fetch waiting at the log end answers with the record produced meanwhile."""
     future = edge.stub.Fetch.future(kq_pb2.FetchRequest(topic="t", partition=1, offset=0, wait_ms=10_000))
-    edge.stub.Produce(kq_pb2.ProduceRequest(topic="t", partition=1, records=[kq_pb2.Record(value=b"late")]))
+    edge.stub.Produce(produce("t", 1, b"late"))
     assert [r.value for r in future.result(timeout=10).records] == [b"late"]

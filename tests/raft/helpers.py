@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from proto import kq_pb2
+from proto.records import encode_batch, encode_record
 from raft import commands
 
 
-def records(*values: bytes, key: bytes | None = None) -> list[kq_pb2.Record]:
-    """Protobuf records with the given values (and one key for all)."""
-    result = []
-    for value in values:
-        record = kq_pb2.Record(value=value)
-        if key is not None:
-            record.key = key
-        result.append(record)
-    return result
+def batch(*values: bytes, key: bytes | None = None) -> bytes:
+    """A record batch with the given values (and one key for all)."""
+    return encode_batch(encode_record(key, value) for value in values)
 
 
 def append(topic: str, partition: int, *values: bytes, producer_id: int = 0, sequence: int = 0) -> bytes:
     """An encoded AppendCommand with one partition append."""
-    part = commands.partition_append(topic, partition, records(*values), producer_id, sequence)
+    part = commands.partition_append(topic, partition, batch(*values), len(values), producer_id, sequence)
     return commands.encode(commands.append(1_000, [part]))
 
 

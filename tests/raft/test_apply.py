@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proto.records import parse_batch
 from raft import commands
 from raft.results import (
     AppendResult,
@@ -68,8 +69,10 @@ def test_offsets_are_contiguous_per_partition(store: Store) -> None:
     with store.read() as reader:
         topic = reader.topic("t")
         assert topic is not None
-        values = [r.value for r in reader.records(topic.topic_id, 0, 0, 100, 1 << 20)]
+        batches = reader.batches(topic.topic_id, 0, 0, 1 << 20)
+    values = [r.value for b in batches for r in parse_batch(b.records, 100, 100)]
     assert values == [b"a", b"b", b"d"]
+    assert [b.base_offset for b in batches] == [0, 2]
 
 
 def test_entry_applied_twice_is_skipped(store: Store) -> None:
@@ -176,7 +179,7 @@ def test_trim_moves_log_start_and_keeps_offsets(store: Store) -> None:
     apply(store, 5, append("t", 0, b"d"))
     with store.read() as reader:
         state = reader.partition(1, 0)
-        offsets = [r.offset for r in reader.records(1, 0, 2, 100, 1 << 20)]
+        bases = [b.base_offset for b in reader.batches(1, 0, 2, 1 << 20)]
     assert state is not None and (state.log_start_offset, state.log_end_offset) == (2, 4)
-    assert offsets == [2, 3]
+    assert bases == [0, 3]  # The first batch straddles the new log start, so it stays.
     assert beyond == TrimResult(ErrorCode.OFFSET_OUT_OF_RANGE, 2)

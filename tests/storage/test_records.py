@@ -1,4 +1,4 @@
-"""Record codec: round trips, and every corruption is detected rather than served."""
+"""Record batches: round trips, malformed batches refused, and stored batches checked on every read."""
 
 from __future__ import annotations
 
@@ -6,51 +6,85 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage import CorruptRecordError, NewRecord
-from storage.records import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, decode_record, encode_record
+from proto.records import MalformedBatchError, count_records, encode_batch, encode_record, parse_batch
+from storage import CorruptRecordError
+from storage.records import decode_batch
+from storage.records import encode_batch as encode_stored
 
 headers = st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=50)), max_size=5).map(tuple)
-new_records = st.builds(
-    NewRecord,
-    timestamp_ms=st.integers(min_value=0, max_value=2**62),
-    timestamp_type=st.sampled_from([TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME]),
-    key=st.none() | st.binary(max_size=100),
-    value=st.none() | st.binary(max_size=1000),
-    headers=headers,
+records = st.lists(
+    st.tuples(
+        st.none() | st.binary(max_size=100),
+        st.none() | st.binary(max_size=500),
+        headers,
+        st.integers(min_value=0, max_value=2**62),
+    ),
+    min_size=1,
+    max_size=20,
 )
 
 
-@given(st.integers(min_value=0, max_value=2**63), new_records)
-def test_round_trip_keeps_every_field(offset: int, record: NewRecord) -> None:
-    """What is encoded decodes to the same fields, absent and empty key/value kept apart."""
-    decoded = decode_record(encode_record(offset, record), offset)
-    assert (decoded.offset, decoded.timestamp_ms, decoded.timestamp_type) == (
-        offset,
-        record.timestamp_ms,
-        record.timestamp_type,
+@given(records)
+def test_batch_round_trip_keeps_every_field(
+    fields: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]],
+) -> None:
+    """Encoded records decode to the same fields, absent and empty key/value kept apart."""
+    batch = encode_batch(
+        encode_record(key, value, headers, timestamp) for key, value, headers, timestamp in fields
     )
-    assert (decoded.key, decoded.value, decoded.headers) == (record.key, record.value, record.headers)
+    decoded = parse_batch(batch, 1_000, 1_000)
+    assert count_records(batch) == len(fields)
+    assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in decoded] == fields
 
 
-@given(new_records, st.data())
-def test_any_flipped_byte_is_detected(record: NewRecord, data: st.DataObject) -> None:
-    """Flipping any bit of an encoded record makes decoding fail loudly."""
-    encoded = bytearray(encode_record(7, record))
-    position = data.draw(st.integers(min_value=0, max_value=len(encoded) - 1))
-    encoded[position] ^= 1 << data.draw(st.integers(min_value=0, max_value=7))
+@given(records, st.data())
+def test_truncated_batches_are_refused(
+    fields: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]], data: st.DataObject
+) -> None:
+    """Any batch cut inside a record fails the leader's check instead of being stored."""
+    encoded = [encode_record(key, value, headers, timestamp) for key, value, headers, timestamp in fields]
+    batch = encode_batch(encoded)
+    boundaries = {sum(len(record) for record in encoded[:i]) for i in range(len(encoded) + 1)}
+    cut = data.draw(st.integers(min_value=1, max_value=len(batch) - 1).filter(lambda c: c not in boundaries))
+    with pytest.raises(MalformedBatchError):
+        parse_batch(batch[:cut], 1_000, 1_000)
+
+
+def test_batch_limits_and_garbage_are_refused() -> None:
+    """Too many records or headers, unknown attribute bits and garbage are all refused."""
+    batch = encode_batch([encode_record(None, b"v")] * 3)
+    with pytest.raises(MalformedBatchError, match="more than 2 records"):
+        parse_batch(batch, 2, 10)
+    with pytest.raises(MalformedBatchError, match="headers"):
+        parse_batch(encode_record(None, b"v", [("a", b"1"), ("b", b"2")]), 10, 1)
+    flagged = bytearray(encode_record(None, b"v"))
+    flagged[4] |= 0x80
+    with pytest.raises(MalformedBatchError, match="attribute"):
+        parse_batch(bytes(flagged), 10, 10)
+    with pytest.raises(MalformedBatchError):
+        parse_batch(b"\xff" * 9, 10, 10)
+
+
+@given(st.binary(min_size=1, max_size=300), st.data())
+def test_any_flipped_bit_in_a_stored_batch_is_detected(records_bytes: bytes, data: st.DataObject) -> None:
+    """Flipping any bit of a stored batch makes decoding fail loudly."""
+    stored = bytearray(encode_stored(7, 3, 1_000, records_bytes))
+    position = data.draw(st.integers(min_value=0, max_value=len(stored) - 1))
+    stored[position] ^= 1 << data.draw(st.integers(min_value=0, max_value=7))
     with pytest.raises(CorruptRecordError):
-        decode_record(bytes(encoded), 7)
+        decode_batch(bytes(stored), 7)
 
 
-def test_record_under_the_wrong_offset_is_corrupt() -> None:
-    """A record whose own offset disagrees with its key is refused."""
-    encoded = encode_record(5, NewRecord(1, TIMESTAMP_CREATE_TIME, None, b"v"))
+def test_stored_batch_round_trips_and_checks_its_offset() -> None:
+    """A stored batch gives back its records; stored under the wrong offset it is corrupt."""
+    stored = encode_stored(5, 2, 1_000, b"payload")
+    batch = decode_batch(stored, 5)
+    assert (batch.base_offset, batch.record_count, batch.append_time_ms, batch.records) == (
+        5,
+        2,
+        1_000,
+        b"payload",
+    )
+    assert batch.next_offset == 7
     with pytest.raises(CorruptRecordError, match="offset"):
-        decode_record(encoded, 6)
-
-
-def test_truncated_record_is_corrupt() -> None:
-    """A record cut short fails its checksum."""
-    encoded = encode_record(0, NewRecord(1, TIMESTAMP_CREATE_TIME, b"key", b"value"))
-    with pytest.raises(CorruptRecordError):
-        decode_record(encoded[:-1], 0)
+        decode_batch(stored, 6)

@@ -1,4 +1,4 @@
-"""The LMDB store: appends and reads, fetch size rules, corruption detected on read, copy and replace."""
+"""The LMDB store: batches appended and read by offset, size rules, corruption detected, copy and replace."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from storage import CorruptRecordError, NewRecord, Store
-from storage.records import TIMESTAMP_CREATE_TIME
+from proto.records import encode_batch, encode_record
+from storage import CorruptRecordError, Store
 
 
-def record(value: bytes, key: bytes | None = None) -> NewRecord:
-    return NewRecord(1_700_000_000_000, TIMESTAMP_CREATE_TIME, key, value, (("h", b"1"),))
+def batch(*values: bytes) -> bytes:
+    return encode_batch(encode_record(None, value) for value in values)
 
 
 @pytest.fixture
@@ -19,36 +19,49 @@ def store(tmp_path: Path) -> Store:
     store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
     with store.write() as writer:
         topic = writer.create_topic("t", 2, 5)
-        writer.append(topic.topic_id, 0, [record(b"a", b"k"), record(b"b")])
-        writer.append(topic.topic_id, 1, [record(b"c")])
-        writer.append(topic.topic_id, 0, [record(b"d")])
+        writer.append(topic.topic_id, 0, batch(b"a", b"b"), 2, 100)
+        writer.append(topic.topic_id, 1, batch(b"c"), 1, 101)
+        writer.append(topic.topic_id, 0, batch(b"d"), 1, 102)
     return store
 
 
-def test_records_round_trip_in_order_per_partition(store: Store) -> None:
-    """Records come back with their offsets, keys, values and headers, partition by partition."""
+def test_batches_come_back_in_order_per_partition(store: Store) -> None:
+    """Batches keep their base offsets, counts, append times and bytes, partition by partition."""
     with store.read() as reader:
-        zero = reader.records(1, 0, 0, 100, 1 << 20)
-        one = reader.records(1, 1, 0, 100, 1 << 20)
+        zero = reader.batches(1, 0, 0, 1 << 20)
+        one = reader.batches(1, 1, 0, 1 << 20)
         state = reader.partition(1, 0)
-    assert [(r.offset, r.key, r.value, r.headers) for r in zero] == [
-        (0, b"k", b"a", (("h", b"1"),)),
-        (1, None, b"b", (("h", b"1"),)),
-        (2, None, b"d", (("h", b"1"),)),
-    ]
-    assert [(r.offset, r.value) for r in one] == [(0, b"c")]
+    assert [(b.base_offset, b.record_count, b.append_time_ms) for b in zero] == [(0, 2, 100), (2, 1, 102)]
+    assert zero[0].records == batch(b"a", b"b")
+    assert [(b.base_offset, b.records) for b in one] == [(0, batch(b"c"))]
     assert state is not None and (state.log_start_offset, state.log_end_offset) == (0, 3)
 
 
-def test_fetch_limits_count_and_bytes_but_always_return_one(store: Store) -> None:
-    """max_records and max_bytes cut a read; a single record larger than max_bytes still comes back."""
+def test_read_starts_at_the_batch_holding_the_offset(store: Store) -> None:
+    """An offset inside a batch returns that batch; the log end returns nothing; bytes cut the read."""
     with store.read() as reader:
-        assert [r.offset for r in reader.records(1, 0, 1, 1, 1 << 20)] == [1]
-        assert [r.offset for r in reader.records(1, 0, 0, 100, 1)] == [0]
-        assert reader.records(1, 0, 3, 100, 1 << 20) == []
+        assert [b.base_offset for b in reader.batches(1, 0, 1, 1 << 20)] == [0, 2]
+        assert [b.base_offset for b in reader.batches(1, 0, 2, 1 << 20)] == [2]
+        assert reader.batches(1, 0, 3, 1 << 20) == []
+        assert reader.batches(1, 1, 1, 1 << 20) == []
+        assert [b.base_offset for b in reader.batches(1, 0, 0, 1)] == [0]
 
 
-def test_corrupted_stored_record_is_never_served(store: Store, tmp_path: Path) -> None:
+def test_trim_deletes_whole_batches_below_the_new_start(store: Store) -> None:
+    """Trimming inside a batch keeps that batch; trimming past it deletes it."""
+    with store.write() as writer:
+        assert writer.trim(1, 0, 1) == 1
+    with store.read() as reader:
+        assert [b.base_offset for b in reader.batches(1, 0, 1, 1 << 20)] == [0, 2]
+    with store.write() as writer:
+        writer.trim(1, 0, 2)
+    with store.read() as reader:
+        state = reader.partition(1, 0)
+        assert [b.base_offset for b in reader.batches(1, 0, 2, 1 << 20)] == [2]
+    assert state is not None and state.log_start_offset == 2
+
+
+def test_corrupted_stored_batch_is_never_served(store: Store) -> None:
     """A bit flipped inside LMDB is reported as CorruptRecordError on read."""
     environment = store._environment
     records_db = store._databases[b"records"]
@@ -58,7 +71,7 @@ def test_corrupted_stored_record_is_never_served(store: Store, tmp_path: Path) -
         raw[-3] ^= 0xFF
         transaction.put(key, bytes(raw), db=records_db)
     with store.read() as reader, pytest.raises(CorruptRecordError):
-        reader.records(1, 0, 0, 100, 1 << 20)
+        reader.batches(1, 0, 0, 1 << 20)
 
 
 def test_compact_copy_replaces_another_store_exactly(store: Store, tmp_path: Path) -> None:
