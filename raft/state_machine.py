@@ -8,6 +8,7 @@ adapter stops the node rather than let replicas diverge.
 from __future__ import annotations
 
 from proto import kq_pb2
+from proto.records import count_records
 from raft import commands
 from raft.limits import (
     ENTRY_BYTES_MAX,
@@ -26,7 +27,6 @@ from raft.results import (
     TopicResult,
     TrimResult,
 )
-from proto.records import count_records
 from storage import ProducerAppend, Store, StoreWriter
 
 

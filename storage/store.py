@@ -209,10 +209,12 @@ class StoreReader:
         prefix = _PARTITION_KEY.pack(topic_id, partition)
         key = _RECORD_KEY.pack(topic_id, partition, offset)
         found = cursor.set_range(key)
-        if not found or bytes(cursor.key()) != key:
-            # The batch holding `offset` starts before it: the previous key, if it is this partition's.
-            if not (cursor.prev() if found else cursor.last()) or bytes(cursor.key()[:12]) != prefix:
-                return []
+        # Unless a batch starts exactly at `offset`, the one holding it is the previous key (if ours).
+        exact = found and bytes(cursor.key()) == key
+        if not exact and (
+            not (cursor.prev() if found else cursor.last()) or bytes(cursor.key()[:12]) != prefix
+        ):
+            return []
         result: list[StoredBatch] = []
         total_bytes = 0
         for raw_key, raw in cursor:
