@@ -81,6 +81,7 @@ class Batcher:
         self._in_flight_changed = threading.Condition()
         self._proposal_number = 0
         self._carry: _Pending | None = None
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="kq-batcher", daemon=True)
         self._thread.start()
 
@@ -113,7 +114,8 @@ class Batcher:
             self._propose(batch)
 
     def _take_batch(self) -> list[_Pending] | None:
-        first = self._carry if self._carry is not None else self._queue.get()
+        """The next entry's requests: what is queued now, within the entry limits; None to stop."""
+        first = self._carry if self._carry is not None else None if self._stopping else self._queue.get()
         self._carry = None
         if first is None:
             return None
@@ -123,11 +125,11 @@ class Batcher:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if item is None or size_bytes + item.size_bytes > ENTRY_BYTES_MAX:
-                self._carry = item  # Starts the next entry (or stops the thread after this one).
-                if item is None:
-                    self._queue.put(None)
-                    self._carry = None
+            if item is None:
+                self._stopping = True  # Propose what was taken, then stop.
+                break
+            if size_bytes + item.size_bytes > ENTRY_BYTES_MAX:
+                self._carry = item  # It starts the next entry.
                 break
             batch.append(item)
             size_bytes += item.size_bytes

@@ -1,0 +1,98 @@
+"""The batcher: requests that wait while entries are in flight travel together in the next entry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from broker.consensus import ConsensusStatus
+from broker.proposals import PROPOSALS_IN_FLIGHT_MAX, AppendOutcome, Batcher
+from proto import kq_pb2
+from raft import commands
+from raft.results import ApplyResult
+from raft.state_machine import apply
+from storage import Store
+from tests.raft.helpers import batch, create
+
+Callback = Callable[[ApplyResult | None, int], None]
+
+
+class HeldConsensus:
+    """Accepts proposals but commits them only when the test says so."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.held: list[tuple[bytes, Callback]] = []
+        self.lock = threading.Lock()
+
+    def propose(self, data: bytes, callback: Callback) -> None:
+        with self.lock:
+            self.held.append((data, callback))
+
+    def commit_next(self) -> None:
+        with self.lock:
+            data, callback = self.held.pop(0)
+        callback(apply(self.store, self.store.applied_index() + 1, data), 0)
+
+    def is_leader(self) -> bool:
+        return True
+
+    def leader_grpc_address(self) -> str | None:
+        return None
+
+    def status(self) -> ConsensusStatus:
+        return ConsensusStatus("leader", "1", "", 1, 0, 0, {}, True, 0)
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def appends_in(data: bytes) -> int:
+    return len(commands.decode(data).append.appends)
+
+
+def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> None:
+    """With every slot busy, ten queued requests become one entry; every request gets its own offset."""
+    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+    apply(store, 1, create("t", 1))
+    consensus = HeldConsensus(store)
+    batcher = Batcher(consensus, lambda: 1_000)
+    request = commands.partition_append("t", 0, batch(b"v"), 1)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        first: list[Future[AppendOutcome]] = []
+        for slot in range(PROPOSALS_IN_FLIGHT_MAX):  # One at a time: each fills a slot alone.
+            first.append(pool.submit(batcher.append, request, 10))
+            proposed = slot + 1
+            wait_until(lambda: len(consensus.held) == proposed)  # noqa: B023 - used before the loop moves on.
+        queued = [pool.submit(batcher.append, request, 10) for _ in range(10)]
+        wait_until(lambda: batcher._queue.qsize() == 10)
+        consensus.commit_next()
+        wait_until(lambda: len(consensus.held) == PROPOSALS_IN_FLIGHT_MAX)
+        assert appends_in(consensus.held[-1][0]) == 10
+        while consensus.held:
+            consensus.commit_next()
+        offsets = sorted(f.result(timeout=10).result.base_offset for f in first + queued)
+    assert offsets == list(range(12))
+    batcher.stop()
+    store.close()
+
+
+def test_a_request_is_answered_unavailable_when_nothing_commits(tmp_path: Path) -> None:
+    """A request whose entry never commits fails (retriably) at its timeout instead of hanging."""
+    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+    batcher = Batcher(HeldConsensus(store), lambda: 1_000)
+    try:
+        batcher.append(kq_pb2.PartitionAppend(topic="t", records=batch(b"v"), record_count=1), 0.05)
+    except Exception as error:
+        assert type(error).__name__ == "UnavailableError"
+    else:
+        raise AssertionError("expected UnavailableError")
+    batcher.stop()
+    store.close()
