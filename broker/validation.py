@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from broker.errors import InvalidArgumentError
 from proto import kq_pb2
-from proto.records import MalformedBatchError, WireRecord, parse_batch
+from proto.records import MalformedBatchError, validate_batch
 from raft.limits import (
     APPEND_BYTES_MAX,
     FETCH_BYTES_MAX,
@@ -53,28 +53,17 @@ def check_produce(request: kq_pb2.ProduceRequest) -> None:
             f"request of {len(request.records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
         )
     try:
-        records = parse_batch(request.records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX)
+        count = validate_batch(
+            request.records,
+            RECORDS_PER_APPEND_MAX,
+            HEADERS_PER_RECORD_MAX,
+            RECORD_BYTES_MAX,
+            HEADER_NAME_BYTES_MAX,
+        )
     except MalformedBatchError as error:
-        raise InvalidArgumentError(f"malformed record batch: {error}") from error
-    if len(records) != request.record_count:
-        raise InvalidArgumentError(
-            f"record_count says {request.record_count}; the batch holds {len(records)}"
-        )
-    for position, record in enumerate(records):
-        _check_record(record, position)
-
-
-def _check_record(record: WireRecord, position: int) -> None:
-    for name, _ in record.headers:
-        if len(name.encode()) > HEADER_NAME_BYTES_MAX:
-            raise InvalidArgumentError(
-                f"record {position} has a header name over {HEADER_NAME_BYTES_MAX} bytes"
-            )
-    if record.size_bytes > RECORD_BYTES_MAX:
-        raise InvalidArgumentError(
-            f"record {position} is {record.size_bytes} bytes; "
-            f"the limit is {RECORD_BYTES_MAX} (key, value and headers)"
-        )
+        raise InvalidArgumentError(f"bad record batch: {error}") from error
+    if count != request.record_count:
+        raise InvalidArgumentError(f"record_count says {request.record_count}; the batch holds {count}")
 
 
 def fetch_limits(request: kq_pb2.FetchRequest) -> tuple[int, int, int]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import click
 
-from client import KqClient, NodeStatus
+from client import KqClient
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"  # The nodes of deploy/run-cluster.sh.
 RETRY_TIMEOUT_S_DEFAULT = 10.0  # Longer than a leader failover (0.5-2 s), short enough for a person to wait.
@@ -80,9 +80,5 @@ def open_client(ctx: click.Context) -> KqClient:
 
 def metadata_node(client: KqClient, node: str | None) -> str | None:
     """The node to read metadata from: the one asked for, else the current leader, else None (any node)."""
-    if node is not None:
-        return node
-    answered = [s for s in client.cluster_status() if isinstance(s, NodeStatus) and s.leader_address]
-    if not answered:
-        return None  # No leader right now: any node's view is the best there is.
-    return max(answered, key=lambda status: status.term).leader_address  # A deposed leader has a lower term.
+    # With no leader right now (None), any node's view is the best there is.
+    return node if node is not None else client.leader_address()

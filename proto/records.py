@@ -86,6 +86,79 @@ def count_records(batch: bytes) -> int:
     return count
 
 
+def validate_batch(
+    batch: bytes, records_max: int, headers_max: int, record_bytes_max: int, header_name_bytes_max: int
+) -> int:
+    """Checks every record's layout and limits without copying anything; returns the record count.
+
+    This is the leader's check of each produce request (the hot path), so it only walks offsets;
+    `parse_batch` is the decoder. Raises MalformedBatchError naming the record and the problem.
+    """
+    count, position, end = 0, 0, len(batch)
+    while position < end:
+        if count >= records_max:
+            raise MalformedBatchError(f"more than {records_max} records in one batch")
+        if position + _LENGTH.size > end:
+            raise MalformedBatchError(f"record {count}: cut-short length prefix")
+        (length,) = _LENGTH.unpack_from(batch, position)
+        start = position + _LENGTH.size
+        position = start + length
+        if position > end:
+            raise MalformedBatchError(f"record {count}: runs past the end of the batch")
+        problem = _record_problem(
+            batch, start, position, headers_max, record_bytes_max, header_name_bytes_max
+        )
+        if problem is not None:
+            raise MalformedBatchError(f"record {count}: {problem}")
+        count += 1
+    return count
+
+
+def _record_problem(
+    batch: bytes, start: int, stop: int, headers_max: int, record_bytes_max: int, header_name_bytes_max: int
+) -> str | None:
+    """What is wrong with the record in batch[start:stop], or None."""
+    if stop - start < RECORD_OVERHEAD_BYTES - _LENGTH.size:
+        return "shorter than its fixed fields"
+    attributes, timestamp_ms = _FIXED.unpack_from(batch, start)
+    if attributes & ~_KNOWN_ATTRIBUTES:
+        return f"unknown attribute bits {attributes:#x}"
+    if timestamp_ms < 0:
+        return "negative timestamp"
+    (key_length,) = _LENGTH.unpack_from(batch, start + _FIXED.size)
+    position = start + _FIXED.size + _LENGTH.size + key_length
+    if position + _LENGTH.size > stop or (key_length and not attributes & KEY_PRESENT):
+        return "bad key length"
+    (value_length,) = _LENGTH.unpack_from(batch, position)
+    position += _LENGTH.size + value_length
+    if position + _SHORT.size > stop or (value_length and not attributes & VALUE_PRESENT):
+        return "bad value length"
+    (header_count,) = _SHORT.unpack_from(batch, position)
+    position += _SHORT.size
+    if header_count > headers_max:
+        return f"more than {headers_max} headers"
+    size_bytes = key_length + value_length
+    for _ in range(header_count):
+        if position + _SHORT.size > stop:
+            return "cut-short header"
+        (name_length,) = _SHORT.unpack_from(batch, position)
+        position += _SHORT.size
+        if name_length > header_name_bytes_max or position + name_length + _LENGTH.size > stop:
+            return f"header name over {header_name_bytes_max} bytes or cut short"
+        try:
+            batch[position : position + name_length].decode()
+        except UnicodeDecodeError:
+            return "header name is not UTF-8"
+        (header_length,) = _LENGTH.unpack_from(batch, position + name_length)
+        position += name_length + _LENGTH.size + header_length
+        size_bytes += name_length + header_length
+    if position != stop:
+        return "its fields do not add up to its length"
+    if size_bytes > record_bytes_max:
+        return f"{size_bytes} bytes; the limit is {record_bytes_max} (key, value and headers)"
+    return None
+
+
 def parse_batch(batch: bytes, records_max: int, headers_max: int) -> list[WireRecord]:
     """Every record of `batch`, each fully checked; raises MalformedBatchError naming the record."""
     records: list[WireRecord] = []

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proto.records import MalformedBatchError, count_records, encode_batch, encode_record, parse_batch
+from proto.records import (
+    MalformedBatchError,
+    count_records,
+    encode_batch,
+    encode_record,
+    parse_batch,
+    validate_batch,
+)
 from storage import CorruptRecordError
 from storage.records import decode_batch
 from storage.records import encode_batch as encode_stored
@@ -88,3 +95,27 @@ def test_stored_batch_round_trips_and_checks_its_offset() -> None:
     assert batch.next_offset == 7
     with pytest.raises(CorruptRecordError, match="offset"):
         decode_batch(stored, 6)
+
+
+@given(records, st.data())
+def test_validator_and_decoder_agree_on_any_damaged_batch(
+    fields: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]], data: st.DataObject
+) -> None:
+    """The leader's allocation-free check accepts exactly the batches the decoder can read."""
+    batch = bytearray(
+        encode_batch(
+            encode_record(key, value, headers, timestamp) for key, value, headers, timestamp in fields
+        )
+    )
+    for _ in range(data.draw(st.integers(min_value=0, max_value=3))):
+        position = data.draw(st.integers(min_value=0, max_value=len(batch) - 1))
+        batch[position] = data.draw(st.integers(min_value=0, max_value=255))
+    try:
+        decoded: int | None = len(parse_batch(bytes(batch), 1_000, 1_000))
+    except MalformedBatchError:
+        decoded = None
+    try:
+        validated: int | None = validate_batch(bytes(batch), 1_000, 1_000, 1 << 30, 1 << 16)
+    except MalformedBatchError:
+        validated = None
+    assert validated == decoded
