@@ -55,6 +55,18 @@ class SequenceError(KqError):
     status_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class GroupNotEmptyError(KqError):
+    """The operation needs a group without active members."""
+
+    status_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class RebalanceError(KqError):
+    """The member is unknown to its group or its generation is stale: it must rejoin."""
+
+    status_code = grpc.StatusCode.ABORTED
+
+
 class NotLeaderError(KqError):
     """This node does not lead; `leader_address` (gRPC host:port) is where to go, if known."""
 
@@ -93,6 +105,16 @@ def error_for_code(code: ErrorCode, subject: str) -> KqError | None:
         ErrorCode.UNKNOWN_PRODUCER: SequenceError(f"unknown producer id for {subject}"),
         ErrorCode.OUT_OF_ORDER_SEQUENCE: SequenceError(f"out-of-order producer sequence for {subject}"),
         ErrorCode.OFFSET_OUT_OF_RANGE: OutOfRangeError(f"offset beyond the log end of {subject}"),
+        ErrorCode.UNKNOWN_GROUP: NotFoundError(f"unknown group {subject}"),
+        ErrorCode.UNKNOWN_MEMBER: RebalanceError(f"unknown member of group {subject}: rejoin"),
+        ErrorCode.STALE_GENERATION: RebalanceError(
+            f"stale generation for group {subject}: it rebalanced; rejoin"
+        ),
+        ErrorCode.GROUP_HAS_MEMBERS: GroupNotEmptyError(
+            f"group {subject} has active members; stop its consumers first"
+        ),
+        ErrorCode.TOO_MANY_GROUPS: ResourceExhaustedError("the cluster holds its maximum number of groups"),
+        ErrorCode.GROUP_FULL: ResourceExhaustedError(f"group {subject} holds its maximum number of members"),
         ErrorCode.DUPLICATE_SEQUENCE: SequenceError(
             f"producer sequence for {subject} is too old to deduplicate"
         ),

@@ -20,8 +20,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.config import ConfigError, NodeConfig, parse_address, parse_peers
 from broker.consensus import PySyncObjConsensus
+from broker.groups import GroupCoordinator
 from broker.proposals import Batcher, wall_clock_ms
-from broker.service import AppliedNotifier, BrokerService
+from broker.service import BrokerService
+from broker.service_base import AppliedNotifier
 from proto import kq_pb2_grpc
 from raft.limits import GRPC_MESSAGE_BYTES_MAX
 from raft.node import RaftConfig, RaftNode
@@ -55,7 +57,8 @@ def run_node(config: NodeConfig, log_level: str) -> None:
             ("grpc.so_reuseport", 0),
         ],
     )
-    service = BrokerService(config.self_peer, config.peers, store, consensus, batcher, notifier)
+    coordinator = GroupCoordinator(store, consensus, wall_clock_ms)
+    service = BrokerService(config.self_peer, config.peers, store, consensus, batcher, notifier, coordinator)
     kq_pb2_grpc.add_BrokerServicer_to_server(service, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -77,6 +80,7 @@ def run_node(config: NodeConfig, log_level: str) -> None:
     logger.info("stopping")
     server.stop(SHUTDOWN_GRACE_S).wait()
     batcher.stop()
+    coordinator.stop()
     node.destroy()
     store.close()
 

@@ -38,6 +38,42 @@ CREATE_TIME: TimestampType.ValueType  # 0
 LOG_APPEND_TIME: TimestampType.ValueType  # 1
 Global___TimestampType: _TypeAlias = TimestampType  # noqa: Y015
 
+class _GroupPhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GroupPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GroupPhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GROUP_EMPTY: _GroupPhase.ValueType  # 0
+    GROUP_REBALANCING: _GroupPhase.ValueType  # 1
+    GROUP_STABLE: _GroupPhase.ValueType  # 2
+
+class GroupPhase(_GroupPhase, metaclass=_GroupPhaseEnumTypeWrapper): ...
+
+GROUP_EMPTY: GroupPhase.ValueType  # 0
+GROUP_REBALANCING: GroupPhase.ValueType  # 1
+GROUP_STABLE: GroupPhase.ValueType  # 2
+Global___GroupPhase: _TypeAlias = GroupPhase  # noqa: Y015
+
+class _ResetTarget:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ResetTargetEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResetTarget.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESET_EARLIEST: _ResetTarget.ValueType  # 0
+    RESET_LATEST: _ResetTarget.ValueType  # 1
+    RESET_OFFSET: _ResetTarget.ValueType  # 2
+    RESET_TIMESTAMP: _ResetTarget.ValueType  # 3
+
+class ResetTarget(_ResetTarget, metaclass=_ResetTargetEnumTypeWrapper): ...
+
+RESET_EARLIEST: ResetTarget.ValueType  # 0
+RESET_LATEST: ResetTarget.ValueType  # 1
+RESET_OFFSET: ResetTarget.ValueType  # 2
+RESET_TIMESTAMP: ResetTarget.ValueType  # 3
+Global___ResetTarget: _TypeAlias = ResetTarget  # noqa: Y015
+
 @_typing.final
 class Header(_message.Message):
     """---------------------------------------------------------------------------------------------
@@ -124,6 +160,11 @@ class Command(_message.Message):
     APPEND_FIELD_NUMBER: _builtins.int
     REGISTER_PRODUCER_FIELD_NUMBER: _builtins.int
     TRIM_FIELD_NUMBER: _builtins.int
+    JOIN_GROUP_FIELD_NUMBER: _builtins.int
+    LEAVE_GROUP_FIELD_NUMBER: _builtins.int
+    COMMIT_OFFSETS_FIELD_NUMBER: _builtins.int
+    RESET_OFFSETS_FIELD_NUMBER: _builtins.int
+    DELETE_GROUP_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -136,6 +177,16 @@ class Command(_message.Message):
     def register_producer(self) -> Global___RegisterProducerCommand: ...
     @_builtins.property
     def trim(self) -> Global___TrimCommand: ...
+    @_builtins.property
+    def join_group(self) -> Global___JoinGroupCommand: ...
+    @_builtins.property
+    def leave_group(self) -> Global___LeaveGroupCommand: ...
+    @_builtins.property
+    def commit_offsets(self) -> Global___CommitOffsetsCommand: ...
+    @_builtins.property
+    def reset_offsets(self) -> Global___ResetOffsetsCommand: ...
+    @_builtins.property
+    def delete_group(self) -> Global___DeleteGroupCommand: ...
     def __init__(
         self,
         *,
@@ -145,12 +196,17 @@ class Command(_message.Message):
         append: Global___AppendCommand | None = ...,
         register_producer: Global___RegisterProducerCommand | None = ...,
         trim: Global___TrimCommand | None = ...,
+        join_group: Global___JoinGroupCommand | None = ...,
+        leave_group: Global___LeaveGroupCommand | None = ...,
+        commit_offsets: Global___CommitOffsetsCommand | None = ...,
+        reset_offsets: Global___ResetOffsetsCommand | None = ...,
+        delete_group: Global___DeleteGroupCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "create_topic", b"create_topic", "delete_topic", b"delete_topic", "kind", b"kind", "register_producer", b"register_producer", "trim", b"trim"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "create_topic", b"create_topic", "delete_topic", b"delete_topic", "kind", b"kind", "register_producer", b"register_producer", "trim", b"trim", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -308,6 +364,280 @@ class RegisterProducerCommand(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegisterProducerCommand: _TypeAlias = RegisterProducerCommand  # noqa: Y015
+
+@_typing.final
+class TopicPartition(_message.Message):
+    """---------------------------------------------------------------------------------------------
+    Consumer groups: replicated state and commands. Membership changes go through a rebalance
+    barrier (Kafka's classic protocol, with the assignment computed by the cluster): a change moves
+    the group to REBALANCING, every member commits and rejoins, and the generation then advances
+    with a new assignment. Heartbeats are not replicated: the leader keeps them in memory and
+    proposes LeaveGroup(expired) for members whose session timed out.
+    ---------------------------------------------------------------------------------------------
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicPartition: _TypeAlias = TopicPartition  # noqa: Y015
+
+@_typing.final
+class GroupMember(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TOPIC_PATTERN_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    REJOINED_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    client_id: _builtins.str
+    topic_pattern: _builtins.str
+    session_timeout_ms: _builtins.int
+    rebalance_timeout_ms: _builtins.int
+    rejoined: _builtins.bool
+    """Has this member (re)joined since the current rebalance began?"""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Subscription: explicit topics, or a regular expression matched against topic names at each rebalance."""
+
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]: ...
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        client_id: _builtins.str = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        topic_pattern: _builtins.str = ...,
+        session_timeout_ms: _builtins.int = ...,
+        rebalance_timeout_ms: _builtins.int = ...,
+        rejoined: _builtins.bool = ...,
+        assignment: _abc.Iterable[Global___TopicPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_id", b"client_id", "member_id", b"member_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "rejoined", b"rejoined", "session_timeout_ms", b"session_timeout_ms", "topic_pattern", b"topic_pattern", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupMember: _TypeAlias = GroupMember  # noqa: Y015
+
+@_typing.final
+class GroupState(_message.Message):
+    """One group as stored (serialized deterministically, so replicas hold identical bytes)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    PHASE_STARTED_MS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    generation: _builtins.int
+    phase: Global___GroupPhase.ValueType
+    assignor: _builtins.str
+    phase_started_ms: _builtins.int
+    """Leader's clock when the current phase began (from the command that began it)."""
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMember]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        phase: Global___GroupPhase.ValueType = ...,
+        assignor: _builtins.str = ...,
+        members: _abc.Iterable[Global___GroupMember] | None = ...,
+        phase_started_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "generation", b"generation", "members", b"members", "name", b"name", "phase", b"phase", "phase_started_ms", b"phase_started_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupState: _TypeAlias = GroupState  # noqa: Y015
+
+@_typing.final
+class OffsetEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetEntry: _TypeAlias = OffsetEntry  # noqa: Y015
+
+@_typing.final
+class JoinGroupCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    assignor: _builtins.str
+    now_ms: _builtins.int
+    @_builtins.property
+    def member(self) -> Global___GroupMember:
+        """member_id chosen by the leader for a new member."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member: Global___GroupMember | None = ...,
+        assignor: _builtins.str = ...,
+        now_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "group", b"group", "member", b"member", "now_ms", b"now_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JoinGroupCommand: _TypeAlias = JoinGroupCommand  # noqa: Y015
+
+@_typing.final
+class LeaveGroupCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_IDS_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    EXPIRED_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    now_ms: _builtins.int
+    expired: _builtins.bool
+    """True when the leader removes members whose session or rebalance timed out."""
+    @_builtins.property
+    def member_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member_ids: _abc.Iterable[_builtins.str] | None = ...,
+        now_ms: _builtins.int = ...,
+        expired: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expired", b"expired", "group", b"group", "member_ids", b"member_ids", "now_ms", b"now_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaveGroupCommand: _TypeAlias = LeaveGroupCommand  # noqa: Y015
+
+@_typing.final
+class CommitOffsetsCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    member_id: _builtins.str
+    generation: _builtins.int
+    now_ms: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
+        now_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "member_id", b"member_id", "now_ms", b"now_ms", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitOffsetsCommand: _TypeAlias = CommitOffsetsCommand  # noqa: Y015
+
+@_typing.final
+class ResetOffsetsCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResetOffsetsCommand: _TypeAlias = ResetOffsetsCommand  # noqa: Y015
+
+@_typing.final
+class DeleteGroupCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupCommand: _TypeAlias = DeleteGroupCommand  # noqa: Y015
 
 @_typing.final
 class CreateTopicRequest(_message.Message):
@@ -912,3 +1242,523 @@ class ClusterStatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterStatusResponse: _TypeAlias = ClusterStatusResponse  # noqa: Y015
+
+@_typing.final
+class JoinGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TOPIC_PATTERN_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    member_id: _builtins.str
+    """Empty for a new member."""
+    client_id: _builtins.str
+    topic_pattern: _builtins.str
+    session_timeout_ms: _builtins.int
+    """0: the default."""
+    rebalance_timeout_ms: _builtins.int
+    """0: the default."""
+    assignor: _builtins.str
+    """"range" (default), "roundrobin" or "sticky"; the group's first member decides."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        client_id: _builtins.str = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        topic_pattern: _builtins.str = ...,
+        session_timeout_ms: _builtins.int = ...,
+        rebalance_timeout_ms: _builtins.int = ...,
+        assignor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "client_id", b"client_id", "group", b"group", "member_id", b"member_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "session_timeout_ms", b"session_timeout_ms", "topic_pattern", b"topic_pattern", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JoinGroupRequest: _TypeAlias = JoinGroupRequest  # noqa: Y015
+
+@_typing.final
+class JoinGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    generation: _builtins.int
+    assignor: _builtins.str
+    index: _builtins.int
+    session_timeout_ms: _builtins.int
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]: ...
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        assignment: _abc.Iterable[Global___TopicPartition] | None = ...,
+        assignor: _builtins.str = ...,
+        index: _builtins.int = ...,
+        session_timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "assignor", b"assignor", "generation", b"generation", "index", b"index", "member_id", b"member_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JoinGroupResponse: _TypeAlias = JoinGroupResponse  # noqa: Y015
+
+@_typing.final
+class HeartbeatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    WAIT_MS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    member_id: _builtins.str
+    generation: _builtins.int
+    wait_ms: _builtins.int
+    """Long-poll: answer at once when a rebalance begins, else after this long."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        wait_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "member_id", b"member_id", "wait_ms", b"wait_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class HeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GENERATION_FIELD_NUMBER: _builtins.int
+    REBALANCING_FIELD_NUMBER: _builtins.int
+    generation: _builtins.int
+    rebalancing: _builtins.bool
+    def __init__(
+        self,
+        *,
+        generation: _builtins.int = ...,
+        rebalancing: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "rebalancing", b"rebalancing"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatResponse: _TypeAlias = HeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class LeaveGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    member_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaveGroupRequest: _TypeAlias = LeaveGroupRequest  # noqa: Y015
+
+@_typing.final
+class LeaveGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaveGroupResponse: _TypeAlias = LeaveGroupResponse  # noqa: Y015
+
+@_typing.final
+class CommitOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    member_id: _builtins.str
+    """Empty (with generation 0) for a consumer outside group management."""
+    generation: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "member_id", b"member_id", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitOffsetsRequest: _TypeAlias = CommitOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class CommitOffsetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitOffsetsResponse: _TypeAlias = CommitOffsetsResponse  # noqa: Y015
+
+@_typing.final
+class FetchOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    MIN_INDEX_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    min_index: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]:
+        """Empty: every committed offset of the group."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___TopicPartition] | None = ...,
+        min_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "min_index", b"min_index", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchOffsetsRequest: _TypeAlias = FetchOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class FetchOffsetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    APPLIED_INDEX_FIELD_NUMBER: _builtins.int
+    applied_index: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]:
+        """Partitions with no committed offset are absent."""
+
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
+        applied_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchOffsetsResponse: _TypeAlias = FetchOffsetsResponse  # noqa: Y015
+
+@_typing.final
+class ListGroupsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIN_INDEX_FIELD_NUMBER: _builtins.int
+    min_index: _builtins.int
+    def __init__(
+        self,
+        *,
+        min_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_index", b"min_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsRequest: _TypeAlias = ListGroupsRequest  # noqa: Y015
+
+@_typing.final
+class GroupSummary(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    phase: Global___GroupPhase.ValueType
+    generation: _builtins.int
+    members: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        phase: Global___GroupPhase.ValueType = ...,
+        generation: _builtins.int = ...,
+        members: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "members", b"members", "name", b"name", "phase", b"phase"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupSummary: _TypeAlias = GroupSummary  # noqa: Y015
+
+@_typing.final
+class ListGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupSummary]: ...
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___GroupSummary] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsResponse: _TypeAlias = ListGroupsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MIN_INDEX_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    min_index: _builtins.int
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        min_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "min_index", b"min_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeGroupRequest: _TypeAlias = DescribeGroupRequest  # noqa: Y015
+
+@_typing.final
+class PartitionLag(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    HAS_COMMITTED_FIELD_NUMBER: _builtins.int
+    COMMITTED_OFFSET_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    LAG_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    member_id: _builtins.str
+    """Empty when no member owns it."""
+    has_committed: _builtins.bool
+    committed_offset: _builtins.int
+    log_end_offset: _builtins.int
+    lag: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        member_id: _builtins.str = ...,
+        has_committed: _builtins.bool = ...,
+        committed_offset: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+        lag: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "has_committed", b"has_committed", "lag", b"lag", "log_end_offset", b"log_end_offset", "member_id", b"member_id", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionLag: _TypeAlias = PartitionLag  # noqa: Y015
+
+@_typing.final
+class DescribeGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    SERVED_BY_FIELD_NUMBER: _builtins.int
+    APPLIED_INDEX_FIELD_NUMBER: _builtins.int
+    served_by: _builtins.str
+    applied_index: _builtins.int
+    @_builtins.property
+    def group(self) -> Global___GroupState: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionLag]: ...
+    def __init__(
+        self,
+        *,
+        group: Global___GroupState | None = ...,
+        partitions: _abc.Iterable[Global___PartitionLag] | None = ...,
+        served_by: _builtins.str = ...,
+        applied_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "group", b"group", "partitions", b"partitions", "served_by", b"served_by"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeGroupResponse: _TypeAlias = DescribeGroupResponse  # noqa: Y015
+
+@_typing.final
+class ResetOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    target: Global___ResetTarget.ValueType
+    offset: _builtins.int
+    timestamp_ms: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        target: Global___ResetTarget.ValueType = ...,
+        offset: _builtins.int = ...,
+        timestamp_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "offset", b"offset", "target", b"target", "timestamp_ms", b"timestamp_ms", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResetOffsetsRequest: _TypeAlias = ResetOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class ResetOffsetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResetOffsetsResponse: _TypeAlias = ResetOffsetsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupRequest: _TypeAlias = DeleteGroupRequest  # noqa: Y015
+
+@_typing.final
+class DeleteGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015

@@ -84,6 +84,51 @@ class BrokerStub:
                 request_serializer=proto_dot_kq__pb2.ClusterStatusRequest.SerializeToString,
                 response_deserializer=proto_dot_kq__pb2.ClusterStatusResponse.FromString,
                 _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/kq.v1.Broker/JoinGroup',
+                request_serializer=proto_dot_kq__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/kq.v1.Broker/Heartbeat',
+                request_serializer=proto_dot_kq__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/kq.v1.Broker/LeaveGroup',
+                request_serializer=proto_dot_kq__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.CommitOffsets = channel.unary_unary(
+                '/kq.v1.Broker/CommitOffsets',
+                request_serializer=proto_dot_kq__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.CommitOffsetsResponse.FromString,
+                _registered_method=True)
+        self.FetchOffsets = channel.unary_unary(
+                '/kq.v1.Broker/FetchOffsets',
+                request_serializer=proto_dot_kq__pb2.FetchOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.FetchOffsetsResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/kq.v1.Broker/ListGroups',
+                request_serializer=proto_dot_kq__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroup = channel.unary_unary(
+                '/kq.v1.Broker/DescribeGroup',
+                request_serializer=proto_dot_kq__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.DescribeGroupResponse.FromString,
+                _registered_method=True)
+        self.ResetOffsets = channel.unary_unary(
+                '/kq.v1.Broker/ResetOffsets',
+                request_serializer=proto_dot_kq__pb2.ResetOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.ResetOffsetsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/kq.v1.Broker/DeleteGroup',
+                request_serializer=proto_dot_kq__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -149,6 +194,60 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +300,51 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ClusterStatus,
                     request_deserializer=proto_dot_kq__pb2.ClusterStatusRequest.FromString,
                     response_serializer=proto_dot_kq__pb2.ClusterStatusResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=proto_dot_kq__pb2.JoinGroupRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=proto_dot_kq__pb2.HeartbeatRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=proto_dot_kq__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'CommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitOffsets,
+                    request_deserializer=proto_dot_kq__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.CommitOffsetsResponse.SerializeToString,
+            ),
+            'FetchOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchOffsets,
+                    request_deserializer=proto_dot_kq__pb2.FetchOffsetsRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.FetchOffsetsResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=proto_dot_kq__pb2.ListGroupsRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroup,
+                    request_deserializer=proto_dot_kq__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.DescribeGroupResponse.SerializeToString,
+            ),
+            'ResetOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffsets,
+                    request_deserializer=proto_dot_kq__pb2.ResetOffsetsRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.ResetOffsetsResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=proto_dot_kq__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.DeleteGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -473,6 +617,249 @@ class Broker:
             '/kq.v1.Broker/ClusterStatus',
             proto_dot_kq__pb2.ClusterStatusRequest.SerializeToString,
             proto_dot_kq__pb2.ClusterStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/JoinGroup',
+            proto_dot_kq__pb2.JoinGroupRequest.SerializeToString,
+            proto_dot_kq__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/Heartbeat',
+            proto_dot_kq__pb2.HeartbeatRequest.SerializeToString,
+            proto_dot_kq__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/LeaveGroup',
+            proto_dot_kq__pb2.LeaveGroupRequest.SerializeToString,
+            proto_dot_kq__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/CommitOffsets',
+            proto_dot_kq__pb2.CommitOffsetsRequest.SerializeToString,
+            proto_dot_kq__pb2.CommitOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/FetchOffsets',
+            proto_dot_kq__pb2.FetchOffsetsRequest.SerializeToString,
+            proto_dot_kq__pb2.FetchOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/ListGroups',
+            proto_dot_kq__pb2.ListGroupsRequest.SerializeToString,
+            proto_dot_kq__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/DescribeGroup',
+            proto_dot_kq__pb2.DescribeGroupRequest.SerializeToString,
+            proto_dot_kq__pb2.DescribeGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/ResetOffsets',
+            proto_dot_kq__pb2.ResetOffsetsRequest.SerializeToString,
+            proto_dot_kq__pb2.ResetOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/DeleteGroup',
+            proto_dot_kq__pb2.DeleteGroupRequest.SerializeToString,
+            proto_dot_kq__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

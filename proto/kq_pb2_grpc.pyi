@@ -45,6 +45,15 @@ class BrokerStub:
     DeleteRecords: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]
     RegisterProducer: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]
     ClusterStatus: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ClusterStatusRequest, _kq_pb2.ClusterStatusResponse]
+    JoinGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.JoinGroupRequest, _kq_pb2.JoinGroupResponse]
+    Heartbeat: _grpc.UnaryUnaryMultiCallable[_kq_pb2.HeartbeatRequest, _kq_pb2.HeartbeatResponse]
+    LeaveGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.LeaveGroupRequest, _kq_pb2.LeaveGroupResponse]
+    CommitOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.CommitOffsetsRequest, _kq_pb2.CommitOffsetsResponse]
+    FetchOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.FetchOffsetsRequest, _kq_pb2.FetchOffsetsResponse]
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListGroupsRequest, _kq_pb2.ListGroupsResponse]
+    DescribeGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DescribeGroupRequest, _kq_pb2.DescribeGroupResponse]
+    ResetOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ResetOffsetsRequest, _kq_pb2.ResetOffsetsResponse]
+    DeleteGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteGroupRequest, _kq_pb2.DeleteGroupResponse]
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -59,6 +68,15 @@ class BrokerAsyncStub(BrokerStub):
     DeleteRecords: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
     RegisterProducer: _aio.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]  # type: ignore[assignment]
     ClusterStatus: _aio.UnaryUnaryMultiCallable[_kq_pb2.ClusterStatusRequest, _kq_pb2.ClusterStatusResponse]  # type: ignore[assignment]
+    JoinGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.JoinGroupRequest, _kq_pb2.JoinGroupResponse]  # type: ignore[assignment]
+    Heartbeat: _aio.UnaryUnaryMultiCallable[_kq_pb2.HeartbeatRequest, _kq_pb2.HeartbeatResponse]  # type: ignore[assignment]
+    LeaveGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.LeaveGroupRequest, _kq_pb2.LeaveGroupResponse]  # type: ignore[assignment]
+    CommitOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.CommitOffsetsRequest, _kq_pb2.CommitOffsetsResponse]  # type: ignore[assignment]
+    FetchOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.FetchOffsetsRequest, _kq_pb2.FetchOffsetsResponse]  # type: ignore[assignment]
+    ListGroups: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListGroupsRequest, _kq_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    DescribeGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.DescribeGroupRequest, _kq_pb2.DescribeGroupResponse]  # type: ignore[assignment]
+    ResetOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.ResetOffsetsRequest, _kq_pb2.ResetOffsetsResponse]  # type: ignore[assignment]
+    DeleteGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteGroupRequest, _kq_pb2.DeleteGroupResponse]  # type: ignore[assignment]
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -130,5 +148,68 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.ClusterStatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.ClusterStatusResponse, _abc.Awaitable[_kq_pb2.ClusterStatusResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def JoinGroup(
+        self,
+        request: _kq_pb2.JoinGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.JoinGroupResponse, _abc.Awaitable[_kq_pb2.JoinGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Heartbeat(
+        self,
+        request: _kq_pb2.HeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.HeartbeatResponse, _abc.Awaitable[_kq_pb2.HeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def LeaveGroup(
+        self,
+        request: _kq_pb2.LeaveGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.LeaveGroupResponse, _abc.Awaitable[_kq_pb2.LeaveGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CommitOffsets(
+        self,
+        request: _kq_pb2.CommitOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.CommitOffsetsResponse, _abc.Awaitable[_kq_pb2.CommitOffsetsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def FetchOffsets(
+        self,
+        request: _kq_pb2.FetchOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.FetchOffsetsResponse, _abc.Awaitable[_kq_pb2.FetchOffsetsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _kq_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.ListGroupsResponse, _abc.Awaitable[_kq_pb2.ListGroupsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeGroup(
+        self,
+        request: _kq_pb2.DescribeGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.DescribeGroupResponse, _abc.Awaitable[_kq_pb2.DescribeGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ResetOffsets(
+        self,
+        request: _kq_pb2.ResetOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.ResetOffsetsResponse, _abc.Awaitable[_kq_pb2.ResetOffsetsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteGroup(
+        self,
+        request: _kq_pb2.DeleteGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.DeleteGroupResponse, _abc.Awaitable[_kq_pb2.DeleteGroupResponse]]: ...
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -85,3 +85,45 @@ def trim(topic: str, partition: int, before_offset: int) -> kq_pb2.Command:
         version=COMMAND_VERSION,
         trim=kq_pb2.TrimCommand(topic=topic, partition=partition, before_offset=before_offset),
     )
+
+
+def join_group(group: str, member: kq_pb2.GroupMember, assignor: str, now_ms: int) -> kq_pb2.Command:
+    """Command adding or refreshing a group member."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        join_group=kq_pb2.JoinGroupCommand(group=group, member=member, assignor=assignor, now_ms=now_ms),
+    )
+
+
+def leave_group(group: str, member_ids: Sequence[str], now_ms: int, expired: bool = False) -> kq_pb2.Command:
+    """Command removing members that left (or whose session or rebalance timed out)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        leave_group=kq_pb2.LeaveGroupCommand(
+            group=group, member_ids=member_ids, now_ms=now_ms, expired=expired
+        ),
+    )
+
+
+def commit_offsets(
+    group: str, member_id: str, generation: int, offsets: Sequence[kq_pb2.OffsetEntry], now_ms: int
+) -> kq_pb2.Command:
+    """Command storing a group's committed offsets."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        commit_offsets=kq_pb2.CommitOffsetsCommand(
+            group=group, member_id=member_id, generation=generation, offsets=offsets, now_ms=now_ms
+        ),
+    )
+
+
+def reset_offsets(group: str, offsets: Sequence[kq_pb2.OffsetEntry]) -> kq_pb2.Command:
+    """Command setting the offsets of a group without members."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION, reset_offsets=kq_pb2.ResetOffsetsCommand(group=group, offsets=offsets)
+    )
+
+
+def delete_group(group: str) -> kq_pb2.Command:
+    """Command deleting a group without members."""
+    return kq_pb2.Command(version=COMMAND_VERSION, delete_group=kq_pb2.DeleteGroupCommand(group=group))

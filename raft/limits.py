@@ -16,17 +16,29 @@ FETCH_RECORDS_MAX = 10_000
 FETCH_BYTES_MAX = 4 * 1024 * 1024
 FETCH_WAIT_MS_MAX = 30_000
 GRPC_MESSAGE_BYTES_MAX = 8 * 1024 * 1024  # Above every request and response size limit.
+GROUPS_MAX = 10_000
+GROUP_MEMBERS_MAX = 1_000
+SUBSCRIBED_TOPICS_MAX = 1_000
+TOPIC_PATTERN_LENGTH_MAX = 1_024
+OFFSETS_PER_COMMIT_MAX = 10_000
+SESSION_TIMEOUT_MS_MIN = 1_000
+SESSION_TIMEOUT_MS_MAX = 300_000
+SESSION_TIMEOUT_MS_DEFAULT = 10_000
+REBALANCE_TIMEOUT_MS_MIN = 1_000
+REBALANCE_TIMEOUT_MS_MAX = 600_000
+REBALANCE_TIMEOUT_MS_DEFAULT = 30_000
+HEARTBEAT_WAIT_MS_MAX = 30_000
 COMMAND_VERSION = 1  # Version of the Command envelope this code writes and applies.
 
 
-def topic_name_problem(name: str) -> str | None:
-    """Why `name` is not a legal topic name, or None when it is."""
+def topic_name_problem(name: str, what: str = "topic") -> str | None:
+    """Why `name` is not a legal topic (or group: `what`) name, or None when it is."""
     if not name:
-        return "topic name is empty"
+        return f"{what} name is empty"
     if len(name.encode()) > TOPIC_NAME_LENGTH_MAX:
-        return f"topic name is longer than {TOPIC_NAME_LENGTH_MAX} bytes"
+        return f"{what} name is longer than {TOPIC_NAME_LENGTH_MAX} bytes"
     if name in (".", ".."):
-        return "topic name cannot be '.' or '..'"
+        return f"{what} name cannot be '.' or '..'"
     if not TOPIC_NAME_PATTERN.fullmatch(name):
-        return "topic name may contain only ASCII letters, digits, '.', '_' and '-'"
+        return f"{what} name may contain only ASCII letters, digits, '.', '_' and '-'"
     return None

@@ -20,6 +20,12 @@ class ErrorCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE = 6
     DUPLICATE_SEQUENCE = 7  # A retry older than the remembered window: cannot return its offset.
     OFFSET_OUT_OF_RANGE = 8
+    UNKNOWN_GROUP = 9
+    UNKNOWN_MEMBER = 10
+    STALE_GENERATION = 11
+    GROUP_HAS_MEMBERS = 12
+    TOO_MANY_GROUPS = 13
+    GROUP_FULL = 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,15 @@ class TrimResult:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupResult:
+    """Result of a group command: the group's generation and phase after it (GroupPhase values)."""
+
+    error: ErrorCode
+    generation: int = 0
+    phase: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerResult:
     """Result of RegisterProducer."""
 
@@ -69,4 +84,4 @@ class SkippedResult:
     index: int
 
 
-ApplyResult = TopicResult | AppendResult | TrimResult | ProducerResult | SkippedResult
+ApplyResult = TopicResult | AppendResult | TrimResult | GroupResult | ProducerResult | SkippedResult

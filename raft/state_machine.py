@@ -7,9 +7,12 @@ adapter stops the node rather than let replicas diverge.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from proto import kq_pb2
 from proto.records import count_records
-from raft import commands
+from raft import commands, groups
 from raft.limits import (
     ENTRY_BYTES_MAX,
     PARTITIONS_MAX,
@@ -21,6 +24,7 @@ from raft.results import (
     AppendResult,
     ApplyResult,
     ErrorCode,
+    GroupResult,
     PartitionAppendResult,
     ProducerResult,
     SkippedResult,
@@ -55,9 +59,20 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
         return _apply_delete_topic(writer, command.delete_topic)
     if kind == "trim":
         return _apply_trim(writer, command.trim)
+    if kind in _GROUP_HANDLERS:
+        return _GROUP_HANDLERS[kind](writer, getattr(command, kind))
     if kind == "register_producer":
         return ProducerResult(writer.allocate_producer_id())
     raise commands.UnknownCommandError(f"no handler for command kind {kind}")
+
+
+_GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult]] = {
+    "join_group": groups.apply_join,
+    "leave_group": groups.apply_leave,
+    "commit_offsets": groups.apply_commit,
+    "reset_offsets": groups.apply_reset,
+    "delete_group": groups.apply_delete_group,
+}
 
 
 def _apply_create_topic(writer: StoreWriter, command: kq_pb2.CreateTopicCommand) -> TopicResult:

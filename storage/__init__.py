@@ -16,6 +16,10 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
     producers   key: producer_id u64 | topic_id u64 | partition u32                         (20 bytes)
                 value: count u8, then `count` x (first_sequence u64 | record_count u32 | base_offset u64),
                        oldest first; the last PRODUCER_APPENDS_KEPT appends of that producer there.
+    groups      key: group name (UTF-8)
+                value: the group's state, serialized by raft/ (a `GroupState` protobuf, deterministic)
+    offsets     key: name_length u16 | group name | topic_id u64 | partition u32
+                value: committed_offset u64 | commit_time_ms i64                              (16 bytes)
 
 Every write goes through one LMDB write transaction per applied Raft entry, which also stores the
 entry's index in `applied_index`: state and index move together or not at all.

@@ -29,7 +29,10 @@ _PRODUCER_APPEND = struct.Struct(">QIQ")
 _APPLIED_INDEX = b"applied_index"
 _NEXT_TOPIC_ID = b"next_topic_id"
 _NEXT_PRODUCER_ID = b"next_producer_id"
-DATABASE_NAMES = (b"meta", b"topics", b"partitions", b"records", b"producers")
+DATABASE_NAMES = (b"meta", b"topics", b"partitions", b"records", b"producers", b"groups", b"offsets")
+_GROUP_NAME_LENGTH = struct.Struct(">H")
+_OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
+_COMMITTED = struct.Struct(">Qq")  # offset, commit time
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,8 @@ class StoreReader:
         self._partitions = databases[b"partitions"]
         self._records = databases[b"records"]
         self._producers = databases[b"producers"]
+        self._groups = databases[b"groups"]
+        self._offsets = databases[b"offsets"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -230,6 +235,35 @@ class StoreReader:
             total_bytes += len(raw)
         return result
 
+    def group(self, name: str) -> bytes | None:
+        """The group's serialized state (opaque to storage), or None."""
+        raw = self._transaction.get(name.encode(), db=self._groups)
+        return None if raw is None else bytes(raw)
+
+    def groups(self) -> list[tuple[str, bytes]]:
+        """Every group's (name, serialized state), by name."""
+        return [(bytes(key).decode(), bytes(raw)) for key, raw in self._transaction.cursor(db=self._groups)]
+
+    def committed_offsets(self, group: str) -> list[tuple[int, int, int, int]]:
+        """The group's committed offsets as (topic_id, partition, offset, commit_time_ms)."""
+        prefix = _group_prefix(group)
+        cursor = self._transaction.cursor(db=self._offsets)
+        result: list[tuple[int, int, int, int]] = []
+        if not cursor.set_range(prefix):
+            return result
+        for key, raw in cursor:
+            if bytes(key[: len(prefix)]) != prefix:
+                break
+            topic_id, partition = _OFFSET_TAIL.unpack_from(key, len(prefix))
+            offset, commit_time_ms = _COMMITTED.unpack(raw)
+            result.append((topic_id, partition, offset, commit_time_ms))
+        return result
+
+
+def _group_prefix(group: str) -> bytes:
+    name = group.encode()
+    return _GROUP_NAME_LENGTH.pack(len(name)) + name
+
 
 class StoreWriter(StoreReader):
     """Typed writes inside the one write transaction of an applied entry."""
@@ -275,6 +309,14 @@ class StoreWriter(StoreReader):
         ]
         for key in stale:
             self._transaction.delete(key, db=self._producers)
+        offsets_cursor = self._transaction.cursor(db=self._offsets)
+        orphaned = [
+            bytes(key)
+            for key in offsets_cursor.iternext(values=False)
+            if _OFFSET_TAIL.unpack_from(key, len(key) - _OFFSET_TAIL.size)[0] == topic.topic_id
+        ]
+        for key in orphaned:
+            self._transaction.delete(key, db=self._offsets)
 
     def _delete_prefix(self, database: Any, prefix: bytes) -> None:
         cursor = self._transaction.cursor(db=database)
@@ -337,6 +379,22 @@ class StoreWriter(StoreReader):
             PartitionState(before_offset, state.log_end_offset, state.size_bytes - freed_bytes),
         )
         return before_offset
+
+    def put_group(self, name: str, state: bytes) -> None:
+        """Stores a group's serialized state."""
+        self._transaction.put(name.encode(), state, db=self._groups)
+
+    def delete_group(self, name: str) -> None:
+        """Removes a group and all its committed offsets."""
+        self._transaction.delete(name.encode(), db=self._groups)
+        self._delete_prefix(self._offsets, _group_prefix(name))
+
+    def commit_offset(
+        self, group: str, topic_id: int, partition: int, offset: int, commit_time_ms: int
+    ) -> None:
+        """Stores the group's committed offset for one partition."""
+        key = _group_prefix(group) + _OFFSET_TAIL.pack(topic_id, partition)
+        self._transaction.put(key, _COMMITTED.pack(offset, commit_time_ms), db=self._offsets)
 
     def remember_producer_append(
         self, producer_id: int, topic_id: int, partition: int, append: ProducerAppend

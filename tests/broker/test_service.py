@@ -12,7 +12,9 @@ import pytest
 
 from broker.consensus import Peer
 from broker.proposals import Batcher, wall_clock_ms
-from broker.service import AppliedNotifier, BrokerService
+from broker.groups import GroupCoordinator
+from broker.service import BrokerService
+from broker.service_base import AppliedNotifier
 from proto import kq_pb2, kq_pb2_grpc
 from raft.limits import PARTITIONS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
 from storage import Store
@@ -41,7 +43,10 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
     consensus = FakeConsensus(store, notifier.notify)
     batcher = Batcher(consensus, wall_clock_ms)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    service = BrokerService(Peer("1", "127.0.0.1:1", "127.0.0.1:2"), (), store, consensus, batcher, notifier)
+    coordinator = GroupCoordinator(store, consensus, wall_clock_ms)
+    service = BrokerService(
+        Peer("1", "127.0.0.1:1", "127.0.0.1:2"), (), store, consensus, batcher, notifier, coordinator
+    )
     kq_pb2_grpc.add_BrokerServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -55,6 +60,7 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
         channel.close()
         server.stop(None)
         batcher.stop()
+        coordinator.stop()
         store.close()
 
 

@@ -1,0 +1,392 @@
+"""The consumer-group RPCs of the Broker service (a mixin of BrokerService)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import uuid
+
+import grpc
+
+from broker.consensus import Consensus, Peer
+from broker.errors import (
+    InvalidArgumentError,
+    KqError,
+    NotFoundError,
+    OutOfRangeError,
+    RebalanceError,
+    error_for_code,
+)
+from broker.groups import GroupCoordinator
+from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
+from broker.service_base import AppliedNotifier, ServiceBase, rpc
+from broker.validation import check_topic_name
+from proto import kq_pb2
+from proto.records import parse_batch
+from raft import commands
+from raft.assignors import ASSIGNORS
+from raft.limits import (
+    HEADERS_PER_RECORD_MAX,
+    HEARTBEAT_WAIT_MS_MAX,
+    OFFSETS_PER_COMMIT_MAX,
+    REBALANCE_TIMEOUT_MS_DEFAULT,
+    REBALANCE_TIMEOUT_MS_MAX,
+    REBALANCE_TIMEOUT_MS_MIN,
+    RECORDS_PER_APPEND_MAX,
+    SESSION_TIMEOUT_MS_DEFAULT,
+    SESSION_TIMEOUT_MS_MAX,
+    SESSION_TIMEOUT_MS_MIN,
+    SUBSCRIBED_TOPICS_MAX,
+    TOPIC_PATTERN_LENGTH_MAX,
+    topic_name_problem,
+)
+from raft.results import ApplyResult, GroupResult
+from storage import StoreReader
+
+CLIENT_ID_LENGTH_MAX = 255
+
+
+class GroupRpcs(ServiceBase):
+    """Join, heartbeat, leave, commit, fetch offsets, list, describe (with lag), reset, delete."""
+
+    _coordinator: GroupCoordinator
+    _consensus: Consensus
+    _notifier: AppliedNotifier
+    _node: Peer
+
+    def _propose_group(self, command: kq_pb2.Command, group: str) -> GroupResult:
+        result: ApplyResult = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
+        assert isinstance(result, GroupResult)
+        error = error_for_code(result.error, group)
+        if error is not None:
+            raise error
+        return result
+
+    def _group_state(self, reader: StoreReader, group: str) -> kq_pb2.GroupState | None:
+        raw = reader.group(group)
+        if raw is None:
+            return None
+        state = kq_pb2.GroupState()
+        state.ParseFromString(raw)
+        return state
+
+    @rpc
+    def JoinGroup(
+        self, request: kq_pb2.JoinGroupRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.JoinGroupResponse:
+        """Joins (or rejoins) a group and waits until the rebalance gives this member its partitions."""
+        member = _checked_member(request, self._store_topics())
+        self._require_leader()
+        if request.member_id:
+            with self._store.read() as reader:
+                state = self._group_state(reader, request.group)
+            if state is None or all(m.member_id != request.member_id for m in state.members):
+                raise RebalanceError(
+                    f"unknown member of group {request.group}: join again without a member id"
+                )
+        else:
+            member.member_id = f"{request.client_id or 'member'}-{uuid.uuid4().hex[:12]}"
+        self._coordinator.heard_from(request.group, member.member_id)
+        command = commands.join_group(request.group, member, request.assignor, wall_clock_ms())
+        self._propose_group(command, request.group)
+        deadline = time.monotonic() + member.rebalance_timeout_ms / 1000
+        while True:
+            self._coordinator.heard_from(request.group, member.member_id)
+            with self._store.read() as reader:
+                applied_index = reader.applied_index()
+                state = self._group_state(reader, request.group)
+            mine = (
+                None
+                if state is None
+                else next((m for m in state.members if m.member_id == member.member_id), None)
+            )
+            if state is None or mine is None:
+                raise RebalanceError(
+                    f"member {member.member_id} left group {request.group} while joining: join again"
+                )
+            if state.phase == kq_pb2.GROUP_STABLE:
+                return kq_pb2.JoinGroupResponse(
+                    member_id=member.member_id,
+                    generation=state.generation,
+                    assignment=mine.assignment,
+                    assignor=state.assignor,
+                    index=applied_index,
+                    session_timeout_ms=member.session_timeout_ms,
+                )
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0 or not context.is_active():
+                raise RebalanceError(
+                    f"group {request.group} is still rebalancing: join again with your member id"
+                )
+            self._notifier.wait_beyond(applied_index, min(remaining_s, 1.0))
+
+    def _store_topics(self) -> set[str]:
+        with self._store.read() as reader:
+            return {topic.name for topic in reader.topics()}
+
+    @rpc
+    def Heartbeat(
+        self, request: kq_pb2.HeartbeatRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.HeartbeatResponse:
+        """Keeps a member alive; answers at once when its group starts rebalancing (long-poll)."""
+        _check_group_name(request.group)
+        if request.wait_ms > HEARTBEAT_WAIT_MS_MAX:
+            raise InvalidArgumentError(f"wait_ms is at most {HEARTBEAT_WAIT_MS_MAX}")
+        self._require_leader()
+        deadline = time.monotonic() + request.wait_ms / 1000
+        while True:
+            self._coordinator.heard_from(request.group, request.member_id)
+            with self._store.read() as reader:
+                applied_index = reader.applied_index()
+                state = self._group_state(reader, request.group)
+            if state is None or all(m.member_id != request.member_id for m in state.members):
+                raise RebalanceError(f"unknown member of group {request.group}: rejoin")
+            rebalancing = state.phase == kq_pb2.GROUP_REBALANCING or state.generation != request.generation
+            remaining_s = deadline - time.monotonic()
+            if rebalancing or remaining_s <= 0 or not context.is_active() or not self._consensus.is_leader():
+                return kq_pb2.HeartbeatResponse(generation=state.generation, rebalancing=rebalancing)
+            self._notifier.wait_beyond(applied_index, min(remaining_s, 1.0))
+
+    @rpc
+    def LeaveGroup(
+        self, request: kq_pb2.LeaveGroupRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.LeaveGroupResponse:
+        """Removes a member at once (its partitions move without waiting for its session to expire)."""
+        _check_group_name(request.group)
+        self._require_leader()
+        command = commands.leave_group(request.group, [request.member_id], wall_clock_ms())
+        with contextlib.suppress(RebalanceError, NotFoundError):  # Already gone: leaving is idempotent.
+            self._propose_group(command, request.group)
+        return kq_pb2.LeaveGroupResponse()
+
+    @rpc
+    def CommitOffsets(
+        self, request: kq_pb2.CommitOffsetsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.CommitOffsetsResponse:
+        """Commits offsets for the member's generation (or for a group without members)."""
+        _check_group_name(request.group)
+        if not request.offsets or len(request.offsets) > OFFSETS_PER_COMMIT_MAX:
+            raise InvalidArgumentError(f"a commit carries 1 to {OFFSETS_PER_COMMIT_MAX} offsets")
+        for entry in request.offsets:
+            check_topic_name(entry.topic)
+        self._require_leader()
+        if request.member_id:
+            self._coordinator.heard_from(request.group, request.member_id)
+        command = commands.commit_offsets(
+            request.group, request.member_id, request.generation, request.offsets, wall_clock_ms()
+        )
+        self._propose_group(command, request.group)
+        return kq_pb2.CommitOffsetsResponse(index=self._store.applied_index())
+
+    @rpc
+    def FetchOffsets(
+        self, request: kq_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.FetchOffsetsResponse:
+        """The group's committed offsets (all, or for the given partitions), from this node's store."""
+        _check_group_name(request.group)
+        self._catch_up(request.min_index)
+        wanted = {(tp.topic, tp.partition) for tp in request.partitions}
+        with self._store.read() as reader:
+            names = {topic.topic_id: topic.name for topic in reader.topics()}
+            offsets = [
+                kq_pb2.OffsetEntry(topic=names[topic_id], partition=partition, offset=offset)
+                for topic_id, partition, offset, _ in reader.committed_offsets(request.group)
+                if topic_id in names and (not wanted or (names[topic_id], partition) in wanted)
+            ]
+            return kq_pb2.FetchOffsetsResponse(offsets=offsets, applied_index=reader.applied_index())
+
+    @rpc
+    def ListGroups(
+        self, request: kq_pb2.ListGroupsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.ListGroupsResponse:
+        """Every group with its phase, generation and member count."""
+        self._catch_up(request.min_index)
+        summaries = []
+        with self._store.read() as reader:
+            for name, _ in reader.groups():
+                state = self._group_state(reader, name)
+                assert state is not None
+                summaries.append(
+                    kq_pb2.GroupSummary(
+                        name=name, phase=state.phase, generation=state.generation, members=len(state.members)
+                    )
+                )
+        return kq_pb2.ListGroupsResponse(groups=summaries)
+
+    @rpc
+    def DescribeGroup(
+        self, request: kq_pb2.DescribeGroupRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.DescribeGroupResponse:
+        """The group's members and, per partition, committed offset, log end and lag."""
+        _check_group_name(request.group)
+        self._catch_up(request.min_index)
+        with self._store.read() as reader:
+            state = self._group_state(reader, request.group)
+            if state is None:
+                raise NotFoundError(f"unknown group {request.group}")
+            return kq_pb2.DescribeGroupResponse(
+                group=state,
+                partitions=_lags(reader, state),
+                served_by=self._node.node_id,
+                applied_index=reader.applied_index(),
+            )
+
+    @rpc
+    def ResetOffsets(
+        self, request: kq_pb2.ResetOffsetsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.ResetOffsetsResponse:
+        """Moves a group without active members to earliest, latest, an offset or a timestamp."""
+        _check_group_name(request.group)
+        if not request.topics:
+            raise InvalidArgumentError("name at least one topic to reset")
+        self._require_leader()
+        with self._store.read() as reader:
+            offsets = [entry for topic in request.topics for entry in _reset_targets(reader, topic, request)]
+        self._propose_group(commands.reset_offsets(request.group, offsets), request.group)
+        return kq_pb2.ResetOffsetsResponse(offsets=offsets, index=self._store.applied_index())
+
+    @rpc
+    def DeleteGroup(
+        self, request: kq_pb2.DeleteGroupRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.DeleteGroupResponse:
+        """Deletes a group without active members and its committed offsets."""
+        _check_group_name(request.group)
+        self._require_leader()
+        self._propose_group(commands.delete_group(request.group), request.group)
+        return kq_pb2.DeleteGroupResponse(index=self._store.applied_index())
+
+
+def _check_group_name(group: str) -> None:
+    problem = topic_name_problem(group, "group")
+    if problem is not None:
+        raise InvalidArgumentError(problem)
+
+
+def _checked_member(request: kq_pb2.JoinGroupRequest, topics: set[str]) -> kq_pb2.GroupMember:
+    """The member a join request describes, with defaults; rejects what is outside the limits."""
+    _check_group_name(request.group)
+    if bool(request.topics) == bool(request.topic_pattern):
+        raise InvalidArgumentError("subscribe with either a list of topics or a topic pattern")
+    if len(request.topics) > SUBSCRIBED_TOPICS_MAX or len(request.topic_pattern) > TOPIC_PATTERN_LENGTH_MAX:
+        raise InvalidArgumentError("subscription is too large")
+    for topic in request.topics:
+        check_topic_name(topic)
+        if topic not in topics:
+            raise NotFoundError(f"unknown topic {topic}")
+    if request.topic_pattern:
+        try:
+            re.compile(request.topic_pattern)
+        except re.error as error:
+            raise InvalidArgumentError(f"bad topic pattern: {error}") from error
+    if request.assignor and request.assignor not in ASSIGNORS:
+        raise InvalidArgumentError(
+            f"unknown assignor {request.assignor!r}; choose one of {', '.join(ASSIGNORS)}"
+        )
+    if len(request.client_id) > CLIENT_ID_LENGTH_MAX:
+        raise InvalidArgumentError(f"client id is longer than {CLIENT_ID_LENGTH_MAX} characters")
+    session_ms = request.session_timeout_ms or SESSION_TIMEOUT_MS_DEFAULT
+    rebalance_ms = request.rebalance_timeout_ms or REBALANCE_TIMEOUT_MS_DEFAULT
+    if not SESSION_TIMEOUT_MS_MIN <= session_ms <= SESSION_TIMEOUT_MS_MAX:
+        raise InvalidArgumentError(
+            f"session timeout must be {SESSION_TIMEOUT_MS_MIN}-{SESSION_TIMEOUT_MS_MAX} ms"
+        )
+    if not REBALANCE_TIMEOUT_MS_MIN <= rebalance_ms <= REBALANCE_TIMEOUT_MS_MAX:
+        raise InvalidArgumentError(
+            f"rebalance timeout must be {REBALANCE_TIMEOUT_MS_MIN}-{REBALANCE_TIMEOUT_MS_MAX} ms"
+        )
+    return kq_pb2.GroupMember(
+        member_id=request.member_id,
+        client_id=request.client_id,
+        topics=request.topics,
+        topic_pattern=request.topic_pattern,
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms,
+    )
+
+
+def _lags(reader: StoreReader, state: kq_pb2.GroupState) -> list[kq_pb2.PartitionLag]:
+    """Per partition of every topic the group owns or committed to: committed offset, log end, lag.
+
+    Without a committed offset the lag counts from the log start (what an `earliest` consumer has left).
+    """
+    topics = {topic.topic_id: topic for topic in reader.topics()}
+    committed = {(t, p): offset for t, p, offset, _ in reader.committed_offsets(state.name) if t in topics}
+    owners = {(tp.topic, tp.partition): m.member_id for m in state.members for tp in m.assignment}
+    names = {topic_id for topic_id, _ in committed} | {
+        topic.topic_id for topic in topics.values() if any(t == topic.name for t, _ in owners)
+    }
+    result = []
+    for topic_id in sorted(names, key=lambda i: topics[i].name):
+        topic = topics[topic_id]
+        for partition in range(topic.partitions):
+            log = reader.partition(topic_id, partition)
+            assert log is not None
+            offset = committed.get((topic_id, partition))
+            start = log.log_start_offset if offset is None else max(offset, log.log_start_offset)
+            result.append(
+                kq_pb2.PartitionLag(
+                    topic=topic.name,
+                    partition=partition,
+                    member_id=owners.get((topic.name, partition), ""),
+                    has_committed=offset is not None,
+                    committed_offset=offset or 0,
+                    log_end_offset=log.log_end_offset,
+                    lag=log.log_end_offset - start,
+                )
+            )
+    return result
+
+
+def _reset_targets(
+    reader: StoreReader, name: str, request: kq_pb2.ResetOffsetsRequest
+) -> list[kq_pb2.OffsetEntry]:
+    """The offset each partition of topic `name` is reset to."""
+    check_topic_name(name)
+    topic = reader.topic(name)
+    if topic is None:
+        raise NotFoundError(f"unknown topic {name}")
+    entries = []
+    for partition in range(topic.partitions):
+        log = reader.partition(topic.topic_id, partition)
+        assert log is not None
+        if request.target == kq_pb2.RESET_EARLIEST:
+            offset = log.log_start_offset
+        elif request.target == kq_pb2.RESET_LATEST:
+            offset = log.log_end_offset
+        elif request.target == kq_pb2.RESET_OFFSET:
+            if not log.log_start_offset <= request.offset <= log.log_end_offset:
+                raise OutOfRangeError(
+                    f"offset {request.offset} is outside {name}/{partition}: "
+                    f"{log.log_start_offset}..{log.log_end_offset}"
+                )
+            offset = request.offset
+        else:
+            found = _first_offset_at(
+                reader, topic.topic_id, partition, log.log_start_offset, request.timestamp_ms
+            )
+            offset = log.log_end_offset if found is None else found
+        entries.append(kq_pb2.OffsetEntry(topic=name, partition=partition, offset=offset))
+    return entries
+
+
+def _first_offset_at(
+    reader: StoreReader, topic_id: int, partition: int, start: int, timestamp_ms: int
+) -> int | None:
+    """The first offset whose record timestamp is at or after `timestamp_ms` (a scan), or None."""
+    offset = start
+    while True:
+        batches = reader.batches(topic_id, partition, offset, 4 * 1024 * 1024)
+        if not batches:
+            return None
+        for batch in batches:
+            for position, record in enumerate(
+                parse_batch(batch.records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX)
+            ):
+                record_offset = batch.base_offset + position
+                if record_offset >= start and (record.timestamp_ms or batch.append_time_ms) >= timestamp_ms:
+                    return record_offset
+        offset = batches[-1].next_offset
+
+
+__all__ = ["GroupRpcs", "KqError"]

@@ -1,0 +1,106 @@
+"""What every Broker RPC shares: the node's parts, leader check, read-your-writes wait, error mapping."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from broker.consensus import Consensus, Peer
+from broker.errors import KqError, NotFoundError, NotLeaderError, UnavailableError, abort_with
+from broker.groups import GroupCoordinator
+from broker.proposals import Batcher
+from storage import Store, StoreReader, TopicMeta
+
+logger = logging.getLogger(__name__)
+
+CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Handler = Callable[[Any, Request, grpc.ServicerContext], Response]
+
+
+class AppliedNotifier:
+    """Wakes long-polling fetches when an entry is applied."""
+
+    def __init__(self, applied_index: int) -> None:
+        self._changed = threading.Condition()
+        self._applied_index = applied_index
+
+    def notify(self, index: int) -> None:
+        """Called by the Raft adapter after each applied entry (and after a snapshot restore)."""
+        with self._changed:
+            self._applied_index = max(self._applied_index, index)
+            self._changed.notify_all()
+
+    def wait_until(self, index: int, timeout_s: float) -> bool:
+        """Waits until `index` is applied, at most `timeout_s`; whether it is."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._applied_index >= index, timeout=timeout_s)
+
+    def wait_beyond(self, index: int, timeout_s: float) -> None:
+        """Waits until an entry after `index` is applied, or `timeout_s` passes."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._applied_index > index, timeout=timeout_s)
+
+
+def rpc(method: Handler[Request, Response]) -> Handler[Request, Response]:
+    """Maps KqError to its status; anything else is a bug: logged, answered INTERNAL."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
+        try:
+            return method(self, request, context)
+        except KqError as error:
+            abort_with(context, error)
+        except Exception:
+            logger.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the node's log")
+
+    return wrapper
+
+
+class ServiceBase:
+    """The state every RPC uses, wired once in `broker.main`."""
+
+    def __init__(
+        self,
+        node: Peer,
+        peers: tuple[Peer, ...],
+        store: Store,
+        consensus: Consensus,
+        batcher: Batcher,
+        notifier: AppliedNotifier,
+        coordinator: GroupCoordinator,
+    ) -> None:
+        self._node = node
+        self._peers = peers
+        self._store = store
+        self._consensus = consensus
+        self._batcher = batcher
+        self._notifier = notifier
+        self._coordinator = coordinator
+
+    def _catch_up(self, min_index: int) -> None:
+        """Read-your-writes for metadata reads: wait until `min_index` is applied, else UNAVAILABLE."""
+        if min_index and not self._notifier.wait_until(min_index, CATCH_UP_WAIT_S):
+            raise UnavailableError(f"node {self._node.node_id} has not applied index {min_index} yet; retry")
+
+    def _require_leader(self) -> None:
+        if not self._consensus.is_leader():
+            leader = self._consensus.leader_grpc_address()
+            if leader is None:
+                raise UnavailableError("no leader is elected right now; retry")
+            raise NotLeaderError(leader)
+
+    @staticmethod
+    def _topic(reader: StoreReader, name: str) -> TopicMeta:
+        topic = reader.topic(name)
+        if topic is None:
+            raise NotFoundError(f"unknown topic {name}")
+        return topic

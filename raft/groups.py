@@ -1,0 +1,196 @@
+"""Consumer-group commands inside apply: join, leave/expire, commit, reset, delete.
+
+A membership change starts a rebalance (phase REBALANCING): every member must rejoin, committing
+first; when all have rejoined (or the leader expired those that did not), the generation advances
+and the group's assignor computes the new assignment from the members' subscriptions and the topics
+as this replica holds them, so every replica computes the same one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from proto import kq_pb2
+from raft.assignors import ASSIGNORS, Assignment, Subscriptions
+from raft.limits import GROUP_MEMBERS_MAX, GROUPS_MAX
+from raft.results import ErrorCode, GroupResult
+from storage import StoreWriter
+
+
+def load(writer: StoreWriter, name: str) -> kq_pb2.GroupState | None:
+    """The stored state of group `name`, or None."""
+    raw = writer.group(name)
+    if raw is None:
+        return None
+    state = kq_pb2.GroupState()
+    state.ParseFromString(raw)
+    return state
+
+
+def _save(writer: StoreWriter, state: kq_pb2.GroupState) -> GroupResult:
+    writer.put_group(state.name, state.SerializeToString(deterministic=True))
+    return GroupResult(ErrorCode.OK, state.generation, state.phase)
+
+
+def _new_group(writer: StoreWriter, name: str, assignor: str) -> kq_pb2.GroupState | None:
+    if len(writer.groups()) >= GROUPS_MAX:
+        return None
+    return kq_pb2.GroupState(name=name, generation=0, phase=kq_pb2.GROUP_EMPTY, assignor=assignor or "range")
+
+
+def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupResult:
+    """Adds or refreshes a member; a new member or a changed subscription starts a rebalance."""
+    assert command.member.member_id, "the leader chooses member ids"
+    assert (command.assignor or "range") in ASSIGNORS, "the edge checks the assignor"
+    state = load(writer, command.group) or _new_group(writer, command.group, command.assignor)
+    if state is None:
+        return GroupResult(ErrorCode.TOO_MANY_GROUPS)
+    existing = next((m for m in state.members if m.member_id == command.member.member_id), None)
+    if existing is None and len(state.members) >= GROUP_MEMBERS_MAX:
+        return GroupResult(ErrorCode.GROUP_FULL, state.generation, state.phase)
+    if existing is None:
+        existing = state.members.add()
+        existing.CopyFrom(command.member)
+        changed = True
+    else:
+        changed = (list(existing.topics), existing.topic_pattern) != (
+            list(command.member.topics),
+            command.member.topic_pattern,
+        )
+        assignment = list(existing.assignment)
+        existing.CopyFrom(command.member)
+        existing.assignment.extend(assignment)
+    existing.rejoined = True
+    if state.phase != kq_pb2.GROUP_REBALANCING and (changed or state.phase == kq_pb2.GROUP_EMPTY):
+        _begin_rebalance(state, command.now_ms, keep=existing.member_id)
+    _complete_if_ready(writer, state)
+    return _save(writer, state)
+
+
+def apply_leave(writer: StoreWriter, command: kq_pb2.LeaveGroupCommand) -> GroupResult:
+    """Removes members (leaving or expired); the others rebalance."""
+    state = load(writer, command.group)
+    if state is None:
+        return GroupResult(ErrorCode.UNKNOWN_GROUP)
+    leaving = set(command.member_ids)
+    remaining = [m for m in state.members if m.member_id not in leaving]
+    if len(remaining) == len(state.members):
+        return GroupResult(ErrorCode.UNKNOWN_MEMBER, state.generation, state.phase)
+    del state.members[:]
+    state.members.extend(remaining)
+    if state.phase == kq_pb2.GROUP_STABLE:
+        _begin_rebalance(state, command.now_ms, keep=None)
+    _complete_if_ready(writer, state)
+    return _save(writer, state)
+
+
+def apply_commit(writer: StoreWriter, command: kq_pb2.CommitOffsetsCommand) -> GroupResult:
+    """Stores offsets from a current member (or from outside group management for an empty group)."""
+    state = load(writer, command.group)
+    if command.member_id:
+        if state is None:
+            return GroupResult(ErrorCode.UNKNOWN_GROUP)
+        if not any(m.member_id == command.member_id for m in state.members):
+            return GroupResult(ErrorCode.UNKNOWN_MEMBER, state.generation, state.phase)
+        if command.generation != state.generation:
+            return GroupResult(ErrorCode.STALE_GENERATION, state.generation, state.phase)
+    else:
+        if state is not None and state.members:
+            return GroupResult(ErrorCode.GROUP_HAS_MEMBERS, state.generation, state.phase)
+        state = state or _new_group(writer, command.group, "")
+        if state is None:
+            return GroupResult(ErrorCode.TOO_MANY_GROUPS)
+    error = _write_offsets(writer, command.group, command.offsets, command.now_ms)
+    if error != ErrorCode.OK:
+        return GroupResult(error, state.generation, state.phase)
+    return _save(writer, state)
+
+
+def apply_reset(writer: StoreWriter, command: kq_pb2.ResetOffsetsCommand) -> GroupResult:
+    """Sets offsets of a group without active members."""
+    state = load(writer, command.group) or _new_group(writer, command.group, "")
+    if state is None:
+        return GroupResult(ErrorCode.TOO_MANY_GROUPS)
+    if state.members:
+        return GroupResult(ErrorCode.GROUP_HAS_MEMBERS, state.generation, state.phase)
+    error = _write_offsets(writer, command.group, command.offsets, 0)
+    if error != ErrorCode.OK:
+        return GroupResult(error, state.generation, state.phase)
+    return _save(writer, state)
+
+
+def apply_delete_group(writer: StoreWriter, command: kq_pb2.DeleteGroupCommand) -> GroupResult:
+    """Deletes a group without active members, with its committed offsets."""
+    state = load(writer, command.group)
+    if state is None:
+        return GroupResult(ErrorCode.UNKNOWN_GROUP)
+    if state.members:
+        return GroupResult(ErrorCode.GROUP_HAS_MEMBERS, state.generation, state.phase)
+    writer.delete_group(command.group)
+    return GroupResult(ErrorCode.OK, state.generation, state.phase)
+
+
+def _write_offsets(
+    writer: StoreWriter, group: str, offsets: Iterable[kq_pb2.OffsetEntry], commit_time_ms: int
+) -> ErrorCode:
+    """Checks every offset against the topics, then writes them all (or none)."""
+    resolved = []
+    for entry in offsets:
+        topic = writer.topic(entry.topic)
+        if topic is None:
+            return ErrorCode.UNKNOWN_TOPIC
+        state = writer.partition(topic.topic_id, entry.partition)
+        if state is None:
+            return ErrorCode.UNKNOWN_PARTITION
+        if entry.offset > state.log_end_offset:
+            return ErrorCode.OFFSET_OUT_OF_RANGE
+        resolved.append((topic.topic_id, entry.partition, entry.offset))
+    for topic_id, partition, offset in resolved:
+        writer.commit_offset(group, topic_id, partition, offset, commit_time_ms)
+    return ErrorCode.OK
+
+
+def _begin_rebalance(state: kq_pb2.GroupState, now_ms: int, keep: str | None) -> None:
+    """Every member but `keep` must rejoin before the next generation."""
+    state.phase = kq_pb2.GROUP_REBALANCING
+    state.phase_started_ms = now_ms
+    for member in state.members:
+        member.rejoined = member.member_id == keep
+
+
+def _complete_if_ready(writer: StoreWriter, state: kq_pb2.GroupState) -> None:
+    """Advances the generation with a new assignment once every member has rejoined."""
+    if state.phase != kq_pb2.GROUP_REBALANCING or not all(m.rejoined for m in state.members):
+        return
+    state.generation += 1
+    if not state.members:
+        state.phase = kq_pb2.GROUP_EMPTY
+        return
+    subscriptions = _subscriptions(writer, state)
+    partitions = {
+        t.name: t.partitions for t in writer.topics() if any(t.name in s for s in subscriptions.values())
+    }
+    previous: Assignment = {
+        m.member_id: [(tp.topic, tp.partition) for tp in m.assignment] for m in state.members
+    }
+    assignment = ASSIGNORS[state.assignor or "range"](subscriptions, partitions, previous)
+    for member in state.members:
+        del member.assignment[:]
+        member.assignment.extend(
+            kq_pb2.TopicPartition(topic=t, partition=p) for t, p in assignment[member.member_id]
+        )
+    state.phase = kq_pb2.GROUP_STABLE
+
+
+def _subscriptions(writer: StoreWriter, state: kq_pb2.GroupState) -> Subscriptions:
+    """Each member's topics: its list, or the existing topics its pattern matches in full."""
+    names = [t.name for t in writer.topics()]
+    result: Subscriptions = {}
+    for member in state.members:
+        if member.topic_pattern:
+            pattern = re.compile(member.topic_pattern)
+            result[member.member_id] = frozenset(n for n in names if pattern.fullmatch(n))
+        else:
+            result[member.member_id] = frozenset(member.topics)
+    return result
