@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from broker.consensus import Peer
-from broker.proposals import Batcher, wall_clock_ms
 from broker.groups import GroupCoordinator
+from broker.proposals import Batcher, wall_clock_ms
 from broker.service import BrokerService
 from broker.service_base import AppliedNotifier
 from proto import kq_pb2, kq_pb2_grpc
