@@ -105,6 +105,10 @@ class GroupRpcs(ServiceBase):
                 raise RebalanceError(
                     f"member {member.member_id} left group {request.group} while joining: join again"
                 )
+            if state.phase == kq_pb2.GROUP_REBALANCING and not mine.rejoined:
+                # Another member's change began a new rebalance after ours: a waiting joiner rejoins.
+                self._propose_group(commands.join_group(request.group, member, "", wall_clock_ms()), request.group)
+                continue
             if state.phase == kq_pb2.GROUP_STABLE:
                 return kq_pb2.JoinGroupResponse(
                     member_id=member.member_id,

@@ -11,10 +11,11 @@ from client.connection import Connections
 from client.errors import (
     InvalidRequestError,
     KqClientError,
-    ProducerSequenceError,
+    PreconditionFailedError,
     TopicNotFoundError,
     UnavailableError,
 )
+from client.groups_api import GroupsApi
 from client.partitioner import partition_for_key
 from client.types import (
     ConsumerRecord,
@@ -35,7 +36,7 @@ REQUEST_BYTES_MAX = 2 * 1024 * 1024  # Below the broker's 3 MiB APPEND_BYTES_MAX
 STATUS_TIMEOUT_S = 2.0
 
 
-class KqClient:
+class KqClient(GroupsApi):
     """A client of a kq cluster. Thread-safe; one per process is enough.
 
     `bootstrap` lists some nodes as host:port; the leader is found from any of them. Produce is
@@ -204,7 +205,7 @@ class KqClient:
             request.sequence = self._sequences.get(key, 0)
             try:
                 response = self._connections.write("Produce", request)
-            except (UnavailableError, ProducerSequenceError):
+            except (UnavailableError, PreconditionFailedError):
                 # The outcome is unknown (or the broker lost track): start a fresh producer so the
                 # next records can never be mistaken for retries of these.
                 self._reset_producer()

@@ -31,8 +31,16 @@ class OffsetOutOfRangeError(KqClientError):
     """The offset is below the log start or beyond the log end (OUT_OF_RANGE)."""
 
 
-class ProducerSequenceError(KqClientError):
-    """The broker refused an idempotent producer's sequence (FAILED_PRECONDITION without redirect)."""
+class PreconditionFailedError(KqClientError):
+    """The cluster's state forbids the request (FAILED_PRECONDITION without a redirect): an idempotent
+    producer's sequence out of order, or a group operation that needs a group without active members."""
+
+
+ProducerSequenceError = PreconditionFailedError  # The producer-facing name of the same error.
+
+
+class RebalanceError(KqClientError):
+    """The group member is unknown or its generation is stale (ABORTED): it must rejoin."""
 
 
 class UnavailableError(KqClientError):
@@ -46,7 +54,8 @@ _BY_CODE: dict[grpc.StatusCode, type[KqClientError]] = {
     grpc.StatusCode.NOT_FOUND: TopicNotFoundError,
     grpc.StatusCode.ALREADY_EXISTS: TopicExistsError,
     grpc.StatusCode.OUT_OF_RANGE: OffsetOutOfRangeError,
-    grpc.StatusCode.FAILED_PRECONDITION: ProducerSequenceError,
+    grpc.StatusCode.FAILED_PRECONDITION: PreconditionFailedError,
+    grpc.StatusCode.ABORTED: RebalanceError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: UnavailableError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: UnavailableError,

@@ -106,3 +106,64 @@ class NodeStatus:
     ready: bool
     raft_log_entries: int
     peers: tuple[PeerState, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAssignment:
+    """What joining a group gave this member."""
+
+    member_id: str
+    generation: int
+    partitions: tuple[tuple[str, int], ...]
+    assignor: str
+    session_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberInfo:
+    """One member of a group as the cluster holds it."""
+
+    member_id: str
+    client_id: str
+    subscription: tuple[str, ...]  # Topics, or the one pattern.
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """A group's position on one partition; without a committed offset the lag counts from the log start."""
+
+    topic: str
+    partition: int
+    member_id: str
+    committed_offset: int | None
+    log_end_offset: int
+    lag: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group: phase (empty, rebalancing, stable), generation, members and per-partition lag."""
+
+    name: str
+    phase: str
+    generation: int
+    assignor: str
+    members: tuple[GroupMemberInfo, ...]
+    partitions: tuple[PartitionLag, ...]
+    served_by: str
+
+    @property
+    def total_lag(self) -> int:
+        """Records the group has yet to consume, over all its partitions."""
+        return sum(p.lag for p in self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """A line of `list_groups`."""
+
+    name: str
+    phase: str
+    generation: int
+    members: int
