@@ -1,0 +1,195 @@
+"""Consumer groups on three real nodes: sharing partitions, rebalancing, failover, commits and lag."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from chaos.cluster import LocalCluster
+from client import GroupConsumer, KqClient, PreconditionFailedError, ProducerRecord, RebalanceError
+from client.types import ConsumerRecord
+
+pytestmark = pytest.mark.system
+
+SESSION_MS = 3_000
+HEARTBEAT_MS = 500
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    """Polls `condition` until true; fails naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Member:
+    """A GroupConsumer polled by its own thread, recording what it reads."""
+
+    def __init__(self, cluster: LocalCluster, group: str, topic: str, name: str, **options: object) -> None:
+        self.client = KqClient(cluster.bootstrap)
+        self.consumer = GroupConsumer(
+            self.client,
+            group,
+            [topic],
+            client_id=name,
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            **options,  # type: ignore[arg-type]
+        )
+        self.records: list[ConsumerRecord] = []
+        self.errors: list[BaseException] = []
+        self._running = threading.Event()
+        self._running.set()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self._running.is_set():
+            try:
+                self.records += self.consumer.poll(timeout_ms=200)
+            except Exception as error:  # Reported by the test, not swallowed.
+                self.errors.append(error)
+                return
+
+    def owned(self) -> int:
+        return len(self.consumer.assignment())
+
+    def stop(self, leave: bool = True) -> None:
+        """Stops polling; `leave=False` dies silently (no commit, no leave, heartbeats stop)."""
+        self._running.clear()
+        self._thread.join(timeout=30)
+        if leave:
+            self.consumer.close()
+        else:
+            self.consumer._closed.set()  # Stops the heartbeat thread, as a crashed process would.
+        self.client.close()
+
+
+def produce_in_background(cluster: LocalCluster, topic: str, stop: threading.Event) -> list[bytes]:
+    """Starts a thread sending numbered records until `stop`; returns the list of acknowledged values."""
+    acknowledged: list[bytes] = []
+
+    def run() -> None:
+        with KqClient(cluster.bootstrap) as client:
+            number = 0
+            while not stop.is_set() and number < 50_000:
+                batch = [
+                    ProducerRecord(f"{number + i}".encode(), key=f"k{number + i}".encode()) for i in range(20)
+                ]
+                client.send_batch(topic, batch)
+                acknowledged.extend(record.value or b"" for record in batch)
+                number += 20
+                time.sleep(0.01)
+
+    threading.Thread(target=run, daemon=True).start()
+    return acknowledged
+
+
+def test_members_share_partitions_and_take_over_from_a_dead_one(cluster: LocalCluster) -> None:
+    """2 members → 3/3; a third → 2/2/2; it dies silently → 3/3 again within the session timeout;
+    every record produced meanwhile is consumed at least once."""
+    with KqClient(cluster.bootstrap) as admin:
+        admin.create_topic("shared", partitions=6)
+    stop_producing = threading.Event()
+    produced = produce_in_background(cluster, "shared", stop_producing)
+    first, second = (Member(cluster, "workers", "shared", name) for name in ("a", "b"))
+    members = [first, second]
+    try:
+        wait_for(lambda: [m.owned() for m in members] == [3, 3], "3/3")
+        third = Member(cluster, "workers", "shared", "c")
+        members.append(third)
+        wait_for(lambda: sorted(m.owned() for m in members) == [2, 2, 2], "2/2/2")
+        third.stop(leave=False)
+        died = time.monotonic()
+        wait_for(lambda: [m.owned() for m in members[:2]] == [3, 3], "takeover after the silent death")
+        assert time.monotonic() - died < SESSION_MS / 1000 + 10
+        stop_producing.set()
+        time.sleep(0.2)
+        expected = set(produced)
+
+        def consumed() -> set[bytes | None]:
+            return {r.value for m in members for r in m.records}
+
+        wait_for(lambda: expected <= consumed(), "every produced record consumed")
+        assert not any(m.errors for m in members), [m.errors for m in members]
+    finally:
+        stop_producing.set()
+        for member in members[:2]:
+            member.stop()
+
+
+def test_group_survives_leader_failover_and_continues_from_its_commits(cluster: LocalCluster) -> None:
+    """kill -9 of the leader: membership, generation and committed offsets survive; reading goes on."""
+    with KqClient(cluster.bootstrap) as admin:
+        admin.create_topic("durable", partitions=3)
+        admin.send_batch("durable", [ProducerRecord(f"{i}".encode(), partition=i % 3) for i in range(300)])
+    member = Member(cluster, "survivors", "durable", "only", auto_commit_interval_ms=200)
+    try:
+        wait_for(lambda: len(member.records) >= 300, "first 300 records")
+        with KqClient(cluster.bootstrap) as admin:
+            wait_for(lambda: sum(admin.committed_offsets("survivors").values()) == 300, "commits")
+            before = admin.describe_group("survivors")
+        cluster.kill_node(cluster.wait_ready())
+        with KqClient(cluster.bootstrap) as admin:
+            admin.send_batch(
+                "durable", [ProducerRecord(f"{i}".encode(), partition=i % 3) for i in range(300, 600)]
+            )
+            wait_for(lambda: len(member.records) >= 600, "records after the failover")
+            wait_for(
+                lambda: sum(admin.committed_offsets("survivors").values()) == 600, "commits after failover"
+            )
+            after = admin.describe_group("survivors")
+        assert (after.generation, [m.member_id for m in after.members]) == (
+            before.generation,
+            [m.member_id for m in before.members],
+        )
+        values = [int(r.value or b"") for r in member.records]
+        assert sorted(set(values)) == list(range(600)), "a record was skipped"
+        assert not member.errors, member.errors
+    finally:
+        member.stop()
+
+
+def test_stale_commits_and_resets_of_active_groups_are_refused(cluster: LocalCluster) -> None:
+    """A commit from an old generation is rejected; a reset while members are active is refused clearly."""
+    with KqClient(cluster.bootstrap) as admin:
+        admin.create_topic("guarded", partitions=2)
+    first = Member(cluster, "guards", "guarded", "a")
+    try:
+        wait_for(lambda: first.owned() == 2, "first member owns both partitions")
+        old_generation, member_id = first.consumer.generation, first.consumer.member_id
+        second = Member(cluster, "guards", "guarded", "b")
+        wait_for(lambda: first.owned() == 1 and second.owned() == 1, "1/1")
+        with KqClient(cluster.bootstrap) as admin:
+            with pytest.raises(RebalanceError, match="stale generation"):
+                admin.commit_offsets(
+                    "guards", {("guarded", 0): 0}, member_id=member_id, generation=old_generation
+                )
+            with pytest.raises(PreconditionFailedError, match="active members"):
+                admin.reset_offsets("guards", ["guarded"], "earliest")
+        second.stop()
+    finally:
+        first.stop()
+
+
+def test_describe_reports_lag_before_and_after_consuming(cluster: LocalCluster) -> None:
+    """Lag equals the records produced after a reset to earliest, and zero once they are consumed."""
+    with KqClient(cluster.bootstrap) as admin:
+        admin.create_topic("lagging", partitions=3)
+        admin.send_batch("lagging", [ProducerRecord(f"{i}".encode()) for i in range(500)])
+        admin.reset_offsets("readers", ["lagging"], "earliest")
+        before = admin.describe_group("readers")
+    assert before.total_lag == 500
+    assert sum(p.log_end_offset for p in before.partitions) == 500
+    member = Member(cluster, "readers", "lagging", "r")
+    wait_for(lambda: len(member.records) >= 500, "all 500 consumed")
+    member.stop()
+    with KqClient(cluster.bootstrap) as admin:
+        after = admin.describe_group("readers")
+    assert after.total_lag == 0
+    assert all(p.committed_offset == p.log_end_offset for p in after.partitions)
