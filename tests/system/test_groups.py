@@ -193,3 +193,17 @@ def test_describe_reports_lag_before_and_after_consuming(cluster: LocalCluster) 
         after = admin.describe_group("readers")
     assert after.total_lag == 0
     assert all(p.committed_offset == p.log_end_offset for p in after.partitions)
+
+
+def test_reset_to_a_timestamp_and_to_an_offset(cluster: LocalCluster) -> None:
+    """Reset to a timestamp picks the first record at or after it; to an offset, that offset."""
+    with KqClient(cluster.bootstrap) as admin:
+        admin.create_topic("timed", partitions=1)
+        records = [ProducerRecord(f"{i}".encode(), timestamp_ms=1_000_000 + i * 10) for i in range(100)]
+        admin.send_batch("timed", records)
+        assert admin.reset_offsets("clock", ["timed"], "timestamp", timestamp_ms=1_000_495) == {
+            ("timed", 0): 50
+        }
+        assert admin.reset_offsets("clock", ["timed"], "offset", offset=7) == {("timed", 0): 7}
+        assert admin.reset_offsets("clock", ["timed"], "latest") == {("timed", 0): 100}
+        assert admin.committed_offsets("clock") == {("timed", 0): 100}
