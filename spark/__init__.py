@@ -1,0 +1,20 @@
+"""kq's PySpark data source: `spark.read.format("kq")` and `spark.readStream.format("kq")`.
+
+It reads kq topics with the schema and options of Spark's Kafka source, from followers by default,
+as Arrow record batches. Needs the `spark` extra (`pip install -e ".[spark]"`: pyspark, pyarrow).
+
+    from spark import KqDataSource
+    session.dataSource.register(KqDataSource)
+    df = (session.read.format("kq").option("kq.nodes", "127.0.0.1:9101")
+          .option("subscribe", "events").load())
+
+Modules: `options` (parsing, one error per bad option), `planning` (pure offset-range planning),
+`metadata` (the driver's calls: cluster view, one offsets snapshot), `fetching` (the executor's
+read with node failover), `schema` (Kafka's schema, Arrow batches), `source` (the Spark classes),
+`session` (a quiet local SparkSession), `jobs/` (example jobs). README.md says more.
+"""
+
+from spark.options import DataLossError, KqSourceError
+from spark.source import KqDataSource
+
+__all__ = ["DataLossError", "KqDataSource", "KqSourceError"]

@@ -1,0 +1,189 @@
+"""Executor side: read one offset range from the nodes, failing over when a node is down or behind.
+
+A node serves a range only once it has applied the Raft index the driver planned at (`min_index`):
+then it holds every record of the range, at the same offsets as every other node. A node that has
+not applied it answers with no records after waiting up to CATCH_UP_WAIT_MS; the reader then moves
+to the next candidate node. The reader stays on a node while it makes progress, moves on when that
+node fails, and gives up only when no node has made progress for READ_STALL_TIMEOUT_S.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from client import (
+    ConsumerRecord,
+    KqClientError,
+    OffsetOutOfRangeError,
+    PartitionOffsets,
+    TopicNotFoundError,
+)
+from client.types import FetchResult
+from spark.options import DataLossError, KqSourceError
+from spark.planning import DATA_LOSS_HINT, OffsetRange
+
+logger = logging.getLogger(__name__)
+
+FETCH_BYTES_MAX = 4 * 1024 * 1024  # The broker's FETCH_BYTES_MAX.
+CATCH_UP_WAIT_MS = 2_000  # How long one node may take to apply min_index before the reader moves on.
+READ_STALL_TIMEOUT_S = 60.0  # No node made progress for this long: the read fails.
+ROUND_BACKOFF_S = 0.5  # Pause after every candidate failed once in a row.
+
+
+class Fetcher(Protocol):
+    """What the reader needs of `client.KqClient`."""
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = ...,
+        max_bytes: int = ...,
+        wait_ms: int = ...,
+        node: str | None = ...,
+        min_index: int | None = ...,
+    ) -> FetchResult: ...
+
+    def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPolicy:
+    """How one range is read."""
+
+    fetch_max_records: int
+    fail_on_data_loss: bool
+    catch_up_wait_ms: int = CATCH_UP_WAIT_MS
+    stall_timeout_s: float = READ_STALL_TIMEOUT_S
+    fetch_delay_ms: int = 0  # kq.debug.fetchDelayMs: a pause before each fetch, to test failover mid-read.
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Consecutive records of a range, and the node id that served them."""
+
+    records: Sequence[ConsumerRecord]
+    served_by: str
+
+
+def read_range(
+    fetcher: Fetcher,
+    offset_range: OffsetRange,
+    nodes: Sequence[str],
+    min_index: int,
+    policy: ReadPolicy,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Chunk]:
+    """Every record of `offset_range`, exactly once and in offset order, from the first node that can."""
+    assert nodes, "an input partition names at least one node"
+    position, current = offset_range.start, 0
+    failures: dict[str, str] = {}
+    failed_in_a_row = 0
+    stall_deadline = time.monotonic() + policy.stall_timeout_s
+    while position < offset_range.end:
+        node = nodes[current % len(nodes)]
+        if policy.fetch_delay_ms:
+            sleep(policy.fetch_delay_ms / 1000)
+        outcome = _fetch(fetcher, offset_range, position, node, min_index, policy)
+        if isinstance(outcome, FetchResult) and outcome.records:
+            records = _checked(outcome.records, position, offset_range.end, node)
+            yield Chunk(records, outcome.served_by)
+            position = records[-1].offset + 1
+            failed_in_a_row, stall_deadline = 0, time.monotonic() + policy.stall_timeout_s
+            continue
+        if isinstance(outcome, int):  # Records below `outcome` are gone and failOnDataLoss=false.
+            position = outcome
+            continue
+        failures[node] = outcome if isinstance(outcome, str) else _behind(outcome, min_index, policy)
+        logger.info(
+            "kq source: %s-%d at %d: node %s: %s; trying the next node",
+            offset_range.topic,
+            offset_range.partition,
+            position,
+            node,
+            failures[node],
+        )
+        if time.monotonic() >= stall_deadline:
+            raise KqSourceError(
+                f"kq source: no node served {offset_range.topic}-{offset_range.partition} at offset "
+                f"{position} for {policy.stall_timeout_s:.0f} s: "
+                + "; ".join(f"{address}: {problem}" for address, problem in sorted(failures.items()))
+            )
+        current, failed_in_a_row = current + 1, failed_in_a_row + 1
+        if failed_in_a_row % len(nodes) == 0:
+            sleep(ROUND_BACKOFF_S)
+
+
+def _fetch(
+    fetcher: Fetcher, offset_range: OffsetRange, position: int, node: str, min_index: int, policy: ReadPolicy
+) -> FetchResult | str | int:
+    """One fetch: its result, a reason to try another node, or (data loss allowed) where to resume."""
+    try:
+        return fetcher.fetch(
+            offset_range.topic,
+            offset_range.partition,
+            position,
+            max_records=min(policy.fetch_max_records, offset_range.end - position),
+            max_bytes=FETCH_BYTES_MAX,
+            wait_ms=policy.catch_up_wait_ms,
+            node=node,
+            min_index=min_index,
+        )
+    except OffsetOutOfRangeError:
+        return _after_data_loss(fetcher, offset_range, position, node, policy.fail_on_data_loss)
+    except TopicNotFoundError as error:
+        # A follower that has not applied the topic's creation says NOT_FOUND too: not proof of deletion.
+        return f"topic not found ({error})"
+    except KqClientError as error:
+        return f"{error.code.name if error.code else 'error'}: {error}"
+
+
+def _after_data_loss(
+    fetcher: Fetcher, offset_range: OffsetRange, position: int, node: str, fail_on_data_loss: bool
+) -> int | str:
+    """Where to resume after OUT_OF_RANGE at `position` (records deleted, or the topic recreated)."""
+    try:
+        offsets = fetcher.list_offsets(offset_range.topic, node)[offset_range.partition]
+    except (KqClientError, KeyError) as error:
+        return f"out of range at {position}, then {error}"
+    name = f"{offset_range.topic}-{offset_range.partition}"
+    held = f"{offsets.log_start_offset}..{offsets.log_end_offset - 1}"
+    if offsets.log_start_offset <= position <= offsets.log_end_offset:
+        return f"out of range at {position} (node {node} holds {held})"
+    if fail_on_data_loss:
+        raise DataLossError(
+            f"kq source: offsets {position}..{offset_range.end - 1} of {name} were planned, but node {node} "
+            f"now holds {held}; {DATA_LOSS_HINT}"
+        )
+    if position < offsets.log_start_offset:
+        return min(offsets.log_start_offset, offset_range.end)
+    return offset_range.end  # The log is shorter than planned: the topic was recreated; skip the rest.
+
+
+def _checked(
+    records: Sequence[ConsumerRecord], position: int, end: int, node: str
+) -> Sequence[ConsumerRecord]:
+    """The records below `end`; they must start at `position` and be consecutive (kq never skips offsets)."""
+    if records[-1].offset >= end:
+        records = [record for record in records if record.offset < end]
+    expected = range(position, position + len(records))
+    if records[0].offset != position or records[-1].offset != expected[-1]:
+        raise KqSourceError(
+            f"kq source: node {node} answered a fetch at offset {position} with offsets "
+            f"{records[0].offset}..{records[-1].offset}; kq offsets are consecutive (a broker bug)"
+        )
+    return records
+
+
+def _behind(result: FetchResult, min_index: int, policy: ReadPolicy) -> str:
+    if result.applied_index < min_index:
+        return (
+            f"behind (applied index {result.applied_index} < {min_index} after {policy.catch_up_wait_ms} ms)"
+        )
+    return f"no records (log end {result.log_end_offset}, applied index {result.applied_index})"
