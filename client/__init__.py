@@ -22,6 +22,7 @@ from client.errors import (
     UnavailableError,
 )
 from client.group import GroupConsumer
+from client.producer import Producer
 from client.types import (
     ConsumerRecord,
     NodeStatus,
@@ -45,6 +46,7 @@ __all__ = [
     "PartitionLag",
     "PartitionOffsets",
     "PreconditionFailedError",
+    "Producer",
     "ProducerRecord",
     "ProducerSequenceError",
     "RebalanceError",

@@ -189,7 +189,15 @@ class KqClient(GroupsApi):
             return partition_for_key(record.key, count)
         return next(self._round_robin) % count
 
-    def _produce(self, topic: str, partition: int, records: list[bytes]) -> list[RecordMetadata]:
+    @staticmethod
+    def _encode_record(record: ProducerRecord) -> bytes:
+        return _encode(record)
+
+    def _produce(
+        self, topic: str, partition: int, records: list[bytes], compression: str | None = None
+    ) -> list[RecordMetadata]:
+        """Sends encoded records to one partition as one request; idempotent unless disabled."""
+        assert compression is None, "compression is not supported yet"
         request = kq_pb2.ProduceRequest(
             topic=topic, partition=partition, records=encode_batch(records), record_count=len(records)
         )

@@ -1,0 +1,41 @@
+"""The batching Producer on three real nodes: a leader kill mid-stream keeps every partition exact."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from chaos.cluster import LocalCluster
+from client import KqClient, Producer
+from tests.system.checks import read_everywhere
+
+pytestmark = pytest.mark.system
+
+
+def test_producer_keeps_order_and_exactly_once_through_a_leader_kill(cluster: LocalCluster) -> None:
+    """Records sent while the leader dies are all acknowledged, once each, in send order per partition."""
+    with KqClient(cluster.bootstrap) as client:
+        client.create_topic("piped", partitions=4)
+        producer = Producer(client, linger_ms=2, batch_size=16 * 1024, max_in_flight=4)
+        futures = []
+        killer = threading.Timer(0.5, lambda: cluster.kill_node(cluster.wait_ready()))
+        killer.start()
+        deadline = time.monotonic() + 60
+        for i in range(20_000):
+            futures.append(producer.send("piped", f"{i}".encode(), partition=i % 4))
+            if i % 1_000 == 0:
+                time.sleep(0.05)  # Spread the stream over the kill.
+            assert time.monotonic() < deadline
+        producer.flush(timeout_s=120)
+        producer.close()
+        killer.join()
+        metadata = [future.result() for future in futures]
+        nodes = [node.grpc_address for node_id, node in cluster.nodes.items() if cluster.running(node_id)]
+        held = read_everywhere(client, "piped", 4, nodes)
+    for partition in range(4):
+        values = [int(r.value or b"") for r in held[nodes[0]][partition]]
+        assert values == list(range(partition, 20_000, 4)), f"partition {partition} is not exact and in order"
+        offsets = [m.offset for i, m in enumerate(metadata) if i % 4 == partition]
+        assert offsets == [r.offset for r in held[nodes[0]][partition]]
