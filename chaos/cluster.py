@@ -1,7 +1,8 @@
 """A local cluster of real `kq-node` processes on 127.0.0.1 with free ports: for tests, chaos and bench.
 
 Every process is started and stopped by its PID. Ports are taken from the kernel (bind to port 0)
-just before the nodes start.
+just before the nodes start. By default every node listens on 127.0.0.1; `hosts` and `launcher` let the
+chaos runner give each node its own address inside a network namespace (see `chaos.netns`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from client import KqClient, KqClientError, NodeStatus
 
+LOOPBACK_HOST = "127.0.0.1"
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
@@ -48,8 +50,16 @@ class NodeSpec:
     data_dir: Path
 
 
+Launcher = Callable[[str], Sequence[str]]  # node id -> command prefix, e.g. ["ip", "netns", "exec", ns].
+
+
 class LocalCluster:
-    """Starts, kills and restarts the nodes of one cluster; `stop()` ends every process it started."""
+    """Starts, kills and restarts the nodes of one cluster; `stop()` ends every process it started.
+
+    `hosts` (one per node, default 127.0.0.1 for all) are the addresses the nodes bind; `launcher`
+    gives a command prefix per node id. A prefix must exec the node in place (as `ip netns exec`
+    does), so the PID this class holds is the node's own.
+    """
 
     def __init__(
         self,
@@ -57,16 +67,22 @@ class LocalCluster:
         size: int = 3,
         secret: str = "kq-local-secret",
         node_args: Sequence[str] = (),
+        *,
+        hosts: Sequence[str] | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
         ports = free_ports(2 * size)
+        host_list = list(hosts) if hosts is not None else [LOOPBACK_HOST] * size
+        assert len(host_list) == size, "one host per node"
         self.base_dir = base_dir
         self.secret = secret
         self.node_args = tuple(node_args)
+        self.launcher = launcher
         self.nodes = {
             str(i + 1): NodeSpec(
                 str(i + 1),
-                f"127.0.0.1:{ports[2 * i]}",
-                f"127.0.0.1:{ports[2 * i + 1]}",
+                f"{host_list[i]}:{ports[2 * i]}",
+                f"{host_list[i]}:{ports[2 * i + 1]}",
                 base_dir / f"node{i + 1}",
             )
             for i in range(size)
@@ -94,9 +110,11 @@ class LocalCluster:
         spec = self.nodes[node_id]
         assert node_id not in self.processes or self.processes[node_id].poll() is not None, "already running"
         spec.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.base_dir / f"node{node_id}.log", "ab")  # noqa: SIM115 - closed in _reap.
+        log = open(self.log_path(node_id), "ab")  # noqa: SIM115 - closed in _reap.
         self._logs[node_id] = log
+        prefix = list(self.launcher(node_id)) if self.launcher is not None else []
         command = [
+            *prefix,
             sys.executable,
             "-m",
             "broker",
@@ -115,6 +133,10 @@ class LocalCluster:
             *self.node_args,
         ]
         self.processes[node_id] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def log_path(self, node_id: str) -> Path:
+        """The node's log file (appended to across restarts)."""
+        return self.base_dir / f"node{node_id}.log"
 
     def signal_node(self, node_id: str, signal_number: int) -> None:
         """Sends a signal to one node by its PID."""

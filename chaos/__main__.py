@@ -1,0 +1,5 @@
+"""`python -m chaos`: see `chaos.cli`."""
+
+from chaos.cli import main
+
+main()

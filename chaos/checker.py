@@ -1,0 +1,360 @@
+"""The checker: compares what clients saw (a `History`) with what every node holds after healing.
+
+Pure: no I/O, no clock. Per partition it verifies that
+  - every node holds byte-identical records at identical offsets, and the same log start and end;
+  - offsets run contiguously from the log start to the log end, with no holes;
+  - every acknowledged record is present exactly once, at the partition and offset it was acknowledged
+    with, and each producer's acknowledged records appear in its send order;
+  - no record whose send failed or timed out (unknown outcome) appears more than once;
+  - no record appears that no producer sent;
+  - no consumer saw a node's high-water mark (log end offset) go backwards, or beyond the final log end;
+  - every record a consumer read is the record the final log holds at that offset, with no gaps.
+Unexpected client errors (anything but an unknown-outcome timeout) are anomalies too.
+Committed consumer-group offsets are not checked yet: kq has no consumer groups so far.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from chaos.history import Ack, History
+from client import ConsumerRecord
+
+ANOMALIES_PER_KIND_MAX = 25  # Details kept per kind; the counts are always complete.
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLog:
+    """One partition as one node holds it."""
+
+    log_start_offset: int
+    log_end_offset: int
+    records: tuple[ConsumerRecord, ...]
+
+
+NodeLogs = Mapping[str, Mapping[int, PartitionLog]]  # node -> partition -> log
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """One violation, with where it is."""
+
+    kind: str
+    detail: str
+    partition: int | None = None
+    offsets: tuple[int, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class CheckResult:
+    """The anomalies found (details capped per kind, counts complete) and what was checked."""
+
+    anomalies: list[Anomaly] = field(default_factory=list)
+    anomaly_counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, anomaly: Anomaly) -> None:
+        """Counts the anomaly; keeps its details while its kind has fewer than the cap."""
+        seen = self.anomaly_counts.get(anomaly.kind, 0)
+        self.anomaly_counts[anomaly.kind] = seen + 1
+        if seen < ANOMALIES_PER_KIND_MAX:
+            self.anomalies.append(anomaly)
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing was found."""
+        return not self.anomaly_counts
+
+
+def check(history: History, logs: NodeLogs) -> CheckResult:
+    """Every check of the module docstring; `logs` must name at least one node."""
+    result = CheckResult()
+    nodes = sorted(logs)
+    assert nodes, "the checker needs at least one node's logs"
+    partitions = sorted({p for node in nodes for p in logs[node]})
+    for partition in partitions:
+        _check_replicas(result, partition, {node: logs[node].get(partition) for node in nodes})
+        for node in nodes:
+            log = logs[node].get(partition)
+            if log is not None:
+                _check_contiguous(result, partition, node, log)
+    for group in _identical_groups(logs, nodes):
+        _check_content(result, history, {p: logs[group[0]][p] for p in logs[group[0]]}, tuple(group))
+    reference = logs[nodes[0]]
+    _check_consumers(result, history, reference)
+    for error in history.client_errors:
+        result.add(Anomaly("client-error", f"{error.client}: {error.kind}: {error.message}"))
+    result.counts = _counts(history, reference, nodes)
+    return result
+
+
+def _check_replicas(result: CheckResult, partition: int, logs: Mapping[str, PartitionLog | None]) -> None:
+    """Every node's log equals the first node's: same bounds, same records at the same offsets."""
+    nodes = list(logs)
+    reference = logs[nodes[0]]
+    for node in nodes[1:]:
+        log = logs[node]
+        if reference is None or log is None:
+            if reference is not log:
+                missing = nodes[0] if reference is None else node
+                result.add(Anomaly("divergence", f"node {missing} has no partition {partition}", partition))
+            continue
+        if (log.log_start_offset, log.log_end_offset) != (
+            reference.log_start_offset,
+            reference.log_end_offset,
+        ):
+            result.add(
+                Anomaly(
+                    "divergence",
+                    f"log bounds [{log.log_start_offset}, {log.log_end_offset}) on node {node} but "
+                    f"[{reference.log_start_offset}, {reference.log_end_offset}) on node {nodes[0]}",
+                    partition,
+                    (log.log_end_offset, reference.log_end_offset),
+                    (node, nodes[0]),
+                )
+            )
+        offset = _first_difference(reference.records, log.records)
+        if offset is not None:
+            result.add(
+                Anomaly(
+                    "divergence",
+                    f"nodes {nodes[0]} and {node} hold different records from offset {offset}",
+                    partition,
+                    (offset,),
+                    (nodes[0], node),
+                )
+            )
+
+
+def _first_difference(left: Sequence[ConsumerRecord], right: Sequence[ConsumerRecord]) -> int | None:
+    """The offset of the first record that differs (or that only one side has), or None."""
+    for mine, theirs in zip(left, right, strict=False):  # Lengths compared below.
+        if mine != theirs:
+            return min(mine.offset, theirs.offset)
+    if len(left) != len(right):
+        longer = left if len(left) > len(right) else right
+        return longer[min(len(left), len(right))].offset
+    return None
+
+
+def _check_contiguous(result: CheckResult, partition: int, node: str, log: PartitionLog) -> None:
+    """Offsets are log_start, log_start+1, ... log_end-1, with nothing missing."""
+    expected = log.log_start_offset
+    for record in log.records:
+        if record.offset != expected:
+            result.add(
+                Anomaly(
+                    "hole",
+                    f"offset {expected} expected but {record.offset} found on node {node}",
+                    partition,
+                    (expected, record.offset),
+                    (node,),
+                )
+            )
+            expected = record.offset
+        expected += 1
+    if expected != log.log_end_offset:
+        result.add(
+            Anomaly(
+                "hole",
+                f"records end at {expected} but the log end is {log.log_end_offset} on node {node}",
+                partition,
+                (expected, log.log_end_offset),
+                (node,),
+            )
+        )
+
+
+def _identical_groups(logs: NodeLogs, nodes: Sequence[str]) -> list[list[str]]:
+    """Nodes grouped by identical logs, so a healthy cluster's content is checked (and reported) once."""
+    groups: list[list[str]] = []
+    for node in nodes:
+        for group in groups:
+            if logs[group[0]] == logs[node]:
+                group.append(node)
+                break
+        else:
+            groups.append([node])
+    return groups
+
+
+def _check_content(
+    result: CheckResult, history: History, logs: Mapping[int, PartitionLog], nodes: tuple[str, ...]
+) -> None:
+    """Lost, duplicated, misplaced, reordered and phantom records in one node's (or group's) logs."""
+    where: dict[bytes | None, list[tuple[int, int]]] = defaultdict(list)
+    for partition, log in logs.items():
+        for record in log.records:
+            where[record.value].append((partition, record.offset))
+    label = ",".join(nodes)
+    for value, places in where.items():
+        if value is None or value not in history.attempted:
+            partition, offset = places[0]
+            result.add(
+                Anomaly(
+                    "phantom", f"record {value!r} was never sent (on {label})", partition, (offset,), nodes
+                )
+            )
+        elif len(places) > 1:
+            producer, sequence = history.attempted[value]
+            result.add(
+                Anomaly(
+                    "duplicate",
+                    f"{producer} record #{sequence} appears {len(places)} times at {places} (on {label})",
+                    places[0][0],
+                    tuple(offset for _, offset in places),
+                    nodes,
+                )
+            )
+    for ack in history.acks:
+        _check_acknowledged(result, ack, where.get(ack.value, []), label, nodes)
+    _check_order(result, history.acks, where, label, nodes)
+
+
+def _check_acknowledged(
+    result: CheckResult, ack: Ack, places: Sequence[tuple[int, int]], label: str, nodes: tuple[str, ...]
+) -> None:
+    """An acknowledged record is where it was acknowledged (a second copy is reported as a duplicate)."""
+    name = f"{ack.producer} record #{ack.sequence}"
+    if not places:
+        result.add(
+            Anomaly(
+                "lost",
+                f"{name}, acknowledged at {ack.partition}/{ack.offset}, is missing (on {label})",
+                ack.partition,
+                (ack.offset,),
+                nodes,
+            )
+        )
+    elif (ack.partition, ack.offset) not in places:
+        result.add(
+            Anomaly(
+                "misplaced",
+                f"{name}, acknowledged at {ack.partition}/{ack.offset}, is at {places} (on {label})",
+                ack.partition,
+                (ack.offset, *(offset for _, offset in places)),
+                nodes,
+            )
+        )
+
+
+def _check_order(
+    result: CheckResult,
+    acks: Iterable[Ack],
+    where: Mapping[bytes | None, Sequence[tuple[int, int]]],
+    label: str,
+    nodes: tuple[str, ...],
+) -> None:
+    """Per producer and partition, acknowledged records sit at increasing offsets in send order."""
+    stored: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)  # -> [(sequence, offset)]
+    for ack in acks:
+        for partition, offset in where.get(ack.value, [])[:1]:
+            stored[(ack.producer, partition)].append((ack.sequence, offset))
+    for (producer, partition), pairs in stored.items():
+        pairs.sort()
+        for (sequence, offset), (next_sequence, next_offset) in itertools.pairwise(pairs):
+            if next_offset <= offset:
+                result.add(
+                    Anomaly(
+                        "reordered",
+                        f"{producer} sent #{sequence} before #{next_sequence}, but they are at offsets "
+                        f"{offset} and {next_offset} (on {label})",
+                        partition,
+                        (offset, next_offset),
+                        nodes,
+                    )
+                )
+
+
+def _check_consumers(result: CheckResult, history: History, reference: Mapping[int, PartitionLog]) -> None:
+    """High-water marks only rise and stay within the final log; consumed records match it, gap-free."""
+    last: dict[tuple[str, int], int] = {}
+    for seen in history.hwm:
+        previous = last.get((seen.consumer, seen.partition))
+        if previous is not None and seen.log_end_offset < previous:
+            result.add(
+                Anomaly(
+                    "hwm-regression",
+                    f"{seen.consumer} saw the log end of node {seen.node} go from {previous} to "
+                    f"{seen.log_end_offset} at t={seen.observed_s:.3f}",
+                    seen.partition,
+                    (previous, seen.log_end_offset),
+                    (seen.node,),
+                )
+            )
+        last[(seen.consumer, seen.partition)] = seen.log_end_offset
+        final = reference.get(seen.partition)
+        if final is not None and seen.log_end_offset > final.log_end_offset:
+            result.add(
+                Anomaly(
+                    "hwm-beyond-log",
+                    f"{seen.consumer} saw log end {seen.log_end_offset} on node {seen.node}; the final "
+                    f"log ends at {final.log_end_offset}",
+                    seen.partition,
+                    (seen.log_end_offset, final.log_end_offset),
+                    (seen.node,),
+                )
+            )
+    _check_consumed(result, history, reference)
+
+
+def _check_consumed(result: CheckResult, history: History, reference: Mapping[int, PartitionLog]) -> None:
+    position: dict[tuple[str, int], int] = {}
+    for record in history.consumed:
+        key = (record.consumer, record.partition)
+        expected = position.get(key, 0)
+        if record.offset != expected:
+            result.add(
+                Anomaly(
+                    "consumer-gap",
+                    f"{record.consumer} read offset {record.offset} after {expected - 1}",
+                    record.partition,
+                    (expected, record.offset),
+                    (record.node,),
+                )
+            )
+        position[key] = record.offset + 1
+        final = reference.get(record.partition)
+        held = _record_at(final, record.offset) if final is not None else None
+        if held is None or held.value != record.value:
+            result.add(
+                Anomaly(
+                    "dirty-read",
+                    f"{record.consumer} read {record.value!r} at offset {record.offset} from node "
+                    f"{record.node}; the final log holds {held.value if held else None!r}",
+                    record.partition,
+                    (record.offset,),
+                    (record.node,),
+                )
+            )
+
+
+def _record_at(log: PartitionLog, offset: int) -> ConsumerRecord | None:
+    position = offset - log.log_start_offset
+    if 0 <= position < len(log.records) and log.records[position].offset == offset:
+        return log.records[position]
+    return next((record for record in log.records if record.offset == offset), None)
+
+
+def _counts(history: History, reference: Mapping[int, PartitionLog], nodes: Sequence[str]) -> dict[str, int]:
+    """What the verdict rests on: records sent, acknowledged, unknown (and how many of those landed)."""
+    stored = {record.value for log in reference.values() for record in log.records}
+    unknown_values = {unknown.value for unknown in history.unknowns}
+    acked_values = {ack.value for ack in history.acks}
+    unresolved = set(history.attempted) - acked_values - unknown_values  # Sends still hanging at the end.
+    return {
+        "nodes_read": len(nodes),
+        "partitions": len(reference),
+        "records_attempted": len(history.attempted),
+        "records_acknowledged": len(history.acks),
+        "records_unknown": len(unknown_values | unresolved),
+        "records_unknown_present": len((unknown_values | unresolved) & stored),
+        "records_in_log": sum(len(log.records) for log in reference.values()),
+        "hwm_observations": len(history.hwm),
+        "records_consumed": len(history.consumed),
+        "client_errors": len(history.client_errors),
+    }

@@ -1,0 +1,210 @@
+"""What a fault step works with: the cluster, the network lab, the history, and bounded waits.
+
+Every wait has a deadline, and every deadline is also capped by the scenario's own deadline, so a
+run always ends. A wait that expires raises `LivenessError`: the cluster did not recover in time,
+which the runner reports as an anomaly before it heals everything and checks safety anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from chaos.cluster import LocalCluster
+from chaos.history import PROBE_PREFIX, Ack, History, resumed_ack
+from chaos.netns import NetworkLab
+from chaos.workload import Producer, ProducerKind, ProducerSpec
+
+logger = logging.getLogger(__name__)
+
+HEALTHY_TIMEOUT_S = 60.0  # A restarted node, or a healed cluster, is ready and following a leader.
+RESUME_TIMEOUT_S = 45.0  # Writes resume after a fault (the client alone retries for 30 s).
+STEADY_ACKS = 20  # Records acknowledged after the cluster looks healthy, before the next fault.
+STEADY_TIMEOUT_S = 30.0
+LEADER_POLL_S = 0.2
+PROBE_RATE_PER_S = 20.0
+PROBE_SLACK_S = 15.0  # A probe's client waits this much longer than the fault lasts.
+
+
+class LivenessError(RuntimeError):
+    """Something the scenario waits for (a leader, an acknowledged write) did not happen in time."""
+
+    kind = "liveness"
+
+
+class NodeExitedError(LivenessError):
+    """A node process exited by itself (not killed by the scenario): a crash."""
+
+    kind = "node-exited"
+
+
+@dataclass(slots=True)
+class FaultEvent:
+    """One injected fault: when, on which nodes, when healed, and when writes resumed after it."""
+
+    kind: str
+    targets: tuple[str, ...]
+    leader_fault: bool  # The fault hit the leader: time to the next ack is a failover time.
+    started_s: float
+    index_at_fault: int
+    healed_s: float | None = None
+    resumed_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def time_to_ack_s(self) -> float | None:
+        """Seconds from the fault to the next acknowledged write (None if writes never resumed)."""
+        return None if self.resumed_s is None else self.resumed_s - self.started_s
+
+
+class ScenarioContext:
+    """The state one scenario's fault steps share, and the waits they use."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        lab: NetworkLab | None,
+        history: History,
+        topic: str,
+        partitions: int,
+        rng: random.Random,
+        deadline_s: float,
+    ) -> None:
+        self.cluster = cluster
+        self.lab = lab
+        self.history = history
+        self.topic = topic
+        self.partitions = partitions
+        self.rng = rng
+        self.deadline_s = deadline_s
+        self.faults: list[FaultEvent] = []
+        self.notes: list[str] = []
+        self.down: set[str] = set()  # Nodes killed or stopped and not restarted yet.
+        self.paused: set[str] = set()
+        self.probes: list[Producer] = []
+
+    def _deadline(self, timeout_s: float) -> float:
+        return min(time.monotonic() + timeout_s, self.deadline_s)
+
+    def _timeout(self, timeout_s: float) -> float:
+        return max(0.1, self._deadline(timeout_s) - time.monotonic())
+
+    def wait_healthy(self, timeout_s: float = HEALTHY_TIMEOUT_S) -> str:
+        """Waits until every running node is ready and follows one leader; returns the leader."""
+        try:
+            return self.cluster.wait_ready(timeout_s=self._timeout(timeout_s))
+        except TimeoutError as error:
+            raise LivenessError(str(error)) from error
+        except RuntimeError as error:  # LocalCluster's report of a node that exited by itself.
+            raise NodeExitedError(str(error)) from error
+
+    def wait_acks(self, count: int, timeout_s: float = STEADY_TIMEOUT_S) -> None:
+        """Waits until `count` more records are acknowledged."""
+        target = self.history.acks_count() + count
+        found = self.history.wait_for_ack(
+            lambda acks: acks[-1] if len(acks) >= target else None, self._deadline(timeout_s)
+        )
+        if found is None:
+            raise LivenessError(f"fewer than {count} records acknowledged within {timeout_s:.0f} s")
+
+    def steady_leader(self) -> str:
+        """Waits for a healthy cluster taking writes; returns its leader."""
+        self.wait_healthy()
+        self.wait_acks(STEADY_ACKS)
+        return self.wait_healthy()
+
+    def followers(self, leader: str) -> list[str]:
+        """Every node but `leader`, in id order."""
+        return [node for node in self.cluster.nodes if node != leader]
+
+    def fault(self, kind: str, targets: list[str], leader_fault: bool) -> FaultEvent:
+        """Records a fault as starting now (call it right before injecting)."""
+        at_s, index = self.history.mark()
+        event = FaultEvent(kind, tuple(targets), leader_fault, at_s, index)
+        self.faults.append(event)
+        logger.info("fault %d: %s of node(s) %s", len(self.faults), kind, ",".join(targets))
+        return event
+
+    def wait_resumed(self, event: FaultEvent, timeout_s: float = RESUME_TIMEOUT_S) -> None:
+        """Waits for the acknowledgement that shows writes resumed after `event`; records its time."""
+
+        def resumed(acks: Sequence[Ack]) -> Ack | None:
+            return resumed_ack(acks, event.started_s, event.index_at_fault, event.leader_fault)
+
+        ack = self.history.wait_for_ack(resumed, self._deadline(timeout_s))
+        if ack is None:
+            raise LivenessError(
+                f"no write acknowledged within {timeout_s:.0f} s of {event.kind} of {event.targets}"
+            )
+        event.resumed_s = ack.acked_s
+        logger.info("writes resumed %.3f s after %s", ack.acked_s - event.started_s, event.kind)
+
+    def wait_leader_other_than(self, old: str, timeout_s: float = HEALTHY_TIMEOUT_S) -> str:
+        """Waits until a majority follows a leader other than `old`; returns it."""
+        deadline_s = self._deadline(timeout_s)
+        while time.monotonic() < deadline_s:
+            leader = self.cluster.leader_id()
+            if leader is not None and leader != old:
+                return leader
+            time.sleep(LEADER_POLL_S)
+        raise LivenessError(f"no leader other than node {old} within {timeout_s:.0f} s")
+
+    def hold(self, event: FaultEvent, duration_s: float) -> None:
+        """Keeps the fault in place until `duration_s` after it started (the fault's length, not a sync)."""
+        remaining_s = event.started_s + duration_s - time.monotonic()
+        if remaining_s > 0:
+            time.sleep(min(remaining_s, max(0.0, self.deadline_s - time.monotonic())))
+
+    def heal(self, event: FaultEvent, action: Callable[[], None]) -> None:
+        """Runs the healing action and records when."""
+        action()
+        event.healed_s = time.monotonic()
+
+    def kill(self, node: str) -> None:
+        """`kill -9` of one node."""
+        self.cluster.kill_node(node)
+        self.down.add(node)
+
+    def start(self, node: str) -> None:
+        """Starts a node that is down."""
+        self.cluster.start_node(node)
+        self.down.discard(node)
+
+    def pause(self, node: str) -> None:
+        """SIGSTOP of one node."""
+        self.cluster.signal_node(node, signal.SIGSTOP)
+        self.paused.add(node)
+
+    def resume(self, node: str) -> None:
+        """SIGCONT of a paused node."""
+        self.cluster.signal_node(node, signal.SIGCONT)
+        self.paused.discard(node)
+
+    def start_probe(self, node: str, fault_s: float) -> Producer:
+        """A producer that writes only to `node` (following its redirects) while a fault is in place."""
+        address = self.cluster.nodes[node].grpc_address
+        spec = ProducerSpec(
+            f"{PROBE_PREFIX}{len(self.probes)}-node{node}",
+            ProducerKind.PINNED,
+            (address,),
+            PROBE_RATE_PER_S,
+            retry_timeout_s=fault_s + PROBE_SLACK_S,
+            rpc_timeout_s=fault_s + PROBE_SLACK_S,
+        )
+        probe = Producer(spec, self.topic, self.partitions, self.history, self.rng.randrange(1 << 30))
+        probe.start()
+        self.probes.append(probe)
+        return probe
+
+    def heal_everything(self) -> None:
+        """Ends every fault still in place: heals partitions, resumes paused nodes, starts dead ones."""
+        if self.lab is not None and self.lab.partitioned:
+            self.lab.heal()
+        for node in sorted(self.paused):
+            self.resume(node)
+        for node in sorted(self.down):
+            self.start(node)

@@ -1,0 +1,181 @@
+"""What the clients saw during a run: every send attempt and its outcome, and what consumers observed.
+
+Producers and consumers append from their threads; the runner waits on new acknowledgements; the
+checker reads the finished history. Times are `time.monotonic()` seconds, the clock the fault
+schedule uses too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from client import RecordMetadata
+
+# An acknowledgement received this soon after a leader fault was answered by the old leader before
+# the fault (it was already on its way). Well below any election timeout kq accepts (50 ms minimum
+# is the node's flag floor, but defaults are 500 ms), so no new leader can have answered it.
+IN_FLIGHT_GRACE_S = 0.1
+PROBE_PREFIX = "probe"  # Producers named so write to one chosen node; their acks do not time failovers.
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """One record the cluster acknowledged: where it says it put it."""
+
+    producer: str
+    sequence: int  # Position in the producer's send order.
+    value: bytes
+    partition: int
+    offset: int
+    index: int  # Raft index of the entry that carried it.
+    acked_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """One record whose send failed or timed out: it may or may not have been written (once)."""
+
+    producer: str
+    sequence: int
+    value: bytes
+    error: str
+    failed_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class HwmObservation:
+    """A consumer saw a node's log end offset (high-water mark) of a partition change to this value."""
+
+    consumer: str
+    node: str
+    partition: int
+    log_end_offset: int
+    observed_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """A record a consumer read: the checker compares it with the final log."""
+
+    consumer: str
+    node: str
+    partition: int
+    offset: int
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientError:
+    """An error no fault explains (anything but an unknown-outcome UnavailableError)."""
+
+    client: str
+    kind: str
+    message: str
+    at_s: float
+
+
+@dataclass(slots=True)
+class History:
+    """Thread-safe record of one run; append through the methods, read the lists when the run is over."""
+
+    attempted: dict[bytes, tuple[str, int]] = field(default_factory=dict)  # value -> (producer, sequence)
+    acks: list[Ack] = field(default_factory=list)
+    unknowns: list[Unknown] = field(default_factory=list)
+    hwm: list[HwmObservation] = field(default_factory=list)
+    consumed: list[ConsumedRecord] = field(default_factory=list)
+    client_errors: list[ClientError] = field(default_factory=list)
+    index_max: int = 0  # Highest Raft index acknowledged so far.
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def attempt(self, producer: str, sequences: Sequence[int], values: Sequence[bytes]) -> None:
+        """Records values about to be sent (before the send, so a hung send still counts as tried)."""
+        with self._changed:
+            for sequence, value in zip(sequences, values, strict=True):
+                self.attempted[value] = (producer, sequence)
+
+    def acknowledge(
+        self, producer: str, sequences: Sequence[int], values: Sequence[bytes], sent: Sequence[RecordMetadata]
+    ) -> None:
+        """Records acknowledged records, stamped now (under the lock, so `acks` is in receive order)."""
+        with self._changed:
+            now_s = time.monotonic()
+            for sequence, value, metadata in zip(sequences, values, sent, strict=True):
+                self.acks.append(
+                    Ack(producer, sequence, value, metadata.partition, metadata.offset, metadata.index, now_s)
+                )
+                self.index_max = max(self.index_max, metadata.index)
+            self._changed.notify_all()
+
+    def fail(self, unknowns: Sequence[Unknown]) -> None:
+        """Records records whose outcome is unknown."""
+        with self._changed:
+            self.unknowns.extend(unknowns)
+
+    def observe_hwm(self, observation: HwmObservation) -> None:
+        """Records a high-water mark a consumer saw."""
+        with self._changed:
+            self.hwm.append(observation)
+
+    def consume(self, records: Sequence[ConsumedRecord]) -> None:
+        """Records records a consumer read."""
+        with self._changed:
+            self.consumed.extend(records)
+
+    def client_error(self, error: ClientError) -> None:
+        """Records an unexpected client error."""
+        with self._changed:
+            self.client_errors.append(error)
+
+    def acks_count(self) -> int:
+        """How many records were acknowledged so far."""
+        with self._changed:
+            return len(self.acks)
+
+    def mark(self) -> tuple[float, int]:
+        """(now, highest index acknowledged so far): taken at the moment a fault is injected."""
+        with self._changed:
+            return time.monotonic(), self.index_max
+
+    def wait_for_ack(self, predicate: Callable[[Sequence[Ack]], Ack | None], deadline_s: float) -> Ack | None:
+        """Waits until `predicate(acks)` finds an ack (returned), or until the monotonic deadline (None)."""
+        with self._changed:
+            while True:
+                found = predicate(self.acks)
+                remaining_s = deadline_s - time.monotonic()
+                if found is not None or remaining_s <= 0:
+                    return found
+                self._changed.wait(timeout=min(remaining_s, 1.0))
+
+
+def resumed_ack(acks: Sequence[Ack], fault_s: float, index_at_fault: int, leader_fault: bool) -> Ack | None:
+    """The first acknowledgement that shows writes resumed after a fault at `fault_s`, or None.
+
+    After a leader fault it must come from the next leader: received after the fault, for an entry
+    beyond `index_at_fault` and beyond every entry acknowledged up to IN_FLIGHT_GRACE_S after the
+    fault (those answers were already on their way from the old leader). After other faults, any
+    later acknowledgement counts. `acks` are in the order they were received; probes' acks are skipped.
+    """
+    after = [ack for ack in acks[_first_after(acks, fault_s) :] if not ack.producer.startswith(PROBE_PREFIX)]
+    if not leader_fault:
+        return after[0] if after else None
+    in_flight = [ack.index for ack in after if ack.acked_s <= fault_s + IN_FLIGHT_GRACE_S]
+    old_index_max = max([index_at_fault, *in_flight])
+    for ack in after:
+        if ack.index > old_index_max and ack.acked_s > fault_s + IN_FLIGHT_GRACE_S:
+            return ack
+    return None
+
+
+def _first_after(acks: Sequence[Ack], at_s: float) -> int:
+    """The position of the first ack received after `at_s` (acks are in receive order)."""
+    low, high = 0, len(acks)
+    while low < high:
+        middle = (low + high) // 2
+        if acks[middle].acked_s <= at_s:
+            low = middle + 1
+        else:
+            high = middle
+    return low

@@ -1,0 +1,55 @@
+"""Reads every partition of a topic from every node, whole, for the checker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from chaos.checker import NodeLogs, PartitionLog
+from client import ConsumerRecord, KqClient
+
+READ_BATCH_RECORDS = 5_000
+READ_BATCH_BYTES = 4 << 20
+READ_RETRY_TIMEOUT_S = 10.0
+
+
+class ReadError(RuntimeError):
+    """A node returned no records below the log end it reported."""
+
+
+def read_partition(
+    client: KqClient, topic: str, partition: int, node: str, log_start: int, log_end: int
+) -> PartitionLog:
+    """The records of one partition as `node` holds them, from `log_start` to `log_end`."""
+    records: list[ConsumerRecord] = []
+    offset = log_start
+    while offset < log_end:
+        batch = client.fetch(
+            topic,
+            partition,
+            offset,
+            max_records=READ_BATCH_RECORDS,
+            max_bytes=READ_BATCH_BYTES,
+            node=node,
+            min_index=0,
+        )
+        if not batch.records:
+            raise ReadError(f"node {node} returned nothing at offset {offset} below its log end {log_end}")
+        records += (record for record in batch.records if record.offset < log_end)
+        offset = batch.records[-1].offset + 1
+    return PartitionLog(log_start, log_end, tuple(records))
+
+
+def read_everything(topic: str, nodes: dict[str, str], partitions: Sequence[int] | None = None) -> NodeLogs:
+    """node id -> partition -> log, for every node id -> gRPC address in `nodes`."""
+    logs: dict[str, dict[int, PartitionLog]] = {}
+    for node_id, address in nodes.items():
+        with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S) as client:
+            offsets = client.list_offsets(topic, address)
+            chosen = partitions if partitions is not None else sorted(offsets)
+            logs[node_id] = {
+                p: read_partition(
+                    client, topic, p, address, offsets[p].log_start_offset, offsets[p].log_end_offset
+                )
+                for p in chosen
+            }
+    return logs

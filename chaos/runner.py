@@ -1,0 +1,217 @@
+"""Runs one scenario end to end: cluster, workload, fault rounds, healing, convergence, checker.
+
+Phases, each bounded: start a fresh cluster (in a network lab when the scenario partitions) and the
+workload; run the fault rounds; heal everything and see writes resume; stop the producers; wait
+until every node applied everything; read every partition from every node; check. Whatever happens,
+every process is stopped by its PID and the lab is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chaos.checker import Anomaly, CheckResult, check
+from chaos.cluster import LocalCluster
+from chaos.context import HEALTHY_TIMEOUT_S, STEADY_ACKS, FaultEvent, LivenessError, ScenarioContext
+from chaos.history import History
+from chaos.netns import NetnsError, NetworkLab, unavailable_reason
+from chaos.reader import ReadError, read_everything
+from chaos.scenarios import Scenario, Step
+from chaos.workload import Workload, producer_specs
+from client import KqClient, KqClientError
+
+logger = logging.getLogger(__name__)
+
+TOPIC = "chaos"
+SCENARIO_BASE_BUDGET_S = 180.0  # Start, warm-up, healing, convergence and reading, at most.
+ROUND_BUDGET_S = 120.0  # One fault round, at most; a run normally needs a small fraction of it.
+# Moderate compaction, so snapshots are taken (and sent to restarted nodes) during every scenario.
+DEFAULT_NODE_ARGS = ("--compaction-min-entries", "1000")
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What every scenario of one run shares."""
+
+    work_dir: Path
+    nodes: int = 3
+    seed: int = 1
+    partitions: int = 6
+    producers: int = 4
+    rate_per_producer: float = 50.0  # Requests per second, each of 1 to 5 records.
+    rounds: int | None = None  # Replaces every step's default round count.
+    node_args: tuple[str, ...] = ()
+    keep_data: bool = False
+
+
+@dataclass(slots=True)
+class ScenarioReport:
+    """One scenario's outcome: verdict, counts, faults with their timings, anomalies."""
+
+    name: str
+    nodes: int
+    seed: int
+    verdict: str = "PASS"  # PASS, FAIL or SKIPPED.
+    reason: str = ""
+    duration_s: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    faults: list[FaultEvent] = field(default_factory=list)
+    anomalies: list[Anomaly] = field(default_factory=list)
+    anomaly_counts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    data_dir: str | None = None
+
+
+def run_scenario(scenario: Scenario, settings: RunSettings) -> ScenarioReport:
+    """Runs `scenario` on a fresh cluster and checks it; never leaves a process or namespace behind."""
+    report = ScenarioReport(scenario.name, settings.nodes, settings.seed)
+    if scenario.needs_netns and (reason := unavailable_reason()) is not None:
+        report.verdict, report.reason = "SKIPPED", f"skipped: {reason}"
+        return report
+    started_s = time.monotonic()
+    base_dir = settings.work_dir / scenario.name
+    node_ids = [str(i + 1) for i in range(settings.nodes)]
+    lab = NetworkLab(node_ids) if scenario.needs_netns else None
+    result = CheckResult()
+    try:
+        result = _run_in_lab(scenario, settings, base_dir, lab, report)
+    except (NetnsError, RuntimeError, TimeoutError, KqClientError, OSError) as error:
+        logger.exception("scenario %s could not run", scenario.name)
+        result.add(Anomaly("error", f"{type(error).__name__}: {error}"))
+    finally:
+        if lab is not None:
+            lab.destroy()
+    report.duration_s = time.monotonic() - started_s
+    report.anomalies, report.anomaly_counts = result.anomalies, result.anomaly_counts
+    report.counts = result.counts
+    if not result.ok:
+        report.verdict = "FAIL"
+        report.reason = ", ".join(f"{count} {kind}" for kind, count in sorted(result.anomaly_counts.items()))
+    _keep_or_remove(base_dir, report, settings.keep_data)
+    return report
+
+
+def _run_in_lab(
+    scenario: Scenario, settings: RunSettings, base_dir: Path, lab: NetworkLab | None, report: ScenarioReport
+) -> CheckResult:
+    if lab is not None:
+        lab.create()
+    cluster = LocalCluster(
+        base_dir,
+        settings.nodes,
+        node_args=(*DEFAULT_NODE_ARGS, *scenario.node_args, *settings.node_args),
+        hosts=lab.hosts() if lab is not None else None,
+        launcher=lab.launcher if lab is not None else None,
+    )
+    try:
+        cluster.start()
+        return _run_on_cluster(scenario, settings, cluster, lab, report)
+    finally:
+        cluster.stop()
+
+
+def _run_on_cluster(
+    scenario: Scenario,
+    settings: RunSettings,
+    cluster: LocalCluster,
+    lab: NetworkLab | None,
+    report: ScenarioReport,
+) -> CheckResult:
+    with KqClient(cluster.bootstrap) as admin:
+        admin.create_topic(TOPIC, settings.partitions)
+    history = History()
+    rng = random.Random(f"{settings.seed}/{scenario.name}")
+    workload = Workload(
+        TOPIC,
+        settings.partitions,
+        history,
+        producer_specs(settings.producers, cluster.bootstrap, settings.rate_per_producer),
+        cluster.bootstrap,
+        rng.randrange(1 << 30),
+    )
+    rounds = scenario.rounds(settings.rounds)
+    budget_s = SCENARIO_BASE_BUDGET_S + ROUND_BUDGET_S * sum(count for _, count in rounds)
+    context = ScenarioContext(
+        cluster, lab, history, TOPIC, settings.partitions, rng, time.monotonic() + budget_s
+    )
+    failures: list[Anomaly] = []
+    workload.start()
+    try:
+        _run_rounds(context, rounds, failures)
+        _finish(context, workload, failures)
+    finally:
+        workload.stop_producers()
+        _stop_probes(context)
+        workload.stop_consumers()
+        report.faults, report.notes = context.faults, context.notes
+    return _read_and_check(cluster, history, failures)
+
+
+def _run_rounds(context: ScenarioContext, rounds: list[tuple[Step, int]], failures: list[Anomaly]) -> None:
+    """Runs every round; the first liveness failure ends the rounds (it is reported, then healed)."""
+    for step, count in rounds:
+        for number in range(count):
+            logger.info("round %d/%d of %s", number + 1, count, step.__name__)
+            try:
+                step(context)
+            except LivenessError as error:
+                failures.append(Anomaly(error.kind, f"{step.__name__} round {number + 1}: {error}"))
+                return
+
+
+def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly]) -> None:
+    """Heals every fault, checks writes resume, stops the producers and waits for convergence."""
+    try:
+        context.heal_everything()
+        context.wait_healthy()
+        context.wait_acks(STEADY_ACKS)
+    except LivenessError as error:
+        failures.append(Anomaly(error.kind, f"after healing: {error}"))
+    hanging = workload.stop_producers() + _stop_probes(context)
+    if hanging:
+        context.notes.append(f"producers still sending when stopped (counted as unknown): {hanging}")
+    try:
+        leader = context.wait_healthy()
+        status = context.cluster.statuses().get(leader)
+        target = max(status.commit_index if status else 0, context.history.index_max)
+        context.cluster.wait_applied(target, list(context.cluster.nodes), timeout_s=HEALTHY_TIMEOUT_S)
+    except LivenessError as error:
+        failures.append(Anomaly(error.kind, f"nodes did not converge: {error}"))
+    except TimeoutError as error:
+        failures.append(Anomaly("liveness", f"nodes did not converge: {error}"))
+
+
+def _stop_probes(context: ScenarioContext) -> list[str]:
+    for probe in context.probes:
+        probe.stop()
+    for probe in context.probes:
+        probe.join(timeout=probe.spec.retry_timeout_s + probe.spec.rpc_timeout_s)
+    return [probe.name for probe in context.probes if probe.is_alive()]
+
+
+def _read_and_check(cluster: LocalCluster, history: History, failures: list[Anomaly]) -> CheckResult:
+    """Reads every node's logs and checks them; liveness failures join the anomalies."""
+    addresses = {node: spec.grpc_address for node, spec in cluster.nodes.items() if cluster.running(node)}
+    try:
+        logs = read_everything(TOPIC, addresses)
+    except (KqClientError, ReadError) as error:
+        result = CheckResult()
+        result.add(Anomaly("unreadable", f"could not read every node after healing: {error}"))
+    else:
+        result = check(history, logs)
+    for failure in failures:
+        result.add(failure)
+    return result
+
+
+def _keep_or_remove(base_dir: Path, report: ScenarioReport, keep: bool) -> None:
+    """Keeps node data and logs of a failed scenario (or when asked); removes them otherwise."""
+    if keep or report.verdict == "FAIL":
+        report.data_dir = str(base_dir)
+    elif base_dir.exists():
+        shutil.rmtree(base_dir, ignore_errors=True)

@@ -1,0 +1,235 @@
+"""The load a scenario runs under: idempotent producers (keyed, unkeyed, pinned) and plain consumers.
+
+Each producer is one thread with its own `KqClient` (its own producer id). It sends one request at a
+time, so its send order is its records' `sequence` order, and it records every attempt before
+sending and its outcome after. Each consumer is pinned to one node and reads every partition from
+offset 0, recording what it reads and every change of the node's log end offset it sees.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from chaos.history import ClientError, ConsumedRecord, History, HwmObservation, Unknown
+from client import KqClient, KqClientError, ProducerRecord, RecordMetadata, UnavailableError
+
+logger = logging.getLogger(__name__)
+
+KEYS = 64  # Distinct keys of keyed producers.
+RECORDS_PER_SEND_MAX = 5
+VALUE_PAD_BYTES_MAX = 48  # Values are "<producer>-<sequence>." plus up to this much padding.
+CONSUMER_FETCH_RECORDS = 1_000
+CONSUMER_WAIT_MS = 200  # Long-poll when nothing is new, so idle consumers do not spin.
+CONSUMER_RETRY_S = 0.2  # Pause after a failed fetch (the node may be down or paused).
+CONSUMER_RETRY_TIMEOUT_S = 1.0
+CONSUMER_RPC_TIMEOUT_S = 2.0
+JOIN_TIMEOUT_S = 45.0  # Longer than a producer's whole retry deadline plus one RPC.
+
+
+class ProducerKind(enum.Enum):
+    """How a producer chooses partitions."""
+
+    KEYED = "keyed"  # A random key per request; Kafka's partitioner picks the partition.
+    UNKEYED = "unkeyed"  # One record per request; the client spreads them round-robin.
+    PINNED = "pinned"  # A random explicit partition per request.
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSpec:
+    """One producer: its name, partition choice, where it connects, how fast and how long it sends."""
+
+    name: str
+    kind: ProducerKind
+    bootstrap: tuple[str, ...]
+    rate_per_s: float
+    retry_timeout_s: float = 30.0  # The client's default.
+    rpc_timeout_s: float = 10.0  # The client's default.
+    sends_max: int = 1_000_000
+
+
+class Producer(threading.Thread):
+    """Sends until stopped or `sends_max` requests; records every attempt and outcome in `history`."""
+
+    def __init__(self, spec: ProducerSpec, topic: str, partitions: int, history: History, seed: int) -> None:
+        super().__init__(name=f"chaos-{spec.name}", daemon=True)
+        self.spec = spec
+        self._topic = topic
+        self._partitions = partitions
+        self._history = history
+        self._random = random.Random(seed)
+        self._stopping = threading.Event()
+        self._sequence = 0
+
+    def stop(self) -> None:
+        """Asks the thread to finish after its current request."""
+        self._stopping.set()
+
+    def run(self) -> None:
+        """Paced sends until stopped."""
+        interval_s = 1.0 / self.spec.rate_per_s
+        next_s = time.monotonic()
+        with KqClient(
+            self.spec.bootstrap,
+            retry_timeout_s=self.spec.retry_timeout_s,
+            rpc_timeout_s=self.spec.rpc_timeout_s,
+        ) as client:
+            for _ in range(self.spec.sends_max):
+                if self._stopping.wait(max(0.0, next_s - time.monotonic())):
+                    return
+                next_s = max(next_s + interval_s, time.monotonic())
+                self._send_one(client)
+
+    def _records(self) -> list[ProducerRecord]:
+        count = 1 if self.spec.kind is ProducerKind.UNKEYED else self._random.randint(1, RECORDS_PER_SEND_MAX)
+        key = f"key-{self._random.randrange(KEYS)}".encode() if self.spec.kind is ProducerKind.KEYED else None
+        partition = (
+            self._random.randrange(self._partitions) if self.spec.kind is ProducerKind.PINNED else None
+        )
+        records = []
+        for _ in range(count):
+            pad = b"." * self._random.randrange(VALUE_PAD_BYTES_MAX + 1)
+            value = f"{self.spec.name}-{self._sequence}".encode() + b"|" + pad
+            records.append(ProducerRecord(value, key=key, partition=partition))
+            self._sequence += 1
+        return records
+
+    def _send_one(self, client: KqClient) -> None:
+        records = self._records()
+        values = [record.value or b"" for record in records]
+        sequences = list(range(self._sequence - len(records), self._sequence))
+        self._history.attempt(self.spec.name, sequences, values)
+        try:
+            sent: list[RecordMetadata] = client.send_batch(self._topic, records)
+        except KqClientError as error:
+            now_s = time.monotonic()
+            unknowns = [
+                Unknown(self.spec.name, s, v, type(error).__name__, now_s)
+                for s, v in zip(sequences, values, strict=True)
+            ]
+            self._history.fail(unknowns)
+            if not isinstance(error, UnavailableError):
+                self._history.client_error(
+                    ClientError(self.spec.name, type(error).__name__, str(error), now_s)
+                )
+            return
+        self._history.acknowledge(self.spec.name, sequences, values, sent)
+
+
+class Consumer(threading.Thread):
+    """Reads every partition from offset 0 on one node until stopped, recording records and log ends."""
+
+    def __init__(self, name: str, node: str, topic: str, partitions: int, history: History) -> None:
+        super().__init__(name=f"chaos-{name}", daemon=True)
+        self.name_ = name
+        self.node = node
+        self._topic = topic
+        self._positions = dict.fromkeys(range(partitions), 0)
+        self._log_ends = dict.fromkeys(range(partitions), -1)
+        self._history = history
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        """Asks the thread to finish after its current fetch."""
+        self._stopping.set()
+
+    def run(self) -> None:
+        """Polls until stopped, riding out node restarts and pauses."""
+        with KqClient(
+            [self.node], retry_timeout_s=CONSUMER_RETRY_TIMEOUT_S, rpc_timeout_s=CONSUMER_RPC_TIMEOUT_S
+        ) as client:
+            turn = 0
+            while not self._stopping.is_set():
+                try:
+                    fetched = [self._fetch(client, p, 0) for p in self._positions]  # Every partition.
+                    if not any(fetched):
+                        turn = (turn + 1) % len(self._positions)
+                        self._fetch(client, turn, CONSUMER_WAIT_MS)
+                except UnavailableError:
+                    self._stopping.wait(CONSUMER_RETRY_S)
+                except KqClientError as error:
+                    self._history.client_error(
+                        ClientError(self.name_, type(error).__name__, str(error), time.monotonic())
+                    )
+                    self._stopping.wait(CONSUMER_RETRY_S)
+
+    def _fetch(self, client: KqClient, partition: int, wait_ms: int) -> bool:
+        """One fetch; whether it returned records."""
+        offset = self._positions[partition]
+        result = client.fetch(
+            self._topic,
+            partition,
+            offset,
+            max_records=CONSUMER_FETCH_RECORDS,
+            wait_ms=wait_ms,
+            node=self.node,
+        )
+        if result.log_end_offset != self._log_ends[partition]:
+            self._log_ends[partition] = result.log_end_offset
+            self._history.observe_hwm(
+                HwmObservation(self.name_, self.node, partition, result.log_end_offset, time.monotonic())
+            )
+        if not result.records:
+            return False
+        self._history.consume(
+            [ConsumedRecord(self.name_, self.node, partition, r.offset, r.value) for r in result.records]
+        )
+        self._positions[partition] = result.records[-1].offset + 1
+        return True
+
+
+def producer_specs(count: int, bootstrap: Sequence[str], rate_per_s: float) -> list[ProducerSpec]:
+    """`count` producers cycling through the kinds: keyed, unkeyed, pinned, keyed, ..."""
+    kinds = [ProducerKind.KEYED, ProducerKind.UNKEYED, ProducerKind.PINNED]
+    return [
+        ProducerSpec(f"p{i}-{kinds[i % 3].value}", kinds[i % 3], tuple(bootstrap), rate_per_s)
+        for i in range(count)
+    ]
+
+
+class Workload:
+    """The producers and consumers of one scenario run."""
+
+    def __init__(
+        self,
+        topic: str,
+        partitions: int,
+        history: History,
+        producers: Sequence[ProducerSpec],
+        consumer_nodes: Sequence[str],
+        seed: int,
+    ) -> None:
+        self.producers = [
+            Producer(spec, topic, partitions, history, seed * 1_000 + i) for i, spec in enumerate(producers)
+        ]
+        self.consumers = [
+            Consumer(f"c{i}@{node}", node, topic, partitions, history)
+            for i, node in enumerate(consumer_nodes)
+        ]
+
+    def start(self) -> None:
+        """Starts every thread."""
+        for thread in [*self.producers, *self.consumers]:
+            thread.start()
+
+    def stop_producers(self) -> list[str]:
+        """Stops the producers; returns any still running (their last sends count as unknown)."""
+        return _stop_all(self.producers)
+
+    def stop_consumers(self) -> list[str]:
+        """Stops the consumers; returns the names of any that did not finish in time."""
+        return _stop_all(self.consumers)
+
+
+def _stop_all(threads: Sequence[Producer | Consumer]) -> list[str]:
+    for thread in threads:
+        thread.stop()
+    deadline_s = time.monotonic() + JOIN_TIMEOUT_S
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline_s - time.monotonic()))
+    return [thread.name for thread in threads if thread.is_alive()]

@@ -1,0 +1,24 @@
+"""The short chaos run of the default suite: leader kills and a leader pause under load, zero anomalies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.report import render
+from chaos.runner import RunSettings, run_scenario
+from chaos.scenarios import SCENARIOS
+
+pytestmark = pytest.mark.system
+
+
+def test_smoke_scenario_passes_with_no_anomaly(tmp_path: Path) -> None:
+    """Three leader kills and one pause on a fresh cluster: nothing lost, duplicated or reordered."""
+    report = run_scenario(SCENARIOS["smoke"], RunSettings(tmp_path))
+    print(render([report]))  # Shown by pytest on failure: the verdict table and the anomalies.
+    assert report.verdict == "PASS", report.reason
+    assert len(report.faults) == 4
+    assert all(event.time_to_ack_s is not None for event in report.faults)
+    assert report.counts["records_acknowledged"] > 0
+    assert report.counts["nodes_read"] == 3
