@@ -107,7 +107,9 @@ class GroupRpcs(ServiceBase):
                 )
             if state.phase == kq_pb2.GROUP_REBALANCING and not mine.rejoined:
                 # Another member's change began a new rebalance after ours: a waiting joiner rejoins.
-                self._propose_group(commands.join_group(request.group, member, "", wall_clock_ms()), request.group)
+                self._propose_group(
+                    commands.join_group(request.group, member, "", wall_clock_ms()), request.group
+                )
                 continue
             if state.phase == kq_pb2.GROUP_STABLE:
                 return kq_pb2.JoinGroupResponse(

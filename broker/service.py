@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 
 import grpc
 
 from broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
+    KqError,
     OutOfRangeError,
+    abort_with,
     error_for_code,
 )
 from broker.group_service import GroupRpcs
@@ -25,6 +28,9 @@ from raft.results import ProducerResult, TopicResult, TrimResult
 from storage import StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
+
+FETCH_STREAM_S_MAX = 600.0  # A stream ends after this; the client opens a new one from where it was.
+STREAM_POLL_S = 1.0  # A waiting stream checks this often whether its client went away.
 
 
 class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
@@ -137,41 +143,62 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         max_records, max_bytes, wait_ms = fetch_limits(request)
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            response, caught_up = self._read_records(request, max_records, max_bytes)
+            response, caught_up = self._read_records(request, request.offset, max_records, max_bytes)
             remaining_s = deadline - time.monotonic()
-            if response.records or remaining_s <= 0 or not context.is_active():
-                if not response.records and caught_up and request.offset > response.log_end_offset:
+            found = bool(response.records or response.batches)
+            if found or remaining_s <= 0 or not context.is_active():
+                if not found and caught_up and request.offset > response.log_end_offset:
                     raise OutOfRangeError(
                         f"offset {request.offset} is beyond the log end {response.log_end_offset}"
                     )
                 return response
             self._notifier.wait_beyond(response.applied_index, remaining_s)
 
+    def FetchStream(
+        self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext
+    ) -> Iterator[kq_pb2.FetchResponse]:
+        """Pushes batches from `offset` on as this node applies them, until cancelled or a time limit."""
+        try:
+            max_records, max_bytes, _ = fetch_limits(request)
+            request.as_batches = True
+            offset = request.offset
+            deadline = time.monotonic() + FETCH_STREAM_S_MAX
+            while context.is_active() and time.monotonic() < deadline:
+                response, _ = self._read_records(request, offset, max_records, max_bytes)
+                if response.batches:
+                    offset = max(offset, response.batches[-1].base_offset + response.batches[-1].record_count)
+                    yield response
+                else:
+                    self._notifier.wait_beyond(response.applied_index, STREAM_POLL_S)
+        except KqError as error:
+            abort_with(context, error)
+
     def _read_records(
-        self, request: kq_pb2.FetchRequest, max_records: int, max_bytes: int
+        self, request: kq_pb2.FetchRequest, offset: int, max_records: int, max_bytes: int
     ) -> tuple[kq_pb2.FetchResponse, bool]:
-        """One read of the partition: the response, and whether this node has applied `min_index`."""
+        """One read of the partition from `offset`: the response, and whether `min_index` is applied."""
         with self._store.read() as reader:
             applied_index = reader.applied_index()
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
             state = reader.partition(topic.topic_id, request.partition)
             assert state is not None
-            if request.offset < state.log_start_offset:
-                raise OutOfRangeError(
-                    f"offset {request.offset} is below the log start {state.log_start_offset}"
-                )
+            if offset < state.log_start_offset:
+                raise OutOfRangeError(f"offset {offset} is below the log start {state.log_start_offset}")
             caught_up = applied_index >= request.min_index
             batches: list[StoredBatch] = []
-            if caught_up and request.offset < state.log_end_offset:
-                batches = reader.batches(topic.topic_id, request.partition, request.offset, max_bytes)
+            if caught_up and offset < state.log_end_offset:
+                batches = reader.batches(topic.topic_id, request.partition, offset, max_bytes)
         response = kq_pb2.FetchResponse(
-            records=_records_from(batches, request.offset, max_records, max_bytes),
             log_start_offset=state.log_start_offset,
             log_end_offset=state.log_end_offset,
             served_by=self._node.node_id,
             applied_index=applied_index,
         )
+        if request.as_batches:
+            response.batches.extend(_served_batches(batches, offset, max_records))
+        else:
+            response.records.extend(_records_from(batches, offset, max_records, max_bytes))
         return response, caught_up
 
     @rpc
@@ -275,6 +302,25 @@ def _partition_infos(reader: StoreReader, topic: TopicMeta) -> list[kq_pb2.Parti
             )
         )
     return infos
+
+
+def _served_batches(batches: list[StoredBatch], offset: int, max_records: int) -> list[kq_pb2.RecordBatch]:
+    """Whole batches holding `offset` and after, until they hold `max_records` from it (at least one)."""
+    served: list[kq_pb2.RecordBatch] = []
+    records = 0
+    for batch in batches:
+        if served and records >= max_records:
+            break
+        served.append(
+            kq_pb2.RecordBatch(
+                base_offset=batch.base_offset,
+                record_count=batch.record_count,
+                append_time_ms=batch.append_time_ms,
+                records=batch.records,
+            )
+        )
+        records += batch.next_offset - max(offset, batch.base_offset)
+    return served
 
 
 def _records_from(

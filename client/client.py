@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from client.connection import Connections
 from client.errors import (
@@ -29,11 +29,13 @@ from client.types import (
     TopicInfo,
 )
 from proto import kq_pb2
-from proto.records import encode_batch, encode_record
+from proto.records import encode_batch, encode_record, parse_batch
 
 REQUEST_RECORDS_MAX = 10_000  # The broker's RECORDS_PER_APPEND_MAX.
 REQUEST_BYTES_MAX = 2 * 1024 * 1024  # Below the broker's 3 MiB APPEND_BYTES_MAX, leaving room for framing.
 STATUS_TIMEOUT_S = 2.0
+FETCH_RECORDS_MAX = 10_000  # The broker's limits on one fetch and on headers per record.
+HEADERS_MAX = 1_000
 
 
 class KqClient(GroupsApi):
@@ -265,17 +267,47 @@ class KqClient(GroupsApi):
             max_bytes=max_bytes,
             wait_ms=wait_ms,
             min_index=self._index_seen if min_index is None else min_index,
+            as_batches=True,
         )
         timeout_s = self._connections.rpc_timeout_s + wait_ms / 1000
         response = self._connections.read("Fetch", request, node, timeout_s)
         self._saw(response.applied_index)
+        records = _decode_batches(topic, partition, response.batches, offset)[:max_records]
         return FetchResult(
-            tuple(_consumer_record(topic, partition, r) for r in response.records),
+            tuple(records),
             response.log_start_offset,
             response.log_end_offset,
             response.served_by,
             response.applied_index,
         )
+
+    def stream(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        node: str | None = None,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> Iterator[ConsumerRecord]:
+        """Yields the partition's records from `offset` on, forever; the node pushes batches as applied.
+
+        Reconnects (to another node unless `node` is pinned) from the next offset when a stream ends.
+        """
+        while True:
+            request = kq_pb2.FetchRequest(
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                max_records=FETCH_RECORDS_MAX,
+                max_bytes=max_bytes,
+                min_index=self._index_seen,
+            )
+            for response in self._connections.stream("FetchStream", request, node):
+                self._saw(response.applied_index)
+                for record in _decode_batches(topic, partition, response.batches, offset):
+                    offset = record.offset + 1
+                    yield record
 
     # Cluster ------------------------------------------------------------------------------------
 
@@ -337,17 +369,28 @@ def _offsets(partition: kq_pb2.PartitionInfo) -> PartitionOffsets:
     )
 
 
-def _consumer_record(topic: str, partition: int, record: kq_pb2.StoredRecord) -> ConsumerRecord:
-    return ConsumerRecord(
-        topic=topic,
-        partition=partition,
-        offset=record.offset,
-        timestamp_ms=record.timestamp_ms,
-        timestamp_type=int(record.timestamp_type),
-        key=record.key if record.HasField("key") else None,
-        value=record.value if record.HasField("value") else None,
-        headers=tuple((h.name, h.value) for h in record.headers),
-    )
+def _decode_batches(
+    topic: str, partition: int, batches: Iterable[kq_pb2.RecordBatch], offset: int
+) -> list[ConsumerRecord]:
+    """The records of served batches from `offset` on (a first batch may start before it)."""
+    records: list[ConsumerRecord] = []
+    for batch in batches:
+        wire_records = parse_batch(batch.records, FETCH_RECORDS_MAX, HEADERS_MAX)
+        for position, wire in enumerate(wire_records[max(0, offset - batch.base_offset) :]):
+            created = wire.timestamp_ms > 0
+            records.append(
+                ConsumerRecord(
+                    topic=topic,
+                    partition=partition,
+                    offset=batch.base_offset + max(0, offset - batch.base_offset) + position,
+                    timestamp_ms=wire.timestamp_ms if created else batch.append_time_ms,
+                    timestamp_type=0 if created else 1,
+                    key=wire.key,
+                    value=wire.value,
+                    headers=wire.headers,
+                )
+            )
+    return records
 
 
 def _node_status(address: str, response: kq_pb2.ClusterStatusResponse) -> NodeStatus:

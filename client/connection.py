@@ -11,7 +11,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -142,6 +142,16 @@ class Connections:
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
                 if node is None:
                     address = self._next_address()
+
+    def stream(self, method: str, request: Any, node: str | None = None) -> Iterator[Any]:
+        """A server stream from `node` or any node; ends quietly when the stream ends or breaks."""
+        address = node or self._leader or self._next_address()
+        try:
+            yield from getattr(self.stub(address), method)(request)
+        except grpc.RpcError as error:
+            if error.code() not in _RETRIABLE and error.code() != grpc.StatusCode.CANCELLED:
+                raise from_rpc_error(error, address) from None
+            time.sleep(BACKOFF_INITIAL_S)
 
     def call_each(self, method: str, request: Any, timeout_s: float) -> list[tuple[str, Any | KqClientError]]:
         """Calls `method` once on every bootstrap node: (address, response or error)."""

@@ -959,6 +959,7 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     WAIT_MS_FIELD_NUMBER: _builtins.int
     MIN_INDEX_FIELD_NUMBER: _builtins.int
+    AS_BATCHES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     offset: _builtins.int
@@ -968,6 +969,8 @@ class FetchRequest(_message.Message):
     """Long-poll: wait up to this long for records at `offset` when there are none yet."""
     min_index: _builtins.int
     """Read-your-writes: wait (within wait_ms) until this node has applied at least this index."""
+    as_batches: _builtins.bool
+    """Answer with whole stored batches (`batches`) instead of one message per record: the fast path."""
     def __init__(
         self,
         *,
@@ -978,20 +981,55 @@ class FetchRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         wait_ms: _builtins.int = ...,
         min_index: _builtins.int = ...,
+        as_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_records", b"max_records", "min_index", b"min_index", "offset", b"offset", "partition", b"partition", "topic", b"topic", "wait_ms", b"wait_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_batches", b"as_batches", "max_bytes", b"max_bytes", "max_records", b"max_records", "min_index", b"min_index", "offset", b"offset", "partition", b"partition", "topic", b"topic", "wait_ms", b"wait_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 
 @_typing.final
+class RecordBatch(_message.Message):
+    """A stored batch as served: the records exactly as produced (proto/records.py), from base_offset.
+    The first batch of a response may start before the requested offset; readers skip those records.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BASE_OFFSET_FIELD_NUMBER: _builtins.int
+    RECORD_COUNT_FIELD_NUMBER: _builtins.int
+    APPEND_TIME_MS_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    base_offset: _builtins.int
+    record_count: _builtins.int
+    append_time_ms: _builtins.int
+    """The timestamp of records whose producer gave none (LogAppendTime)."""
+    records: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        base_offset: _builtins.int = ...,
+        record_count: _builtins.int = ...,
+        append_time_ms: _builtins.int = ...,
+        records: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_time_ms", b"append_time_ms", "base_offset", b"base_offset", "record_count", b"record_count", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordBatch: _TypeAlias = RecordBatch  # noqa: Y015
+
+@_typing.final
 class FetchResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORDS_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     SERVED_BY_FIELD_NUMBER: _builtins.int
@@ -1002,10 +1040,13 @@ class FetchResponse(_message.Message):
     applied_index: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredRecord]: ...
+    @_builtins.property
+    def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordBatch]: ...
     def __init__(
         self,
         *,
         records: _abc.Iterable[Global___StoredRecord] | None = ...,
+        batches: _abc.Iterable[Global___RecordBatch] | None = ...,
         log_start_offset: _builtins.int = ...,
         log_end_offset: _builtins.int = ...,
         served_by: _builtins.str = ...,
@@ -1013,7 +1054,7 @@ class FetchResponse(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "records", b"records", "served_by", b"served_by"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "batches", b"batches", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "records", b"records", "served_by", b"served_by"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

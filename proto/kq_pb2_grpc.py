@@ -64,6 +64,11 @@ class BrokerStub:
                 request_serializer=proto_dot_kq__pb2.FetchRequest.SerializeToString,
                 response_deserializer=proto_dot_kq__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.FetchStream = channel.unary_stream(
+                '/kq.v1.Broker/FetchStream',
+                request_serializer=proto_dot_kq__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_kq__pb2.FetchResponse.FromString,
+                _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/kq.v1.Broker/ListOffsets',
                 request_serializer=proto_dot_kq__pb2.ListOffsetsRequest.SerializeToString,
@@ -166,6 +171,13 @@ class BrokerServicer:
 
     def Fetch(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchStream(self, request, context):
+        """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -278,6 +290,11 @@ def add_BrokerServicer_to_server(servicer, server):
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
+                    request_deserializer=proto_dot_kq__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_kq__pb2.FetchResponse.SerializeToString,
+            ),
+            'FetchStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchStream,
                     request_deserializer=proto_dot_kq__pb2.FetchRequest.FromString,
                     response_serializer=proto_dot_kq__pb2.FetchResponse.SerializeToString,
             ),
@@ -507,6 +524,33 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/Fetch',
+            proto_dot_kq__pb2.FetchRequest.SerializeToString,
+            proto_dot_kq__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kq.v1.Broker/FetchStream',
             proto_dot_kq__pb2.FetchRequest.SerializeToString,
             proto_dot_kq__pb2.FetchResponse.FromString,
             options,

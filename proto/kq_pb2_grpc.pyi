@@ -41,6 +41,8 @@ class BrokerStub:
     DescribeTopic: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DescribeTopicRequest, _kq_pb2.DescribeTopicResponse]
     Produce: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]
     Fetch: _grpc.UnaryUnaryMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]
+    FetchStream: _grpc.UnaryStreamMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]
+    """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListOffsetsRequest, _kq_pb2.ListOffsetsResponse]
     DeleteRecords: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]
     RegisterProducer: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]
@@ -64,6 +66,8 @@ class BrokerAsyncStub(BrokerStub):
     DescribeTopic: _aio.UnaryUnaryMultiCallable[_kq_pb2.DescribeTopicRequest, _kq_pb2.DescribeTopicResponse]  # type: ignore[assignment]
     Produce: _aio.UnaryUnaryMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]  # type: ignore[assignment]
     Fetch: _aio.UnaryUnaryMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]  # type: ignore[assignment]
+    FetchStream: _aio.UnaryStreamMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]  # type: ignore[assignment]
+    """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
     ListOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListOffsetsRequest, _kq_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     DeleteRecords: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
     RegisterProducer: _aio.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]  # type: ignore[assignment]
@@ -120,6 +124,14 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.FetchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.FetchResponse, _abc.Awaitable[_kq_pb2.FetchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def FetchStream(
+        self,
+        request: _kq_pb2.FetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_kq_pb2.FetchResponse], _abc.AsyncIterator[_kq_pb2.FetchResponse]]:
+        """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
 
     @_abc_1.abstractmethod
     def ListOffsets(
