@@ -23,10 +23,12 @@ from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
 from broker.service_base import AppliedNotifier, ServiceBase, rpc
 from broker.validation import check_topic_name
 from proto import kq_pb2
+from proto.compression import decompress
 from proto.records import parse_batch
 from raft import commands
 from raft.assignors import ASSIGNORS
 from raft.limits import (
+    APPEND_BYTES_MAX,
     HEADERS_PER_RECORD_MAX,
     HEARTBEAT_WAIT_MS_MAX,
     OFFSETS_PER_COMMIT_MAX,
@@ -387,7 +389,11 @@ def _first_offset_at(
             return None
         for batch in batches:
             for position, record in enumerate(
-                parse_batch(batch.records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX)
+                parse_batch(
+                    decompress(batch.records, batch.compression, APPEND_BYTES_MAX),
+                    RECORDS_PER_APPEND_MAX,
+                    HEADERS_PER_RECORD_MAX,
+                )
             ):
                 record_offset = batch.base_offset + position
                 if record_offset >= start and (record.timestamp_ms or batch.append_time_ms) >= timestamp_ms:

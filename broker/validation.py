@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from broker.errors import InvalidArgumentError
 from proto import kq_pb2
+from proto.compression import CompressionError, decompress
 from proto.records import MalformedBatchError, validate_batch
 from raft.limits import (
     APPEND_BYTES_MAX,
@@ -48,17 +49,19 @@ def check_produce(request: kq_pb2.ProduceRequest) -> None:
         raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
     if not request.records:
         raise InvalidArgumentError("a produce request needs at least one record")
+    if request.compression not in (kq_pb2.COMPRESSION_NONE, kq_pb2.COMPRESSION_ZSTD, kq_pb2.COMPRESSION_LZ4):
+        raise InvalidArgumentError(f"unknown compression {request.compression}")
     if len(request.records) > APPEND_BYTES_MAX:
         raise InvalidArgumentError(
             f"request of {len(request.records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
         )
     try:
+        records = decompress(request.records, request.compression, APPEND_BYTES_MAX)
+    except CompressionError as error:
+        raise InvalidArgumentError(f"bad record batch: {error}") from error
+    try:
         count = validate_batch(
-            request.records,
-            RECORDS_PER_APPEND_MAX,
-            HEADERS_PER_RECORD_MAX,
-            RECORD_BYTES_MAX,
-            HEADER_NAME_BYTES_MAX,
+            records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX, RECORD_BYTES_MAX, HEADER_NAME_BYTES_MAX
         )
     except MalformedBatchError as error:
         raise InvalidArgumentError(f"bad record batch: {error}") from error

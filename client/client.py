@@ -29,6 +29,7 @@ from client.types import (
     TopicInfo,
 )
 from proto import kq_pb2
+from proto.compression import CODECS, compress, decompress
 from proto.records import encode_batch, encode_record, parse_batch
 
 REQUEST_RECORDS_MAX = 10_000  # The broker's RECORDS_PER_APPEND_MAX.
@@ -36,6 +37,7 @@ REQUEST_BYTES_MAX = 2 * 1024 * 1024  # Below the broker's 3 MiB APPEND_BYTES_MAX
 STATUS_TIMEOUT_S = 2.0
 FETCH_RECORDS_MAX = 10_000  # The broker's limits on one fetch and on headers per record.
 HEADERS_MAX = 1_000
+BATCH_BYTES_MAX = 3 * 1024 * 1024  # The broker's APPEND_BYTES_MAX: what one stored batch expands to at most.
 
 
 class KqClient(GroupsApi):
@@ -199,9 +201,13 @@ class KqClient(GroupsApi):
         self, topic: str, partition: int, records: list[bytes], compression: str | None = None
     ) -> list[RecordMetadata]:
         """Sends encoded records to one partition as one request; idempotent unless disabled."""
-        assert compression is None, "compression is not supported yet"
+        codec = CODECS[compression or "none"]
         request = kq_pb2.ProduceRequest(
-            topic=topic, partition=partition, records=encode_batch(records), record_count=len(records)
+            topic=topic,
+            partition=partition,
+            records=compress(encode_batch(records), codec),
+            record_count=len(records),
+            compression=codec,  # type: ignore[arg-type]
         )
         if not self._idempotent:
             response = self._connections.write("Produce", request)
@@ -375,7 +381,9 @@ def _decode_batches(
     """The records of served batches from `offset` on (a first batch may start before it)."""
     records: list[ConsumerRecord] = []
     for batch in batches:
-        wire_records = parse_batch(batch.records, FETCH_RECORDS_MAX, HEADERS_MAX)
+        wire_records = parse_batch(
+            decompress(batch.records, batch.compression, BATCH_BYTES_MAX), FETCH_RECORDS_MAX, HEADERS_MAX
+        )
         for position, wire in enumerate(wire_records[max(0, offset - batch.base_offset) :]):
             created = wire.timestamp_ms > 0
             records.append(

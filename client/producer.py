@@ -74,6 +74,8 @@ class Producer:
             raise ValueError(f"max_in_flight must be 1..{IN_FLIGHT_MAX}")
         if linger_ms < 0:
             raise ValueError("linger_ms must not be negative")
+        if compression not in (None, "none", "zstd", "lz4"):
+            raise ValueError("compression must be None, 'zstd' or 'lz4'")
         self._client = client
         self._linger_s = linger_ms / 1000
         self._batch_bytes = batch_size

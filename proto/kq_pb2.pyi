@@ -23,6 +23,24 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _Compression:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CompressionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Compression.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COMPRESSION_NONE: _Compression.ValueType  # 0
+    COMPRESSION_ZSTD: _Compression.ValueType  # 1
+    COMPRESSION_LZ4: _Compression.ValueType  # 2
+
+class Compression(_Compression, metaclass=_CompressionEnumTypeWrapper):
+    """How a record batch's bytes are compressed (as one frame; see proto/compression.py)."""
+
+COMPRESSION_NONE: Compression.ValueType  # 0
+COMPRESSION_ZSTD: Compression.ValueType  # 1
+COMPRESSION_LZ4: Compression.ValueType  # 2
+Global___Compression: _TypeAlias = Compression  # noqa: Y015
+
 class _TimestampType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -292,6 +310,7 @@ class PartitionAppend(_message.Message):
     SEQUENCE_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     RECORD_COUNT_FIELD_NUMBER: _builtins.int
+    COMPRESSION_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     producer_id: _builtins.int
@@ -301,6 +320,7 @@ class PartitionAppend(_message.Message):
     records: _builtins.bytes
     """A record batch (layout in proto/records.py), exactly as the producer sent it, checked by the leader."""
     record_count: _builtins.int
+    compression: Global___Compression.ValueType
     def __init__(
         self,
         *,
@@ -310,10 +330,11 @@ class PartitionAppend(_message.Message):
         sequence: _builtins.int = ...,
         records: _builtins.bytes = ...,
         record_count: _builtins.int = ...,
+        compression: Global___Compression.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "producer_id", b"producer_id", "record_count", b"record_count", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "partition", b"partition", "producer_id", b"producer_id", "record_count", b"record_count", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -888,6 +909,7 @@ class ProduceRequest(_message.Message):
     SEQUENCE_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     RECORD_COUNT_FIELD_NUMBER: _builtins.int
+    COMPRESSION_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     """Required. The client library chooses it when its user does not: keyed records go to
@@ -896,8 +918,9 @@ class ProduceRequest(_message.Message):
     producer_id: _builtins.int
     sequence: _builtins.int
     records: _builtins.bytes
-    """A record batch: the records' encoding is in proto/records.py."""
+    """A record batch: the records' encoding is in proto/records.py; compressed when `compression` says so."""
     record_count: _builtins.int
+    compression: Global___Compression.ValueType
     def __init__(
         self,
         *,
@@ -907,10 +930,11 @@ class ProduceRequest(_message.Message):
         sequence: _builtins.int = ...,
         records: _builtins.bytes = ...,
         record_count: _builtins.int = ...,
+        compression: Global___Compression.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition", "producer_id", b"producer_id", "record_count", b"record_count", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "compression", b"compression", "partition", b"partition", "producer_id", b"producer_id", "record_count", b"record_count", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
     _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015
@@ -1003,11 +1027,13 @@ class RecordBatch(_message.Message):
     RECORD_COUNT_FIELD_NUMBER: _builtins.int
     APPEND_TIME_MS_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    COMPRESSION_FIELD_NUMBER: _builtins.int
     base_offset: _builtins.int
     record_count: _builtins.int
     append_time_ms: _builtins.int
     """The timestamp of records whose producer gave none (LogAppendTime)."""
     records: _builtins.bytes
+    compression: Global___Compression.ValueType
     def __init__(
         self,
         *,
@@ -1015,10 +1041,11 @@ class RecordBatch(_message.Message):
         record_count: _builtins.int = ...,
         append_time_ms: _builtins.int = ...,
         records: _builtins.bytes = ...,
+        compression: Global___Compression.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_time_ms", b"append_time_ms", "base_offset", b"base_offset", "record_count", b"record_count", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_time_ms", b"append_time_ms", "base_offset", b"base_offset", "compression", b"compression", "record_count", b"record_count", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

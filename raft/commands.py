@@ -67,6 +67,7 @@ def partition_append(
     record_count: int,
     producer_id: int = 0,
     sequence: int = 0,
+    compression: int = 0,
 ) -> kq_pb2.PartitionAppend:
     """One produce request's share of an AppendCommand: a record batch (proto/records.py)."""
     return kq_pb2.PartitionAppend(
@@ -76,6 +77,7 @@ def partition_append(
         sequence=sequence,
         records=records,
         record_count=record_count,
+        compression=compression,  # type: ignore[arg-type]
     )
 
 

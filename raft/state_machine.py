@@ -118,7 +118,10 @@ def _apply_partition_append(
     writer: StoreWriter, timestamp_ms: int, append: kq_pb2.PartitionAppend
 ) -> PartitionAppendResult:
     assert 0 < append.record_count <= RECORDS_PER_APPEND_MAX, "record count outside limits reached apply"
-    assert count_records(append.records) == append.record_count, "batch and its count disagree"
+    if (
+        append.compression == kq_pb2.COMPRESSION_NONE
+    ):  # A compressed batch was expanded and checked at the edge.
+        assert count_records(append.records) == append.record_count, "batch and its count disagree"
     topic = writer.topic(append.topic)
     if topic is None:
         return PartitionAppendResult(ErrorCode.UNKNOWN_TOPIC)
@@ -129,7 +132,12 @@ def _apply_partition_append(
         if verdict is not None:
             return verdict
     base_offset = writer.append(
-        topic.topic_id, append.partition, append.records, append.record_count, timestamp_ms
+        topic.topic_id,
+        append.partition,
+        append.records,
+        append.record_count,
+        timestamp_ms,
+        append.compression,
     )
     if append.producer_id:
         remembered = ProducerAppend(append.sequence, append.record_count, base_offset)

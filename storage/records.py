@@ -7,8 +7,9 @@ Layout of a stored batch value (integers big-endian):
     record_count    u32   records in the batch; they hold offsets base_offset .. base_offset+count-1
     append_time_ms  i64   the leader's clock when it proposed the entry: the timestamp of records
                           whose producer gave none (Kafka's LogAppendTime)
+    compression     u8    0 none, 1 zstd, 2 lz4 (proto/compression.py)
     records               the records exactly as the producer's batch carried them (layout in
-                          proto/records.py; storage treats them as opaque bytes)
+                          proto/records.py, compressed as `compression` says; opaque to storage)
 
 Each record is therefore covered by its batch's checksum, and carries its offset (base + position),
 timestamp, key, value and headers.
@@ -23,7 +24,7 @@ import crc32c as crc32c_module
 
 from storage.errors import CorruptRecordError
 
-_HEADER = struct.Struct(">IQIq")  # crc, base offset, record count, append time
+_HEADER = struct.Struct(">IQIqB")  # crc, base offset, record count, append time, compression
 HEADER_BYTES = _HEADER.size
 
 
@@ -35,6 +36,7 @@ class StoredBatch:
     record_count: int
     append_time_ms: int
     records: bytes
+    compression: int = 0
 
     @property
     def next_offset(self) -> int:
@@ -42,10 +44,12 @@ class StoredBatch:
         return self.base_offset + self.record_count
 
 
-def encode_batch(base_offset: int, record_count: int, append_time_ms: int, records: bytes) -> bytes:
+def encode_batch(
+    base_offset: int, record_count: int, append_time_ms: int, records: bytes, compression: int = 0
+) -> bytes:
     """The stored value of a batch."""
     assert record_count > 0
-    head = _HEADER.pack(0, base_offset, record_count, append_time_ms)[4:]
+    head = _HEADER.pack(0, base_offset, record_count, append_time_ms, compression)[4:]
     checksum = crc32c_module.crc32c(records, crc32c_module.crc32c(head))
     return struct.pack(">I", checksum) + head + records
 
@@ -54,9 +58,9 @@ def decode_batch(raw: bytes | memoryview, expected_base_offset: int) -> StoredBa
     """Decodes a stored batch, verifying its checksum and offset; raises CorruptRecordError."""
     if len(raw) < HEADER_BYTES:
         raise CorruptRecordError(f"batch at offset {expected_base_offset} is shorter than its header")
-    checksum, base_offset, record_count, append_time_ms = _HEADER.unpack_from(raw, 0)
+    checksum, base_offset, record_count, append_time_ms, compression = _HEADER.unpack_from(raw, 0)
     if crc32c_module.crc32c(memoryview(raw)[4:]) != checksum:
         raise CorruptRecordError(f"CRC32C mismatch in batch at offset {expected_base_offset}")
     if base_offset != expected_base_offset:
         raise CorruptRecordError(f"batch stored under offset {expected_base_offset} says {base_offset}")
-    return StoredBatch(base_offset, record_count, append_time_ms, bytes(raw[HEADER_BYTES:]))
+    return StoredBatch(base_offset, record_count, append_time_ms, bytes(raw[HEADER_BYTES:]), compression)

@@ -334,13 +334,19 @@ class StoreWriter(StoreReader):
         )
 
     def append(
-        self, topic_id: int, partition: int, records: bytes, record_count: int, append_time_ms: int
+        self,
+        topic_id: int,
+        partition: int,
+        records: bytes,
+        record_count: int,
+        append_time_ms: int,
+        compression: int = 0,
     ) -> int:
         """Appends a batch of `record_count` records at the partition's end; returns its base offset."""
         state = self.partition(topic_id, partition)
         assert state is not None, "append to a partition that does not exist"
         base_offset = state.log_end_offset
-        value = encode_batch(base_offset, record_count, append_time_ms, records)
+        value = encode_batch(base_offset, record_count, append_time_ms, records, compression)
         added = self._transaction.put(
             _RECORD_KEY.pack(topic_id, partition, base_offset), value, db=self._records, overwrite=False
         )

@@ -39,3 +39,24 @@ def test_producer_keeps_order_and_exactly_once_through_a_leader_kill(cluster: Lo
         assert values == list(range(partition, 20_000, 4)), f"partition {partition} is not exact and in order"
         offsets = [m.offset for i, m in enumerate(metadata) if i % 4 == partition]
         assert offsets == [r.offset for r in held[nodes[0]][partition]]
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_compressed_batches_round_trip_through_every_node(cluster: LocalCluster, codec: str) -> None:
+    """Batches sent compressed are stored compressed and read back identically from every node."""
+    with KqClient(cluster.bootstrap) as client:
+        client.create_topic("squeezed", partitions=2)
+        with Producer(client, linger_ms=5, compression=codec) as producer:
+            futures = [
+                producer.send("squeezed", f"value-{i}".encode() * 20, key=f"k{i}".encode(), partition=i % 2)
+                for i in range(2_000)
+            ]
+        assert all(future.result().offset >= 0 for future in futures)
+        nodes = cluster.bootstrap
+        held = read_everywhere(client, "squeezed", 2, nodes)
+        described = client.describe_topic("squeezed")
+    for partition in range(2):
+        values = [r.value for r in held[nodes[0]][partition]]
+        assert values == [f"value-{i}".encode() * 20 for i in range(partition, 2_000, 2)]
+    stored = sum(p.size_bytes for p in described.partitions)
+    assert stored < 2_000 * 100, "the stored batches should be compressed"
