@@ -109,7 +109,7 @@ def read_range(
             node,
             failures[node],
         )
-        if time.monotonic() >= stall_deadline:
+        if time.monotonic() >= stall_deadline and failed_in_a_row + 1 >= len(nodes):  # Each node had a go.
             raise KqSourceError(
                 f"kq source: no node served {offset_range.topic}-{offset_range.partition} at offset "
                 f"{position} for {policy.stall_timeout_s:.0f} s: "
@@ -141,7 +141,7 @@ def _fetch(
         # A follower that has not applied the topic's creation says NOT_FOUND too: not proof of deletion.
         return f"topic not found ({error})"
     except KqClientError as error:
-        return f"{error.code.name if error.code else 'error'}: {error}"
+        return f"{error.code.name if error.code else type(error).__name__}: {error}"
 
 
 def _after_data_loss(

@@ -191,7 +191,7 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
     if min_partitions is None or len(pieces) >= min_partitions:
         return pieces
     total = sum(r.size for r in pieces)
-    counts = [max(1, r.size * min_partitions // total) for r in pieces]
+    counts = [min(r.size, max(1, r.size * min_partitions // total)) for r in pieces]
     # Hand out the missing pieces one at a time to the range whose pieces are currently largest.
     heap = [(-pieces[i].size / counts[i], i) for i in range(len(pieces)) if counts[i] < pieces[i].size]
     heapq.heapify(heap)
