@@ -87,7 +87,10 @@ def check(history: History, logs: NodeLogs) -> CheckResult:
     reference = logs[nodes[0]]
     _check_consumers(result, history, reference)
     for error in history.client_errors:
-        result.add(Anomaly("client-error", f"{error.client}: {error.kind}: {error.message}"))
+        at_s = error.at_s - history.origin_s
+        result.add(
+            Anomaly("client-error", f"{error.client} at t={at_s:.3f} s: {error.kind}: {error.message}")
+        )
     result.counts = _counts(history, reference, nodes)
     return result
 
@@ -280,7 +283,7 @@ def _check_consumers(result: CheckResult, history: History, reference: Mapping[i
                 Anomaly(
                     "hwm-regression",
                     f"{seen.consumer} saw the log end of node {seen.node} go from {previous} to "
-                    f"{seen.log_end_offset} at t={seen.observed_s:.3f}",
+                    f"{seen.log_end_offset} at t={seen.observed_s - history.origin_s:.3f} s",
                     seen.partition,
                     (previous, seen.log_end_offset),
                     (seen.node,),

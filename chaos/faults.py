@@ -45,7 +45,7 @@ def leader_pause(context: ScenarioContext) -> None:
     """
     leader = context.steady_leader()
     pause_s = context.rng.uniform(PAUSE_MIN_S, PAUSE_MAX_S)
-    context.start_probe(leader, pause_s)
+    probe = context.start_probe(leader, pause_s)
     event = context.fault("leader-pause", [leader], leader_fault=True)
     context.pause(leader)
     new_leader = context.wait_leader_other_than(leader)
@@ -54,6 +54,7 @@ def leader_pause(context: ScenarioContext) -> None:
     context.heal(event, lambda: context.resume(leader))
     context.wait_resumed(event)
     context.wait_healthy()
+    probe.stop()  # It finishes its request in flight by itself; the runner joins it at the end.
 
 
 def follower_snapshot(context: ScenarioContext) -> None:
@@ -157,7 +158,7 @@ def partition_leader(context: ScenarioContext) -> None:
     minority = [leader, *context.rng.sample(followers, len(context.cluster.nodes) // 2 - 1)]
     majority = [node for node in context.cluster.nodes if node not in minority]
     hold_s = context.rng.uniform(PARTITION_HOLD_MIN_S, PARTITION_HOLD_MAX_S)
-    context.start_probe(leader, hold_s)
+    probe = context.start_probe(leader, hold_s)
     event = context.fault("partition-leader", minority, leader_fault=True)
     context.lab.partition([minority, majority])
     new_leader = context.wait_leader_other_than(leader)
@@ -166,6 +167,7 @@ def partition_leader(context: ScenarioContext) -> None:
     context.hold(event, hold_s)
     context.heal(event, context.lab.heal)
     context.wait_healthy()
+    probe.stop()
     _wait_all_caught_up(context)
 
 
@@ -188,3 +190,13 @@ def partition_minority(context: ScenarioContext) -> None:
 def _wait_all_caught_up(context: ScenarioContext) -> None:
     for node in context.cluster.nodes:
         _wait_caught_up(context, node)
+
+
+def random_fault(context: ScenarioContext) -> None:
+    """One fault drawn from the seeded generator: any kind above (partitions only inside a lab)."""
+    steps = [leader_kill, leader_pause, follower_snapshot, cold_restart]
+    if context.lab is not None:
+        steps += [partition_leader, partition_minority]
+    step = context.rng.choice(steps)
+    logger.info("mixed: drew %s", step.__name__)
+    step(context)

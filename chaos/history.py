@@ -88,6 +88,7 @@ class History:
     consumed: list[ConsumedRecord] = field(default_factory=list)
     client_errors: list[ClientError] = field(default_factory=list)
     index_max: int = 0  # Highest Raft index acknowledged so far.
+    origin_s: float = 0.0  # When the workload started: reports give times relative to it.
     _changed: threading.Condition = field(default_factory=threading.Condition)
 
     def attempt(self, producer: str, sequences: Sequence[int], values: Sequence[bytes]) -> None:

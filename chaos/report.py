@@ -127,7 +127,7 @@ def to_json(reports: Sequence[ScenarioReport], meta: dict[str, Any]) -> dict[str
     for report in reports:
         data = asdict(report)
         data["faults"] = [
-            {**asdict(event), "time_to_ack_s": event.time_to_ack_s, **_relative(event)}
+            {**asdict(event), "time_to_ack_s": event.time_to_ack_s, **_relative(event, report.origin_s)}
             for event in report.faults
         ]
         data["failover"] = timing([event for event in report.faults if event.leader_fault])
@@ -141,9 +141,9 @@ def to_json(reports: Sequence[ScenarioReport], meta: dict[str, Any]) -> dict[str
     }
 
 
-def _relative(event: FaultEvent) -> dict[str, float | None]:
+def _relative(event: FaultEvent, origin_s: float) -> dict[str, float | None]:
     healed = None if event.healed_s is None else round(event.healed_s - event.started_s, 3)
-    return {"healed_after_s": healed}
+    return {"at_s": round(event.started_s - origin_s, 3), "healed_after_s": healed}
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -65,6 +65,7 @@ class ScenarioReport:
     anomaly_counts: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     data_dir: str | None = None
+    origin_s: float = 0.0  # Monotonic time the workload started; fault times in the JSON count from it.
 
 
 def run_scenario(scenario: Scenario, settings: RunSettings) -> ScenarioReport:
@@ -140,6 +141,7 @@ def _run_on_cluster(
         cluster, lab, history, TOPIC, settings.partitions, rng, time.monotonic() + budget_s
     )
     failures: list[Anomaly] = []
+    history.origin_s = time.monotonic()
     workload.start()
     try:
         _run_rounds(context, rounds, failures)
@@ -148,7 +150,7 @@ def _run_on_cluster(
         workload.stop_producers()
         _stop_probes(context)
         workload.stop_consumers()
-        report.faults, report.notes = context.faults, context.notes
+        report.faults, report.notes, report.origin_s = context.faults, context.notes, history.origin_s
     return _read_and_check(cluster, history, failures)
 
 

@@ -22,7 +22,8 @@ class Scenario:
     name: str
     summary: str
     steps: tuple[tuple[Step, int], ...]
-    needs_netns: bool = False
+    needs_netns: bool = False  # Skipped (with the reason) where network namespaces are unavailable.
+    wants_netns: bool = False  # Uses namespaces where available, else runs on loopback without partitions.
     node_args: tuple[str, ...] = ()
 
     def rounds(self, override: int | None) -> list[tuple[Step, int]]:
@@ -42,7 +43,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "leader-pause",
             "SIGSTOP of the leader beyond the election timeout, then SIGCONT, with a probe writing to it",
-            ((faults.leader_pause, 3),),
+            ((faults.leader_pause, 4),),
         ),
         Scenario(
             "follower-snapshot",
@@ -65,6 +66,12 @@ SCENARIOS: dict[str, Scenario] = {
             needs_netns=True,
         ),
         Scenario(
+            "mixed",
+            "faults of every kind, drawn at random from the seed, one after another on one cluster",
+            ((faults.random_fault, 10),),
+            wants_netns=True,
+        ),
+        Scenario(
             "partition-minority",
             "cut a minority of followers off while the majority keeps writing, heal",
             ((faults.partition_minority, 3),),
@@ -81,4 +88,5 @@ FULL_SET = (
     "rolling-restart",
     "partition-leader",
     "partition-minority",
+    "mixed",
 )
