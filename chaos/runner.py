@@ -77,7 +77,14 @@ def run_scenario(scenario: Scenario, settings: RunSettings) -> ScenarioReport:
     started_s = time.monotonic()
     base_dir = settings.work_dir / scenario.name
     node_ids = [str(i + 1) for i in range(settings.nodes)]
-    lab = NetworkLab(node_ids) if scenario.needs_netns else None
+    lab = None
+    if scenario.wants_netns:
+        reason = unavailable_reason()
+        lab = NetworkLab(node_ids) if reason is None else None
+        if reason is not None:
+            report.notes.append(f"no partitions: {reason}")
+    elif scenario.needs_netns:
+        lab = NetworkLab(node_ids)
     result = CheckResult()
     try:
         result = _run_in_lab(scenario, settings, base_dir, lab, report)
@@ -150,7 +157,8 @@ def _run_on_cluster(
         workload.stop_producers()
         _stop_probes(context)
         workload.stop_consumers()
-        report.faults, report.notes, report.origin_s = context.faults, context.notes, history.origin_s
+        report.faults, report.origin_s = context.faults, history.origin_s
+        report.notes += context.notes
     return _read_and_check(cluster, history, failures)
 
 

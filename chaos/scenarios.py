@@ -52,17 +52,17 @@ SCENARIOS: dict[str, Scenario] = {
             node_args=("--compaction-min-entries", SNAPSHOT_COMPACTION_ENTRIES),
         ),
         Scenario(
-            "cold-restart", "kill -9 of every node at once, then start them all", ((faults.cold_restart, 2),)
+            "cold-restart", "kill -9 of every node at once, then start them all", ((faults.cold_restart, 3),)
         ),
         Scenario(
             "rolling-restart",
             "SIGTERM and restart of each node in turn, followers first, the leader last",
-            ((faults.rolling_restart, 1),),
+            ((faults.rolling_restart, 2),),
         ),
         Scenario(
             "partition-leader",
             "cut the leader (with a follower, on 5 nodes) off from the majority, probe it, heal",
-            ((faults.partition_leader, 3),),
+            ((faults.partition_leader, 4),),
             needs_netns=True,
         ),
         Scenario(
@@ -74,7 +74,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "partition-minority",
             "cut a minority of followers off while the majority keeps writing, heal",
-            ((faults.partition_minority, 3),),
+            ((faults.partition_minority, 4),),
             needs_netns=True,
         ),
     )
