@@ -1,0 +1,39 @@
+"""System test: the example batch job aggregates a topic read from followers; its numbers add up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from chaos.cluster import LocalCluster
+from client import KqClient
+from spark.jobs.demo_data import DEMO_KEYS, ensure_topic, produce_demo
+from spark.jobs.key_minute_stats import run
+
+pytestmark = pytest.mark.system
+
+RECORDS = 3_000
+
+
+def test_key_minute_stats_counts_every_record_once(
+    spark_session: SparkSession, spark_cluster: LocalCluster, topic_name: str, tmp_path: Path
+) -> None:
+    """Counts and bytes per key and minute add up to the topic's; no row came from the leader."""
+    nodes = ",".join(spark_cluster.bootstrap)
+    with KqClient(spark_cluster.bootstrap) as client:
+        ensure_topic(client, topic_name)
+        produce_demo(client, topic_name, RECORDS)
+    leader = spark_cluster.wait_ready()
+    summary = run(spark_session, nodes, topic_name, str(tmp_path / "out"))
+    assert summary.records == RECORDS and summary.leader_id == leader
+    assert leader not in summary.served_by and sum(summary.served_by.values()) == RECORDS
+    written = spark_session.read.parquet(str(tmp_path / "out"))
+    assert written.columns == ["key", "minute", "records", "bytes"]
+    totals = written.groupBy().sum("records", "bytes").collect()[0]
+    raw = spark_session.read.format("kq").option("kq.nodes", nodes).option("subscribe", topic_name).load()
+    expected_bytes = raw.selectExpr("sum(length(key) + length(value))").collect()[0][0]
+    assert (totals[0], totals[1]) == (RECORDS, expected_bytes)
+    assert written.select("key").distinct().count() <= DEMO_KEYS
+    assert summary.output_rows == written.count() > DEMO_KEYS  # Several minutes per key.
