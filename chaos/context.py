@@ -51,6 +51,7 @@ class FaultEvent:
     leader_fault: bool  # The fault hit the leader: time to the next ack is a failover time.
     started_s: float
     index_at_fault: int
+    in_place_s: float = 0.0  # When injecting finished (a partition takes several `ip` commands).
     healed_s: float | None = None
     resumed_s: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -129,11 +130,16 @@ class ScenarioContext:
         logger.info("fault %d: %s of node(s) %s", len(self.faults), kind, ",".join(targets))
         return event
 
+    def in_place(self, event: FaultEvent) -> None:
+        """Records that the fault is now fully injected."""
+        event.in_place_s = time.monotonic()
+
     def wait_resumed(self, event: FaultEvent, timeout_s: float = RESUME_TIMEOUT_S) -> None:
         """Waits for the acknowledgement that shows writes resumed after `event`; records its time."""
 
         def resumed(acks: Sequence[Ack]) -> Ack | None:
-            return resumed_ack(acks, event.started_s, event.index_at_fault, event.leader_fault)
+            in_place_s = max(event.in_place_s, event.started_s)
+            return resumed_ack(acks, event.started_s, in_place_s, event.index_at_fault, event.leader_fault)
 
         ack = self.history.wait_for_ack(resumed, self._deadline(timeout_s))
         if ack is None:

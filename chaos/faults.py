@@ -121,6 +121,7 @@ def cold_restart(context: ScenarioContext) -> None:
         context.cluster.signal_node(node, 9)
     for node in nodes:
         context.kill(node)
+    context.in_place(event)
     time.sleep(context.rng.uniform(0.0, COLD_DOWN_MAX_S))  # How long the cluster stays dark.
     context.heal(event, lambda: _start_all(context, nodes))
     context.wait_resumed(event)
@@ -160,7 +161,8 @@ def partition_leader(context: ScenarioContext) -> None:
     hold_s = context.rng.uniform(PARTITION_HOLD_MIN_S, PARTITION_HOLD_MAX_S)
     probe = context.start_probe(leader, hold_s)
     event = context.fault("partition-leader", minority, leader_fault=True)
-    context.lab.partition([minority, majority])
+    context.lab.partition([minority, majority])  # The minority's rules first: the leader is cut at once.
+    context.in_place(event)
     new_leader = context.wait_leader_other_than(leader)
     event.notes.append(f"node {new_leader} elected in the majority {','.join(majority)}")
     context.wait_resumed(event)
@@ -180,6 +182,7 @@ def partition_minority(context: ScenarioContext) -> None:
     hold_s = context.rng.uniform(PARTITION_HOLD_MIN_S, PARTITION_HOLD_MAX_S)
     event = context.fault("partition-minority", minority, leader_fault=False)
     context.lab.partition([minority, majority])
+    context.in_place(event)
     context.wait_resumed(event)
     context.hold(event, hold_s)
     context.heal(event, context.lab.heal)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from client import RecordMetadata
 
-# An acknowledgement received this soon after a leader fault was answered by the old leader before
-# the fault (it was already on its way). Well below any election timeout kq accepts (50 ms minimum
-# is the node's flag floor, but defaults are 500 ms), so no new leader can have answered it.
-IN_FLIGHT_GRACE_S = 0.1
+# An acknowledgement received this soon after a leader fault is fully in place was answered by the
+# old leader (it was on its way, or the client thread had not run yet on this busy machine). Well
+# below the default election timeout (500 ms), so no new leader can have answered it.
+IN_FLIGHT_GRACE_S = 0.2
 PROBE_PREFIX = "probe"  # Producers named so write to one chosen node; their acks do not time failovers.
 
 
@@ -151,21 +151,24 @@ class History:
                 self._changed.wait(timeout=min(remaining_s, 1.0))
 
 
-def resumed_ack(acks: Sequence[Ack], fault_s: float, index_at_fault: int, leader_fault: bool) -> Ack | None:
-    """The first acknowledgement that shows writes resumed after a fault at `fault_s`, or None.
+def resumed_ack(
+    acks: Sequence[Ack], fault_s: float, in_place_s: float, index_at_fault: int, leader_fault: bool
+) -> Ack | None:
+    """The first acknowledgement that shows writes resumed after a fault begun at `fault_s`, or None.
 
-    After a leader fault it must come from the next leader: received after the fault, for an entry
-    beyond `index_at_fault` and beyond every entry acknowledged up to IN_FLIGHT_GRACE_S after the
-    fault (those answers were already on their way from the old leader). After other faults, any
+    `in_place_s` is when the fault was complete (a partition takes a few `ip` commands; until the last
+    one the old leader may still commit). After a leader fault the ack must come from the next leader:
+    received more than IN_FLIGHT_GRACE_S after `in_place_s`, for an entry beyond `index_at_fault` and
+    beyond every entry acknowledged before then (those were the old leader's). After other faults, any
     later acknowledgement counts. `acks` are in the order they were received; probes' acks are skipped.
     """
     after = [ack for ack in acks[_first_after(acks, fault_s) :] if not ack.producer.startswith(PROBE_PREFIX)]
     if not leader_fault:
         return after[0] if after else None
-    in_flight = [ack.index for ack in after if ack.acked_s <= fault_s + IN_FLIGHT_GRACE_S]
-    old_index_max = max([index_at_fault, *in_flight])
+    window_end_s = in_place_s + IN_FLIGHT_GRACE_S
+    old_index_max = max([index_at_fault, *(ack.index for ack in after if ack.acked_s <= window_end_s)])
     for ack in after:
-        if ack.index > old_index_max and ack.acked_s > fault_s + IN_FLIGHT_GRACE_S:
+        if ack.index > old_index_max and ack.acked_s > window_end_s:
             return ack
     return None
 

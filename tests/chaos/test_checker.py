@@ -117,13 +117,14 @@ def test_unexpected_client_errors_are_anomalies() -> None:
 def test_failover_is_timed_from_the_next_leaders_first_acknowledgement() -> None:
     """Answers already on their way from the old leader (within the grace) do not end the failover."""
     acks = [
-        Ack("p0", 0, b"a", 0, 0, 10, 0.9),  # Before the fault at t=1.0.
+        Ack("p0", 0, b"a", 0, 0, 10, 0.9),  # Before the fault, begun at t=1.0 and in place at t=1.05.
         Ack("p1", 0, b"b", 0, 1, 11, 1.01),  # In flight from the old leader.
-        Ack("probe0", 0, b"c", 0, 2, 30, 1.5),  # Probes never time failovers.
-        Ack("p1", 1, b"d", 0, 3, 12, 1.7),  # Beyond every entry the old leader answered: the new leader.
-        Ack("p0", 1, b"e", 0, 4, 14, 1.8),
+        Ack("p2", 0, b"c", 0, 2, 12, 1.2),  # Committed by the old leader while the fault went in.
+        Ack("probe0", 0, b"d", 0, 3, 30, 1.5),  # Probes never time failovers.
+        Ack("p1", 1, b"e", 0, 4, 13, 1.7),  # Beyond every entry the old leader answered: the new leader.
+        Ack("p0", 1, b"f", 0, 5, 15, 1.8),
     ]
-    found = resumed_ack(acks, 1.0, 10, leader_fault=True)
+    found = resumed_ack(acks, 1.0, 1.05, 10, leader_fault=True)
     assert found is not None and found.acked_s == 1.7
-    assert resumed_ack(acks, 1.0, 10, leader_fault=False) == acks[1]
-    assert resumed_ack(acks, 2.0, 14, leader_fault=True) is None
+    assert resumed_ack(acks, 1.0, 1.0, 10, leader_fault=False) == acks[1]
+    assert resumed_ack(acks, 2.0, 2.0, 15, leader_fault=True) is None
