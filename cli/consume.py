@@ -1,5 +1,8 @@
 """`kq consume`: print a topic's records from its end (as Kafka's console consumer), start, or an offset.
 
+With `--group` the command is a member of a consumer group instead (`cli.group_consume`); what
+follows is the standalone reader, which chooses its own partitions and offsets and commits nothing.
+
 Without `--follow` the command stops at the log ends it saw when it started: `--from-beginning`
 dumps the topic and exits. The default start, the log end, therefore prints nothing without
 `--follow` (a note on stderr says so); `kq consume TOPIC --follow` is Kafka's console consumer.
@@ -13,20 +16,18 @@ before the command started is seen, and offsets only go forward while moving bet
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import click
 
 from cli.context import metadata_node, open_client, parse_node
-from cli.output import counted, format_json, format_plain
+from cli.group_consume import consume_group, group_options, group_settings
+from cli.output import Formatter, counted, format_json, format_plain, write_records
 from client import ConsumerRecord, KqClient
 
 FETCH_RECORDS_MAX = 2_000  # Records per fetch request; the broker allows up to 10,000.
 SINGLE_PARTITION_WAIT_MS = 1_000  # Long-poll this long when only one partition can have new records.
 POLL_SLICE_MS = 100  # With several partitions, long-poll one this long, then look at all of them again.
-
-Formatter = Callable[[ConsumerRecord], bytes]
 
 
 class PartitionReader:
@@ -138,7 +139,7 @@ def _chosen_partitions(topic: str, count: int, requested: tuple[int, ...]) -> li
 
 
 @click.command()
-@click.argument("topic")
+@click.argument("topic", required=False)
 @click.option(
     "--partition",
     "-p",
@@ -148,7 +149,9 @@ def _chosen_partitions(topic: str, count: int, requested: tuple[int, ...]) -> li
     help="Read this partition (repeatable; default: all).",
 )
 @click.option(
-    "--from-beginning", is_flag=True, help="Start at each partition's log start (default: its end)."
+    "--from-beginning",
+    is_flag=True,
+    help="Start at each partition's log start (default: its end); with --group: --reset earliest.",
 )
 @click.option("--offset", type=click.IntRange(min=0), help="Start at this offset in each chosen partition.")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (until Ctrl-C).")
@@ -164,10 +167,11 @@ def _chosen_partitions(topic: str, count: int, requested: tuple[int, ...]) -> li
 )
 @click.option("--print-key", is_flag=True, help="plain format: print key SEP value.")
 @click.option("--key-separator", default="\t", show_default=r"\t", metavar="SEP", help="SEP for --print-key.")
+@group_options
 @click.pass_context
 def consume(
     ctx: click.Context,
-    topic: str,
+    topic: str | None,
     partitions: tuple[int, ...],
     from_beginning: bool,
     offset: int | None,
@@ -177,20 +181,50 @@ def consume(
     output_format: str,
     print_key: bool,
     key_separator: str,
+    group: str | None,
+    pattern: str | None,
+    commit: str | None,
+    reset: str | None,
+    assignor: str | None,
+    client_id: str | None,
 ) -> None:
     """Print records of TOPIC, one per line, to stdout.
 
     Starts at the log end unless --from-beginning or --offset; stops at the log end seen at start
     unless --follow. A missing key or value prints as null in the plain format.
+
+    With --group GROUP, reads as a member of that consumer group: from the group's committed
+    offsets (else --reset), sharing the partitions with the group's other members, committing
+    what it printed; stops when caught up (or at Ctrl-C with --follow) and leaves the group.
     """
-    if from_beginning and offset is not None:
-        raise click.UsageError("--from-beginning and --offset cannot be used together")
     separator = key_separator.encode("utf-8", "surrogateescape")
     formatter: Formatter = (
         format_json
         if output_format == "json"
         else lambda r: format_plain(r, print_key=print_key, key_separator=separator)
     )
+    settings = group_settings(
+        group=group,
+        topic=topic,
+        pattern=pattern,
+        from_beginning=from_beginning,
+        commit=commit,
+        reset=reset,
+        assignor=assignor,
+        client_id=client_id,
+        standalone_options={
+            "--partition": bool(partitions),
+            "--offset": offset is not None,
+            "--node": bool(node),
+        },
+    )
+    if settings is not None:
+        consume_group(open_client(ctx), settings, follow=follow, records_max=records_max, formatter=formatter)
+        return
+    if topic is None:
+        raise click.UsageError("Missing argument 'TOPIC'.")
+    if from_beginning and offset is not None:
+        raise click.UsageError("--from-beginning and --offset cannot be used together")
     try:
         reader = _reader(
             open_client(ctx), topic, partitions, from_beginning, offset, follow, node, records_max
@@ -201,7 +235,8 @@ def consume(
                 "or --follow",
                 err=True,
             )
-        _print_records(reader.batches(), formatter)
+        for records in reader.batches():
+            write_records(records, formatter)
     except KeyboardInterrupt:
         return  # Ctrl-C is how a person stops following: a clean exit, whenever it comes.
 
@@ -229,11 +264,3 @@ def _reader(
         min_index=description.applied_index,
         records_max=records_max,
     )
-
-
-def _print_records(batches: Iterator[Sequence[ConsumerRecord]], formatter: Formatter) -> None:
-    """Writes each batch with one write and a flush, so output appears promptly but cheaply."""
-    stdout = sys.stdout.buffer
-    for records in batches:
-        stdout.write(b"".join(formatter(record) + b"\n" for record in records))
-        stdout.flush()

@@ -11,6 +11,7 @@ follower right after a create did not find the topic yet.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import click
@@ -82,3 +83,8 @@ def metadata_node(client: KqClient, node: str | None) -> str | None:
     """The node to read metadata from: the one asked for, else the current leader, else None (any node)."""
     # With no leader right now (None), any node's view is the best there is.
     return node if node is not None else client.leader_address()
+
+
+def stdin_is_interactive() -> bool:
+    """Whether a person can answer a prompt: stdin is a terminal."""
+    return sys.stdin.isatty()

@@ -15,6 +15,7 @@ from cli.cluster import cluster
 from cli.consume import consume
 from cli.context import DEFAULT_BOOTSTRAP, RETRY_TIMEOUT_S_DEFAULT, Settings, parse_bootstrap
 from cli.errors import PROGRAM_NAME, CommandError, UsageLineError
+from cli.groups import groups
 from cli.produce import produce
 from cli.topics import topics
 from client import KqClientError
@@ -76,6 +77,8 @@ def kq(ctx: click.Context, bootstrap: tuple[str, ...], timeout_s: float) -> None
     kq topics create events --partitions 3
     echo hello | kq produce events
     kq consume events --from-beginning
+    kq consume events --group billing --follow
+    kq groups describe billing
     kq cluster status
     """
     ctx.obj = Settings(bootstrap=bootstrap, retry_timeout_s=timeout_s)
@@ -84,6 +87,7 @@ def kq(ctx: click.Context, bootstrap: tuple[str, ...], timeout_s: float) -> None
 kq.add_command(topics)
 kq.add_command(produce)
 kq.add_command(consume)
+kq.add_command(groups)
 kq.add_command(cluster)
 
 

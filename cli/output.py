@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +32,8 @@ from client.types import TopicDescription
 TABLE_WIDTH_NOT_TTY = 200  # Characters; rich would squeeze tables into 80 when output is a pipe.
 NULL_PLAIN = b"null"  # How the plain format shows a missing key or value (as Kafka's console consumer).
 TIMESTAMP_TYPE_NAMES = {0: "CreateTime", 1: "LogAppendTime"}
+
+Formatter = Callable[[ConsumerRecord], bytes]  # A record as one output line, without the newline.
 
 
 def counted(count: int, noun: str) -> str:
@@ -115,7 +117,7 @@ def time_text(timestamp_ms: int) -> str:
 
 def topics_table(topic_infos: Sequence[TopicInfo]) -> Table:
     """One row per topic: name, partitions, id, creation time."""
-    table = _table("topic", "partitions", "id", "created (UTC)")
+    table = plain_table("topic", "partitions", "id", "created (UTC)")
     for info in topic_infos:
         table.add_row(info.name, str(info.partitions), str(info.topic_id), time_text(info.created_ms))
     return table
@@ -142,7 +144,7 @@ def description_heading(description: TopicDescription) -> str:
 
 def partitions_table(description: TopicDescription) -> Table:
     """One row per partition: log start, log end, records held, size."""
-    table = _table("partition", "log start", "log end", "records", "size (bytes)")
+    table = plain_table("partition", "log start", "log end", "records", "size (bytes)")
     for p in description.partitions:
         records = p.log_end_offset - p.log_start_offset
         table.add_row(
@@ -174,7 +176,7 @@ def description_to_dict(description: TopicDescription) -> dict[str, Any]:
 
 def status_table(addresses: Sequence[str], statuses: Sequence[NodeStatus | KqClientError]) -> Table:
     """One row per bootstrap node; a node that did not answer shows as `down` with the error."""
-    table = _table(
+    table = plain_table(
         "node",
         "address",
         "role",
@@ -233,7 +235,8 @@ def status_to_dict(address: str, status: NodeStatus | KqClientError) -> dict[str
 # Printing ---------------------------------------------------------------------------------------
 
 
-def _table(*headers: str) -> Table:
+def plain_table(*headers: str) -> Table:
+    """An empty table with these column headers, in kq's plain style (no borders, no wrapping)."""
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for header in headers:
         table.add_column(header, no_wrap=True)
@@ -245,6 +248,13 @@ def print_table(table: Table) -> None:
     stdout = sys.stdout
     console = Console(file=stdout, width=None if stdout.isatty() else TABLE_WIDTH_NOT_TTY, highlight=False)
     console.print(table)
+
+
+def write_records(records: Sequence[ConsumerRecord], formatter: Formatter) -> None:
+    """Writes records to stdout, one line each, with one write and a flush: prompt output, cheaply."""
+    stdout = sys.stdout.buffer
+    stdout.write(b"".join(formatter(record) + b"\n" for record in records))
+    stdout.flush()
 
 
 def print_text(text: str) -> None:

@@ -6,11 +6,9 @@ CLI passes them through and reports the broker's reason.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from cli.context import metadata_node, open_client, parse_node
+from cli.context import metadata_node, open_client, parse_node, stdin_is_interactive
 from cli.output import (
     counted,
     description_heading,
@@ -25,11 +23,6 @@ from cli.output import (
 from client import TopicExistsError
 
 FORMAT_CHOICE = click.Choice(["table", "json"])
-
-
-def stdin_is_interactive() -> bool:
-    """Whether a person can answer a prompt: stdin is a terminal."""
-    return sys.stdin.isatty()
 
 
 @click.group()

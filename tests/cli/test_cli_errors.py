@@ -1,4 +1,5 @@
-"""Every bad request to `kq` fails with one `kq: error:` line, a non-zero exit code, and no change to data."""
+"""Every bad request to `kq` fails with one `kq: error:` line, a non-zero exit code, and no change to data
+(topics, records, groups and their committed offsets)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from client import KqClient, ProducerRecord
 RunKq = Callable[..., Result]
 STABLE_TOPIC = "cli-errors-stable"  # Three partitions holding records; no error case may change it.
 RECORD_BYTES_MAX = 1024 * 1024  # The broker's limit on key + value + headers of one record.
+CONSUME_G = ["consume", STABLE_TOPIC, "--group", "g"]
+RESET_G = ["groups", "reset-offsets", "g", "--topic", STABLE_TOPIC]
 
 pytestmark = pytest.mark.system
 
@@ -63,6 +66,30 @@ ERROR_CASES: list[tuple[list[str], str | None, int, str]] = [
     (["consume", STABLE_TOPIC, "--offset", "1", "--from-beginning"], None, 2, "cannot be used together"),
     (["consume", STABLE_TOPIC, "--format", "xml"], None, 2, "'--format'"),
     (["consume", STABLE_TOPIC, "--node", "nonsense"], None, 2, "is not host:port"),
+    (["consume", STABLE_TOPIC, "--group", "bad/name"], None, 1, "group name may contain only"),
+    (["consume", "no-such-topic", "--group", "g"], None, 1, "unknown topic no-such-topic"),
+    ([*CONSUME_G, "--partition", "0"], None, 2, "--group and --partition cannot be used together"),
+    ([*CONSUME_G, "--offset", "0"], None, 2, "--group and --offset cannot be used together"),
+    ([*CONSUME_G, "--node", "127.0.0.1:1"], None, 2, "--group and --node cannot be used together"),
+    ([*CONSUME_G, "--pattern", "x"], None, 2, "name either a TOPIC or a --pattern"),
+    ([*CONSUME_G, "--from-beginning", "--reset", "latest"], None, 2, "cannot be used together"),
+    ([*CONSUME_G, "--assignor", "best"], None, 2, "'--assignor'"),
+    (["consume", STABLE_TOPIC, "--commit", "manual"], None, 2, "--commit needs --group"),
+    (["consume", "--pattern", "cli-.*"], None, 2, "--pattern needs --group"),
+    (["consume", "--group", "g"], None, 2, "name either a TOPIC or a --pattern"),
+    (["consume", "--from-beginning"], None, 2, "Missing argument 'TOPIC'"),
+    (["groups", "describe", "bad/name"], None, 1, "group name may contain only"),
+    (["groups", "describe", "no-such-group"], None, 1, "unknown group no-such-group"),
+    (["groups", "delete", "no-such-group", "--yes"], None, 1, "unknown group no-such-group"),
+    (["groups", "delete", "no-such-group"], None, 1, "unknown group no-such-group"),
+    (RESET_G, None, 2, "choose exactly one of --to-earliest"),
+    ([*RESET_G, "--to-earliest", "--to-latest"], None, 2, "choose exactly one of --to-earliest"),
+    ([*RESET_G, "--to-datetime", "May 1st"], None, 2, "not an ISO 8601 date and time"),
+    ([*RESET_G, "--to-offset", "99", "--yes"], None, 1, "offset 99 is outside"),
+    ([*RESET_G, "--to-latest"], None, 2, "pass --yes (stdin is not a terminal)"),
+    (["groups", "reset-offsets", "g", "--to-earliest"], None, 2, "Missing option '--topic'"),
+    (["groups", "reset-offsets", "g", "-t", "no-such-topic", "--to-latest", "-y"], None, 1, "unknown topic"),
+    (["groups", "reset-offsets", "bad/name", "-t", STABLE_TOPIC, "--to-latest", "-y"], None, 1, "group name"),
     (["--bootstrap", "nonsense", "topics", "list"], None, 2, "is not host:port"),
     (["no-such-command"], None, 2, "No such command"),
     (["topics", "create"], None, 2, "Missing argument 'NAME'"),
@@ -81,15 +108,18 @@ def _record(i: int) -> ProducerRecord:
     return ProducerRecord(b"v%d" % i, partition=i % 3)
 
 
-def _stored_state(client: KqClient) -> dict[str, list[tuple[int, int, int]]]:
-    """Every topic and each partition's (log start, log end, size): what an error must not change."""
-    return {
+def _stored_state(client: KqClient) -> dict[str, object]:
+    """Every topic with each partition's (log start, log end, size), and every group with its
+    committed offsets: what an error must not change."""
+    topics = {
         topic.name: [
             (p.log_start_offset, p.log_end_offset, p.size_bytes)
             for p in client.list_offsets(topic.name).values()
         ]
         for topic in client.list_topics()
     }
+    groups = {group.name: client.committed_offsets(group.name) for group in client.list_groups()}
+    return {"topics": topics, "groups": groups}
 
 
 def _assert_one_error_line(result: Result, exit_code: int, text: str) -> None:

@@ -1,4 +1,5 @@
-"""The installed `kq` script as a real process: the entry point works; Ctrl-C ends --follow cleanly."""
+"""The installed `kq` script as a real process: the entry point works; Ctrl-C ends --follow cleanly,
+and a group member commits what it printed and leaves."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import IO
 import pytest
 
 from chaos.cluster import LocalCluster
-from client import KqClient
+from client import KqClient, ProducerRecord
 
 KQ_SCRIPT = Path(sys.executable).parent / "kq"  # Installed by `pip install -e .` next to the interpreter.
 PROCESS_TIMEOUT_S = 30.0
@@ -90,3 +91,45 @@ def test_follow_prints_new_records_and_ctrl_c_exits_zero(cluster: LocalCluster, 
             if process.poll() is None:
                 process.kill()
                 process.wait(PROCESS_TIMEOUT_S)
+
+
+def test_group_follow_ctrl_c_commits_what_it_printed_and_leaves(
+    cluster: LocalCluster, client: KqClient
+) -> None:
+    """`consume --group --follow` prints records produced before and after it joined; SIGINT ends it
+    with exit 0, its final commit covers every printed record, and it has left the group."""
+    client.create_topic("cli-group-follow", 2)
+    client.send_batch("cli-group-follow", [ProducerRecord(b"before-%d" % p, partition=p) for p in range(2)])
+    command = [
+        str(KQ_SCRIPT),
+        "--bootstrap",
+        ",".join(cluster.bootstrap),
+        "consume",
+        "cli-group-follow",
+        "--group",
+        "cli-group-follow-g",
+        "--follow",
+        "--reset",
+        "earliest",
+    ]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            assert b"reads cli-group-follow 0,1" in _read_line(process.stderr, LINE_TIMEOUT_S)
+            printed = {_read_line(process.stdout, LINE_TIMEOUT_S) for _ in range(2)}
+            assert printed == {b"before-0\n", b"before-1\n"}
+            client.send("cli-group-follow", b"after", partition=1)
+            assert _read_line(process.stdout, LINE_TIMEOUT_S) == b"after\n"
+            process.send_signal(signal.SIGINT)
+            assert process.wait(PROCESS_TIMEOUT_S) == 0
+            assert b"Traceback" not in process.stderr.read()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(PROCESS_TIMEOUT_S)
+    description = client.describe_group("cli-group-follow-g")
+    assert (description.phase, description.members) == ("empty", ())
+    assert client.committed_offsets("cli-group-follow-g") == {
+        ("cli-group-follow", 0): 1,
+        ("cli-group-follow", 1): 2,
+    }
