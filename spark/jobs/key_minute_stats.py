@@ -94,7 +94,10 @@ def print_summary(summary: Summary, topic: str, output: str) -> None:
     """The run, in a few lines."""
     rate = summary.records / summary.seconds if summary.seconds else 0.0
     served = ", ".join(f"node {node}: {count:,}" for node, count in sorted(summary.served_by.items()))
-    print(f"read {summary.records:,} records of {topic} in {summary.seconds:.1f} s ({rate:,.0f} records/s)")
+    print(
+        f"read {summary.records:,} records of {topic}, aggregated and wrote them in {summary.seconds:.1f} s "
+        f"({rate:,.0f} records/s end to end)"
+    )
     print(f"served by {served} (leader: node {summary.leader_id or '?'})")
     print(f"wrote {summary.output_rows:,} rows (key, minute, records, bytes) to {output}")
     print(f"top {len(summary.top_keys)} keys by bytes:")

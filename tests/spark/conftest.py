@@ -27,7 +27,7 @@ _topic_numbers = itertools.count(1)
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[SparkSession]:
     """A local[2] session with format("kq") registered; stopped after the last Spark test."""
-    session = local_session("kq-tests")
+    session = local_session("kq-tests", quick_jvm=True)
     try:
         yield session
     finally:
