@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chaos.history import Ack, History
+from chaos.history import PROBE_PREFIX, Ack, History
 from client import ConsumerRecord
 
 ANOMALIES_PER_KIND_MAX = 25  # Details kept per kind; the counts are always complete.
@@ -349,6 +349,8 @@ def _counts(history: History, reference: Mapping[int, PartitionLog], nodes: Sequ
     unknown_values = {unknown.value for unknown in history.unknowns}
     acked_values = {ack.value for ack in history.acks}
     unresolved = set(history.attempted) - acked_values - unknown_values  # Sends still hanging at the end.
+    probe_acks = sum(1 for ack in history.acks if ack.producer.startswith(PROBE_PREFIX))
+    probe_unknowns = sum(1 for unknown in history.unknowns if unknown.producer.startswith(PROBE_PREFIX))
     return {
         "nodes_read": len(nodes),
         "partitions": len(reference),
@@ -357,6 +359,8 @@ def _counts(history: History, reference: Mapping[int, PartitionLog], nodes: Sequ
         "records_unknown": len(unknown_values | unresolved),
         "records_unknown_present": len((unknown_values | unresolved) & stored),
         "records_in_log": sum(len(log.records) for log in reference.values()),
+        "probe_records_acknowledged": probe_acks,
+        "probe_records_unknown": probe_unknowns,
         "hwm_observations": len(history.hwm),
         "records_consumed": len(history.consumed),
         "client_errors": len(history.client_errors),
