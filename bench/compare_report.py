@@ -1,0 +1,324 @@
+"""The side-by-side report: per-run figures, medians of the runs, kq/NATS ratios, targets; JSON and Markdown.
+
+Every figure is the median over the runs, with min..max beside it. The ratio is always kq's median
+over NATS's, whichever way is better: above 1 is better for rates, below 1 for latency, CPU and
+failover gaps (the "better" column says which).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.report import BYTES_PER_MIB, MICROSECONDS_PER_S, RESULTS_DIR, percentile
+from bench.side_by_side import (
+    CONSUME,
+    FAILOVER,
+    LATENCY,
+    PRODUCE_LARGE,
+    PRODUCE_LARGE_THREADS,
+    PRODUCE_SMALL,
+    PRODUCE_SMALL_THREADS,
+    SYSTEMS,
+)
+
+TARGET_PRODUCE_RATIO = 0.5  # Batched produce: kq msgs/s ≥ 0.5 x NATS.
+TARGET_CONSUME_RATIO = 0.5
+TARGET_P50_MS = 2.0
+LABELS = {"kq": "kq", "nats": "NATS"}
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One row of the table: a metric of one scenario."""
+
+    key: str
+    label: str
+    scenario: str
+    metric: str
+    higher_is_better: bool
+    digits: int
+    kq_scenario: str | None = None  # kq's value from this scenario instead (compared with NATS's `scenario`).
+
+
+RATE, SERVER_CPU, CLIENT_CPU = "msgs_per_s", "server_cpu_us_per_msg", "client_cpu_us_per_msg"
+THREADS = "kq send_batch from threads"
+FIGURES = (
+    Figure("latency_msgs_per_s", "(1) one in flight, 100 B: msgs/s", LATENCY, RATE, True, 0),
+    Figure("latency_p50_ms", "(1) one in flight, 100 B: p50 ms", LATENCY, "p50_ms", False, 2),
+    Figure("latency_p99_ms", "(1) one in flight, 100 B: p99 ms", LATENCY, "p99_ms", False, 2),
+    Figure("produce_100b_msgs_per_s", "(2) pipelined produce, 100 B: msgs/s", PRODUCE_SMALL, RATE, True, 0),
+    Figure("produce_1kib_msgs_per_s", "(2) pipelined produce, 1 KiB: msgs/s", PRODUCE_LARGE, RATE, True, 0),
+    Figure(
+        "send_batch_100b_msgs_per_s",
+        f"(2) pipelined produce, 100 B, {THREADS}: msgs/s",
+        PRODUCE_SMALL,
+        RATE,
+        True,
+        0,
+        kq_scenario=PRODUCE_SMALL_THREADS,
+    ),
+    Figure(
+        "send_batch_1kib_msgs_per_s",
+        f"(2) pipelined produce, 1 KiB, {THREADS}: msgs/s",
+        PRODUCE_LARGE,
+        RATE,
+        True,
+        0,
+        kq_scenario=PRODUCE_LARGE_THREADS,
+    ),
+    Figure("consume_msgs_per_s", "(3) consume 100 B: msgs/s", CONSUME, RATE, True, 0),
+    Figure("cpu_latency_us", "(4) server CPU µs/msg, one in flight", LATENCY, SERVER_CPU, False, 0),
+    Figure(
+        "cpu_produce_100b_us", "(4) server CPU µs/msg, produce 100 B", PRODUCE_SMALL, SERVER_CPU, False, 1
+    ),
+    Figure(
+        "cpu_produce_1kib_us", "(4) server CPU µs/msg, produce 1 KiB", PRODUCE_LARGE, SERVER_CPU, False, 1
+    ),
+    Figure("cpu_consume_us", "(4) server CPU µs/msg, consume", CONSUME, SERVER_CPU, False, 1),
+    Figure("client_produce_100b_us", "client CPU µs/msg, produce 100 B", PRODUCE_SMALL, CLIENT_CPU, False, 1),
+    Figure("client_consume_us", "client CPU µs/msg, consume", CONSUME, CLIENT_CPU, False, 1),
+    Figure("failover_gap_s", "(5) kill -9 leader: gap until acked again, s", FAILOVER, "gap_s", False, 2),
+    Figure(
+        "failover_pause_s", "(5) kill -9 leader: longest ack pause, s", FAILOVER, "longest_pause_s", False, 2
+    ),
+)
+
+
+def run_metrics(run: dict[str, Any]) -> dict[str, float]:
+    """The numbers one run contributes: rates, latency, CPU per message, other load on the machine."""
+    sample, scenario = run["sample"], run["scenario"]
+    server_cpu_s = sum(run["server_cpu_s"].values())
+    metrics: dict[str, float] = {}
+    if scenario == FAILOVER:
+        # No acknowledgement within the window: the gap is at least the window (flagged in the report).
+        metrics["gap_s"] = sample["gap_s"] if sample["gap_s"] is not None else sample["window_s"]
+        metrics["gap_missing"] = float(sample["gap_s"] is None)
+        metrics["longest_pause_s"] = sample["longest_pause_s"]
+        messages = sample["acks_before_kill"] + sample["acks_after_kill"]
+    elif scenario == LATENCY:
+        latencies = sample["latencies_ms"] or [0.0]
+        messages = len(sample["latencies_ms"])
+        metrics["msgs_per_s"] = messages / sample["elapsed_s"] if sample["elapsed_s"] > 0 else 0.0
+        metrics["p50_ms"] = percentile(latencies, 50)
+        metrics["p99_ms"] = percentile(latencies, 99)
+    else:
+        messages = sample["records"]
+        elapsed_s = sample["elapsed_s"]
+        metrics["msgs_per_s"] = messages / elapsed_s if elapsed_s > 0 else 0.0
+        metrics["mib_per_s"] = sample["payload_bytes"] / elapsed_s / BYTES_PER_MIB if elapsed_s > 0 else 0.0
+        metrics["messages"] = float(messages)
+    metrics["errors"] = float(sample["errors"])
+    metrics["server_cpu_us_per_msg"] = server_cpu_s * MICROSECONDS_PER_S / max(1, messages)
+    metrics["client_cpu_us_per_msg"] = run["client_cpu_s"] * MICROSECONDS_PER_S / max(1, messages)
+    metrics["host_cpu_busy_percent"] = 100 * run["host_cpu_busy"]
+    # CPU the machine spent on neither the servers nor this client (other engineers' work, the kernel).
+    other_cpu_s = max(0.0, run["host_cpu_s"] - server_cpu_s - run["client_cpu_s"])
+    metrics["other_cpu_s"] = other_cpu_s
+    return metrics
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize_system(raw: dict[str, Any]) -> dict[str, Any]:
+    """Per scenario: every run's metrics and their median/min/max."""
+    scenarios: dict[str, Any] = {}
+    for scenario in dict.fromkeys(run["scenario"] for run in raw["runs"]):
+        per_run = [run_metrics(run) for run in raw["runs"] if run["scenario"] == scenario]
+        scenarios[scenario] = {
+            "run_metrics": per_run,
+            "summary": {name: _spread([m[name] for m in per_run]) for name in per_run[0]},
+        }
+    return scenarios
+
+
+def figures(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table rows: each figure's median (min..max) per system and the kq/NATS ratio."""
+    rows: list[dict[str, Any]] = []
+    for figure in FIGURES:
+        row: dict[str, Any] = {
+            "key": figure.key,
+            "label": figure.label,
+            "better": "higher" if figure.higher_is_better else "lower",
+        }
+        for system, scenarios in summaries.items():
+            scenario = figure.kq_scenario if system == "kq" and figure.kq_scenario else figure.scenario
+            summary = scenarios.get(scenario, {}).get("summary", {})
+            if figure.metric in summary:
+                row[system] = dict(summary[figure.metric])
+                if figure.metric == "gap_s":  # Runs with no acknowledgement after the kill at all.
+                    runs = scenarios[scenario]["run_metrics"]
+                    row[system]["missing_runs"] = sum(m["gap_missing"] for m in runs)
+        kq, nats = row.get("kq"), row.get("nats")
+        row["ratio"] = kq["median"] / nats["median"] if kq and nats and nats["median"] > 0 else None
+        rows.append(row)
+    return rows
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's targets against this run's medians."""
+    by_key = {row["key"]: row for row in rows}
+
+    def ratio(key: str) -> float | None:
+        value = by_key[key]["ratio"]
+        return float(value) if value is not None else None
+
+    def at_least(value: float | None, bound: float) -> bool | None:
+        return None if value is None else value >= bound
+
+    p50 = by_key["latency_p50_ms"].get("kq", {}).get("median")
+    gap = ratio("failover_gap_s")
+    return [
+        {
+            "target": f"pipelined produce 100 B ≥ {TARGET_PRODUCE_RATIO}x NATS",
+            "value": ratio("produce_100b_msgs_per_s"),
+            "met": at_least(ratio("produce_100b_msgs_per_s"), TARGET_PRODUCE_RATIO),
+        },
+        {
+            "target": f"pipelined produce 1 KiB ≥ {TARGET_PRODUCE_RATIO}x NATS",
+            "value": ratio("produce_1kib_msgs_per_s"),
+            "met": at_least(ratio("produce_1kib_msgs_per_s"), TARGET_PRODUCE_RATIO),
+        },
+        {
+            "target": f"pipelined produce 100 B, {THREADS} ≥ {TARGET_PRODUCE_RATIO}x NATS",
+            "value": ratio("send_batch_100b_msgs_per_s"),
+            "met": at_least(ratio("send_batch_100b_msgs_per_s"), TARGET_PRODUCE_RATIO),
+        },
+        {
+            "target": f"pipelined produce 1 KiB, {THREADS} ≥ {TARGET_PRODUCE_RATIO}x NATS",
+            "value": ratio("send_batch_1kib_msgs_per_s"),
+            "met": at_least(ratio("send_batch_1kib_msgs_per_s"), TARGET_PRODUCE_RATIO),
+        },
+        {
+            "target": f"consume ≥ {TARGET_CONSUME_RATIO}x NATS",
+            "value": ratio("consume_msgs_per_s"),
+            "met": at_least(ratio("consume_msgs_per_s"), TARGET_CONSUME_RATIO),
+        },
+        {
+            "target": f"one-in-flight p50 ≤ {TARGET_P50_MS} ms",
+            "value": p50,
+            "met": None if p50 is None else p50 <= TARGET_P50_MS,
+        },
+        {"target": "failover gap ≤ NATS's", "value": gap, "met": None if gap is None else gap <= 1.0},
+    ]
+
+
+def build_document(
+    meta: dict[str, Any], settings: dict[str, Any], raws: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The JSON document: where and how it ran, each system's runs and summaries, the table, targets."""
+    summaries = {system: summarize_system(raw) for system, raw in raws.items()}
+    rows = figures(summaries)
+    return {
+        "meta": meta,
+        "settings": settings,
+        "systems": {
+            system: {"describe": raw["describe"], "runs": raw["runs"], "scenarios": summaries[system]}
+            for system, raw in raws.items()
+        },
+        "figures": rows,
+        "targets": targets(rows) if set(raws) == set(SYSTEMS) else [],
+    }
+
+
+def _cell(entry: dict[str, float] | None, digits: int) -> str:
+    if entry is None:
+        return "-"
+    text = f"{entry['median']:,.{digits}f}"
+    if entry.get("missing_runs"):
+        text = f"≥ {text} ({entry['missing_runs']:.0f} run(s) never recovered)"
+    if entry["min"] != entry["max"]:
+        text += f" ({entry['min']:,.{digits}f}..{entry['max']:,.{digits}f})"
+    return text
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _met(value: bool | None) -> str:
+    return "n/a" if value is None else ("MET" if value else "MISSED")
+
+
+def _digits(key: str) -> int:
+    return next(f.digits for f in FIGURES if f.key == key)
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """The report as Markdown: context, the table, targets, how each system was driven."""
+    meta, systems = document["meta"], [s for s in SYSTEMS if s in document["systems"]]
+    lines = [
+        f"# kq vs NATS JetStream, {meta['date']}",
+        "",
+        f"Machine: {meta['cpus']} cores ({meta['cpu_model']}), {meta['memory_gib']:.0f} GiB, "
+        f"{meta['platform']}, Python {meta['python']}. kq commit {meta['git_commit'][:12]}"
+        f"{' (dirty)' if meta['git_dirty'] else ''}. Servers and client share the machine.",
+        "",
+        f"Command: `{meta['command']}` — median of {document['settings']['runs']} run(s), (min..max).",
+        "",
+        "| figure | " + " | ".join(LABELS[s] for s in systems) + " | kq/NATS | better |",
+        "|---|" + "---:|" * len(systems) + "---:|---|",
+    ]
+    for row in document["figures"]:
+        cells = [_cell(row.get(system), _digits(row["key"])) for system in systems]
+        ratio = _ratio(row["ratio"])
+        lines.append(f"| {row['label']} | " + " | ".join(cells) + f" | {ratio} | {row['better']} |")
+    if document["targets"]:
+        lines += ["", "| target | value | |", "|---|---:|---|"]
+        for target in document["targets"]:
+            value = "-" if target["value"] is None else f"{target['value']:.2f}"
+            lines.append(f"| {target['target']} | {value} | {_met(target['met'])} |")
+    lines += ["", "How each system was driven:", ""]
+    for system in systems:
+        for name, text in document["systems"][system]["describe"].items():
+            lines.append(f"- {LABELS[system]} {name}: {text}")
+    lines += ["", _other_load_line(document), ""]
+    return "\n".join(lines)
+
+
+def _other_load_line(document: dict[str, Any]) -> str:
+    parts = []
+    for system, entry in document["systems"].items():
+        other = sum(m["other_cpu_s"] for s in entry["scenarios"].values() for m in s["run_metrics"])
+        wall = sum(run["wall_s"] for run in entry["runs"])
+        parts.append(f"{LABELS[system]} {other:,.0f} CPU-s over {wall:,.0f} s")
+    return (
+        "CPU used on the machine by neither the servers nor the benchmark client during the runs "
+        "(other work sharing the cores): " + "; ".join(parts) + "."
+    )
+
+
+def render(document: dict[str, Any], console: Console) -> None:
+    """Prints the table and the targets."""
+    systems = [s for s in SYSTEMS if s in document["systems"]]
+    table = Table(title=f"kq vs NATS JetStream: median of {document['settings']['runs']} run(s) (min..max)")
+    table.add_column("figure")
+    for system in systems:
+        table.add_column(LABELS[system], justify="right")
+    table.add_column("kq/NATS", justify="right")
+    table.add_column("better")
+    for row in document["figures"]:
+        cells = [_cell(row.get(system), _digits(row["key"])) for system in systems]
+        table.add_row(row["label"], *cells, _ratio(row["ratio"]), row["better"])
+    console.print(table)
+    for target in document["targets"]:
+        value = "-" if target["value"] is None else f"{target['value']:.2f}"
+        console.print(f"target {target['target']}: {value} → {_met(target['met'])}")
+
+
+def write(document: dict[str, Any], output: Path | None, stamp: str) -> tuple[Path, Path]:
+    """Writes the JSON and the Markdown next to each other; returns both paths."""
+    json_path = output if output is not None else RESULTS_DIR / f"compare-{stamp}.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(document, indent=1) + "\n")
+    markdown_path = json_path.with_suffix(".md")
+    markdown_path.write_text(markdown(document))
+    return json_path, markdown_path

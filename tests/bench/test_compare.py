@@ -1,0 +1,167 @@
+"""The kq-vs-NATS harness: failover analysis, medians and ratios of the table, a --quick run (not speed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.compare_report import FIGURES, build_document, markdown
+from bench.failover import analyze
+from bench.nats_cluster import NatsServerMissingError, find_nats_server
+from bench.side_by_side import (
+    CONSUME,
+    FAILOVER,
+    LATENCY,
+    PRODUCE_LARGE,
+    PRODUCE_LARGE_THREADS,
+    PRODUCE_SMALL,
+    PRODUCE_SMALL_THREADS,
+    SCENARIOS,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK_RUN_TIMEOUT_S = 300.0  # A quick run takes about half a minute; this only bounds a hung cluster.
+
+
+def test_failover_gap_counts_only_writes_sent_after_the_leader_is_gone() -> None:
+    """Acks on their way at the kill, or for writes sent before the process ended, are not recovery."""
+    killed_at, dead_at = 10.0, 10.005
+    acks = [(9.0, 9.5), (9.5, 9.99), (9.99, 10.01), (10.002, 10.004), (12.0, 12.5), (12.5, 12.6)]
+    sample = analyze("n1", acks, killed_at, dead_at, ended_at=13.0, errors=7)
+    assert sample.gap_s == pytest.approx(2.5)  # The write sent at 12.0, counted from the signal.
+    assert sample.longest_pause_s == pytest.approx(12.5 - 10.01)
+    assert (sample.acks_before_kill, sample.acks_after_kill, sample.errors) == (2, 4, 7)
+    assert sample.window_s == pytest.approx(3.0)
+
+
+def test_failover_without_recovery_has_no_gap_and_pauses_to_the_end() -> None:
+    """No write sent after the kill was acknowledged: no gap, and the pause runs to the window's end."""
+    sample = analyze("3", [(9.0, 9.8)], killed_at=10.0, dead_at=10.01, ended_at=40.0, errors=100)
+    assert sample.gap_s is None
+    assert sample.longest_pause_s == pytest.approx(40.0 - 9.8)
+
+
+def _run(scenario: str, sample: dict[str, Any], server_cpu_s: float, run: int = 1) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "run": run,
+        "sample": sample,
+        "server_cpu_s": {"a": server_cpu_s / 2, "b": server_cpu_s / 2},
+        "client_cpu_s": 0.5,
+        "wall_s": 2.0,
+        "host_cpu_busy": 0.5,
+        "host_cpu_s": 2.0,
+    }
+
+
+def _raw(system: str, rate: float, gaps: list[float | None]) -> dict[str, Any]:
+    """Synthetic runs: every throughput scenario moves `rate` msgs/s; one failover run per gap."""
+    throughput = {"records": int(rate), "payload_bytes": int(rate) * 100, "requests": 10, "errors": 0}
+    produce = [PRODUCE_SMALL, PRODUCE_LARGE, CONSUME]
+    if system == "kq":
+        produce += [PRODUCE_SMALL_THREADS, PRODUCE_LARGE_THREADS]
+    runs = [
+        _run(LATENCY, {"latencies_ms": [1.0, 2.0, 3.0], "errors": 0, "elapsed_s": 0.006}, 0.01),
+        *(_run(s, {**throughput, "elapsed_s": 1.0}, 1.0) for s in produce),
+    ]
+    for number, gap in enumerate(gaps, 1):
+        failover = {
+            "killed": "x",
+            "gap_s": gap,
+            "longest_pause_s": gap or 30.0,
+            "acks_before_kill": 10,
+            "acks_after_kill": 10,
+            "errors": 0,
+            "window_s": 30.0,
+        }
+        runs.append(_run(FAILOVER, failover, 0.1, number))
+    return {"system": system, "describe": {"client": system}, "runs": runs}
+
+
+def test_table_has_medians_ratios_and_targets() -> None:
+    """Figures are medians over runs; the ratio is kq over NATS; a run that never recovered is flagged."""
+    raws = {"kq": _raw("kq", 50_000.0, [1.0, 3.0, None]), "nats": _raw("nats", 100_000.0, [5.0, 6.0, 7.0])}
+    meta = {
+        "date": "today",
+        "cpus": 2,
+        "cpu_model": "cpu",
+        "memory_gib": 24.0,
+        "platform": "linux",
+        "python": "3.11",
+        "git_commit": "0123456789abcdef",
+        "git_dirty": False,
+        "command": "python -m bench.compare",
+    }
+    document = build_document(meta, {"runs": 3}, raws)
+    rows = {row["key"]: row for row in document["figures"]}
+
+    assert set(rows) == {figure.key for figure in FIGURES}
+    assert rows["produce_100b_msgs_per_s"]["kq"]["median"] == pytest.approx(50_000.0)
+    assert rows["produce_100b_msgs_per_s"]["ratio"] == pytest.approx(0.5)
+    assert rows["latency_p50_ms"]["kq"]["median"] == 2.0
+    assert rows["failover_gap_s"]["kq"]["median"] == pytest.approx(3.0)  # Median of 1, 3 and ≥ 30.
+    assert rows["failover_gap_s"]["kq"]["missing_runs"] == 1
+    assert rows["failover_gap_s"]["ratio"] == pytest.approx(0.5)
+    met = {target["target"]: target["met"] for target in document["targets"]}
+    assert met["failover gap ≤ NATS's"] is True
+    assert met["one-in-flight p50 ≤ 2.0 ms"] is True
+    assert all(value is True for name, value in met.items() if "produce" in name)
+    text = markdown(document)
+    assert all(figure.label in text for figure in FIGURES)
+    assert "never recovered" in text
+
+
+def _nats_unavailable() -> str | None:
+    try:
+        find_nats_server()
+    except NatsServerMissingError as error:
+        return str(error)
+    if importlib.util.find_spec("nats") is None:
+        return "the NATS Python client (nats-py) is not installed: pip install -e '.[bench]'"
+    return None
+
+
+@pytest.mark.system
+def test_quick_comparison_reports_every_figure_for_both_systems(tmp_path: Path) -> None:
+    """`python -m bench.compare --quick` runs both clusters and writes JSON with every figure of both."""
+    reason = _nats_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    output = tmp_path / "compare.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.compare",
+            "--quick",
+            "--output",
+            str(output),
+            "--base-dir",
+            str(tmp_path / "servers"),
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=QUICK_RUN_TIMEOUT_S,
+        capture_output=True,
+    )
+    document = json.loads(output.read_text())
+
+    for system in ("kq", "nats"):
+        runs = document["systems"][system]["runs"]
+        assert {run["scenario"] for run in runs} >= set(SCENARIOS)
+        assert all(run["server_cpu_s"] for run in runs)
+    for row in document["figures"]:
+        for system in ("kq", "nats"):
+            assert row[system]["median"] >= 0, (row["key"], system)
+        assert row["ratio"] is not None or row["nats"]["median"] == 0, row["key"]
+    rows = {row["key"]: row for row in document["figures"]}
+    for key in ("produce_100b_msgs_per_s", "produce_1kib_msgs_per_s", "consume_msgs_per_s"):
+        assert rows[key]["kq"]["median"] > 0 and rows[key]["nats"]["median"] > 0
+    assert len(document["targets"]) == 7
+    assert output.with_suffix(".md").read_text().startswith("# kq vs NATS JetStream")
