@@ -8,6 +8,7 @@ acknowledged write is always in the snapshot, whichever node then serves the fet
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from client import (
     NodeStatus,
     PartitionOffsets,
     TopicNotFoundError,
+    UnavailableError,
 )
 from spark.options import (
     KqSourceError,
@@ -28,6 +30,8 @@ from spark.options import (
     TopicPartition,
 )
 from spark.options import option_error as _option_error
+
+logger = logging.getLogger(__name__)
 
 PLANNING_RETRY_TIMEOUT_S = 10.0  # All attempts of one planning call.
 PLANNING_RPC_TIMEOUT_S = 5.0  # One attempt.
@@ -101,42 +105,57 @@ def discover(client: KqClient) -> ClusterView:
 
 
 def take_snapshot(
-    client: KqClient, subscription: Subscription, node: str | None, *, missing_ok: bool = False
+    client: KqClient, subscription: Subscription, leader: str | None, *, missing_ok: bool = False
 ) -> Snapshot:
-    """The offsets of every partition the subscription reads, as `node` (or any node) sees them.
+    """The offsets of every partition the subscription reads, as the leader (else any node) sees them.
 
     A subscribed or assigned topic that does not exist is an error naming the option, unless
     `missing_ok` (a running stream, where a deleted topic is a matter for failOnDataLoss).
     """
-    option = subscription.kind.value
     try:
-        topics = _topics(client, subscription, node)
-        offsets: dict[TopicPartition, PartitionOffsets] = {}
-        for topic in topics:
-            try:
-                by_partition = client.list_offsets(topic, node)
-            except TopicNotFoundError:
-                if missing_ok:
-                    continue
-                raise _option_error(option, f"unknown topic {topic!r}") from None
-            except InvalidRequestError as error:
-                raise _option_error(option, f"topic {topic!r}: {error}") from None
-            offsets.update({TopicPartition(topic, p): o for p, o in by_partition.items()})
+        try:
+            offsets = _offsets(client, subscription, leader, missing_ok)
+        except UnavailableError as error:
+            if leader is None:
+                raise
+            # The leader went away since discovery: any node's view will do (it may lag a little).
+            logger.warning(
+                "kq source: leader %s unavailable (%s); reading offsets from any node", leader, error
+            )
+            offsets = _offsets(client, subscription, None, missing_ok)
     except KqClientError as error:
         raise KqSourceError(
             f"kq source: cannot read the partitions' offsets from the cluster: {error}"
         ) from None
-    if subscription.kind is SubscriptionKind.ASSIGN:
-        absent = [
-            tp
-            for tp in subscription.partitions
-            if tp not in offsets and tp.topic in {t.topic for t in offsets}
-        ]
-        if absent and not missing_ok:
-            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in absent)
-            raise _option_error("assign", f"no such partition: {names}")
-        offsets = {tp: o for tp, o in offsets.items() if tp in set(subscription.partitions)}
     return Snapshot(offsets, client.index_seen)
+
+
+def _offsets(
+    client: KqClient, subscription: Subscription, node: str | None, missing_ok: bool
+) -> dict[TopicPartition, PartitionOffsets]:
+    option = subscription.kind.value
+    offsets: dict[TopicPartition, PartitionOffsets] = {}
+    for topic in _topics(client, subscription, node):
+        try:
+            by_partition = client.list_offsets(topic, node)
+        except TopicNotFoundError:
+            if missing_ok:
+                continue
+            raise _option_error(option, f"unknown topic {topic!r}") from None
+        except InvalidRequestError as error:
+            raise _option_error(option, f"topic {topic!r}: {error}") from None
+        offsets.update({TopicPartition(topic, p): o for p, o in by_partition.items()})
+    if subscription.kind is not SubscriptionKind.ASSIGN:
+        return offsets
+    assigned = set(subscription.partitions)
+    absent = [
+        tp for tp in subscription.partitions if tp not in offsets and tp.topic in {t.topic for t in offsets}
+    ]
+    if absent and not missing_ok:
+        raise _option_error(
+            "assign", f"no such partition: {', '.join(f'{tp.topic}-{tp.partition}' for tp in absent)}"
+        )
+    return {tp: o for tp, o in offsets.items() if tp in assigned}
 
 
 def _topics(client: KqClient, subscription: Subscription, node: str | None) -> list[str]:

@@ -83,15 +83,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         batches = run(session, args.nodes, args.topic, args.output)
         for progress in batches:
             source = progress["sources"][0]
+            start = source["startOffset"] or "the earliest offsets"
             print(
-                f"micro-batch {progress['batchId']}: {progress['numInputRows']:,} records, offsets "
-                f"{source['startOffset']} -> {source['endOffset']}"
+                f"micro-batch {progress['batchId']}: {progress['numInputRows']:,} records, "
+                f"{start} -> {source['endOffset']}"
             )
         total = sum(int(progress["numInputRows"]) for progress in batches)
         stored = session.read.parquet(str(Path(args.output) / "data")).count()
         print(
-            f"this run read {total:,} new records in {len(batches)} micro-batches; {stored:,} records in "
-            f"{args.output}/data"
+            f"this run read {total:,} new records in {len(batches)} micro-batch(es); "
+            f"{stored:,} records in {args.output}/data"
         )
         if batches:
             print(f"checkpointed offsets: {json.dumps(json.loads(batches[-1]['sources'][0]['endOffset']))}")
