@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -37,6 +38,13 @@ def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.stop()
+
+
+@pytest.fixture(autouse=True)
+def _needs_ss() -> None:
+    """The test watches the victim's sockets with iproute2's `ss`."""
+    if shutil.which("ss") is None:
+        pytest.skip("needs iproute2's ss to see when the victim node is serving the read")
 
 
 def bytes_served(address: str) -> int:
