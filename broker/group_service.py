@@ -47,6 +47,7 @@ from raft.results import ApplyResult, GroupResult
 from storage import StoreReader
 
 CLIENT_ID_LENGTH_MAX = 255
+JOIN_WAIT_S = 5.0  # A join answers within this (below the client's RPC timeout), rebalanced or not.
 
 
 class GroupRpcs(ServiceBase):
@@ -92,7 +93,7 @@ class GroupRpcs(ServiceBase):
         self._coordinator.heard_from(request.group, member.member_id)
         command = commands.join_group(request.group, member, request.assignor, wall_clock_ms())
         self._propose_group(command, request.group)
-        deadline = time.monotonic() + member.rebalance_timeout_ms / 1000
+        deadline = time.monotonic() + min(member.rebalance_timeout_ms / 1000, JOIN_WAIT_S)
         while True:
             self._coordinator.heard_from(request.group, member.member_id)
             with self._store.read() as reader:
@@ -124,8 +125,12 @@ class GroupRpcs(ServiceBase):
                 )
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0 or not context.is_active():
-                raise RebalanceError(
-                    f"group {request.group} is still rebalancing: join again with your member id"
+                # Bounded: the member learns its id and joins again with it (never a second identity).
+                return kq_pb2.JoinGroupResponse(
+                    member_id=member.member_id,
+                    generation=state.generation,
+                    index=applied_index,
+                    rebalancing=True,
                 )
             self._notifier.wait_beyond(applied_index, min(remaining_s, 1.0))
 
@@ -233,6 +238,7 @@ class GroupRpcs(ServiceBase):
             state = self._group_state(reader, request.group)
             if state is None:
                 raise NotFoundError(f"unknown group {request.group}")
+            state.assignor = state.assignor or "range"  # What the group will use when it has members.
             return kq_pb2.DescribeGroupResponse(
                 group=state,
                 partitions=_lags(reader, state),

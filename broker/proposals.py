@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TypeVar
 
 from broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
 from broker.errors import KqError, ResourceExhaustedError, UnavailableError
@@ -25,7 +26,10 @@ from raft.results import AppendResult, ApplyResult, PartitionAppendResult
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).
+LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
 BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
 PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queue up and get batched.
 APPENDS_PER_ENTRY_MAX = 1_000
@@ -43,16 +47,29 @@ def propose_and_wait(consensus: Consensus, command: kq_pb2.Command, timeout_s: f
             future.set_exception(UnavailableError(f"proposal not committed (reason {reason}); retry"))
 
     consensus.propose(commands.encode(command), on_result)
-    return _wait(future, timeout_s)
+    return _wait(future, timeout_s, consensus)
 
 
-def _wait(future: Future[ApplyResult], timeout_s: float) -> ApplyResult:
-    try:
-        return future.result(timeout=timeout_s)
-    except TimeoutError as error:
-        raise UnavailableError(
-            f"not committed within {timeout_s:.0f} s; it may still commit: retry"
-        ) from error
+def _wait(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
+    """The proposal's result; UnavailableError at the timeout or as soon as this node stops leading.
+
+    A partitioned leader's proposals cannot commit, so its clients are told at once (within
+    LEADERSHIP_CHECK_S) to go elsewhere instead of waiting out the timeout; the write may still
+    commit if the partition heals, which idempotent retries make harmless.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return future.result(timeout=min(LEADERSHIP_CHECK_S, max(deadline - time.monotonic(), 0.0)))
+        except TimeoutError:
+            if not consensus.is_leader():
+                raise UnavailableError(
+                    "this node lost its leadership; the write may still commit: retry"
+                ) from None
+            if time.monotonic() >= deadline:
+                raise UnavailableError(
+                    f"not committed within {timeout_s:.0f} s; it may still commit: retry"
+                ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +110,7 @@ class Batcher:
             self._queue.put_nowait(pending)
         except queue.Full as error:
             raise ResourceExhaustedError("produce queue is full; retry later") from error
-        try:
-            return pending.future.result(timeout=timeout_s)
-        except TimeoutError as error:
-            raise UnavailableError(
-                f"not committed within {timeout_s:.0f} s; it may still commit: retry"
-            ) from error
+        return _wait(pending.future, timeout_s, self._consensus)
 
     def stop(self) -> None:
         """Stops the batcher thread after the requests already queued."""

@@ -25,7 +25,10 @@ from client.group import GroupConsumer
 from client.producer import Producer
 from client.types import (
     ConsumerRecord,
+    GroupDescription,
+    GroupSummary,
     NodeStatus,
+    PartitionLag,
     PartitionOffsets,
     ProducerRecord,
     RecordMetadata,

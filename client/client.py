@@ -11,9 +11,7 @@ from client.connection import Connections
 from client.errors import (
     InvalidRequestError,
     KqClientError,
-    PreconditionFailedError,
     TopicNotFoundError,
-    UnavailableError,
 )
 from client.groups_api import GroupsApi
 from client.partitioner import partition_for_key
@@ -221,13 +219,13 @@ class KqClient(GroupsApi):
             request.sequence = self._sequences.get(key, 0)
             try:
                 response = self._connections.write("Produce", request)
-            except (UnavailableError, PreconditionFailedError):
-                # The outcome is unknown (or the broker lost track): start a fresh producer so the
-                # next records can never be mistaken for retries of these.
-                self._reset_producer()
+            except (InvalidRequestError, TopicNotFoundError):
+                self._partition_counts.pop(topic, None)  # Rejected at the edge: nothing was written.
                 raise
-            except InvalidRequestError:
-                self._partition_counts.pop(topic, None)  # Maybe the partition count is stale.
+            except KqClientError:
+                # Any other failure leaves the outcome unknown: start a fresh producer so the next
+                # records can never be mistaken for retries of these.
+                self._reset_producer()
                 raise
             self._sequences[key] = request.sequence + len(records)
             self._saw(response.index)

@@ -28,10 +28,12 @@ BACKOFF_MAX_S = 0.25  # Retries during an election are cheap; a short cap finds 
 RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal within 5 s.
 RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
 MESSAGE_BYTES_MAX = 8 * 1024 * 1024
+# CANCELLED: a node shutting down cancels the calls it had queued; this client never cancels its own.
 _RETRIABLE = (
     grpc.StatusCode.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.CANCELLED,
 )
 
 Response = TypeVar("Response")
@@ -149,7 +151,7 @@ class Connections:
         try:
             yield from getattr(self.stub(address), method)(request)
         except grpc.RpcError as error:
-            if error.code() not in _RETRIABLE and error.code() != grpc.StatusCode.CANCELLED:
+            if error.code() not in _RETRIABLE:
                 raise from_rpc_error(error, address) from None
             time.sleep(BACKOFF_INITIAL_S)
 

@@ -59,6 +59,7 @@ _BY_CODE: dict[grpc.StatusCode, type[KqClientError]] = {
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: UnavailableError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: UnavailableError,
+    grpc.StatusCode.CANCELLED: UnavailableError,
 }
 
 

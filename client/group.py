@@ -185,7 +185,11 @@ class GroupConsumer:
     # Reading and committing ---------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 1_000, max_records: int | None = None) -> list[ConsumerRecord]:
-        """Records from the owned partitions, waiting up to `timeout_ms`; handles rebalances first."""
+        """Records from the owned partitions, waiting up to `timeout_ms`; handles rebalances first.
+
+        Positions move only when records are returned: if a fetch fails, nothing read in this call
+        counts as consumed, so a later commit cannot skip records the caller never saw.
+        """
         if self._closed.is_set():
             raise KqClientError("the consumer is closed")
         if not self._member_id or self._rebalance_needed.is_set():
@@ -201,25 +205,24 @@ class GroupConsumer:
                 if len(records) >= limit:
                     break
             remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if not records and remaining_ms > 0 and not self._rebalance_needed.is_set():
+                self._turn = (self._turn + 1) % len(partitions)
+                topic, partition = partitions[self._turn]
+                records = self._fetch(topic, partition, limit, min(remaining_ms, POLL_WAIT_SLICE_MS))
             if records or remaining_ms <= 0 or self._rebalance_needed.is_set():
+                for record in records:
+                    self._positions[(record.topic, record.partition)] = record.offset + 1
                 return records
-            self._turn = (self._turn + 1) % len(partitions)
-            topic, partition = partitions[self._turn]
-            waited = self._fetch(topic, partition, limit, min(remaining_ms, POLL_WAIT_SLICE_MS))
-            if waited:
-                return waited
         self._closed.wait(timeout_ms / 1000 if not self._rebalance_needed.is_set() else 0)
         return []
 
     def _fetch(self, topic: str, partition: int, limit: int, wait_ms: int) -> list[ConsumerRecord]:
         if limit <= 0:
             return []
-        result = self._client.fetch(
-            topic, partition, self._positions[(topic, partition)], max_records=limit, wait_ms=wait_ms
+        position = self._positions[(topic, partition)]
+        return list(
+            self._client.fetch(topic, partition, position, max_records=limit, wait_ms=wait_ms).records
         )
-        if result.records:
-            self._positions[(topic, partition)] = result.records[-1].offset + 1
-        return list(result.records)
 
     def _maybe_auto_commit(self) -> None:
         if self._auto_commit_s is not None and time.monotonic() - self._last_commit >= self._auto_commit_s:

@@ -50,6 +50,9 @@ class GroupsApi:
             rebalance_timeout_ms=rebalance_timeout_ms,
         )
         response = self._connections.write("JoinGroup", request)
+        while response.rebalancing:  # Others have yet to rejoin: wait again under the id given.
+            request.member_id = response.member_id
+            response = self._connections.write("JoinGroup", request)
         self._saw(response.index)
         return GroupAssignment(
             response.member_id,

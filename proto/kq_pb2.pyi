@@ -1366,11 +1366,14 @@ class JoinGroupResponse(_message.Message):
     ASSIGNOR_FIELD_NUMBER: _builtins.int
     INDEX_FIELD_NUMBER: _builtins.int
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    REBALANCING_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     generation: _builtins.int
     assignor: _builtins.str
     index: _builtins.int
     session_timeout_ms: _builtins.int
+    rebalancing: _builtins.bool
+    """The rebalance is still waiting for other members: call JoinGroup again with this member_id."""
     @_builtins.property
     def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]: ...
     def __init__(
@@ -1382,10 +1385,11 @@ class JoinGroupResponse(_message.Message):
         assignor: _builtins.str = ...,
         index: _builtins.int = ...,
         session_timeout_ms: _builtins.int = ...,
+        rebalancing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "assignor", b"assignor", "generation", b"generation", "index", b"index", "member_id", b"member_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "assignor", b"assignor", "generation", b"generation", "index", b"index", "member_id", b"member_id", "rebalancing", b"rebalancing", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -36,7 +36,7 @@ def _save(writer: StoreWriter, state: kq_pb2.GroupState) -> GroupResult:
 def _new_group(writer: StoreWriter, name: str, assignor: str) -> kq_pb2.GroupState | None:
     if len(writer.groups()) >= GROUPS_MAX:
         return None
-    return kq_pb2.GroupState(name=name, generation=0, phase=kq_pb2.GROUP_EMPTY, assignor=assignor or "range")
+    return kq_pb2.GroupState(name=name, generation=0, phase=kq_pb2.GROUP_EMPTY, assignor=assignor)
 
 
 def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupResult:
@@ -46,6 +46,8 @@ def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupRe
     state = load(writer, command.group) or _new_group(writer, command.group, command.assignor)
     if state is None:
         return GroupResult(ErrorCode.TOO_MANY_GROUPS)
+    if not state.members and command.assignor:
+        state.assignor = command.assignor  # The first member of an empty group chooses its assignor.
     existing = next((m for m in state.members if m.member_id == command.member.member_id), None)
     if existing is None and len(state.members) >= GROUP_MEMBERS_MAX:
         return GroupResult(ErrorCode.GROUP_FULL, state.generation, state.phase)
