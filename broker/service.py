@@ -181,6 +181,8 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         """One read of the partition from `offset`: the response, and whether `min_index` is applied."""
         with self._store.read() as reader:
             applied_index = reader.applied_index()
+            if applied_index < request.min_index:  # Behind the caller: not even the topic may be here yet.
+                return kq_pb2.FetchResponse(served_by=self._node.node_id, applied_index=applied_index), False
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
             state = reader.partition(topic.topic_id, request.partition)

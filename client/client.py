@@ -276,7 +276,7 @@ class KqClient(GroupsApi):
         timeout_s = self._connections.rpc_timeout_s + wait_ms / 1000
         response = self._connections.read("Fetch", request, node, timeout_s)
         self._saw(response.applied_index)
-        records = _decode_batches(topic, partition, response.batches, offset)[:max_records]
+        records = _decode_batches(topic, partition, response.batches, offset, max_records)
         return FetchResult(
             tuple(records),
             response.log_start_offset,
@@ -374,11 +374,13 @@ def _offsets(partition: kq_pb2.PartitionInfo) -> PartitionOffsets:
 
 
 def _decode_batches(
-    topic: str, partition: int, batches: Iterable[kq_pb2.RecordBatch], offset: int
+    topic: str, partition: int, batches: Iterable[kq_pb2.RecordBatch], offset: int, limit: int = 1 << 62
 ) -> list[ConsumerRecord]:
-    """The records of served batches from `offset` on (a first batch may start before it)."""
+    """At most `limit` records of served batches from `offset` on (a first batch may start before it)."""
     records: list[ConsumerRecord] = []
     for batch in batches:
+        if len(records) >= limit:
+            break
         wire_records = parse_batch(
             decompress(batch.records, batch.compression, BATCH_BYTES_MAX), FETCH_RECORDS_MAX, HEADERS_MAX
         )
@@ -396,7 +398,7 @@ def _decode_batches(
                     headers=wire.headers,
                 )
             )
-    return records
+    return records[:limit]
 
 
 def _node_status(address: str, response: kq_pb2.ClusterStatusResponse) -> NodeStatus:
