@@ -112,14 +112,18 @@ class Producer:
         with self._changed:
             self._wait_for_room(len(encoded))
             queue = self._open.setdefault((topic, chosen), deque())
-            if not queue or self._full(queue[-1], len(encoded)):
+            opened = not queue or self._full(queue[-1], len(encoded))
+            if opened:
                 queue.append(_Batch(opened=time.monotonic()))
             batch = queue[-1]
+            was_short = batch.size_bytes < self._batch_bytes
             batch.records.append(encoded)
             batch.futures.append(future)
             batch.size_bytes += len(encoded)
             self._buffered_bytes += len(encoded)
-            self._changed.notify_all()
+            if opened or (was_short and batch.size_bytes >= self._batch_bytes):
+                # The sender only needs waking for a new linger deadline or a batch that became full.
+                self._changed.notify_all()
         if self._acks == "none":
             future.set_result(RecordMetadata(topic, chosen, -1))
         return future
