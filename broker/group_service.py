@@ -12,7 +12,6 @@ import grpc
 from broker.consensus import Consensus, Peer
 from broker.errors import (
     InvalidArgumentError,
-    KqError,
     NotFoundError,
     OutOfRangeError,
     RebalanceError,
@@ -20,22 +19,17 @@ from broker.errors import (
 )
 from broker.groups import GroupCoordinator
 from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
-from broker.service_base import AppliedNotifier, ServiceBase, rpc
+from broker.service_base import AppliedNotifier, ServiceBase, rpc, stored_records
 from broker.validation import check_topic_name
 from proto import kq_pb2
-from proto.compression import decompress
-from proto.records import parse_batch
 from raft import commands
 from raft.assignors import ASSIGNORS
 from raft.limits import (
-    APPEND_BYTES_MAX,
-    HEADERS_PER_RECORD_MAX,
     HEARTBEAT_WAIT_MS_MAX,
     OFFSETS_PER_COMMIT_MAX,
     REBALANCE_TIMEOUT_MS_DEFAULT,
     REBALANCE_TIMEOUT_MS_MAX,
     REBALANCE_TIMEOUT_MS_MIN,
-    RECORDS_PER_APPEND_MAX,
     SESSION_TIMEOUT_MS_DEFAULT,
     SESSION_TIMEOUT_MS_MAX,
     SESSION_TIMEOUT_MS_MIN,
@@ -394,17 +388,8 @@ def _first_offset_at(
         if not batches:
             return None
         for batch in batches:
-            for position, record in enumerate(
-                parse_batch(
-                    decompress(batch.records, batch.compression, APPEND_BYTES_MAX),
-                    RECORDS_PER_APPEND_MAX,
-                    HEADERS_PER_RECORD_MAX,
-                )
-            ):
+            for position, record in enumerate(stored_records(batch)):
                 record_offset = batch.base_offset + position
                 if record_offset >= start and (record.timestamp_ms or batch.append_time_ms) >= timestamp_ms:
                     return record_offset
         offset = batches[-1].next_offset
-
-
-__all__ = ["GroupRpcs", "KqError"]

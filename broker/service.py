@@ -18,13 +18,11 @@ from broker.errors import (
 )
 from broker.group_service import GroupRpcs
 from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
-from broker.service_base import rpc
+from broker.service_base import rpc, stored_records
 from broker.validation import check_partition_count, check_produce, check_topic_name, fetch_limits
 from proto import kq_pb2, kq_pb2_grpc
-from proto.compression import decompress
-from proto.records import WireRecord, parse_batch
+from proto.records import WireRecord
 from raft import commands
-from raft.limits import APPEND_BYTES_MAX, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
 from raft.results import ProducerResult, TopicResult, TrimResult
 from storage import StoredBatch, StoreReader, TopicMeta
 
@@ -308,11 +306,6 @@ def _partition_infos(reader: StoreReader, topic: TopicMeta) -> list[kq_pb2.Parti
     return infos
 
 
-def expanded(batch: StoredBatch) -> bytes:
-    """A stored batch's records, decompressed."""
-    return decompress(batch.records, batch.compression, APPEND_BYTES_MAX)
-
-
 def _served_batches(batches: list[StoredBatch], offset: int, max_records: int) -> list[kq_pb2.RecordBatch]:
     """Whole batches holding `offset` and after, until they hold `max_records` from it (at least one)."""
     served: list[kq_pb2.RecordBatch] = []
@@ -340,8 +333,7 @@ def _records_from(
     result: list[kq_pb2.StoredRecord] = []
     total_bytes = 0
     for batch in batches:
-        wire_records = parse_batch(expanded(batch), RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX)
-        assert len(wire_records) == batch.record_count, "a stored batch and its count disagree"
+        wire_records = stored_records(batch)
         for position, wire in enumerate(wire_records):
             record_offset = batch.base_offset + position
             if record_offset < offset:

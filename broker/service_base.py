@@ -14,7 +14,10 @@ from broker.consensus import Consensus, Peer
 from broker.errors import KqError, NotFoundError, NotLeaderError, UnavailableError, abort_with
 from broker.groups import GroupCoordinator
 from broker.proposals import Batcher
-from storage import Store, StoreReader, TopicMeta
+from proto.compression import decompress
+from proto.records import WireRecord, parse_batch
+from raft.limits import APPEND_BYTES_MAX, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
+from storage import Store, StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
 
@@ -104,3 +107,14 @@ class ServiceBase:
         if topic is None:
             raise NotFoundError(f"unknown topic {name}")
         return topic
+
+
+def stored_records(batch: StoredBatch) -> list[WireRecord]:
+    """A stored batch's records, decompressed and decoded (the leader checked them when appended)."""
+    records = parse_batch(
+        decompress(batch.records, batch.compression, APPEND_BYTES_MAX),
+        RECORDS_PER_APPEND_MAX,
+        HEADERS_PER_RECORD_MAX,
+    )
+    assert len(records) == batch.record_count, "a stored batch and its count disagree"
+    return records
