@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 import uuid
 
@@ -20,27 +19,16 @@ from broker.errors import (
 from broker.groups import GroupCoordinator
 from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
 from broker.service_base import AppliedNotifier, ServiceBase, rpc, stored_records
-from broker.validation import check_topic_name
+from broker.validation import check, check_group_name, check_topic_name
 from proto import kq_pb2
 from raft import commands
-from raft.assignors import ASSIGNORS
-from raft.limits import (
-    HEARTBEAT_WAIT_MS_MAX,
-    OFFSETS_PER_COMMIT_MAX,
-    REBALANCE_TIMEOUT_MS_DEFAULT,
-    REBALANCE_TIMEOUT_MS_MAX,
-    REBALANCE_TIMEOUT_MS_MIN,
-    SESSION_TIMEOUT_MS_DEFAULT,
-    SESSION_TIMEOUT_MS_MAX,
-    SESSION_TIMEOUT_MS_MIN,
-    SUBSCRIBED_TOPICS_MAX,
-    TOPIC_PATTERN_LENGTH_MAX,
-    topic_name_problem,
-)
+from raft.limits import HEARTBEAT_WAIT_MS_MAX, REBALANCE_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_DEFAULT
 from raft.results import ApplyResult, GroupResult
+from raft.validation import assignor_problem, member_problem, offsets_problem
 from storage import StoreReader
 
-CLIENT_ID_LENGTH_MAX = 255
+MEMBER_ID_PREFIX_MAX = 64  # Characters of the client id kept in a new member id.
+NEW_MEMBER_PLACEHOLDER = "new-member"
 JOIN_WAIT_S = 5.0  # A join answers within this (below the client's RPC timeout), rebalanced or not.
 
 
@@ -54,7 +42,7 @@ class GroupRpcs(ServiceBase):
 
     def _propose_group(self, command: kq_pb2.Command, group: str) -> GroupResult:
         result: ApplyResult = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
-        assert isinstance(result, GroupResult)
+        assert isinstance(result, GroupResult), f"a group command answered {result!r}"
         error = error_for_code(result.error, group)
         if error is not None:
             raise error
@@ -83,7 +71,7 @@ class GroupRpcs(ServiceBase):
                     f"unknown member of group {request.group}: join again without a member id"
                 )
         else:
-            member.member_id = f"{request.client_id or 'member'}-{uuid.uuid4().hex[:12]}"
+            member.member_id = _new_member_id(request.client_id)
         self._coordinator.heard_from(request.group, member.member_id)
         command = commands.join_group(request.group, member, request.assignor, wall_clock_ms())
         self._propose_group(command, request.group)
@@ -137,7 +125,7 @@ class GroupRpcs(ServiceBase):
         self, request: kq_pb2.HeartbeatRequest, context: grpc.ServicerContext
     ) -> kq_pb2.HeartbeatResponse:
         """Keeps a member alive; answers at once when its group starts rebalancing (long-poll)."""
-        _check_group_name(request.group)
+        check_group_name(request.group)
         if request.wait_ms > HEARTBEAT_WAIT_MS_MAX:
             raise InvalidArgumentError(f"wait_ms is at most {HEARTBEAT_WAIT_MS_MAX}")
         self._require_leader()
@@ -160,7 +148,7 @@ class GroupRpcs(ServiceBase):
         self, request: kq_pb2.LeaveGroupRequest, context: grpc.ServicerContext
     ) -> kq_pb2.LeaveGroupResponse:
         """Removes a member at once (its partitions move without waiting for its session to expire)."""
-        _check_group_name(request.group)
+        check_group_name(request.group)
         self._require_leader()
         command = commands.leave_group(request.group, [request.member_id], wall_clock_ms())
         with contextlib.suppress(RebalanceError, NotFoundError):  # Already gone: leaving is idempotent.
@@ -172,11 +160,8 @@ class GroupRpcs(ServiceBase):
         self, request: kq_pb2.CommitOffsetsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.CommitOffsetsResponse:
         """Commits offsets for the member's generation (or for a group without members)."""
-        _check_group_name(request.group)
-        if not request.offsets or len(request.offsets) > OFFSETS_PER_COMMIT_MAX:
-            raise InvalidArgumentError(f"a commit carries 1 to {OFFSETS_PER_COMMIT_MAX} offsets")
-        for entry in request.offsets:
-            check_topic_name(entry.topic)
+        check_group_name(request.group)
+        check(offsets_problem(list(request.offsets)))
         self._require_leader()
         if request.member_id:
             self._coordinator.heard_from(request.group, request.member_id)
@@ -191,7 +176,7 @@ class GroupRpcs(ServiceBase):
         self, request: kq_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.FetchOffsetsResponse:
         """The group's committed offsets (all, or for the given partitions), from this node's store."""
-        _check_group_name(request.group)
+        check_group_name(request.group)
         self._catch_up(request.min_index)
         wanted = {(tp.topic, tp.partition) for tp in request.partitions}
         with self._store.read() as reader:
@@ -226,7 +211,7 @@ class GroupRpcs(ServiceBase):
         self, request: kq_pb2.DescribeGroupRequest, context: grpc.ServicerContext
     ) -> kq_pb2.DescribeGroupResponse:
         """The group's members and, per partition, committed offset, log end and lag."""
-        _check_group_name(request.group)
+        check_group_name(request.group)
         self._catch_up(request.min_index)
         with self._store.read() as reader:
             state = self._group_state(reader, request.group)
@@ -245,7 +230,7 @@ class GroupRpcs(ServiceBase):
         self, request: kq_pb2.ResetOffsetsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ResetOffsetsResponse:
         """Moves a group without active members to earliest, latest, an offset or a timestamp."""
-        _check_group_name(request.group)
+        check_group_name(request.group)
         if not request.topics:
             raise InvalidArgumentError("name at least one topic to reset")
         self._require_leader()
@@ -259,58 +244,36 @@ class GroupRpcs(ServiceBase):
         self, request: kq_pb2.DeleteGroupRequest, context: grpc.ServicerContext
     ) -> kq_pb2.DeleteGroupResponse:
         """Deletes a group without active members and its committed offsets."""
-        _check_group_name(request.group)
+        check_group_name(request.group)
         self._require_leader()
         self._propose_group(commands.delete_group(request.group), request.group)
         return kq_pb2.DeleteGroupResponse(index=self._store.applied_index())
 
 
-def _check_group_name(group: str) -> None:
-    problem = topic_name_problem(group, "group")
-    if problem is not None:
-        raise InvalidArgumentError(problem)
-
-
 def _checked_member(request: kq_pb2.JoinGroupRequest, topics: set[str]) -> kq_pb2.GroupMember:
-    """The member a join request describes, with defaults; rejects what is outside the limits."""
-    _check_group_name(request.group)
-    if bool(request.topics) == bool(request.topic_pattern):
-        raise InvalidArgumentError("subscribe with either a list of topics or a topic pattern")
-    if len(request.topics) > SUBSCRIBED_TOPICS_MAX or len(request.topic_pattern) > TOPIC_PATTERN_LENGTH_MAX:
-        raise InvalidArgumentError("subscription is too large")
-    for topic in request.topics:
-        check_topic_name(topic)
-        if topic not in topics:
-            raise NotFoundError(f"unknown topic {topic}")
-    if request.topic_pattern:
-        try:
-            re.compile(request.topic_pattern)
-        except re.error as error:
-            raise InvalidArgumentError(f"bad topic pattern: {error}") from error
-    if request.assignor and request.assignor not in ASSIGNORS:
-        raise InvalidArgumentError(
-            f"unknown assignor {request.assignor!r}; choose one of {', '.join(ASSIGNORS)}"
-        )
-    if len(request.client_id) > CLIENT_ID_LENGTH_MAX:
-        raise InvalidArgumentError(f"client id is longer than {CLIENT_ID_LENGTH_MAX} characters")
-    session_ms = request.session_timeout_ms or SESSION_TIMEOUT_MS_DEFAULT
-    rebalance_ms = request.rebalance_timeout_ms or REBALANCE_TIMEOUT_MS_DEFAULT
-    if not SESSION_TIMEOUT_MS_MIN <= session_ms <= SESSION_TIMEOUT_MS_MAX:
-        raise InvalidArgumentError(
-            f"session timeout must be {SESSION_TIMEOUT_MS_MIN}-{SESSION_TIMEOUT_MS_MAX} ms"
-        )
-    if not REBALANCE_TIMEOUT_MS_MIN <= rebalance_ms <= REBALANCE_TIMEOUT_MS_MAX:
-        raise InvalidArgumentError(
-            f"rebalance timeout must be {REBALANCE_TIMEOUT_MS_MIN}-{REBALANCE_TIMEOUT_MS_MAX} ms"
-        )
-    return kq_pb2.GroupMember(
+    """The member a join request describes, with defaults; rejects what apply would refuse."""
+    check_group_name(request.group)
+    member = kq_pb2.GroupMember(
         member_id=request.member_id,
         client_id=request.client_id,
         topics=request.topics,
         topic_pattern=request.topic_pattern,
-        session_timeout_ms=session_ms,
-        rebalance_timeout_ms=rebalance_ms,
+        session_timeout_ms=request.session_timeout_ms or SESSION_TIMEOUT_MS_DEFAULT,
+        rebalance_timeout_ms=request.rebalance_timeout_ms or REBALANCE_TIMEOUT_MS_DEFAULT,
     )
+    probe = kq_pb2.GroupMember()
+    probe.CopyFrom(member)
+    probe.member_id = probe.member_id or NEW_MEMBER_PLACEHOLDER  # The leader chooses it after this check.
+    check(member_problem(probe) or assignor_problem(request.assignor))
+    for topic in request.topics:
+        if topic not in topics:
+            raise NotFoundError(f"unknown topic {topic}")
+    return member
+
+
+def _new_member_id(client_id: str) -> str:
+    """A fresh member id: the client id (shortened) and a random suffix, as Kafka makes them."""
+    return f"{client_id[:MEMBER_ID_PREFIX_MAX] or 'member'}-{uuid.uuid4().hex[:12]}"
 
 
 def _lags(reader: StoreReader, state: kq_pb2.GroupState) -> list[kq_pb2.PartitionLag]:

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
-from broker.errors import KqError, ResourceExhaustedError, UnavailableError
+from broker.errors import InvalidArgumentError, KqError, ResourceExhaustedError, UnavailableError
+from broker.validation import check_command
 from proto import kq_pb2
 from raft import commands
-from raft.limits import ENTRY_BYTES_MAX
-from raft.results import AppendResult, ApplyResult, PartitionAppendResult
+from raft.limits import APPENDS_PER_ENTRY_MAX, ENTRY_BYTES_MAX
+from raft.results import AppendResult, ApplyResult, PartitionAppendResult, RejectedResult
 
 logger = logging.getLogger(__name__)
 
@@ -32,22 +33,33 @@ PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAIL
 LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
 BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
 PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queue up and get batched.
-APPENDS_PER_ENTRY_MAX = 1_000
 ENTRY_OVERHEAD_BYTES = 64  # Envelope bytes outside the appends, a generous bound.
 
 
 def propose_and_wait(consensus: Consensus, command: kq_pb2.Command, timeout_s: float) -> ApplyResult:
-    """Proposes one command and waits for its result; raises UnavailableError when it does not commit."""
+    """Checks, proposes one command and waits for its result.
+
+    Raises InvalidArgumentError when the shared validation refuses the command (before proposing)
+    or when every replica refused the committed entry, UnavailableError when it does not commit.
+    """
+    check_command(command)
     future: Future[ApplyResult] = Future()
 
     def on_result(result: ApplyResult | None, reason: int) -> None:
-        if reason == PYSYNCOBJ_SUCCESS and result is not None:
+        if isinstance(result, RejectedResult):
+            future.set_exception(refused(result))
+        elif reason == PYSYNCOBJ_SUCCESS and result is not None:
             future.set_result(result)
         else:
             future.set_exception(UnavailableError(f"proposal not committed (reason {reason}); retry"))
 
     consensus.propose(commands.encode(command), on_result)
     return _wait(future, timeout_s, consensus)
+
+
+def refused(result: RejectedResult) -> InvalidArgumentError:
+    """The error a proposer answers when every replica refused its committed entry."""
+    return InvalidArgumentError(f"the cluster refused the request (entry {result.index}): {result.reason}")
 
 
 def _wait(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
@@ -175,10 +187,20 @@ class Batcher:
                     pending.future.set_result(AppendOutcome(outcome, result.index))
                 return
             error: KqError = UnavailableError(f"entry not committed (reason {reason}); retry")
+            if isinstance(result, RejectedResult):
+                error = refused(result)
             for pending in batch:
-                pending.future.set_exception(error)
+                if not pending.future.done():
+                    pending.future.set_exception(error)
 
         command = commands.append(self._clock_ms(), [pending.append for pending in batch])
+        try:  # Each append passed append_problem at the edge; the envelope is checked like every command.
+            check_command(command)
+        except InvalidArgumentError as error:
+            for pending in batch:
+                pending.future.set_exception(error)
+            on_result(None, PYSYNCOBJ_SUCCESS)  # Frees the slot; the futures are already failed.
+            return
         self._consensus.propose(commands.encode(command), on_result)
 
 

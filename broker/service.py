@@ -19,11 +19,11 @@ from broker.errors import (
 from broker.group_service import GroupRpcs
 from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
 from broker.service_base import rpc, stored_records
-from broker.validation import check_partition_count, check_produce, check_topic_name, fetch_limits
+from broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
 from proto import kq_pb2, kq_pb2_grpc
 from proto.records import WireRecord
 from raft import commands
-from raft.results import ProducerResult, TopicResult, TrimResult
+from raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
 from storage import StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
@@ -112,21 +112,14 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         self, request: kq_pb2.ProduceRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ProduceResponse:
         """Appends records to one partition through the batcher; answers after commit."""
-        check_produce(request)
+        append = checked_append(request)
         self._require_leader()
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
-        append = commands.partition_append(
-            request.topic,
-            request.partition,
-            request.records,
-            request.record_count,
-            request.producer_id,
-            request.sequence,
-            request.compression,
-        )
         outcome = self._batcher.append(append, PROPOSAL_TIMEOUT_S)
+        if outcome.result.error == ErrorCode.INVALID_COMMAND:
+            raise InvalidArgumentError(f"the cluster refused the batch: {outcome.result.reason}")
         error = error_for_code(outcome.result.error, f"{request.topic}/{request.partition}")
         if error is not None:
             raise error

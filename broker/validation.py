@@ -1,21 +1,19 @@
-"""Checks at the gRPC edge: a request outside a limit is rejected here and never proposed."""
+"""Checks at the gRPC edge: the shared validation (raft/validation.py) raised as INVALID_ARGUMENT.
+
+A request outside a limit is rejected here and never proposed; apply runs the same functions on
+every committed entry, so what passes here cannot trip apply.
+"""
 
 from __future__ import annotations
 
 from broker.errors import InvalidArgumentError
 from proto import kq_pb2
-from proto.compression import CompressionError, decompress
-from proto.records import MalformedBatchError, validate_batch
-from raft.limits import (
-    APPEND_BYTES_MAX,
-    FETCH_BYTES_MAX,
-    FETCH_RECORDS_MAX,
-    FETCH_WAIT_MS_MAX,
-    HEADER_NAME_BYTES_MAX,
-    HEADERS_PER_RECORD_MAX,
-    PARTITIONS_MAX,
-    RECORD_BYTES_MAX,
-    RECORDS_PER_APPEND_MAX,
+from raft import commands
+from raft.limits import FETCH_BYTES_MAX, FETCH_RECORDS_MAX, FETCH_WAIT_MS_MAX
+from raft.validation import (
+    append_problem,
+    command_problem,
+    partition_count_problem,
     topic_name_problem,
 )
 
@@ -23,50 +21,52 @@ FETCH_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1024 * 1024
 
 
-def check_topic_name(name: str) -> None:
-    """Rejects an illegal topic name."""
-    problem = topic_name_problem(name)
+def check(problem: str | None) -> None:
+    """Raises InvalidArgumentError for a problem found by the shared validation."""
     if problem is not None:
         raise InvalidArgumentError(problem)
 
 
+def check_command(command: kq_pb2.Command) -> None:
+    """Rejects a command that apply would refuse: every proposal passes here first."""
+    check(command_problem(command))
+
+
+def check_topic_name(name: str) -> None:
+    """Rejects an illegal topic name."""
+    check(topic_name_problem(name))
+
+
+def check_group_name(group: str) -> None:
+    """Rejects an illegal group name (the same rules as topic names)."""
+    check(topic_name_problem(group, "group"))
+
+
 def check_partition_count(partitions: int) -> None:
     """Rejects a partition count outside 1..PARTITIONS_MAX."""
-    if not 0 < partitions <= PARTITIONS_MAX:
-        raise InvalidArgumentError(
-            f"partition count must be between 1 and {PARTITIONS_MAX}, got {partitions}"
-        )
+    check(partition_count_problem(partitions))
 
 
-def check_produce(request: kq_pb2.ProduceRequest) -> None:
-    """Rejects a produce request that is empty, malformed, too large, or has an oversized record.
+def checked_append(request: kq_pb2.ProduceRequest) -> kq_pb2.PartitionAppend:
+    """The produce request as the append apply will see, after apply's own check of it.
 
-    Every record is decoded here, on the leader, so that what is replicated and stored is always
-    readable: apply only walks the length prefixes again.
+    Every record is decoded here, on the leader (a compressed batch is expanded within
+    APPEND_BYTES_MAX first), so that an empty, truncated, count-lying or undecodable batch is
+    refused with a one-line reason and what is replicated and stored is always readable.
     """
-    check_topic_name(request.topic)
     if not request.HasField("partition"):
         raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
-    if not request.records:
-        raise InvalidArgumentError("a produce request needs at least one record")
-    if request.compression not in (kq_pb2.COMPRESSION_NONE, kq_pb2.COMPRESSION_ZSTD, kq_pb2.COMPRESSION_LZ4):
-        raise InvalidArgumentError(f"unknown compression {request.compression}")
-    if len(request.records) > APPEND_BYTES_MAX:
-        raise InvalidArgumentError(
-            f"request of {len(request.records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
-        )
-    try:
-        records = decompress(request.records, request.compression, APPEND_BYTES_MAX)
-    except CompressionError as error:
-        raise InvalidArgumentError(f"bad record batch: {error}") from error
-    try:
-        count = validate_batch(
-            records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX, RECORD_BYTES_MAX, HEADER_NAME_BYTES_MAX
-        )
-    except MalformedBatchError as error:
-        raise InvalidArgumentError(f"bad record batch: {error}") from error
-    if count != request.record_count:
-        raise InvalidArgumentError(f"record_count says {request.record_count}; the batch holds {count}")
+    append = commands.partition_append(
+        request.topic,
+        request.partition,
+        request.records,
+        request.record_count,
+        request.producer_id,
+        request.sequence,
+        request.compression,
+    )
+    check(append_problem(append))
+    return append
 
 
 def fetch_limits(request: kq_pb2.FetchRequest) -> tuple[int, int, int]:

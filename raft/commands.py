@@ -9,7 +9,11 @@ from raft.limits import COMMAND_VERSION
 
 
 class UnknownCommandError(Exception):
-    """A log entry this code cannot decode or does not know: applying it would diverge replicas."""
+    """A log entry this code cannot decode: every replica of this version refuses it alike."""
+
+
+class NewerCommandError(Exception):
+    """An entry written by a newer version of kq: this node must be upgraded before it can apply it."""
 
 
 def encode(command: kq_pb2.Command) -> bytes:
@@ -24,10 +28,12 @@ def decode(data: bytes) -> kq_pb2.Command:
         command.ParseFromString(data)
     except Exception as error:  # protobuf raises its own DecodeError hierarchy.
         raise UnknownCommandError(f"undecodable command: {error}") from error
+    if command.version > COMMAND_VERSION:
+        raise NewerCommandError(f"command version {command.version}, this node knows {COMMAND_VERSION}")
     if command.version != COMMAND_VERSION:
         raise UnknownCommandError(f"command version {command.version}, this node knows {COMMAND_VERSION}")
     if command.WhichOneof("kind") is None:
-        raise UnknownCommandError("command has no kind (written by a newer version?)")
+        raise UnknownCommandError("command has no kind")
     return command
 
 

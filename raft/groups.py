@@ -8,12 +8,12 @@ as this replica holds them, so every replica computes the same one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from proto import kq_pb2
 from raft.assignors import ASSIGNORS, Assignment, Subscriptions
-from raft.limits import GROUP_MEMBERS_MAX, GROUPS_MAX
+from raft.limits import ASSIGNMENT_WORK_MAX, GROUP_MEMBERS_MAX, GROUP_STATE_BYTES_MAX, GROUPS_MAX
+from raft.patterns import matching
 from raft.results import ErrorCode, GroupResult
 from storage import StoreWriter
 
@@ -40,9 +40,11 @@ def _new_group(writer: StoreWriter, name: str, assignor: str) -> kq_pb2.GroupSta
 
 
 def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupResult:
-    """Adds or refreshes a member; a new member or a changed subscription starts a rebalance."""
-    assert command.member.member_id, "the leader chooses member ids"
-    assert (command.assignor or "range") in ASSIGNORS, "the edge checks the assignor"
+    """Adds or refreshes a member; a new member or a changed subscription starts a rebalance.
+
+    The command passed raft/validation.py (member id, subscription, pattern, assignor, timeouts).
+    A join that would make the group's state or its assignment work exceed its limit is refused.
+    """
     state = load(writer, command.group) or _new_group(writer, command.group, command.assignor)
     if state is None:
         return GroupResult(ErrorCode.TOO_MANY_GROUPS)
@@ -64,6 +66,8 @@ def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupRe
         existing.CopyFrom(command.member)
         existing.assignment.extend(assignment)
     existing.rejoined = True
+    if state.ByteSize() > GROUP_STATE_BYTES_MAX or _assignment_work(writer, state) > ASSIGNMENT_WORK_MAX:
+        return GroupResult(ErrorCode.GROUP_FULL, state.generation, state.phase)
     if state.phase != kq_pb2.GROUP_REBALANCING and (changed or state.phase == kq_pb2.GROUP_EMPTY):
         _begin_rebalance(state, command.now_ms, keep=existing.member_id)
     _complete_if_ready(writer, state)
@@ -170,13 +174,12 @@ def _complete_if_ready(writer: StoreWriter, state: kq_pb2.GroupState) -> None:
         state.phase = kq_pb2.GROUP_EMPTY
         return
     subscriptions = _subscriptions(writer, state)
-    partitions = {
-        t.name: t.partitions for t in writer.topics() if any(t.name in s for s in subscriptions.values())
-    }
+    partitions = _subscribed_partitions(writer, subscriptions, len(state.members))
     previous: Assignment = {
         m.member_id: [(tp.topic, tp.partition) for tp in m.assignment] for m in state.members
     }
-    assignment = ASSIGNORS[state.assignor or "range"](subscriptions, partitions, previous)
+    assignor = ASSIGNORS.get(state.assignor or "range", ASSIGNORS["range"])
+    assignment = assignor(subscriptions, partitions, previous)
     for member in state.members:
         del member.assignment[:]
         member.assignment.extend(
@@ -186,13 +189,48 @@ def _complete_if_ready(writer: StoreWriter, state: kq_pb2.GroupState) -> None:
 
 
 def _subscriptions(writer: StoreWriter, state: kq_pb2.GroupState) -> Subscriptions:
-    """Each member's topics: its list, or the existing topics its pattern matches in full."""
+    """Each member's topics: its list, or the existing topics its pattern matches in full.
+
+    Patterns were validated at the edge and run on RE2: linear time per topic name, so one pattern
+    costs at most (topics x PATTERN_PROGRAM_SIZE_MAX x TOPIC_NAME_LENGTH_MAX) steps. Members sharing
+    a pattern share one pass over the names.
+    """
     names = [t.name for t in writer.topics()]
+    by_pattern: dict[str, frozenset[str]] = {}
     result: Subscriptions = {}
     for member in state.members:
         if member.topic_pattern:
-            pattern = re.compile(member.topic_pattern)
-            result[member.member_id] = frozenset(n for n in names if pattern.fullmatch(n))
+            if member.topic_pattern not in by_pattern:
+                by_pattern[member.topic_pattern] = matching(member.topic_pattern, names)
+            result[member.member_id] = by_pattern[member.topic_pattern]
         else:
             result[member.member_id] = frozenset(member.topics)
     return result
+
+
+def _subscribed_partitions(writer: StoreWriter, subscriptions: Subscriptions, members: int) -> dict[str, int]:
+    """Partition count of each subscribed topic, by name, within the group's assignment budget.
+
+    Topics created after members joined (a pattern's new matches) can push a group past
+    ASSIGNMENT_WORK_MAX; then the topics that fit, in name order, are assigned and the rest wait
+    (the same choice on every replica), so a rebalance stays bounded in time inside apply.
+    """
+    wanted = frozenset().union(*subscriptions.values()) if subscriptions else frozenset()
+    partitions: dict[str, int] = {}
+    total = 0
+    for topic in writer.topics():
+        if topic.name not in wanted:
+            continue
+        total += topic.partitions
+        if total * max(members, 1) > ASSIGNMENT_WORK_MAX:
+            break
+        partitions[topic.name] = topic.partitions
+    return partitions
+
+
+def _assignment_work(writer: StoreWriter, state: kq_pb2.GroupState) -> int:
+    """Members x subscribed partitions: what the group's next rebalance costs the assignor."""
+    subscriptions = _subscriptions(writer, state)
+    wanted = frozenset().union(*subscriptions.values()) if subscriptions else frozenset()
+    partitions = sum(topic.partitions for topic in writer.topics() if topic.name in wanted)
+    return partitions * len(state.members)

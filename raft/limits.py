@@ -1,9 +1,6 @@
-"""Named limits of the replicated state machine: checked at the gRPC edge, asserted again in apply."""
-
-import re
+"""Named limits of the replicated state machine, checked by raft/validation.py at the edge and in apply."""
 
 TOPIC_NAME_LENGTH_MAX = 249  # Kafka's limit, so topic names move between the two systems.
-TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 TOPICS_MAX = 10_000
 PARTITIONS_MAX = 1_024
 RECORD_BYTES_MAX = 1024 * 1024  # Key + value + headers of one record.
@@ -19,7 +16,14 @@ GRPC_MESSAGE_BYTES_MAX = 8 * 1024 * 1024  # Above every request and response siz
 GROUPS_MAX = 10_000
 GROUP_MEMBERS_MAX = 1_000
 SUBSCRIBED_TOPICS_MAX = 1_000
-TOPIC_PATTERN_LENGTH_MAX = 1_024
+TOPIC_PATTERN_LENGTH_MAX = 1_024  # Bytes of a group's topic pattern (RE2 syntax, raft/patterns.py).
+PATTERN_NESTING_MAX = 32  # Parenthesis depth of a topic pattern.
+PATTERN_PROGRAM_SIZE_MAX = 4_096  # RE2 instructions: one match costs at most this x the name length.
+PATTERN_MEMORY_BYTES_MAX = 2 * 1024 * 1024  # RE2's max_mem for compiling one pattern.
+PATTERN_CACHE_MAX = 1_024  # Compiled patterns kept per process.
+MEMBER_ID_LENGTH_MAX = 255  # Member ids are chosen by the leader; longer ones are refused.
+CLIENT_ID_LENGTH_MAX = 255
+APPENDS_PER_ENTRY_MAX = 1_000  # Produce requests the batcher packs into one Raft entry.
 OFFSETS_PER_COMMIT_MAX = 10_000
 SESSION_TIMEOUT_MS_MIN = 1_000
 SESSION_TIMEOUT_MS_MAX = 300_000
@@ -30,15 +34,6 @@ REBALANCE_TIMEOUT_MS_DEFAULT = 30_000
 HEARTBEAT_WAIT_MS_MAX = 30_000
 COMMAND_VERSION = 1  # Version of the Command envelope this code writes and applies.
 
-
-def topic_name_problem(name: str, what: str = "topic") -> str | None:
-    """Why `name` is not a legal topic (or group: `what`) name, or None when it is."""
-    if not name:
-        return f"{what} name is empty"
-    if len(name.encode()) > TOPIC_NAME_LENGTH_MAX:
-        return f"{what} name is longer than {TOPIC_NAME_LENGTH_MAX} bytes"
-    if name in (".", ".."):
-        return f"{what} name cannot be '.' or '..'"
-    if not TOPIC_NAME_PATTERN.fullmatch(name):
-        return f"{what} name may contain only ASCII letters, digits, '.', '_' and '-'"
-    return None
+GROUP_STATE_BYTES_MAX = 4 * 1024 * 1024  # A group's serialized state; a join that would pass it is refused.
+# Members x subscribed partitions one rebalance may assign: bounds the assignors' time inside apply.
+ASSIGNMENT_WORK_MAX = 2_000_000

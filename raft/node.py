@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Entries up to ENTRY_BYTES_MAX must fit (64 KiB default broke).
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for PySyncObj's tick; beyond it QUEUE_FULL.
 PICKLE_PROTOCOL = 5  # PySyncObj hard-codes protocol 2: slower and 1.75x bigger for bytes.
-EXIT_APPLY_FAILED = 70  # A broken invariant in apply: stop rather than diverge from the other replicas.
+EXIT_APPLY_FAILED = 70  # An environment fault in apply (disk full, I/O): stop rather than diverge.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
 # to each other while a leader lives, so the first vote request after the leader dies was lost and
 # most elections needed a second round (measured: 11 of 12). A small message of a type PySyncObj
@@ -125,8 +125,11 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
         index = self.raftLastApplied + 1
         try:
             result = apply(self._store, index, data)
-        except BaseException:
-            logger.critical("apply failed at index %d: stopping this node", index, exc_info=True)
+        except BaseException as error:  # An environment fault (or a newer entry): fail-stop, never diverge.
+            debug = logger.isEnabledFor(logging.DEBUG)
+            logger.critical(
+                "stopping: cannot apply entry %d: %s: %s", index, type(error).__name__, error, exc_info=debug
+            )
             logging.shutdown()
             os._exit(EXIT_APPLY_FAILED)
         self._on_applied(index)

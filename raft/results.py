@@ -26,6 +26,7 @@ class ErrorCode(enum.IntEnum):
     GROUP_HAS_MEMBERS = 12
     TOO_MANY_GROUPS = 13
     GROUP_FULL = 14
+    INVALID_COMMAND = 15  # The shared validation (raft/validation.py) refused it: the edge should have.
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ class PartitionAppendResult:
     error: ErrorCode
     base_offset: int = 0
     duplicate: bool = False
+    reason: str = ""  # Why an INVALID_COMMAND append was refused.
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,4 +86,19 @@ class SkippedResult:
     index: int
 
 
-ApplyResult = TopicResult | AppendResult | TrimResult | GroupResult | ProducerResult | SkippedResult
+@dataclass(frozen=True, slots=True)
+class RejectedResult:
+    """The whole entry was refused, alike on every replica, and the state left unchanged.
+
+    Either the shared validation refused the command, or applying it raised because of its content
+    (a bug: the edge runs the same validation); the entry's index is recorded as applied all the same
+    so the log moves on, and replaying it after a restart refuses it again.
+    """
+
+    index: int
+    reason: str
+
+
+ApplyResult = (
+    RejectedResult | TopicResult | AppendResult | TrimResult | GroupResult | ProducerResult | SkippedResult
+)

@@ -1,25 +1,25 @@
 """The pure, deterministic `apply`: replayed on every node, so no clock, randomness, network or leadership.
 
 Everything chosen once (timestamps, producer ids) was chosen by the proposer and is in the command.
-User-level rejections are result codes (identical everywhere); a broken invariant raises, and the
-adapter stops the node rather than let replicas diverge.
+Each command first passes the validation the edge ran (raft/validation.py); user-level rejections
+are result codes, identical everywhere. If applying still raises because of an entry's content (a
+bug), the write transaction is aborted and every replica records the same rejection
+(`RejectedResult`): the entry's index is applied with no other effect, so the log moves on and a
+replay does the same. Only an environment fault (disk full, I/O error, out of memory) propagates:
+the adapter stops the node (fail-stop) instead of letting replicas diverge.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+import lmdb
+
 from proto import kq_pb2
-from proto.records import count_records
 from raft import commands, groups
-from raft.limits import (
-    ENTRY_BYTES_MAX,
-    PARTITIONS_MAX,
-    RECORDS_PER_APPEND_MAX,
-    TOPICS_MAX,
-    topic_name_problem,
-)
+from raft.limits import ENTRY_BYTES_MAX, TOPICS_MAX
 from raft.results import (
     AppendResult,
     ApplyResult,
@@ -27,26 +27,102 @@ from raft.results import (
     GroupResult,
     PartitionAppendResult,
     ProducerResult,
+    RejectedResult,
     SkippedResult,
     TopicResult,
     TrimResult,
 )
+from raft.validation import append_problem, command_problem
 from storage import ProducerAppend, Store, StoreWriter
+
+logger = logging.getLogger(__name__)
+
+# Faults of the machine, not of the entry: the node must stop rather than record a rejection its
+# healthy peers would not. lmdb.BadValsizeError (a key too long) is the entry's own fault.
+ENVIRONMENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    MemoryError,
+    lmdb.MapFullError,
+    lmdb.DiskError,
+    lmdb.PanicError,
+    lmdb.CorruptedError,
+    lmdb.PageNotFoundError,
+    lmdb.ReadersFullError,
+    lmdb.TlsFullError,
+    lmdb.TxnFullError,
+    lmdb.MemoryError,
+    lmdb.MapResizedError,
+    lmdb.ReadonlyError,
+    lmdb.InvalidError,
+    lmdb.VersionMismatchError,
+    lmdb.IncompatibleError,
+    lmdb.LockError,
+)
+
+
+class EnvironmentFaultError(Exception):
+    """Applying an entry failed because of the machine (disk, memory), not the entry: stop the node."""
 
 
 def apply(store: Store, index: int, data: bytes) -> ApplyResult:
     """Applies the log entry at Raft `index` in one write transaction that also records `index`.
 
-    An entry at or below the stored applied index was applied before a restart and is skipped.
+    An entry at or below the stored applied index was applied before a restart and is skipped. An
+    entry that cannot be decoded, fails validation, or raises while applied is rejected alike on
+    every replica; an environment fault raises EnvironmentFaultError.
     """
-    assert len(data) <= ENTRY_BYTES_MAX, f"entry of {len(data)} bytes exceeds ENTRY_BYTES_MAX"
-    command = commands.decode(data)
+    try:
+        return _apply_checked(store, index, data)
+    except ENVIRONMENT_ERRORS as error:
+        raise EnvironmentFaultError(f"{type(error).__name__}: {error}") from error
+    except commands.NewerCommandError:
+        raise
+    except Exception as error:  # The entry's content made apply raise: a bug, rejected alike everywhere.
+        reason = f"{type(error).__name__}: {_first_line(error)}"
+        debug = logger.isEnabledFor(logging.DEBUG)
+        logger.error("entry %d rejected on this replica as on every other: %s", index, reason, exc_info=debug)
+        return _reject(store, index, reason)
+
+
+def _apply_checked(store: Store, index: int, data: bytes) -> ApplyResult:
+    problem, command = _decode_and_check(data)
     with store.write() as writer:
         if index <= writer.applied_index():
             return SkippedResult(index)
-        result = _dispatch(writer, command, index)
+        result: ApplyResult
+        if problem is not None or command is None:
+            writer.count_rejected_entry()
+            result = RejectedResult(index, problem or "undecodable entry")
+        else:
+            result = _dispatch(writer, command, index)
         writer.set_applied_index(index)
     return result
+
+
+def _decode_and_check(data: bytes) -> tuple[str | None, kq_pb2.Command | None]:
+    """The decoded command and why it must be refused (None when it may be applied)."""
+    if len(data) > ENTRY_BYTES_MAX:
+        return f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}", None
+    try:
+        command = commands.decode(data)
+    except commands.UnknownCommandError as error:
+        return str(error), None
+    return command_problem(command), command
+
+
+def _reject(store: Store, index: int, reason: str) -> ApplyResult:
+    """Records `index` as applied with no other effect than counting the rejection."""
+    with store.write() as writer:
+        if index <= writer.applied_index():
+            return SkippedResult(index)
+        writer.count_rejected_entry()
+        writer.set_applied_index(index)
+    return RejectedResult(index, reason)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else "(no message)"
 
 
 def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> ApplyResult:
@@ -76,8 +152,6 @@ _GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult]] = {
 
 
 def _apply_create_topic(writer: StoreWriter, command: kq_pb2.CreateTopicCommand) -> TopicResult:
-    assert topic_name_problem(command.name) is None, f"illegal topic name {command.name!r} reached apply"
-    assert 0 < command.partitions <= PARTITIONS_MAX, "partition count outside limits reached apply"
     existing = writer.topic(command.name)
     if existing is not None:
         return TopicResult(ErrorCode.TOPIC_EXISTS, existing)
@@ -103,7 +177,8 @@ def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
     if command.partition >= topic.partitions:
         return TrimResult(ErrorCode.UNKNOWN_PARTITION)
     state = writer.partition(topic.topic_id, command.partition)
-    assert state is not None
+    if state is None:
+        return TrimResult(ErrorCode.UNKNOWN_PARTITION)
     if command.before_offset > state.log_end_offset:
         return TrimResult(ErrorCode.OFFSET_OUT_OF_RANGE, state.log_start_offset)
     return TrimResult(ErrorCode.OK, writer.trim(topic.topic_id, command.partition, command.before_offset))
@@ -117,11 +192,9 @@ def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int
 def _apply_partition_append(
     writer: StoreWriter, timestamp_ms: int, append: kq_pb2.PartitionAppend
 ) -> PartitionAppendResult:
-    assert 0 < append.record_count <= RECORDS_PER_APPEND_MAX, "record count outside limits reached apply"
-    if (
-        append.compression == kq_pb2.COMPRESSION_NONE
-    ):  # A compressed batch was expanded and checked at the edge.
-        assert count_records(append.records) == append.record_count, "batch and its count disagree"
+    problem = append_problem(append)  # The very check the edge ran: never an assert here.
+    if problem is not None:
+        return PartitionAppendResult(ErrorCode.INVALID_COMMAND, reason=problem)
     topic = writer.topic(append.topic)
     if topic is None:
         return PartitionAppendResult(ErrorCode.UNKNOWN_TOPIC)

@@ -6,6 +6,7 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                   b"applied_index"     -> u64  Raft index of the last entry applied (0: none)
                   b"next_topic_id"     -> u64  topic ids are never reused, so a recreated topic is new
                   b"next_producer_id"  -> u64  idempotent producer ids, allocated from 1
+                  b"rejected_entries"  -> u64  committed entries apply refused as a whole (a bug's trace)
     topics      key: topic name (UTF-8, <= 249 bytes)
                 value: topic_id u64 | partitions u32 | created_ms i64                      (20 bytes)
     partitions  key: topic_id u64 | partition u32                                           (12 bytes)

@@ -29,6 +29,7 @@ _PRODUCER_APPEND = struct.Struct(">QIQ")
 _APPLIED_INDEX = b"applied_index"
 _NEXT_TOPIC_ID = b"next_topic_id"
 _NEXT_PRODUCER_ID = b"next_producer_id"
+_REJECTED_ENTRIES = b"rejected_entries"
 DATABASE_NAMES = (b"meta", b"topics", b"partitions", b"records", b"producers", b"groups", b"offsets")
 _GROUP_NAME_LENGTH = struct.Struct(">H")
 _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
@@ -172,6 +173,10 @@ class StoreReader:
         """Raft index of the last applied entry."""
         return self._meta_u64(_APPLIED_INDEX)
 
+    def rejected_entries(self) -> int:
+        """How many committed entries apply refused as a whole (identical on every replica)."""
+        return self._meta_u64(_REJECTED_ENTRIES)
+
     def topic(self, name: str) -> TopicMeta | None:
         """The topic called `name`, or None."""
         raw = self._transaction.get(name.encode(), db=self._topics)
@@ -275,6 +280,10 @@ class StoreWriter(StoreReader):
         """Records that the entry at `index` is applied; it only ever grows."""
         assert index > self.applied_index(), "applied index must only move forward"
         self._put_meta_u64(_APPLIED_INDEX, index)
+
+    def count_rejected_entry(self) -> None:
+        """Counts one entry that apply refused as a whole (its index is still recorded as applied)."""
+        self._put_meta_u64(_REJECTED_ENTRIES, self.rejected_entries() + 1)
 
     def producer_id_allocated(self, producer_id: int) -> bool:
         """Whether `producer_id` was handed out by `allocate_producer_id`."""

@@ -132,11 +132,11 @@ def test_delete_topic_removes_records_and_the_name_can_be_reused(store: Store) -
     assert not [row for row in store.dump() if row[0] == b"records"]
 
 
-def test_unknown_command_version_stops_apply(store: Store) -> None:
-    """An entry this version cannot read raises (the adapter stops the node) instead of being skipped."""
+def test_newer_command_version_stops_apply(store: Store) -> None:
+    """An entry of a newer version raises (the adapter stops the node) instead of being skipped."""
     command = commands.create_topic("t", 1, 0)
     command.version = 99
-    with pytest.raises(commands.UnknownCommandError):
+    with pytest.raises(commands.NewerCommandError):
         apply(store, 1, commands.encode(command))
     assert store.applied_index() == 0
 

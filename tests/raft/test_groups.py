@@ -131,7 +131,9 @@ def test_pattern_subscription_matches_existing_topics_in_full(log: Log) -> None:
     """A pattern subscribes to every topic whose whole name matches it, resolved at the rebalance."""
     log.run(create("tx", 2))
     log.run(create("other", 2))
-    patterned = kq_pb2.GroupMember(member_id="p", topic_pattern="t.*", session_timeout_ms=10_000)
+    patterned = kq_pb2.GroupMember(
+        member_id="p", topic_pattern="t.*", session_timeout_ms=10_000, rebalance_timeout_ms=30_000
+    )
     log.run(commands.join_group("g", patterned, "roundrobin", 1_000))
     owned = {(tp.topic, tp.partition) for tp in log.state().members[0].assignment}
     assert owned == {("t", p) for p in range(6)} | {("tx", 0), ("tx", 1)}

@@ -1,0 +1,199 @@
+"""The validation shared by the edge and apply: one function per command type, the same code on both sides.
+
+The rule (DESIGN.md, "The one rule"): whatever reaches the Raft log applies on every replica,
+deterministically, in bounded time and memory. The gRPC edge builds each command and runs
+`command_problem` (and `append_problem` for each produce request) before proposing it; a problem is
+answered INVALID_ARGUMENT and nothing is proposed. `apply` runs the very same functions on every
+committed entry and turns a problem into a deterministic rejection (a result code), never an
+exception, so an entry the edge let through by mistake, or one written by another version, cannot
+stop a replica.
+
+Every check here is pure and bounded by the limits in `raft.limits`: a compressed batch is expanded
+at most to APPEND_BYTES_MAX, every record is walked once, a topic pattern is compiled by RE2 within
+its memory bound (raft/patterns.py). Each function returns a one-line reason, or None when valid.
+"""
+
+from __future__ import annotations
+
+import re
+
+from proto import kq_pb2
+from proto.compression import CompressionError, decompress
+from proto.records import MalformedBatchError, validate_batch
+from raft.assignors import ASSIGNORS
+from raft.limits import (
+    APPEND_BYTES_MAX,
+    APPENDS_PER_ENTRY_MAX,
+    CLIENT_ID_LENGTH_MAX,
+    GROUP_MEMBERS_MAX,
+    HEADER_NAME_BYTES_MAX,
+    HEADERS_PER_RECORD_MAX,
+    MEMBER_ID_LENGTH_MAX,
+    OFFSETS_PER_COMMIT_MAX,
+    PARTITIONS_MAX,
+    REBALANCE_TIMEOUT_MS_MAX,
+    REBALANCE_TIMEOUT_MS_MIN,
+    RECORD_BYTES_MAX,
+    RECORDS_PER_APPEND_MAX,
+    SESSION_TIMEOUT_MS_MAX,
+    SESSION_TIMEOUT_MS_MIN,
+    SUBSCRIBED_TOPICS_MAX,
+    TOPIC_NAME_LENGTH_MAX,
+)
+from raft.patterns import pattern_problem
+
+TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")  # A fixed, linear pattern: not user input.
+COMPRESSIONS = (kq_pb2.COMPRESSION_NONE, kq_pb2.COMPRESSION_ZSTD, kq_pb2.COMPRESSION_LZ4)
+
+
+def topic_name_problem(name: str, what: str = "topic") -> str | None:
+    """Why `name` is not a legal topic (or group: `what`) name, or None when it is."""
+    if not name:
+        return f"{what} name is empty"
+    if len(name.encode(errors="surrogatepass")) > TOPIC_NAME_LENGTH_MAX:
+        return f"{what} name is longer than {TOPIC_NAME_LENGTH_MAX} bytes"
+    if name in (".", ".."):
+        return f"{what} name cannot be '.' or '..'"
+    if not TOPIC_NAME_PATTERN.fullmatch(name):
+        return f"{what} name may contain only ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def partition_count_problem(partitions: int) -> str | None:
+    """Why `partitions` is not a legal partition count."""
+    if not 0 < partitions <= PARTITIONS_MAX:
+        return f"partition count must be between 1 and {PARTITIONS_MAX}, got {partitions}"
+    return None
+
+
+def append_problem(append: kq_pb2.PartitionAppend) -> str | None:
+    """Why one produce request's batch cannot be appended: empty, malformed, lying or over a limit.
+
+    A compressed batch is expanded (within APPEND_BYTES_MAX) and checked like a plain one, so a batch
+    that expands to nothing, to garbage, or to a different count than it claims is refused.
+    """
+    problem = topic_name_problem(append.topic)
+    if problem is not None:
+        return problem
+    if append.compression not in COMPRESSIONS:
+        return f"unknown compression {append.compression}"
+    if not append.records:
+        return "a produce request needs at least one record"
+    if len(append.records) > APPEND_BYTES_MAX:
+        return f"request of {len(append.records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
+    if not 0 < append.record_count <= RECORDS_PER_APPEND_MAX:
+        return f"record_count must be 1 to {RECORDS_PER_APPEND_MAX}, got {append.record_count}"
+    try:
+        records = decompress(append.records, append.compression, APPEND_BYTES_MAX)
+        count = validate_batch(
+            records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX, RECORD_BYTES_MAX, HEADER_NAME_BYTES_MAX
+        )
+    except (CompressionError, MalformedBatchError) as error:
+        return f"bad record batch: {error}"
+    if count == 0:
+        return "the record batch holds no records"
+    if count != append.record_count:
+        return f"record_count says {append.record_count}; the batch holds {count}"
+    return None
+
+
+def member_problem(member: kq_pb2.GroupMember) -> str | None:
+    """Why a group member's subscription and settings are outside the limits."""
+    if not 0 < len(member.member_id) <= MEMBER_ID_LENGTH_MAX:
+        return f"member id must be 1 to {MEMBER_ID_LENGTH_MAX} characters"
+    if len(member.client_id) > CLIENT_ID_LENGTH_MAX:
+        return f"client id is longer than {CLIENT_ID_LENGTH_MAX} characters"
+    if bool(member.topics) == bool(member.topic_pattern):
+        return "subscribe with either a list of topics or a topic pattern"
+    if len(member.topics) > SUBSCRIBED_TOPICS_MAX:
+        return f"a member subscribes to at most {SUBSCRIBED_TOPICS_MAX} topics"
+    for topic in member.topics:
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            return problem
+    if member.topic_pattern:
+        problem = pattern_problem(member.topic_pattern)
+        if problem is not None:
+            return problem
+    if not SESSION_TIMEOUT_MS_MIN <= member.session_timeout_ms <= SESSION_TIMEOUT_MS_MAX:
+        return f"session timeout must be {SESSION_TIMEOUT_MS_MIN}-{SESSION_TIMEOUT_MS_MAX} ms"
+    if not REBALANCE_TIMEOUT_MS_MIN <= member.rebalance_timeout_ms <= REBALANCE_TIMEOUT_MS_MAX:
+        return f"rebalance timeout must be {REBALANCE_TIMEOUT_MS_MIN}-{REBALANCE_TIMEOUT_MS_MAX} ms"
+    if member.assignment:
+        return "a joining member carries no assignment"
+    return None
+
+
+def assignor_problem(assignor: str) -> str | None:
+    """Why `assignor` is not one of kq's assignors ("" means the group's current one)."""
+    if assignor and assignor not in ASSIGNORS:
+        return f"unknown assignor {assignor[:64]!r}; choose one of {', '.join(ASSIGNORS)}"
+    return None
+
+
+def offsets_problem(offsets: list[kq_pb2.OffsetEntry], allow_empty: bool = False) -> str | None:
+    """Why a list of committed offsets is too long, empty, or names an illegal topic."""
+    if len(offsets) > OFFSETS_PER_COMMIT_MAX or (not offsets and not allow_empty):
+        return f"a commit carries 1 to {OFFSETS_PER_COMMIT_MAX} offsets"
+    for entry in offsets:
+        problem = topic_name_problem(entry.topic)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _join_problem(command: kq_pb2.JoinGroupCommand) -> str | None:
+    return (
+        topic_name_problem(command.group, "group")
+        or member_problem(command.member)
+        or assignor_problem(command.assignor)
+    )
+
+
+def _leave_problem(command: kq_pb2.LeaveGroupCommand) -> str | None:
+    if not 0 < len(command.member_ids) <= GROUP_MEMBERS_MAX:
+        return f"a leave names 1 to {GROUP_MEMBERS_MAX} members"
+    if any(not 0 < len(member_id) <= MEMBER_ID_LENGTH_MAX for member_id in command.member_ids):
+        return f"member id must be 1 to {MEMBER_ID_LENGTH_MAX} characters"
+    return topic_name_problem(command.group, "group")
+
+
+def _commit_problem(command: kq_pb2.CommitOffsetsCommand) -> str | None:
+    if len(command.member_id) > MEMBER_ID_LENGTH_MAX:
+        return f"member id is longer than {MEMBER_ID_LENGTH_MAX} characters"
+    return topic_name_problem(command.group, "group") or offsets_problem(list(command.offsets))
+
+
+def _append_command_problem(command: kq_pb2.AppendCommand) -> str | None:
+    """The envelope of an append entry; each PartitionAppend is checked on its own (append_problem)."""
+    if not 0 < len(command.appends) <= APPENDS_PER_ENTRY_MAX:
+        return f"an append entry carries 1 to {APPENDS_PER_ENTRY_MAX} produce requests"
+    return None
+
+
+def command_problem(command: kq_pb2.Command) -> str | None:
+    """Why `command` must not be applied, or None. Appends' batches are checked by `append_problem`."""
+    kind = command.WhichOneof("kind")
+    if kind == "create_topic":
+        create = command.create_topic
+        return topic_name_problem(create.name) or partition_count_problem(create.partitions)
+    if kind == "delete_topic":
+        return topic_name_problem(command.delete_topic.name)
+    if kind == "append":
+        return _append_command_problem(command.append)
+    if kind == "trim":
+        return topic_name_problem(command.trim.topic)
+    if kind == "join_group":
+        return _join_problem(command.join_group)
+    if kind == "leave_group":
+        return _leave_problem(command.leave_group)
+    if kind == "commit_offsets":
+        return _commit_problem(command.commit_offsets)
+    if kind == "reset_offsets":
+        reset = command.reset_offsets
+        return topic_name_problem(reset.group, "group") or offsets_problem(list(reset.offsets))
+    if kind == "delete_group":
+        return topic_name_problem(command.delete_group.group, "group")
+    if kind == "register_producer":
+        return None
+    return f"unknown command kind {kind}"
