@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.config import ConfigError, NodeConfig, parse_address, parse_peers
 from broker.consensus import PySyncObjConsensus
+from broker.edge import EdgeInterceptor
 from broker.groups import GroupCoordinator
 from broker.proposals import Batcher, wall_clock_ms
 from broker.service import BrokerService
@@ -51,6 +52,7 @@ def run_node(config: NodeConfig, log_level: str) -> None:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="kq-grpc"),
         maximum_concurrent_rpcs=GRPC_CONCURRENT_RPCS_MAX,
+        interceptors=[EdgeInterceptor()],
         options=[
             ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),

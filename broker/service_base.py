@@ -53,7 +53,7 @@ class AppliedNotifier:
 
 
 def rpc(method: Handler[Request, Response]) -> Handler[Request, Response]:
-    """Maps KqError to its status; anything else is a bug: logged, answered INTERNAL."""
+    """Maps KqError to its status; anything else reaches broker/edge.py (one log line, INTERNAL)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
@@ -61,9 +61,6 @@ def rpc(method: Handler[Request, Response]) -> Handler[Request, Response]:
             return method(self, request, context)
         except KqError as error:
             abort_with(context, error)
-        except Exception:
-            logger.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, "internal error; see the node's log")
 
     return wrapper
 

@@ -2,81 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent import futures
-from dataclasses import dataclass
-from pathlib import Path
-
 import grpc
 import pytest
 
-from broker.consensus import Peer
-from broker.groups import GroupCoordinator
-from broker.proposals import Batcher, wall_clock_ms
-from broker.service import BrokerService
-from broker.service_base import AppliedNotifier
-from proto import kq_pb2, kq_pb2_grpc
+from proto import kq_pb2
 from raft.limits import PARTITIONS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
-from storage import Store
-from tests.broker.fake_consensus import FakeConsensus
+from tests.broker.conftest import Edge, expect, produce, status_of
 from tests.raft.helpers import batch
-
-
-def produce(topic: str, partition: int, *values: bytes) -> kq_pb2.ProduceRequest:
-    """A produce request for `values` (no producer id)."""
-    return kq_pb2.ProduceRequest(
-        topic=topic, partition=partition, records=batch(*values), record_count=len(values)
-    )
-
-
-@dataclass
-class Edge:
-    stub: kq_pb2_grpc.BrokerStub
-    consensus: FakeConsensus
-    store: Store
-
-
-@pytest.fixture
-def edge(tmp_path: Path) -> Iterator[Edge]:
-    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
-    notifier = AppliedNotifier(0)
-    consensus = FakeConsensus(store, notifier.notify)
-    batcher = Batcher(consensus, wall_clock_ms)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    coordinator = GroupCoordinator(store, consensus, wall_clock_ms)
-    service = BrokerService(
-        Peer("1", "127.0.0.1:1", "127.0.0.1:2"), (), store, consensus, batcher, notifier, coordinator
-    )
-    kq_pb2_grpc.add_BrokerServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 8 << 20)])
-    stub = kq_pb2_grpc.BrokerStub(channel)
-    stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=2))
-    stub.Produce(produce("t", 0, b"v", b"v", b"v"))
-    try:
-        yield Edge(stub, consensus, store)
-    finally:
-        channel.close()
-        server.stop(None)
-        batcher.stop()
-        coordinator.stop()
-        store.close()
-
-
-def status_of(call: object) -> grpc.StatusCode:
-    assert isinstance(call, grpc.RpcError)
-    code: grpc.StatusCode = call.code()
-    return code
-
-
-def expect(code: grpc.StatusCode, method: object, request: object) -> str:
-    with pytest.raises(grpc.RpcError) as caught:
-        method(request)  # type: ignore[operator]
-    assert status_of(caught.value) == code, caught.value
-    details = str(caught.value.details())
-    assert "\n" not in details
-    return details
 
 
 def test_bad_topic_requests_are_rejected_without_proposing(edge: Edge) -> None:

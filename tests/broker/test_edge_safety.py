@@ -1,0 +1,145 @@
+"""The edge against hostile requests, in-process: each gets its specific status, one line, and no proposal."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+import pytest
+
+import raft.state_machine
+from broker.edge import RateLimitedLog
+from proto import kq_pb2
+from proto.compression import LZ4, ZSTD, compress
+from raft.limits import PATTERN_NESTING_MAX, TOPIC_PATTERN_LENGTH_MAX
+from tests.broker.conftest import Edge, expect, produce
+from tests.raft.helpers import batch
+
+
+def compressed(records: bytes, codec: int, count: int) -> kq_pb2.ProduceRequest:
+    return request_of(compress(records, codec), count, codec)
+
+
+def request_of(records: bytes, count: int, codec: int) -> kq_pb2.ProduceRequest:
+    request = kq_pb2.ProduceRequest(topic="t", partition=0, records=records, record_count=count)
+    request.compression = codec  # type: ignore[assignment]  # Unknown values are what some cases test.
+    return request
+
+
+def test_compressed_batches_that_hold_nothing_or_lie_are_refused(edge: Edge) -> None:
+    """Zero-record, truncated, count-lying and garbage compressed batches: INVALID_ARGUMENT, not proposed."""
+    before, proposals = edge.store.dump(), edge.consensus.proposals
+    two = batch(b"a", b"b")
+    cases = []
+    for codec in (ZSTD, LZ4):
+        cases += [
+            compressed(b"", codec, 0),  # The 23-byte request that once killed every node.
+            compressed(b"", codec, 1),
+            compressed(two, codec, 3),
+            compressed(two[:-1], codec, 2),
+            request_of(b"\x28\xb5\x2f\xfd" + b"\x00" * 12, 1, codec),
+        ]
+    cases.append(kq_pb2.ProduceRequest(topic="t", partition=0, records=two, record_count=0))
+    cases.append(request_of(two, 2, 7))
+    for request in cases:
+        details = expect(grpc.StatusCode.INVALID_ARGUMENT, edge.stub.Produce, request)
+        assert details
+    assert edge.store.dump() == before and edge.consensus.proposals == proposals
+    assert edge.stub.Produce(compressed(two, ZSTD, 2)).base_offset == 3  # The log moves on.
+
+
+def join(pattern: str) -> kq_pb2.JoinGroupRequest:
+    return kq_pb2.JoinGroupRequest(group="g", topic_pattern=pattern, client_id="c")
+
+
+def test_topic_patterns_outside_the_bounds_are_refused_at_the_edge(edge: Edge) -> None:
+    """Deep nesting, over-long, RE2-invalid (backreference) or oversized patterns never reach Raft."""
+    proposals = edge.consensus.proposals
+    for pattern in (
+        "(" * (PATTERN_NESTING_MAX + 1) + "a" + ")" * (PATTERN_NESTING_MAX + 1),
+        "(" * 400 + "a" + ")" * 400,
+        "a" * (TOPIC_PATTERN_LENGTH_MAX + 1),
+        r"(a)\1",
+        "[",
+        ".{1000}.{1000}",
+    ):
+        details = expect(grpc.StatusCode.INVALID_ARGUMENT, edge.stub.JoinGroup, join(pattern))
+        assert "pattern" in details
+    assert edge.consensus.proposals == proposals
+
+
+def test_a_backtracking_pattern_joins_and_matches_in_linear_time(edge: Edge) -> None:
+    """'(a+)+$' froze every node under Python's re; on RE2 the join completes and subscribes nothing."""
+    long_name = "a" * 200 + "b"
+    edge.stub.CreateTopic(kq_pb2.CreateTopicRequest(name=long_name, partitions=1))
+    response = edge.stub.JoinGroup(join("(a+)+$"))
+    assert response.generation == 1 and list(response.assignment) == []
+
+
+def test_undecodable_request_bytes_get_invalid_argument_and_no_traceback(
+    edge: Edge, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Garbage, truncated and too-deeply-nested bytes: INVALID_ARGUMENT, nothing logged."""
+    raw = edge.channel.unary_unary("/kq.v1.Broker/JoinGroup", None, None)
+    nested = (
+        b"\x7b" * 200 + b"\x7c" * 200
+    )  # Unknown field 15 as groups nested 200 deep: over protobuf's limit.
+    caplog.set_level(logging.DEBUG)
+    for data in (b"\xff\xff\xff\xff", b"\x0a\x05ab", nested, b"\x08" + b"\xff" * 11):
+        with pytest.raises(grpc.RpcError) as caught:
+            raw(data)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value
+        assert "undecodable request" in str(caught.value.details())
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+def test_a_bug_answers_internal_with_one_rate_limited_line(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unexpected exception answers INTERNAL; a burst of them logs one line, without a traceback."""
+
+    def broken(*_: object) -> None:
+        raise ZeroDivisionError("a planted bug")
+
+    monkeypatch.setattr("broker.service._partition_infos", broken)
+    caplog.set_level(logging.INFO, logger="broker.edge")
+    for _ in range(20):
+        expect(grpc.StatusCode.INTERNAL, edge.stub.ListOffsets, kq_pb2.ListOffsetsRequest(topic="t"))
+    lines = [r for r in caplog.records if r.name == "broker.edge"]
+    assert len(lines) == 1 and "ZeroDivisionError" in lines[0].getMessage()
+    assert not lines[0].exc_info
+
+
+def test_rate_limited_log_counts_what_it_held_back(caplog: pytest.LogCaptureFixture) -> None:
+    """One line per interval per key; the next line says how many were held back."""
+    now = [0.0]
+    log = RateLimitedLog(10.0, clock=lambda: now[0])
+    caplog.set_level(logging.ERROR, logger="broker.edge")
+    assert log.report("m", "boom") and not log.report("m", "boom") and log.report("other", "boom")
+    now[0] = 11.0
+    assert log.report("m", "boom")
+    assert caplog.records[-1].getMessage() == "boom (1 more since the last line)"
+
+
+def test_an_entry_that_raises_in_apply_is_refused_and_the_log_moves_on(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planted bug in apply: the proposer gets INVALID_ARGUMENT naming it; the next request works."""
+    original = raft.state_machine._apply_delete_topic
+
+    def explode(writer: object, command: kq_pb2.DeleteTopicCommand) -> object:
+        if command.name == "poison":
+            raise AssertionError("planted invariant")
+        return original(writer, command)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(raft.state_machine, "_apply_delete_topic", explode)
+    edge.stub.CreateTopic(kq_pb2.CreateTopicRequest(name="poison", partitions=1))
+    before = edge.store.dump()
+    details = expect(
+        grpc.StatusCode.INVALID_ARGUMENT, edge.stub.DeleteTopic, kq_pb2.DeleteTopicRequest(name="poison")
+    )
+    assert "refused" in details and "planted invariant" in details
+    with edge.store.read() as reader:
+        assert reader.topic("poison") is not None and reader.rejected_entries() == 1
+    assert [row for row in edge.store.dump() if row[0] != b"meta"] == [r for r in before if r[0] != b"meta"]
+    assert edge.stub.Produce(produce("t", 0, b"after")).base_offset == 3

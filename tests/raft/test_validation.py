@@ -1,0 +1,265 @@
+"""The shared validation and apply agree: whatever passes the edge's check applies without raising, alike
+on every replica; whatever fails it is refused alike; a raising entry or an environment fault is handled."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import lmdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import raft.groups
+import raft.patterns
+import raft.state_machine
+from proto import kq_pb2
+from proto.compression import LZ4, ZSTD, compress
+from proto.records import count_records, encode_batch, encode_record
+from raft import commands
+from raft.limits import PATTERN_PROGRAM_SIZE_MAX, TOPIC_NAME_LENGTH_MAX
+from raft.patterns import compile_pattern, pattern_problem
+from raft.results import ErrorCode, GroupResult, RejectedResult, SkippedResult
+from raft.state_machine import EnvironmentFaultError, apply
+from raft.validation import append_problem, command_problem
+from storage import Store
+
+MAP_BYTES = 64 * 1024**2
+
+names = st.one_of(
+    st.sampled_from(["t", "u", "g", "t.x", "", "..", "bad/name", "a" * (TOPIC_NAME_LENGTH_MAX + 1)]),
+    st.text(max_size=20),
+)
+patterns = st.one_of(
+    st.sampled_from(["t.*", "(a+)+$", "(a|a)*b", "(" * 40 + "t" + ")" * 40, r"(t)\1", "[", ".*", "u|t"]),
+    st.text(max_size=30),
+)
+uint32 = st.integers(0, 2**32 - 1)
+valid_batch = st.lists(st.binary(max_size=20), min_size=0, max_size=4).map(
+    lambda values: encode_batch(encode_record(None, value) for value in values)
+)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[bytes, int, int]:
+    """(records, record_count, compression): valid, compressed, truncated, lying or garbage."""
+    records = draw(valid_batch)
+    count = count_records(records)
+    codec = draw(st.sampled_from([0, 0, ZSTD, LZ4, 9]))
+    if codec in (ZSTD, LZ4):
+        records = compress(records, codec)
+    mutation = draw(st.sampled_from(["none", "none", "truncate", "lie", "garbage", "flip"]))
+    if mutation == "truncate" and records:
+        records = records[: draw(st.integers(0, len(records) - 1))]
+    elif mutation == "lie":
+        count = draw(uint32)
+    elif mutation == "garbage":
+        records = draw(st.binary(max_size=40))
+    elif mutation == "flip" and records:
+        position = draw(st.integers(0, len(records) - 1))
+        records = records[:position] + bytes([records[position] ^ 0xFF]) + records[position + 1 :]
+    return records, count, codec
+
+
+@st.composite
+def members(draw: st.DrawFn) -> kq_pb2.GroupMember:
+    member = kq_pb2.GroupMember(
+        member_id=draw(st.sampled_from(["m1", "m2", "", "x" * 300])),
+        client_id=draw(st.text(max_size=10)),
+        session_timeout_ms=draw(st.sampled_from([0, 999, 10_000, 2**32 - 1])),
+        rebalance_timeout_ms=draw(st.sampled_from([0, 30_000, 2**32 - 1])),
+    )
+    if draw(st.booleans()):
+        member.topic_pattern = draw(patterns)
+    else:
+        member.topics.extend(draw(st.lists(names, max_size=3)))
+    return member
+
+
+@st.composite
+def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
+    kind = draw(st.sampled_from(["create", "delete", "append", "trim", "join", "leave", "commit", "reset"]))
+    if kind == "create":
+        return commands.create_topic(draw(names), draw(uint32), 1)
+    if kind == "delete":
+        return commands.delete_topic(draw(names))
+    if kind == "append":
+        appends = []
+        for _ in range(draw(st.integers(0, 3))):
+            records, count, codec = draw(batches())
+            appends.append(
+                commands.partition_append(draw(names), draw(st.integers(0, 3)), records, count, 0, 0, codec)
+            )
+        return commands.append(1, appends)
+    if kind == "trim":
+        return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)))
+    if kind == "join":
+        return commands.join_group(draw(names), draw(members()), draw(st.sampled_from(["", "range", "x"])), 5)
+    if kind == "leave":
+        return commands.leave_group(draw(names), draw(st.lists(st.sampled_from(["m1", "m2", ""]))), 6)
+    offsets = [
+        kq_pb2.OffsetEntry(topic=draw(names), partition=draw(uint32), offset=draw(st.integers(0, 2**64 - 1)))
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+    if kind == "commit":
+        return commands.commit_offsets(
+            draw(names), draw(st.sampled_from(["", "m1"])), draw(uint32), offsets, 7
+        )
+    return commands.reset_offsets(draw(names), offsets)
+
+
+def history() -> list[kq_pb2.Command]:
+    """A plausible past: topics with records, a group with two members and a commit."""
+    member = kq_pb2.GroupMember(
+        member_id="m1", topics=["t"], session_timeout_ms=10_000, rebalance_timeout_ms=30_000
+    )
+    other = kq_pb2.GroupMember(
+        member_id="m2", topic_pattern="t.*", session_timeout_ms=10_000, rebalance_timeout_ms=30_000
+    )
+    one = encode_batch([encode_record(b"k", b"v")])
+    return [
+        commands.create_topic("t", 2, 1),
+        commands.create_topic("t.x", 1, 1),
+        commands.append(1, [commands.partition_append("t", 0, one, 1)]),
+        commands.join_group("g", member, "range", 2),
+        commands.join_group("g", other, "", 3),
+        commands.commit_offsets("g", "", 0, [kq_pb2.OffsetEntry(topic="t", partition=0, offset=1)], 4),
+    ]
+
+
+@contextmanager
+def stores(count: int) -> Iterator[list[Store]]:
+    with tempfile.TemporaryDirectory() as directory:
+        opened = [Store.open(Path(directory) / str(i), map_size_bytes=MAP_BYTES) for i in range(count)]
+        try:
+            yield opened
+        finally:
+            for store in opened:
+                store.close()
+
+
+def accepted(command: kq_pb2.Command) -> bool:
+    """What the edge lets through: the command and, for appends, every produce request in it."""
+    if command_problem(command) is not None:
+        return False
+    return all(append_problem(a) is None for a in command.append.appends)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(hostile_commands(), min_size=1, max_size=8))
+def test_what_the_edge_accepts_applies_without_raising_and_identically(
+    fuzzed: list[kq_pb2.Command],
+) -> None:
+    """Replicas with a history and a fresh one: accepted commands never hit the raise path; bytes agree."""
+    with stores(3) as (left, right, fresh):
+        for store in (left, right):
+            for index, command in enumerate(history(), start=1):
+                assert not isinstance(apply(store, index, commands.encode(command)), RejectedResult)
+        start = len(history()) + 1
+        for offset, command in enumerate(fuzzed):
+            data = commands.encode(command)
+            results = [apply(store, start + offset, data) for store in (left, right)]
+            fresh_result = apply(fresh, offset + 1, data)
+            assert results[0] == results[1]
+            for result in (*results, fresh_result):
+                if accepted(command):
+                    assert not isinstance(result, RejectedResult), result
+                elif command_problem(command) is not None:
+                    assert result == RejectedResult(result.index, command_problem(command) or "")  # type: ignore[union-attr]
+        assert left.dump() == right.dump()
+        with left.read() as reader:
+            assert reader.rejected_entries() == sum(command_problem(c) is not None for c in fuzzed)
+
+
+def test_an_entry_that_raises_is_refused_alike_and_replay_skips_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planted bug: both replicas abort the transaction, record the index and count; replay is skipped."""
+
+    def explode(writer: object, command: object) -> object:
+        raise AssertionError("planted")
+
+    left, right = (Store.open(tmp_path / n, map_size_bytes=MAP_BYTES) for n in ("left", "right"))
+    create = commands.encode(commands.create_topic("t", 1, 1))
+    trim = commands.encode(commands.trim("t", 0, 0))
+    for store in (left, right):
+        apply(store, 1, create)
+    monkeypatch.setattr(raft.state_machine, "_apply_trim", explode)
+    before = left.dump()
+    results = [apply(store, 2, trim) for store in (left, right)]
+    assert results[0] == results[1] == RejectedResult(2, "AssertionError: planted")
+    assert left.dump() == right.dump()
+    changed = set(left.dump()) ^ set(before)
+    assert {row[0] for row in changed} == {b"meta"}  # Only the applied index and the rejection count.
+    assert left.applied_index() == 2
+    assert apply(left, 2, trim) == SkippedResult(2)  # Replay after a restart: nothing happens again.
+    with left.read() as reader:
+        assert reader.rejected_entries() == 1
+
+
+def test_an_undecodable_entry_is_refused_and_a_newer_one_stops_the_node(tmp_path: Path) -> None:
+    """Garbage bytes are refused alike (the log moves on); a newer version's entry raises (fail-stop)."""
+    store = Store.open(tmp_path / "s", map_size_bytes=MAP_BYTES)
+    result = apply(store, 1, b"\xff\xff\xff")
+    assert isinstance(result, RejectedResult) and store.applied_index() == 1
+    newer = commands.create_topic("t", 1, 1)
+    newer.version = 2
+    with pytest.raises(commands.NewerCommandError):
+        apply(store, 2, commands.encode(newer))
+    assert store.applied_index() == 1
+
+
+def test_a_full_disk_stops_apply_without_recording_anything(tmp_path: Path) -> None:
+    """An environment fault (LMDB map full) raises EnvironmentFaultError; the index does not move."""
+    store = Store.open(tmp_path / "small", map_size_bytes=1024 * 1024)
+    apply(store, 1, commands.encode(commands.create_topic("t", 1, 1)))
+    big = encode_batch([encode_record(None, b"x" * 1_000_000)] * 2)
+    data = commands.encode(commands.append(1, [commands.partition_append("t", 0, big, 2)]))
+    with pytest.raises(EnvironmentFaultError, match="MapFullError"):
+        apply(store, 2, data)
+    assert store.applied_index() == 1
+    with store.read() as reader:
+        assert reader.rejected_entries() == 0
+    assert issubclass(lmdb.MapFullError, raft.state_machine.ENVIRONMENT_ERRORS)
+
+
+def test_pattern_matching_cost_is_bounded_by_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rebalance matches each distinct pattern once per topic; every accepted pattern's RE2 program
+    is within PATTERN_PROGRAM_SIZE_MAX, so one match costs at most that times the name length."""
+    calls: list[tuple[str, int]] = []
+    original = raft.patterns.matching
+
+    def counting(pattern: str, names: list[str]) -> frozenset[str]:
+        calls.append((pattern, len(names)))
+        return original(pattern, names)
+
+    monkeypatch.setattr(raft.groups, "matching", counting)
+    store = Store.open(tmp_path / "s", map_size_bytes=MAP_BYTES)
+    index = 0
+
+    def run(command: kq_pb2.Command) -> object:
+        nonlocal index
+        index += 1
+        return apply(store, index, commands.encode(command))
+
+    topics = 50
+    for number in range(topics):
+        run(commands.create_topic(f"{'a' * 200}{number}", 1, 1))
+    for member_id in ("m1", "m2", "m3"):
+        member = kq_pb2.GroupMember(
+            member_id=member_id,
+            topic_pattern="(a+)+$",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=30_000,
+        )
+        result = run(commands.join_group("g", member, "", 1))
+        assert isinstance(result, GroupResult) and result.error == ErrorCode.OK
+    # Per join: one pass for the work bound and one for the rebalance, never one per member.
+    assert len(calls) <= 2 * 3 and all(count == topics for _, count in calls)
+    for pattern in ("(a+)+$", "(a|a)*b", ".{1,249}", "(" * 30 + "a" + ")" * 30):
+        assert pattern_problem(pattern) is None
+        assert compile_pattern(pattern).programsize <= PATTERN_PROGRAM_SIZE_MAX
+    assert pattern_problem(".{1000}.{1000}") is not None
