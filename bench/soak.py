@@ -1,0 +1,324 @@
+"""`python -m bench.soak`: a long run at a fixed produce rate that checks for leaks, stalls and drift.
+
+A fresh three-node `LocalCluster` (a temporary directory, or `--keep-dir`) takes `--rate` records
+per second through `client.Producer` for `--minutes`, while a plain consumer reads every partition
+from a follower and a group consumer commits offsets. Every `--sample-interval-s` the nodes'
+RssAnon and RssFile and the client counts are recorded. At the end production stops, the consumers
+catch up, every node's copy of the topic is hashed, and the node logs are scanned for snapshots and
+error lines. The verdict (exit code 0 on PASS, 1 on FAIL) holds the run against: an RssAnon floor
+slope of at most 1 MiB/min per node after the warm-up (`bench.soak_analysis` defines the floor), no
+overlapping or back-to-back snapshots, no ERROR/CRITICAL log lines, equal digests on every node,
+and consumers that read at least every acknowledged record with no offset skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import procfs
+from bench.soak_analysis import FLOOR_WINDOW_S_DEFAULT, scan_log
+from bench.soak_report import SLOPE_MAX_MIB_PER_MIN, Limits, node_section, render, verdict
+from bench.soak_workload import (
+    ConsumerLoop,
+    DigestError,
+    GroupConsumerLoop,
+    PacedProducer,
+    PlainConsumerLoop,
+    node_digest,
+)
+from chaos.cluster import LocalCluster
+from client import KqClient, KqClientError
+
+TOPIC = "soak"
+GROUP = "soak-group"
+SAMPLE_INTERVAL_S_DEFAULT = 10.0
+FLUSH_TIMEOUT_S = 120.0
+CATCH_UP_TIMEOUT_S_DEFAULT = 180.0
+CONSUMER_STOP_TIMEOUT_S = 30.0
+DIGEST_TIMEOUT_S = 600.0  # Per node; a 30-minute run at the default rate holds about 9 million records.
+APPLIED_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class SoakSettings:
+    """Everything a soak run is told."""
+
+    minutes: float = 30.0
+    rate: float = 5_000.0
+    value_bytes: int = 512
+    partitions: int = 6
+    warmup_minutes: float = 5.0
+    snapshot_gap_min_s: float = 5.0
+    slope_max_mib_per_min: float = SLOPE_MAX_MIB_PER_MIN
+    sample_interval_s: float = SAMPLE_INTERVAL_S_DEFAULT
+    floor_window_s: float = FLOOR_WINDOW_S_DEFAULT
+    catch_up_timeout_s: float = CATCH_UP_TIMEOUT_S_DEFAULT
+    keep_dir: str | None = None
+    node_args: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def limits(self) -> Limits:
+        """The verdict's limits."""
+        return Limits(self.slope_max_mib_per_min, self.snapshot_gap_min_s)
+
+
+@dataclass(slots=True)
+class Timeline:
+    """The periodic samples: client counts and each node's memory."""
+
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    memory: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)  # node -> (t, anon, file)
+
+
+def parse_arguments(argv: Sequence[str] | None) -> tuple[SoakSettings, Path | None]:
+    """Settings and the --json path from the command line."""
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
+    defaults = SoakSettings()
+    parser.add_argument("--minutes", type=float, default=defaults.minutes, help="how long to produce")
+    parser.add_argument("--rate", type=float, default=defaults.rate, help="records per second")
+    parser.add_argument("--value-bytes", type=int, default=defaults.value_bytes)
+    parser.add_argument("--partitions", type=int, default=defaults.partitions)
+    parser.add_argument(
+        "--warmup-minutes", type=float, default=defaults.warmup_minutes, help="left out of the memory slope"
+    )
+    parser.add_argument(
+        "--snapshot-gap-min-s",
+        type=float,
+        default=defaults.snapshot_gap_min_s,
+        help="a snapshot starting sooner after the previous one ended is 'back to back'",
+    )
+    parser.add_argument("--slope-max-mib-per-min", type=float, default=defaults.slope_max_mib_per_min)
+    parser.add_argument("--sample-interval-s", type=float, default=defaults.sample_interval_s)
+    parser.add_argument(
+        "--floor-window-s", type=float, default=defaults.floor_window_s, help="window of each floor minimum"
+    )
+    parser.add_argument("--catch-up-timeout-s", type=float, default=defaults.catch_up_timeout_s)
+    parser.add_argument("--keep-dir", help="run the cluster in this directory and keep it (logs, data)")
+    parser.add_argument(
+        "--node-arg", action="append", default=[], help="extra kq-node argument (repeat; e.g. --node-arg=--x)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the report as JSON here")
+    arguments = parser.parse_args(argv)
+    settings = SoakSettings(
+        minutes=arguments.minutes,
+        rate=arguments.rate,
+        value_bytes=arguments.value_bytes,
+        partitions=arguments.partitions,
+        warmup_minutes=arguments.warmup_minutes,
+        snapshot_gap_min_s=arguments.snapshot_gap_min_s,
+        slope_max_mib_per_min=arguments.slope_max_mib_per_min,
+        sample_interval_s=arguments.sample_interval_s,
+        floor_window_s=arguments.floor_window_s,
+        catch_up_timeout_s=arguments.catch_up_timeout_s,
+        keep_dir=arguments.keep_dir,
+        node_args=tuple(arguments.node_arg),
+    )
+    return settings, arguments.json
+
+
+def sample(
+    cluster: LocalCluster,
+    pids: dict[str, int],
+    timeline: Timeline,
+    elapsed_s: float,
+    producer: PacedProducer,
+    consumers: Sequence[ConsumerLoop],
+) -> list[str]:
+    """Records one sample and prints it; returns the nodes that are no longer running."""
+    nodes: dict[str, dict[str, int]] = {}
+    gone: list[str] = []
+    for node_id, pid in pids.items():
+        if not cluster.running(node_id):
+            gone.append(node_id)
+            continue
+        try:
+            memory = procfs.memory(pid)
+        except (OSError, KeyError):
+            gone.append(node_id)
+            continue
+        nodes[node_id] = {"anon_kib": memory.anon_kib, "file_kib": memory.file_kib}
+        timeline.memory.setdefault(node_id, []).append((elapsed_s, memory.anon_kib, memory.file_kib))
+    entry = {
+        "t_s": round(elapsed_s, 1),
+        "sent": producer.sent,
+        "acked": producer.acked,
+        "produce_errors": producer.errors.count,
+        **{f"{c.name}_distinct": c.tracker.distinct for c in consumers},
+        **{f"{c.name}_errors": c.errors.count for c in consumers},
+        "nodes": nodes,
+    }
+    timeline.samples.append(entry)
+    memory_text = " ".join(
+        f"n{n}={m['anon_kib'] / 1024:.0f}/{m['file_kib'] / 1024:.0f}" for n, m in sorted(nodes.items())
+    )
+    consumed = " ".join(f"{c.name}={c.tracker.distinct:,}" for c in consumers)
+    print(
+        f"[{elapsed_s:7.0f} s] acked {producer.acked:,} (errors {producer.errors.count}), {consumed}; "
+        f"anon/file MiB {memory_text}",
+        flush=True,
+    )
+    return gone
+
+
+def soak_loop(
+    cluster: LocalCluster,
+    settings: SoakSettings,
+    producer: PacedProducer,
+    consumers: Sequence[ConsumerLoop],
+    timeline: Timeline,
+) -> list[str]:
+    """Samples every interval until the time is up or a node dies; returns reasons to abort."""
+    pids = {node_id: process.pid for node_id, process in cluster.processes.items()}
+    started = time.monotonic()
+    end = started + settings.minutes * 60
+    ticker = threading.Event()  # Never set: its wait() paces the samples.
+    next_sample = started
+    while True:
+        gone = sample(cluster, pids, timeline, time.monotonic() - started, producer, consumers)
+        if gone:
+            return [f"node(s) {gone} stopped running during the soak"]
+        if time.monotonic() >= end:
+            return []
+        next_sample += settings.sample_interval_s
+        ticker.wait(max(0.0, min(next_sample, end) - time.monotonic()))
+
+
+def finish(
+    cluster: LocalCluster,
+    settings: SoakSettings,
+    producer: PacedProducer,
+    plain: PlainConsumerLoop,
+    group: GroupConsumerLoop,
+) -> dict[str, Any]:
+    """Stops producing, lets the consumers catch up, reads the group's commits and every node's digest."""
+    producer.stop(FLUSH_TIMEOUT_S)
+    log_ends = {p: o.log_end_offset for p, o in producer.client.list_offsets(TOPIC).items()}
+    index = producer.client.index_seen
+    deadline = time.monotonic() + settings.catch_up_timeout_s
+    for consumer in (plain, group):
+        consumer.catch_up_to(log_ends)
+    for consumer in (plain, group):
+        consumer.caught_up.wait(max(0.0, deadline - time.monotonic()))
+    for consumer in (plain, group):
+        consumer.stop(CONSUMER_STOP_TIMEOUT_S)
+    try:
+        committed = group.committed(producer.client, sorted(log_ends), TOPIC)
+        committed_at_end: bool | str = committed == log_ends
+    except KqClientError as error:
+        committed_at_end = f"could not read: {error}"
+    digests: dict[str, dict[str, Any]] = {}
+    try:
+        cluster.wait_applied(index, sorted(cluster.nodes), APPLIED_TIMEOUT_S)
+    except TimeoutError as error:
+        print(f"warning: {error}", flush=True)
+    for node_id, spec in sorted(cluster.nodes.items()):
+        try:
+            digests[node_id] = asdict(node_digest(spec.grpc_address, TOPIC, index, DIGEST_TIMEOUT_S))
+        except (KqClientError, DigestError) as error:
+            digests[node_id] = {"error": str(error)}
+    hashes = {entry.get("sha256") for entry in digests.values()}
+    return {
+        "log_ends": log_ends,
+        "applied_index_checked": index,
+        "group_committed_at_end": committed_at_end,
+        "digests": {"equal": len(hashes) == 1 and None not in hashes, "per_node": digests},
+    }
+
+
+def run(settings: SoakSettings) -> dict[str, Any]:
+    """Runs the soak and returns the report (verdict included)."""
+    base = Path(settings.keep_dir) if settings.keep_dir else Path(tempfile.mkdtemp(prefix="kq-soak-"))
+    base.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(base / "cluster", node_args=settings.node_args)
+    timeline = Timeline()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.monotonic()
+    try:
+        cluster.start()
+        leader = cluster.wait_ready()
+        follower = next(node for node in sorted(cluster.nodes) if node != leader)
+        with KqClient(cluster.bootstrap) as admin:
+            admin.create_topic(TOPIC, settings.partitions)
+        producer = PacedProducer(cluster.bootstrap, TOPIC, settings.rate, settings.value_bytes)
+        plain = PlainConsumerLoop(cluster.bootstrap, TOPIC, cluster.nodes[follower].grpc_address)
+        group = GroupConsumerLoop(cluster.bootstrap, TOPIC, GROUP)
+        for role in (plain, group, producer):
+            role.start()
+        try:
+            aborted = soak_loop(cluster, settings, producer, (plain, group), timeline)
+            ending = finish(cluster, settings, producer, plain, group)
+        finally:
+            producer.close()
+    finally:
+        cluster.stop()
+    duration_s = time.monotonic() - started
+    scans = {node_id: scan_log(_read_lines(cluster.log_path(node_id))) for node_id in cluster.nodes}
+    if not settings.keep_dir:
+        shutil.rmtree(base, ignore_errors=True)
+    sending_s = max(producer.stopped_at - producer.started_at, 1e-9)
+    report: dict[str, Any] = {
+        "command": ["python", "-m", "bench.soak", *sys.argv[1:]],
+        "started_at": started_at,
+        "duration_s": round(duration_s, 1),
+        "base_dir": str(base) + ("" if settings.keep_dir else " (removed)"),
+        "settings": asdict(settings),
+        "follower_read": follower,
+        "aborted": aborted,
+        "produce": {
+            "sent": producer.sent,
+            "acked": producer.acked,
+            "errors": producer.errors.as_json(),
+            "rate_achieved": producer.sent / sending_s,
+            "behind_max_records": producer.behind_max_records,
+        },
+        "consume": {
+            c.name: {**c.tracker.as_json(), "errors": c.errors.as_json(), "caught_up": c.caught_up.is_set()}
+            for c in (plain, group)
+        },
+        **{key: value for key, value in ending.items() if key != "digests"},
+        "digests": ending["digests"],
+        "nodes": {
+            node_id: node_section(
+                timeline.memory.get(node_id, []),
+                scans[node_id],
+                settings.warmup_minutes * 60,
+                settings.floor_window_s,
+                settings.limits,
+            )
+            for node_id in sorted(cluster.nodes)
+        },
+        "samples": timeline.samples,
+    }
+    report["verdict"] = {"failures": verdict(report, settings.limits)}
+    report["verdict"]["pass"] = not report["verdict"]["failures"]
+    return report
+
+
+def _read_lines(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines() if path.exists() else []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the soak, prints the report, writes the JSON; 0 on PASS, 1 on FAIL."""
+    settings, json_path = parse_arguments(argv)
+    report = run(settings)
+    print(render(report), flush=True)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2, default=str))
+    return 0 if report["verdict"]["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
