@@ -83,7 +83,7 @@ def run_node(config: NodeConfig, log_level: str) -> None:
     server.stop(SHUTDOWN_GRACE_S).wait()
     batcher.stop()
     coordinator.stop()
-    node.destroy()
+    node.close()
     store.close()
 
 

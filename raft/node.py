@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,11 +16,13 @@ from typing import Any
 
 import pysyncobj
 import pysyncobj.pickle
+import pysyncobj.syncobj
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
 from raft.limits import ENTRY_BYTES_MAX
+from raft.resent import already_held
 from raft.results import ApplyResult
-from raft.snapshot import SnapshotHooks
+from raft.snapshot import RaftData, SnapshotSerializer
 from raft.state_machine import apply
 from storage import Store
 
@@ -35,6 +38,12 @@ EXIT_APPLY_FAILED = 70  # An environment fault in apply (disk full, I/O): stop r
 # ignores keeps every connection warm.
 KEEPALIVE_PERIOD_S = 0.4
 KEEPALIVE_MESSAGE = {"type": "kq_keepalive"}
+# A connected follower that lags behind the compaction point keeps the entries it still needs, up to
+# these bounds (beyond them it is sent a copy of the store instead), so compaction does not turn
+# every short lag into a full copy.
+COMPACTION_RETAIN_ENTRIES_MAX = 20_000
+COMPACTION_RETAIN_BYTES_MAX = 32 * 1024 * 1024
+_SERIALIZER_SWAP = threading.Lock()  # PySyncObj builds its serializer by module-level name.
 
 assert ENTRY_BYTES_MAX < TRANSPORT_BUFFER_BYTES
 
@@ -56,10 +65,15 @@ class RaftConfig:
     compaction_min_entries: int = 5_000  # Bounds the Raft log PySyncObj keeps in RAM.
     compaction_min_time_s: float = 300.0
     # Entry bytes kept in RAM between snapshots: a byte bound next to PySyncObj's entry-count bound.
-    compaction_log_bytes_max: int = 128 * 1024 * 1024
+    # A snapshot copies nothing (raft/snapshot.py), so compacting often is cheap.
+    compaction_log_bytes_max: int = 32 * 1024 * 1024
 
 
 ProposalCallback = Callable[[ApplyResult | None, int], None]
+
+
+def _unused_hook(*_args: Any) -> None:
+    raise AssertionError("PySyncObj called a serializer hook; kq replaces its serializer object")
 
 
 class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
@@ -72,7 +86,9 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
         self._log_bytes = 0  # Entry bytes applied since the last forced compaction.
         raft_dir = config.data_dir / "raft"
         raft_dir.mkdir(parents=True, exist_ok=True)
-        self._snapshots = SnapshotHooks(store, raft_dir, on_applied)
+        self._snapshots = SnapshotSerializer(
+            store, raft_dir / "snapshot", TRANSPORT_BUFFER_BYTES // 4, self, on_applied
+        )
         setattr(pysyncobj.pickle, "__protocol", PICKLE_PROTOCOL)  # Module-private setting.
         conf = SyncObjConf(
             password=config.password,
@@ -96,15 +112,21 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
             logCompactionBatchSize=TRANSPORT_BUFFER_BYTES // 4,
             fullDumpFile=str(raft_dir / "snapshot"),
             journalFile=str(raft_dir / "journal"),
-            serializer=self._snapshots.serialize,
-            deserializer=self._snapshots.deserialize,
-            serializeChecker=self._snapshots.check,
+            # Set so PySyncObj does not pickle this object at compaction; the serializer below is used.
+            serializer=_unused_hook,
+            deserializer=_unused_hook,
             useFork=False,
             dynamicMembershipChange=False,
             commandsWaitLeader=True,
             pollerType="auto",
         )
-        super().__init__(config.raft_address, list(config.peer_raft_addresses), conf)
+        with _SERIALIZER_SWAP:  # PySyncObj gets kq's serializer (raft/snapshot.py) instead of its own.
+            original = pysyncobj.syncobj.Serializer
+            pysyncobj.syncobj.Serializer = lambda *_args, **_kwargs: self._snapshots
+            try:
+                super().__init__(config.raft_address, list(config.peer_raft_addresses), conf)
+            finally:
+                pysyncobj.syncobj.Serializer = original
         assert config.connection_timeout_s > 2 * KEEPALIVE_PERIOD_S
         self._keepalive_due = 0.0
         self.addOnTickCallback(self._send_keepalives)
@@ -138,6 +160,51 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
             self._log_bytes = 0
             self.forceLogCompaction()
         return result
+
+    # The log view the snapshot serializer reads (tick thread only) ---------------------------------
+
+    def start(self) -> int:
+        """Index of the first entry in PySyncObj's log."""
+        return int(self._SyncObj__raftLog[0][1])
+
+    def window(self, index: int) -> RaftData:
+        """PySyncObj's entries at `index + 1` and `index`, and the cluster: a snapshot header's content."""
+        entries = self._SyncObj__getEntries(index, 2)
+        assert len(entries) == 2, f"no log entries at {index} and {index + 1}"
+        return entries[1], entries[0], self._SyncObj__otherNodes | {self._SyncObj__selfNode}
+
+    def compaction_start(self, proposed: int) -> int:
+        """`proposed`, or earlier while a connected follower still needs entries (within the bounds)."""
+        if not self._isLeader():
+            return proposed
+        connected = self._SyncObj__connectedNodes
+        matches = [
+            self._SyncObj__raftMatchIndex.get(n, 0) for n in self._SyncObj__otherNodes if n in connected
+        ]
+        target = max(min([proposed, *matches]), self.start())
+        if target >= proposed or proposed - target > COMPACTION_RETAIN_ENTRIES_MAX:
+            return proposed
+        retained = sum(len(entry[0]) for entry in self._SyncObj__getEntries(target, proposed - target))
+        return target if retained <= COMPACTION_RETAIN_BYTES_MAX else proposed
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
+        """PySyncObj's message handler, after dropping the entries of a resent append that this log holds.
+
+        PySyncObj truncates its log from prevLogIdx + 1 on every append_entries, even when the entries
+        there are the very ones being sent again (a leader resends after a late reply moves its
+        next index back), and logs CRITICAL "truncating already-applied log entries". Raft truncates
+        only on a conflict; see raft/resent.py.
+        """
+        if isinstance(message, dict) and message.get("type") == "append_entries" and message.get("entries"):
+            trimmed = already_held(message, self._SyncObj__getEntries, self._SyncObj__raftLog[-1])
+            if trimmed is not None:
+                message = trimmed
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def close(self) -> None:
+        """Stops the tick thread and any store copy; the store may be closed afterwards."""
+        self.destroy_synchronous()
+        self._snapshots.close()
 
     def propose(self, data: bytes, callback: ProposalCallback) -> None:
         """Queues `data` for replication; `callback(result, reason)` runs on commit or failure."""

@@ -1,20 +1,27 @@
-"""PySyncObj log-compaction hooks: a snapshot is a compact LMDB copy plus PySyncObj's own header.
+"""Log compaction without copying the store: kq's replacement for PySyncObj's snapshot serializer.
 
-File layout (integers big-endian):
+The LMDB store is durable on its own and records the Raft index it has applied, so compacting the
+Raft log needs no copy of the data: a snapshot is only a small header file (PySyncObj's entries at
+the new log start, and the store's applied index). Its cost does not grow with the store. The data
+is copied only when a follower is so far behind that the entries it needs were compacted away (or
+it was wiped): then a thread copies the store from one read transaction into a scratch file while
+Raft keeps ticking, and the copy is streamed to the follower in chunks; the follower restores it if
+it is ahead of its own store (restore only moves forward) and skips the entries the copy covers.
 
-    magic          8 bytes  b"KQSNAP01"
+File layout, a local snapshot and a transmitted one alike (integers big-endian):
+
+    magic          8 bytes  b"KQSNAP02"
     header_length  u32      then a pickle (protocol 5) of {"raft": <PySyncObj's tuple>, "applied_index": u64}
-    data_length    u64      then the compact LMDB copy (`data.mdb`) of that many bytes
-    data_crc32c    u32      over the LMDB copy
+    data_length    u64      then a copy of the store (`data.mdb`) of that many bytes; 0 in a local snapshot
+    data_crc32c    u32      over the copy
     end            5 bytes  b"KQEND"
 
-The header is written at once, inside PySyncObj's tick; the LMDB copy is written by a thread from a
-read transaction opened in that same tick, so it holds exactly the state at the snapshot's index
-and Raft keeps ticking while a large store is copied. PySyncObj renames the file into place as soon
-as the hook returns; the thread keeps writing through its open descriptor and `check` reports
-SERIALIZING until it is done (PySyncObj transmits nothing meanwhile). A file cut short by a crash
-still carries a valid header; its data is only ever needed by a node that is behind it, and such a
-node only ever receives complete files from the leader.
+The object given to PySyncObj (`SnapshotSerializer`) implements the interface of its private
+`Serializer`: checkSerializing, serialize, deserialize, getTransmissionData, setTransmissionData,
+cancelTransmisstion. All of these run on PySyncObj's tick thread; the copy runs in the
+`kq-snapshot-copy` thread, which owns the scratch directory. While a transmission runs, compaction
+waits (checkSerializing answers SERIALIZING), so the log entries the copy's header names stay in the
+leader's log until the follower has loaded it.
 """
 
 from __future__ import annotations
@@ -26,8 +33,11 @@ import shutil
 import struct
 import tempfile
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import crc32c as crc32c_module
 
@@ -35,96 +45,134 @@ from storage import SnapshotError, Store
 
 logger = logging.getLogger(__name__)
 
-MAGIC = b"KQSNAP01"
+MAGIC = b"KQSNAP02"
 END = b"KQEND"
 COPY_CHUNK_BYTES = 1024 * 1024
 HEADER_BYTES_MAX = 16 * 1024 * 1024
+TRANSMISSION_TIMEOUT_S = 600.0  # A transmission not finished by then is dropped; compaction resumes.
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 # PySyncObj's SERIALIZER_STATE values (pysyncobj.config), restated to keep the import surface small.
 NOT_SERIALIZING, SERIALIZING, SUCCESS, FAILED = 0, 1, 2, 3
 
+COPY_RETRY_S = 5.0  # After a failed copy (disk full?), the next one starts no sooner than this.
 
-class SnapshotHooks:
-    """The serializer, deserializer and serializeChecker given to PySyncObj, bound to one Store."""
+RaftData = tuple[Any, Any, Any]  # PySyncObj's (entry at log start + 1, entry at log start, cluster).
 
-    def __init__(self, store: Store, scratch_dir: Path, on_restored: Any) -> None:
+
+class RaftLogView(Protocol):
+    """What the serializer reads of PySyncObj's log (on the tick thread, which owns it)."""
+
+    def start(self) -> int:
+        """Index of the first entry in the log."""
+
+    def window(self, index: int) -> RaftData:
+        """PySyncObj's entries at `index + 1` and `index`, and the cluster's nodes."""
+
+    def compaction_start(self, proposed: int) -> int:
+        """Where the log should start after compacting up to `proposed` (earlier for a slow follower)."""
+
+
+@dataclass(slots=True)
+class _Copy:
+    """A copy of the store being prepared (or ready) for followers, with the header it goes out with."""
+
+    header: bytes
+    applied_index: int
+    path: Path | None = None  # The finished data file; None while the thread copies.
+    failed: bool = False
+    started_s: float = field(default_factory=time.monotonic)
+
+
+@dataclass(slots=True)
+class _Transmission:
+    """One follower's progress through a copy."""
+
+    copy: _Copy
+    source: BinaryIO | None = None
+    sent_bytes: int = 0
+
+
+class SnapshotSerializer:
+    """What PySyncObj calls for log compaction and for sending and installing snapshots."""
+
+    def __init__(
+        self,
+        store: Store,
+        file_name: Path,
+        chunk_bytes: int,
+        log: RaftLogView,
+        on_restored: Callable[[int], None],
+    ) -> None:
         self._store = store
-        self._scratch_dir = scratch_dir
+        self._file_name = file_name
+        self._scratch_dir = file_name.parent
+        self._chunk_bytes = chunk_bytes
+        self._log = log
+        self._copy_failed_s = -COPY_RETRY_S
         self._on_restored = on_restored
-        self._state = NOT_SERIALIZING
-        self._lock = threading.Lock()
+        self._result: tuple[int, int] | None = None  # (state, index) to report once.
+        self._lock = threading.Lock()  # Guards _copy's fields, which the copy thread sets.
+        self._copy: _Copy | None = None
+        self._transmissions: dict[Any, _Transmission] = {}  # By follower: at most the cluster's size.
+        self._incoming: BinaryIO | None = None
+        self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def check(self) -> int:
-        """Serialization state for PySyncObj; SUCCESS and FAILED are reported exactly once."""
-        with self._lock:
-            state = self._state
-            if state in (SUCCESS, FAILED):
-                self._state = NOT_SERIALIZING
-            return state
+    # Compaction -------------------------------------------------------------------------------
 
-    def serialize(self, file_name: str, raft_data: Any) -> None:
-        """Writes the header now and starts the thread that appends the LMDB copy."""
-        transaction = self._store.begin_snapshot()
-        try:
-            applied_index = self._store.applied_index_in(transaction)
-            header = pickle.dumps({"raft": raft_data, "applied_index": applied_index}, protocol=5)
-            output = open(file_name, "wb")  # noqa: SIM115 - handed to the copying thread, which closes it.
-            output.write(MAGIC + _U32.pack(len(header)) + header)
-            output.flush()
-        except BaseException:
-            transaction.abort()
-            raise
-        with self._lock:
-            self._state = SERIALIZING
+    def checkSerializing(self) -> tuple[int, int | None]:  # noqa: N802 - PySyncObj's name.
+        """SUCCESS/FAILED once after `serialize`; SERIALIZING while a follower receives a copy."""
+        self._drop_stale_transmissions()
+        if self._result is not None:
+            state, index = self._result
+            self._result = None
+            return state, index
+        if self._transmissions:
+            return SERIALIZING, None
+        return NOT_SERIALIZING, None
+
+    def serialize(self, data: tuple[Any, ...], index: int) -> None:
+        """Writes the header-only snapshot whose log starts at `index`: a few hundred bytes, no data."""
+        started_s = time.monotonic()
+        applied_index = self._store.applied_index()
         logger.info("snapshot started at applied index %d", applied_index)
-        self._thread = threading.Thread(
-            target=self._copy_data, args=(output, transaction, applied_index), name="kq-snapshot", daemon=True
-        )
-        self._thread.start()
-
-    def _copy_data(self, output: BinaryIO, transaction: Any, applied_index: int) -> None:
-        scratch: Path | None = None
-        state = FAILED
         try:
-            scratch = Path(tempfile.mkdtemp(prefix="snapshot-", dir=self._scratch_dir))
-            self._store.copy_to(scratch, transaction)
-            transaction.abort()
-            data_path = scratch / "data.mdb"
-            output.write(_U64.pack(data_path.stat().st_size))
-            checksum = 0
-            with data_path.open("rb") as data:
-                while chunk := data.read(COPY_CHUNK_BYTES):
-                    checksum = crc32c_module.crc32c(chunk, checksum)
-                    output.write(chunk)
-            output.write(_U32.pack(checksum) + END)
-            output.flush()
-            os.fsync(output.fileno())
-            state = SUCCESS
-            logger.info("snapshot at applied index %d written", applied_index)
-        except Exception:
-            logger.exception("snapshot at applied index %d failed", applied_index)
-            transaction.abort()
-        finally:
-            output.close()
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-            with self._lock:
-                self._state = state
+            index = self._log.compaction_start(index)
+            header = _header(self._log.window(index), applied_index)
+            temporary = self._file_name.with_suffix(".tmp")
+            with temporary.open("wb") as output:
+                output.write(header + _U64.pack(0) + _U32.pack(0) + END)
+                output.flush()
+                os.fsync(output.fileno())
+            temporary.replace(self._file_name)
+        except OSError as error:
+            logger.warning("snapshot at applied index %d failed: %s", applied_index, error)
+            self._result = (FAILED, index)
+            return
+        self._result = (SUCCESS, index)
+        logger.info(
+            "snapshot at applied index %d written in %.3f s", applied_index, time.monotonic() - started_s
+        )
 
-    def deserialize(self, file_name: str) -> Any:
-        """Returns PySyncObj's header tuple; restores the data first when it is ahead of the store."""
-        with open(file_name, "rb") as source:
+    def deserialize(self) -> tuple[Any, ...]:
+        """PySyncObj's header tuple from the snapshot file; restores its data first if ahead of the store."""
+        with self._file_name.open("rb") as source:
             applied_index, raft_data = read_header(source)
-            local_index = self._store.applied_index()
-            if applied_index <= local_index:
-                logger.info("snapshot at %d not restored: store is at %d", applied_index, local_index)
-                return raft_data
-            self._restore(source, applied_index)
-        self._on_restored(applied_index)
-        return raft_data
+            if _has_data(source) and applied_index > self._store.applied_index():
+                self._restore(source, applied_index)
+                self._on_restored(applied_index)
+        if _file_has_data(self._file_name):  # Keep only the header: the data now lives in the store.
+            self._rewrite_header_only(raft_data)
+        return (None, *raft_data)
+
+    def _rewrite_header_only(self, raft_data: RaftData) -> None:
+        temporary = self._file_name.with_suffix(".tmp")
+        temporary.write_bytes(
+            _header(raft_data, self._store.applied_index()) + _U64.pack(0) + _U32.pack(0) + END
+        )
+        temporary.replace(self._file_name)
 
     def _restore(self, source: BinaryIO, applied_index: int) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="restore-", dir=self._scratch_dir))
@@ -132,7 +180,8 @@ class SnapshotHooks:
             extract_data(source, scratch / "data.mdb")
             copy = Store.open(scratch, map_size_bytes=self._store.map_size_bytes())
             try:
-                assert copy.applied_index() == applied_index, "snapshot header and data disagree"
+                if copy.applied_index() != applied_index:
+                    raise SnapshotError("snapshot header and data disagree on the applied index")
                 self._store.replace_with(copy)
             finally:
                 copy.close()
@@ -140,8 +189,164 @@ class SnapshotHooks:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    # Sending to a follower --------------------------------------------------------------------
 
-def read_header(source: BinaryIO) -> tuple[int, Any]:
+    def getTransmissionData(self, node: Any) -> tuple[bytes, bool, bool] | None:  # noqa: N802
+        """The next chunk of a store copy for `node`: (data, is_first, is_last), or None until ready."""
+        transmission = self._transmissions.get(node)
+        if transmission is None:
+            if time.monotonic() - self._copy_failed_s < COPY_RETRY_S:
+                return None
+            transmission = _Transmission(self._current_copy())
+            self._transmissions[node] = transmission
+            logger.info(
+                "sending a copy of the store at applied index %d to %s", transmission.copy.applied_index, node
+            )
+        with self._lock:
+            path, failed = transmission.copy.path, transmission.copy.failed
+        if failed:
+            self._copy_failed_s = time.monotonic()
+            self._finish(node, transmission)
+            return None
+        if path is None:
+            return None  # The copy thread is still at work; PySyncObj asks again next tick.
+        if transmission.source is None:
+            transmission.source = path.open("rb")
+        is_first = transmission.sent_bytes == 0
+        chunk = transmission.copy.header if is_first else transmission.source.read(self._chunk_bytes)
+        transmission.sent_bytes += len(chunk)
+        if not chunk:
+            logger.info("sent a copy of the store (%d bytes) to %s", transmission.sent_bytes, node)
+            self._finish(node, transmission)
+            return b"", False, True
+        return chunk, is_first, False
+
+    def cancelTransmisstion(self, node: Any) -> None:  # noqa: N802 - PySyncObj's name (sic).
+        """Drops `node`'s transmission (it disconnected)."""
+        transmission = self._transmissions.get(node)
+        if transmission is not None:
+            self._finish(node, transmission)
+
+    def _finish(self, node: Any, transmission: _Transmission) -> None:
+        if transmission.source is not None:
+            transmission.source.close()
+        self._transmissions.pop(node, None)
+        if not any(t.copy is transmission.copy for t in self._transmissions.values()):
+            self._discard(transmission.copy)
+
+    def _drop_stale_transmissions(self) -> None:
+        now = time.monotonic()
+        for node, transmission in list(self._transmissions.items()):
+            if now - transmission.copy.started_s > TRANSMISSION_TIMEOUT_S:
+                logger.warning(
+                    "giving up sending a copy of the store to %s after %.0f s", node, TRANSMISSION_TIMEOUT_S
+                )
+                self._finish(node, transmission)
+
+    def _current_copy(self) -> _Copy:
+        """The copy being prepared or sent, shared by followers that need one at once; else a new one."""
+        if self._copy is not None and any(t.copy is self._copy for t in self._transmissions.values()):
+            return self._copy
+        transaction = self._store.begin_snapshot()
+        applied_index = self._store.applied_index_in(transaction)
+        copy = _Copy(_header(self._log.window(self._log.start()), applied_index), applied_index)
+        self._copy = copy
+        self._thread = threading.Thread(
+            target=self._write_copy, args=(copy, transaction), name="kq-snapshot-copy", daemon=True
+        )
+        self._thread.start()
+        return copy
+
+    def _write_copy(self, copy: _Copy, transaction: Any) -> None:
+        """Runs in kq-snapshot-copy: the store as seen by `transaction`, as one checksummed data section."""
+        scratch = Path(tempfile.mkdtemp(prefix="snapshot-", dir=self._scratch_dir))
+        try:
+            self._store.copy_to(scratch / "store", transaction, self._stopping)
+            data_path = scratch / "store" / "data.mdb"
+            section = scratch / "section"
+            with section.open("wb") as output, data_path.open("rb") as data:
+                output.write(_U64.pack(data_path.stat().st_size))
+                checksum = 0
+                while chunk := data.read(COPY_CHUNK_BYTES):
+                    checksum = crc32c_module.crc32c(chunk, checksum)
+                    output.write(chunk)
+                output.write(_U32.pack(checksum) + END)
+            shutil.rmtree(scratch / "store")
+            with self._lock:
+                copy.path = section
+        except Exception as error:  # Disk full, or stopping: this copy is dropped; the follower asks again.
+            if not self._stopping.is_set():
+                logger.warning("copying the store at applied index %d failed: %s", copy.applied_index, error)
+            with self._lock:
+                copy.failed = True
+            shutil.rmtree(scratch, ignore_errors=True)
+        finally:
+            transaction.abort()
+
+    def _discard(self, copy: _Copy) -> None:
+        with self._lock:
+            path = copy.path
+            copy.failed = True
+        if path is not None:
+            shutil.rmtree(path.parent, ignore_errors=True)
+        if self._copy is copy:
+            self._copy = None
+
+    # Receiving from the leader ----------------------------------------------------------------
+
+    def setTransmissionData(self, data: tuple[bytes, bool, bool] | None) -> bool:  # noqa: N802
+        """Appends a received chunk; True once the whole copy is in `file_name` (then PySyncObj loads it)."""
+        if data is None:
+            return False
+        chunk, is_first, is_last = data
+        incoming = self._file_name.with_suffix(".incoming")
+        if is_first:
+            if self._incoming is not None:
+                self._incoming.close()
+            self._incoming = incoming.open("wb")
+        if self._incoming is None:
+            return False
+        self._incoming.write(chunk)
+        if not is_last:
+            return False
+        self._incoming.close()
+        self._incoming = None
+        incoming.replace(self._file_name)
+        return True
+
+    # Shutdown ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops a running copy (between chunks) and waits for its thread; then the store may close."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        for node, transmission in list(self._transmissions.items()):
+            self._finish(node, transmission)
+        if self._incoming is not None:
+            self._incoming.close()
+
+
+def _header(raft_data: RaftData, applied_index: int) -> bytes:
+    raw = pickle.dumps({"raft": tuple(raft_data), "applied_index": applied_index}, protocol=5)
+    return MAGIC + _U32.pack(len(raw)) + raw
+
+
+def _has_data(source: BinaryIO) -> bool:
+    """Whether the data section after the header is non-empty (the position is left unchanged)."""
+    position = source.tell()
+    raw = source.read(_U64.size)
+    source.seek(position)
+    return len(raw) == _U64.size and _U64.unpack(raw)[0] > 0
+
+
+def _file_has_data(path: Path) -> bool:
+    with path.open("rb") as source:
+        read_header(source)
+        return _has_data(source)
+
+
+def read_header(source: BinaryIO) -> tuple[int, RaftData]:
     """Reads magic and header; returns (applied index, PySyncObj's tuple)."""
     if source.read(len(MAGIC)) != MAGIC:
         raise SnapshotError("not a kq snapshot (bad magic)")
@@ -156,11 +361,12 @@ def read_header(source: BinaryIO) -> tuple[int, Any]:
         raise SnapshotError("snapshot header is cut short")
     # The file comes from this node or from an authenticated (password-protected) Raft peer.
     header = pickle.loads(raw_header)
-    return int(header["applied_index"]), header["raft"]
+    raft_data: RaftData = tuple(header["raft"])
+    return int(header["applied_index"]), raft_data
 
 
 def extract_data(source: BinaryIO, destination: Path) -> None:
-    """Copies the LMDB data section to `destination`, verifying its length, checksum and end marker."""
+    """Copies the data section to `destination`, verifying its length, checksum and end marker."""
     raw_length = source.read(_U64.size)
     if len(raw_length) != _U64.size:
         raise SnapshotError("snapshot has no data section (cut short while it was written)")

@@ -1,95 +1,139 @@
-"""Snapshot hooks: a written snapshot restores a wiped store, never moves a store back, detects damage."""
+"""Snapshots copy nothing; a store copy streamed to a wiped follower restores it; damage and shutdown safe."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from raft.snapshot import FAILED, NOT_SERIALIZING, SERIALIZING, SUCCESS, SnapshotHooks
+from raft.snapshot import NOT_SERIALIZING, SERIALIZING, SUCCESS, RaftData, SnapshotSerializer
 from raft.state_machine import apply
 from storage import SnapshotError, Store
 from tests.raft.helpers import append, create
 
-RAFT_DATA = (("entry-1", 3, 1), ("entry-0", 2, 1), {"127.0.0.1:1"})
+CHUNK_BYTES = 4096
+
+
+class FakeLog:
+    """PySyncObj's log as the serializer sees it: entries (command, index, term) from `first` on."""
+
+    def __init__(self, first: int = 2) -> None:
+        self.first = first
+        self.retain_to: int | None = None
+
+    def start(self) -> int:
+        return self.first
+
+    def window(self, index: int) -> RaftData:
+        return (f"entry-{index + 1}", index + 1, 1), (f"entry-{index}", index, 1), {"127.0.0.1:1"}
+
+    def compaction_start(self, proposed: int) -> int:
+        return proposed if self.retain_to is None else self.retain_to
 
 
 def make_store(path: Path) -> Store:
     return Store.open(path, map_size_bytes=64 * 1024**2)
 
 
-def finished_state(hooks: SnapshotHooks) -> int:
-    """Polls `check` until the copying thread has finished (10 s at most); returns its final state."""
-    deadline = time.monotonic() + 10
-    state = hooks.check()
-    while state == SERIALIZING and time.monotonic() < deadline:
-        time.sleep(0.01)
-        state = hooks.check()
-    return state
-
-
-def write_snapshot(store: Store, file_name: Path, scratch: Path) -> None:
-    hooks = SnapshotHooks(store, scratch, lambda index: None)
-    hooks.serialize(str(file_name), RAFT_DATA)
-    assert finished_state(hooks) == SUCCESS
-    assert hooks.check() == NOT_SERIALIZING  # SUCCESS is reported once.
+def serializer(
+    store: Store, directory: Path, log: FakeLog | None = None, restored: Any = None
+) -> SnapshotSerializer:
+    directory.mkdir(parents=True, exist_ok=True)
+    return SnapshotSerializer(
+        store, directory / "snapshot", CHUNK_BYTES, log or FakeLog(), restored or (lambda i: None)
+    )
 
 
 @pytest.fixture
 def source(tmp_path: Path) -> Store:
     store = make_store(tmp_path / "source")
-    for index, entry in enumerate([create("t", 2), append("t", 0, b"a"), append("t", 1, b"b")], start=1):
+    values = [b"v" * 3000] * 40  # Several chunks.
+    for index, entry in enumerate([create("t", 2), append("t", 0, *values), append("t", 1, b"b")], start=1):
         apply(store, index, entry)
     return store
 
 
-def test_snapshot_restores_a_wiped_store(source: Store, tmp_path: Path) -> None:
-    """A follower with an empty store gets identical state and PySyncObj its header back."""
-    write_snapshot(source, tmp_path / "snapshot", tmp_path)
+def stream(sender: SnapshotSerializer, receiver: SnapshotSerializer, node: str = "n") -> int:
+    """Pumps chunks as PySyncObj's ticks would until the receiver has the whole copy; returns chunks."""
+    deadline = time.monotonic() + 10
+    chunks = 0
+    while time.monotonic() < deadline:
+        data = sender.getTransmissionData(node)
+        if data is None:
+            time.sleep(0.01)  # The copy thread is still writing: PySyncObj asks again at its next tick.
+            continue
+        chunks += 1
+        if receiver.setTransmissionData(data):
+            return chunks
+    raise AssertionError("the transmission did not finish")
+
+
+def test_a_snapshot_writes_only_a_header_whatever_the_store_size(source: Store, tmp_path: Path) -> None:
+    """Compaction is a few hundred bytes and reports the log start it chose, exactly once."""
+    log = FakeLog()
+    log.retain_to = 2  # A slow follower still needs entry 3 on.
+    hooks = serializer(source, tmp_path / "raft", log)
+    hooks.serialize((None,), 3)
+    assert hooks.checkSerializing() == (SUCCESS, 2)
+    assert hooks.checkSerializing() == (NOT_SERIALIZING, None)
+    size = (tmp_path / "raft" / "snapshot").stat().st_size
+    assert size < 1024  # The store holds over 120 KB of records; none of it is copied.
+    assert hooks.deserialize() == (None, ("entry-3", 3, 1), ("entry-2", 2, 1), {"127.0.0.1:1"})
+
+
+def test_a_wiped_follower_gets_a_copy_of_the_store(source: Store, tmp_path: Path) -> None:
+    """The copy streams in chunks, compaction waits meanwhile, and the wiped store ends byte-identical."""
+    sender = serializer(source, tmp_path / "leader")
     restored_at: list[int] = []
     wiped = make_store(tmp_path / "wiped")
-    hooks = SnapshotHooks(wiped, tmp_path, restored_at.append)
-    assert hooks.deserialize(str(tmp_path / "snapshot")) == RAFT_DATA
-    assert wiped.dump() == source.dump()
-    assert restored_at == [3]
+    receiver = serializer(wiped, tmp_path / "follower", restored=restored_at.append)
+    assert sender.getTransmissionData("n") in (None, (sender._copy.header, True, False))  # type: ignore[union-attr]
+    assert sender.checkSerializing() == (SERIALIZING, None)  # No compaction while a copy is sent.
+    assert stream(sender, receiver) > 2
+    assert sender.checkSerializing() == (NOT_SERIALIZING, None)
+    assert receiver.deserialize() == (None, ("entry-3", 3, 1), ("entry-2", 2, 1), {"127.0.0.1:1"})
+    assert wiped.dump() == source.dump() and restored_at == [3]
+    assert (tmp_path / "follower" / "snapshot").stat().st_size < 1024  # The data now lives in the store.
+    assert not list((tmp_path / "leader").glob("snapshot-*"))  # The leader's scratch copy is gone.
 
 
-def test_snapshot_never_moves_a_store_backwards(source: Store, tmp_path: Path) -> None:
-    """A store already past the snapshot's index keeps its own (newer) state."""
-    write_snapshot(source, tmp_path / "snapshot", tmp_path)
-    apply(source, 4, append("t", 0, b"newer"))
-    before = source.dump()
-    SnapshotHooks(source, tmp_path, lambda index: None).deserialize(str(tmp_path / "snapshot"))
-    assert source.dump() == before
+def test_a_copy_never_moves_a_store_backwards(source: Store, tmp_path: Path) -> None:
+    """A follower already past the copy's index keeps its own, newer state."""
+    sender = serializer(source, tmp_path / "leader")
+    ahead = make_store(tmp_path / "ahead")
+    for index, entry in enumerate(
+        [create("t", 2), append("t", 0, b"x"), append("t", 1, b"y"), append("t", 0, b"z")], 1
+    ):
+        apply(ahead, index, entry)
+    before = ahead.dump()
+    receiver = serializer(ahead, tmp_path / "follower")
+    stream(sender, receiver)
+    receiver.deserialize()
+    assert ahead.dump() == before
 
 
-def test_damaged_snapshot_is_refused(source: Store, tmp_path: Path) -> None:
-    """A cut-short or bit-flipped data section is refused; the behind store is left untouched."""
-    write_snapshot(source, tmp_path / "snapshot", tmp_path)
-    whole = (tmp_path / "snapshot").read_bytes()
-    damaged = bytearray(whole)
-    damaged[-20] ^= 0xFF
-    for name, content in (("short", whole[:-100]), ("flipped", bytes(damaged))):
-        (tmp_path / name).write_bytes(content)
-        behind = make_store(tmp_path / f"behind-{name}")
-        with pytest.raises(SnapshotError):
-            SnapshotHooks(behind, tmp_path, lambda index: None).deserialize(str(tmp_path / name))
-        assert behind.applied_index() == 0
+def test_a_damaged_copy_is_refused_and_the_store_left_alone(source: Store, tmp_path: Path) -> None:
+    """A bit flipped in transit fails the CRC32C; the behind store is untouched."""
+    sender = serializer(source, tmp_path / "leader")
+    behind = make_store(tmp_path / "behind")
+    receiver = serializer(behind, tmp_path / "follower")
+    stream(sender, receiver)
+    path = tmp_path / "follower" / "snapshot"
+    damaged = bytearray(path.read_bytes())
+    damaged[-200] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(SnapshotError):
+        receiver.deserialize()
+    assert behind.applied_index() == 0
 
 
-def test_header_only_file_serves_a_store_that_is_ahead(source: Store, tmp_path: Path) -> None:
-    """A snapshot cut short by a crash still gives PySyncObj its header when the local store is ahead."""
-    write_snapshot(source, tmp_path / "snapshot", tmp_path)
-    whole = (tmp_path / "snapshot").read_bytes()
-    (tmp_path / "partial").write_bytes(whole[: len(whole) // 2])
-    hooks = SnapshotHooks(source, tmp_path, lambda index: None)
-    assert hooks.deserialize(str(tmp_path / "partial")) == RAFT_DATA
-
-
-def test_failed_serialization_is_reported_once(source: Store, tmp_path: Path) -> None:
-    """A snapshot that cannot be written reports FAILED once, so PySyncObj can try again later."""
-    hooks = SnapshotHooks(source, tmp_path / "missing-dir", lambda index: None)
-    hooks.serialize(str(tmp_path / "snapshot"), RAFT_DATA)
-    assert finished_state(hooks) == FAILED
-    assert hooks.check() == NOT_SERIALIZING
+def test_close_stops_a_copy_and_leaves_no_scratch(source: Store, tmp_path: Path) -> None:
+    """Shutdown while a copy is prepared: the thread ends, nothing is left behind, the store can close."""
+    sender = serializer(source, tmp_path / "leader")
+    sender._stopping.set()  # As close() does, before the copy thread reaches its first batch.
+    sender.getTransmissionData("n")
+    sender.close()
+    assert not list((tmp_path / "leader").glob("snapshot-*"))
+    source.close()
