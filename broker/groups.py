@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 COORDINATOR_TICK_S = 0.1
 EXPIRY_RETRY_S = 2.0  # An expiry proposal not applied by then is proposed again.
+UNKNOWN_MEMBER_GRACE_S = 10.0  # A member named but not (yet) in its group is remembered this long.
 
 
 class GroupCoordinator:
@@ -69,14 +70,31 @@ class GroupCoordinator:
             leading_since = self._leading_since
         with self._store.read() as reader:
             raw_groups = reader.groups()
+        members: set[tuple[str, str]] = set()
         for _, raw in raw_groups:
             state = kq_pb2.GroupState()
             state.ParseFromString(raw)
+            members.update((state.name, member.member_id) for member in state.members)
             expired = self._expired(state, now, leading_since)
             if expired:
                 logger.info("group %s: expiring members %s", state.name, expired)
                 command = commands.leave_group(state.name, expired, self._clock_ms(), expired=True)
                 self._consensus.propose(commands.encode(command), lambda result, reason: None)
+        self._forget_absent(members, now)
+
+    def _forget_absent(self, members: set[tuple[str, str]], now: float) -> None:
+        """Drops what it remembers of members no group holds (after a grace for joins in flight).
+
+        Heartbeats and commits name members before they are checked, so without this a client
+        inventing member ids would grow the maps without bound; with it they hold the groups'
+        members plus what was named in the last UNKNOWN_MEMBER_GRACE_S.
+        """
+        with self._lock:
+            for key in [k for k, seen in self._last_seen.items() if k not in members]:
+                if now - self._last_seen[key] > UNKNOWN_MEMBER_GRACE_S:
+                    del self._last_seen[key]
+            for key in [k for k in self._proposed if k not in members]:
+                del self._proposed[key]
 
     def _expired(self, state: kq_pb2.GroupState, now: float, leading_since: float) -> list[str]:
         rebalance_age_s = (self._clock_ms() - state.phase_started_ms) / 1000
