@@ -9,21 +9,29 @@ Pure: no I/O, no clock. Per partition it verifies that
   - no record appears that no producer sent;
   - no consumer saw a node's high-water mark (log end offset) go backwards, or beyond the final log end;
   - every record a consumer read is the record the final log holds at that offset, with no gaps.
+Per consumer group and partition it verifies that
+  - the committed offset never goes backwards: the commits the cluster acknowledged, in the order they
+    were acknowledged, never decrease; a member (re)joining never reads a committed offset below one
+    acknowledged before it asked; and every node finally holds the highest acknowledged one (or more:
+    a commit whose answer was lost may have been applied), the same on every node;
+  - every acknowledged record (and every record of the final log) below the group's final committed
+    offset was delivered to some member at least once, as the final log holds it.
 Unexpected client errors (anything but an unknown-outcome timeout) are anomalies too.
-Committed consumer-group offsets are not checked yet: kq has no consumer groups so far.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chaos.history import PROBE_PREFIX, Ack, History
+from chaos.history import PROBE_PREFIX, Ack, GroupCommit, History
 from client import ConsumerRecord
 
 ANOMALIES_PER_KIND_MAX = 25  # Details kept per kind; the counts are always complete.
+NO_COMMITTED_OFFSET = -1  # How a missing committed offset shows in a group anomaly's offsets.
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +44,7 @@ class PartitionLog:
 
 
 NodeLogs = Mapping[str, Mapping[int, PartitionLog]]  # node -> partition -> log
+GroupOffsets = Mapping[str, Mapping[str, Mapping[int, int]]]  # group -> node -> partition -> committed
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +79,11 @@ class CheckResult:
         return not self.anomaly_counts
 
 
-def check(history: History, logs: NodeLogs) -> CheckResult:
-    """Every check of the module docstring; `logs` must name at least one node."""
+def check(history: History, logs: NodeLogs, group_offsets: GroupOffsets | None = None) -> CheckResult:
+    """Every check of the module docstring; `logs` must name at least one node.
+
+    `group_offsets` are the groups' committed offsets read from every node after the run.
+    """
     result = CheckResult()
     nodes = sorted(logs)
     assert nodes, "the checker needs at least one node's logs"
@@ -91,7 +103,8 @@ def check(history: History, logs: NodeLogs) -> CheckResult:
         result.add(
             Anomaly("client-error", f"{error.client} at t={at_s:.3f} s: {error.kind}: {error.message}")
         )
-    result.counts = _counts(history, reference, nodes)
+    group_counts = _check_groups(result, history, reference, group_offsets or {})
+    result.counts = {**_counts(history, reference, nodes), **group_counts}
     return result
 
 
@@ -365,3 +378,217 @@ def _counts(history: History, reference: Mapping[int, PartitionLog], nodes: Sequ
         "records_consumed": len(history.consumed),
         "client_errors": len(history.client_errors),
     }
+
+
+# Consumer groups -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Highest:
+    """The highest offset of a partition acknowledged up to one commit ack (`at_s`), and its commit."""
+
+    at_s: float
+    offset: int
+    commit: GroupCommit
+
+
+Timelines = dict[int, list[_Highest]]  # partition -> one entry per acknowledged commit, in ack order
+
+
+def _check_groups(
+    result: CheckResult, history: History, reference: Mapping[int, PartitionLog], group_offsets: GroupOffsets
+) -> dict[str, int]:
+    """Both group properties for every group seen; returns the group counts."""
+    groups = sorted(
+        {commit.group for commit in history.group_commits}
+        | {delivery.group for delivery in history.group_deliveries}
+        | {seen.group for seen in history.group_observations}
+        | set(group_offsets)
+    )
+    beyond = 0
+    for group in groups:
+        timelines = _check_commit_order(result, history, group)
+        _check_join_reads(result, history, group, timelines)
+        limits = _check_final_offsets(result, group, group_offsets.get(group, {}), timelines)
+        _check_group_delivery(result, history, group, limits, reference)
+        beyond += sum(1 for ack in history.acks if ack.offset >= limits.get(ack.partition, 0))
+    generations = [d.generation for d in history.group_deliveries] + [
+        c.generation for c in history.group_commits
+    ]
+    return {
+        "group_records_delivered": len(history.group_deliveries),
+        "group_offsets_delivered": len({(d.group, d.partition, d.offset) for d in history.group_deliveries}),
+        "group_commits": len(history.group_commits),
+        "group_join_reads": len(history.group_observations),
+        "group_generation_max": max(generations, default=0),
+        "group_fenced": history.group_fenced,
+        "group_commits_unknown": history.group_commits_unknown,
+        "group_acked_beyond_commit": beyond,
+    }
+
+
+def _at(history: History, at_s: float) -> str:
+    return f"t={at_s - history.origin_s:.3f} s"
+
+
+def _or_none(offset: int | None) -> int:
+    """A committed offset, or -1 for none (below every offset), for comparisons and anomaly offsets."""
+    return NO_COMMITTED_OFFSET if offset is None else offset
+
+
+def _check_commit_order(result: CheckResult, history: History, group: str) -> Timelines:
+    """Acknowledged commits never decrease per partition, in ack order; returns the running highest.
+
+    Ack order is apply order here: a partition's commits within one generation come from its one
+    owner, one at a time, and its next owner joins only after the old one's last commit returned (it
+    commits before rejoining) and reads the committed offset with its join's Raft index as min_index.
+    """
+    timelines: Timelines = defaultdict(list)
+    for commit in history.group_commits:
+        if commit.group != group:
+            continue
+        for partition, offset in commit.offsets:
+            timeline = timelines[partition]
+            top = timeline[-1] if timeline else None
+            if top is not None and offset < top.offset:
+                result.add(
+                    Anomaly(
+                        "group-commit-regression",
+                        f"group {group}: {commit.member} (generation {commit.generation}) committed "
+                        f"{offset}, acknowledged at {_at(history, commit.acked_s)}, after "
+                        f"{top.commit.member} (generation {top.commit.generation}) committed {top.offset}, "
+                        f"acknowledged at {_at(history, top.commit.acked_s)}",
+                        partition,
+                        (top.offset, offset),
+                    )
+                )
+                timeline.append(_Highest(commit.acked_s, top.offset, top.commit))
+            else:
+                timeline.append(_Highest(commit.acked_s, offset, commit))
+    return timelines
+
+
+def _check_join_reads(result: CheckResult, history: History, group: str, timelines: Timelines) -> None:
+    """A member (re)joining reads at least every committed offset acknowledged before it asked."""
+    for seen in history.group_observations:
+        if seen.group != group:
+            continue
+        timeline = timelines.get(seen.partition, [])
+        before = bisect.bisect_left(timeline, seen.requested_s, key=lambda highest: highest.at_s)
+        if before == 0:
+            continue
+        top = timeline[before - 1]
+        if seen.committed is None or seen.committed < top.offset:
+            result.add(
+                Anomaly(
+                    "group-commit-regression",
+                    f"group {group}: {seen.member} joining generation {seen.generation} read committed "
+                    f"offset {seen.committed} at {_at(history, seen.requested_s)}, but {top.commit.member} "
+                    f"(generation {top.commit.generation}) had committed {top.offset}, acknowledged at "
+                    f"{_at(history, top.at_s)}",
+                    seen.partition,
+                    (top.offset, _or_none(seen.committed)),
+                )
+            )
+
+
+def _check_final_offsets(
+    result: CheckResult, group: str, finals: Mapping[str, Mapping[int, int]], timelines: Timelines
+) -> dict[int, int]:
+    """Every node holds the highest acknowledged commit or more, all alike; returns partition -> final.
+
+    The final committed offset of a partition is the highest any node holds or any ack reported:
+    every record below it was claimed processed, so it must have been delivered.
+    """
+    partitions = sorted(set(timelines) | {p for offsets in finals.values() for p in offsets})
+    limits: dict[int, int] = {}
+    for partition in partitions:
+        timeline = timelines.get(partition)
+        top = timeline[-1] if timeline else None
+        held = {node: finals[node].get(partition) for node in sorted(finals)}
+        if len(set(held.values())) > 1:
+            result.add(
+                Anomaly(
+                    "group-divergence",
+                    f"group {group}: nodes hold different committed offsets {held}",
+                    partition,
+                    tuple(_or_none(offset) for offset in held.values()),
+                    tuple(held),
+                )
+            )
+        behind = {node: offset for node, offset in held.items() if top and _or_none(offset) < top.offset}
+        if top is not None and behind:
+            result.add(
+                Anomaly(
+                    "group-commit-regression",
+                    f"group {group}: finally committed {behind} after {top.commit.member} (generation "
+                    f"{top.commit.generation}) committed {top.offset}",
+                    partition,
+                    (top.offset, *(_or_none(offset) for offset in behind.values())),
+                    tuple(behind),
+                )
+            )
+        values = [offset for offset in held.values() if offset is not None]
+        limits[partition] = max([*values, *([top.offset] if top else [])], default=0)
+    return limits
+
+
+def _check_group_delivery(
+    result: CheckResult,
+    history: History,
+    group: str,
+    limits: Mapping[int, int],
+    reference: Mapping[int, PartitionLog],
+) -> None:
+    """Below the final committed offset every acknowledged (and stored) record reached a member."""
+    delivered: dict[tuple[int, int], set[bytes | None]] = defaultdict(set)
+    for delivery in history.group_deliveries:
+        if delivery.group == group:
+            delivered[(delivery.partition, delivery.offset)].add(delivery.value)
+    _check_group_reads(result, group, delivered, reference)
+    checked: set[tuple[int, int]] = set()
+    for ack in history.acks:
+        if ack.offset < limits.get(ack.partition, 0):
+            checked.add((ack.partition, ack.offset))
+            if ack.value not in delivered.get((ack.partition, ack.offset), set()):
+                result.add(_undelivered(group, f"{ack.producer} record #{ack.sequence}", ack, limits))
+    for partition, log in sorted(reference.items()):
+        for record in log.records:
+            if record.offset >= limits.get(partition, 0):
+                break
+            key = (partition, record.offset)
+            if key not in checked and record.value not in delivered.get(key, set()):
+                result.add(_undelivered(group, f"record {record.value!r}", record, limits))
+
+
+def _undelivered(group: str, name: str, where: Ack | ConsumerRecord, limits: Mapping[int, int]) -> Anomaly:
+    return Anomaly(
+        "group-undelivered",
+        f"group {group}: {name} at {where.partition}/{where.offset}, below the final committed offset "
+        f"{limits[where.partition]}, was never delivered to a member",
+        where.partition,
+        (where.offset,),
+    )
+
+
+def _check_group_reads(
+    result: CheckResult,
+    group: str,
+    delivered: Mapping[tuple[int, int], set[bytes | None]],
+    reference: Mapping[int, PartitionLog],
+) -> None:
+    """Every record delivered to the group is the record the final log holds at its offset."""
+    for (partition, offset), values in sorted(delivered.items()):
+        final = reference.get(partition)
+        held = _record_at(final, offset) if final is not None else None
+        for value in sorted(values, key=lambda v: b"" if v is None else v):
+            if held is None or value != held.value:
+                result.add(
+                    Anomaly(
+                        "group-dirty-read",
+                        f"group {group} was delivered {value!r} at offset {offset}; the final log holds "
+                        f"{held.value if held else None!r}",
+                        partition,
+                        (offset,),
+                    )
+                )

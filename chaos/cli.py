@@ -26,6 +26,7 @@ ROUNDS_MAX = 1_000
 RATE_MAX = 1_000.0
 PRODUCERS_MAX = 32
 PARTITIONS_MAX = 64
+GROUP_MEMBERS_MAX = 16
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -89,6 +90,12 @@ def _list_scenarios() -> str:
     help="Requests per second per producer (1-5 records).",
 )
 @click.option(
+    "--group-members",
+    type=click.IntRange(0, GROUP_MEMBERS_MAX),
+    default=3,
+    help="Members of the consumer group that consumes the topic (0: no group; 2 or more rebalance).",
+)
+@click.option(
     "--node-arg",
     "node_args",
     multiple=True,
@@ -118,6 +125,7 @@ def main(
     partitions: int,
     producers: int,
     rate: float,
+    group_members: int,
     node_args: tuple[str, ...],
     report_path: Path | None,
     work_dir: Path | None,
@@ -136,7 +144,9 @@ def main(
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = work_dir or Path(tempfile.mkdtemp(prefix=f"kq-chaos-{stamp}-"))
-    settings = RunSettings(base, int(nodes), seed, partitions, producers, rate, rounds, node_args, keep_data)
+    settings = RunSettings(
+        base, int(nodes), seed, partitions, producers, rate, rounds, node_args, keep_data, group_members
+    )
     started = time.time()
     reports: list[ScenarioReport] = []
     for name in _scenario_names(scenarios):
@@ -170,6 +180,7 @@ def _meta(stamp: str, started: float, settings: RunSettings) -> dict[str, Any]:
             "partitions": settings.partitions,
             "producers": settings.producers,
             "rate_per_producer": settings.rate_per_producer,
+            "group_members": settings.group_members,
             "rounds": settings.rounds,
             "node_args": list(settings.node_args),
             "work_dir": str(settings.work_dir),

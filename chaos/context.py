@@ -18,6 +18,7 @@ from chaos.cluster import LocalCluster
 from chaos.history import PROBE_PREFIX, Ack, History, resumed_ack
 from chaos.netns import NetworkLab
 from chaos.workload import Producer, ProducerKind, ProducerSpec
+from client import KqClient, KqClientError
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,11 @@ STEADY_TIMEOUT_S = 30.0
 LEADER_POLL_S = 0.2
 PROBE_RATE_PER_S = 20.0
 PROBE_SLACK_S = 15.0  # A probe's client waits this much longer than the fault lasts.
+# After healing, the group members catch up with the log end: at most the backlog of a long fault
+# (a few thousand records, read at thousands per second) and a rebalance or two.
+GROUP_CATCH_UP_TIMEOUT_S = 60.0
+GROUP_POLL_S = 0.25
+GROUP_DESCRIBE_RETRY_TIMEOUT_S = 5.0
 
 
 class LivenessError(RuntimeError):
@@ -158,6 +164,41 @@ class ScenarioContext:
                 return leader
             time.sleep(LEADER_POLL_S)
         raise LivenessError(f"no leader other than node {old} within {timeout_s:.0f} s")
+
+    def wait_group_caught_up(self, group: str, timeout_s: float = GROUP_CATCH_UP_TIMEOUT_S) -> None:
+        """Waits until the group's committed offset of every partition of the topic is its log end.
+
+        Call it once the producers stopped and every node applied their records: then every node's
+        log ends are final, and a node that lags on the group's commits only makes the wait longer.
+        """
+        deadline_s = self._deadline(timeout_s)
+        with KqClient(self.cluster.bootstrap, retry_timeout_s=GROUP_DESCRIBE_RETRY_TIMEOUT_S) as client:
+            while True:
+                lagging = self._group_lag(client, group)
+                if not lagging:
+                    return
+                if time.monotonic() >= deadline_s:
+                    raise LivenessError(
+                        f"group {group} did not catch up with the log end within {timeout_s:.0f} s: "
+                        + "; ".join(lagging)
+                    )
+                time.sleep(GROUP_POLL_S)
+
+    def _group_lag(self, client: KqClient, group: str) -> list[str]:
+        """What keeps `group` from having caught up: partitions behind their log end (or an error)."""
+        try:
+            description = client.describe_group(group)
+        except KqClientError as error:
+            return [f"{type(error).__name__}: {error}"]
+        described = {lag.partition: lag for lag in description.partitions if lag.topic == self.topic}
+        lagging = []
+        for partition in range(self.partitions):
+            lag = described.get(partition)
+            if lag is None or lag.committed_offset != lag.log_end_offset:
+                committed = "nothing" if lag is None else lag.committed_offset
+                end = "?" if lag is None else lag.log_end_offset
+                lagging.append(f"partition {partition} committed {committed} of log end {end}")
+        return lagging
 
     def hold(self, event: FaultEvent, duration_s: float) -> None:
         """Keeps the fault in place until `duration_s` after it started (the fault's length, not a sync)."""

@@ -1,8 +1,8 @@
 """What the clients saw during a run: every send attempt and its outcome, and what consumers observed.
 
-Producers and consumers append from their threads; the runner waits on new acknowledgements; the
-checker reads the finished history. Times are `time.monotonic()` seconds, the clock the fault
-schedule uses too.
+Producers, consumers and consumer-group members append from their threads; the runner waits on new
+acknowledgements; the checker reads the finished history. Times are `time.monotonic()` seconds, the
+clock the fault schedule uses too.
 """
 
 from __future__ import annotations
@@ -68,6 +68,48 @@ class ConsumedRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupDelivery:
+    """A record a poll of a consumer-group member returned: the group has processed it once more."""
+
+    group: str
+    member: str
+    generation: int
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCommit:
+    """A commit of a group member the cluster acknowledged: (partition, next offset to read) pairs."""
+
+    group: str
+    member: str
+    generation: int
+    topic: str
+    offsets: tuple[tuple[int, int], ...]
+    acked_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroupObservation:
+    """A committed offset a member read (FetchOffsets) when it (re)joined: None when there was none.
+
+    `requested_s` is when the read was sent: every commit acknowledged before then must be visible.
+    """
+
+    group: str
+    member: str
+    generation: int
+    topic: str
+    partition: int
+    committed: int | None
+    requested_s: float
+    observed_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class ClientError:
     """An error no fault explains (anything but an unknown-outcome UnavailableError)."""
 
@@ -87,6 +129,11 @@ class History:
     hwm: list[HwmObservation] = field(default_factory=list)
     consumed: list[ConsumedRecord] = field(default_factory=list)
     client_errors: list[ClientError] = field(default_factory=list)
+    group_deliveries: list[GroupDelivery] = field(default_factory=list)
+    group_commits: list[GroupCommit] = field(default_factory=list)  # In the order they were acknowledged.
+    group_observations: list[GroupObservation] = field(default_factory=list)
+    group_fenced: int = 0  # Commits or joins refused as stale (the member rejoined): normal, counted.
+    group_commits_unknown: int = 0  # Commits whose answer never came (they may have been applied).
     index_max: int = 0  # Highest Raft index acknowledged so far.
     origin_s: float = 0.0  # When the workload started: reports give times relative to it.
     _changed: threading.Condition = field(default_factory=threading.Condition)
@@ -124,6 +171,32 @@ class History:
         """Records records a consumer read."""
         with self._changed:
             self.consumed.extend(records)
+
+    def deliver_to_group(self, deliveries: Sequence[GroupDelivery]) -> None:
+        """Records records a group member's poll returned."""
+        with self._changed:
+            self.group_deliveries.extend(deliveries)
+
+    def acknowledge_commit(
+        self, group: str, member: str, generation: int, topic: str, offsets: Sequence[tuple[int, int]]
+    ) -> None:
+        """Records an acknowledged commit, stamped now (under the lock, so commits are in ack order)."""
+        with self._changed:
+            commit = GroupCommit(group, member, generation, topic, tuple(offsets), time.monotonic())
+            self.group_commits.append(commit)
+
+    def observe_committed(self, observations: Sequence[GroupObservation]) -> None:
+        """Records the committed offsets a member read when it joined."""
+        with self._changed:
+            self.group_observations.extend(observations)
+
+    def group_refused(self, *, fenced: bool) -> None:
+        """Counts a group call refused as stale (`fenced`) or whose outcome is unknown."""
+        with self._changed:
+            if fenced:
+                self.group_fenced += 1
+            else:
+                self.group_commits_unknown += 1
 
     def client_error(self, error: ClientError) -> None:
         """Records an unexpected client error."""

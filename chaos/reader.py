@@ -1,4 +1,4 @@
-"""Reads every partition of a topic from every node, whole, for the checker."""
+"""Reads every partition of a topic, and a group's committed offsets, from every node, for the checker."""
 
 from __future__ import annotations
 
@@ -10,6 +10,14 @@ from client import ConsumerRecord, KqClient
 READ_BATCH_RECORDS = 5_000
 READ_BATCH_BYTES = 4 << 20
 READ_RETRY_TIMEOUT_S = 10.0
+
+
+class _AfterIndexClient(KqClient):
+    """A client to one node whose reads wait until the node applied `min_index` (else UNAVAILABLE)."""
+
+    def __init__(self, address: str, min_index: int) -> None:
+        super().__init__([address], retry_timeout_s=READ_RETRY_TIMEOUT_S)
+        self._saw(min_index)  # Reads carry the highest index seen as their min_index.
 
 
 class ReadError(RuntimeError):
@@ -53,3 +61,19 @@ def read_everything(topic: str, nodes: dict[str, str], partitions: Sequence[int]
                 for p in chosen
             }
     return logs
+
+
+def read_group_offsets(
+    group: str, topic: str, nodes: dict[str, str], min_index: int
+) -> dict[str, dict[int, int]]:
+    """node id -> partition -> the group's committed offset on `topic`, as each node holds it.
+
+    Each node answers only once it applied `min_index` (FetchOffsets' min_index), so every node is
+    asked about the same state; a partition without a committed offset is absent.
+    """
+    offsets: dict[str, dict[int, int]] = {}
+    for node_id, address in nodes.items():
+        with _AfterIndexClient(address, min_index) as client:
+            committed = client.committed_offsets(group, node=address)
+        offsets[node_id] = {p: offset for (t, p), offset in committed.items() if t == topic}
+    return offsets

@@ -58,9 +58,20 @@ def _row(report: ScenarioReport) -> list[str]:
         unknown,
         f"{_seconds(leader['median_s'])} / {_seconds(leader['max_s'])}",
         _seconds(other["max_s"]),
+        _group_cell(counts),
         str(sum(report.anomaly_counts.values())),
         f"{report.duration_s:.0f} s",
     ]
+
+
+def _group_cell(counts: dict[str, int]) -> str:
+    """Records delivered to the group (with duplicates), commits acknowledged, last generation."""
+    if not counts.get("group_records_delivered") and not counts.get("group_commits"):
+        return "-"
+    return (
+        f"{counts.get('group_records_delivered', 0)} / {counts.get('group_commits', 0)} / "
+        f"{counts.get('group_generation_max', 0)}"
+    )
 
 
 HEADER = [
@@ -72,6 +83,7 @@ HEADER = [
     "unknown (landed)",
     "leader fault→ack median / max (s)",
     "other stall max (s)",
+    "group delivered / commits / gen",
     "anomalies",
     "time",
 ]

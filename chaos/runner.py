@@ -2,8 +2,10 @@
 
 Phases, each bounded: start a fresh cluster (in a network lab when the scenario partitions) and the
 workload; run the fault rounds; heal everything and see writes resume; stop the producers; wait
-until every node applied everything; read every partition from every node; check. Whatever happens,
-every process is stopped by its PID and the lab is removed.
+until every node applied everything; let the consumer groups catch up with the log end, stop their
+members and wait again until every node applied their commits; read every partition and the groups'
+committed offsets from every node; check. Whatever happens, every process is stopped by its PID and
+the lab is removed.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 from chaos.checker import Anomaly, CheckResult, check
 from chaos.cluster import LocalCluster
 from chaos.context import HEALTHY_TIMEOUT_S, STEADY_ACKS, FaultEvent, LivenessError, ScenarioContext
+from chaos.group_members import group_member_specs
 from chaos.history import History
 from chaos.netns import NetnsError, NetworkLab, unavailable_reason
-from chaos.reader import ReadError, read_everything
+from chaos.reader import ReadError, read_everything, read_group_offsets
 from chaos.scenarios import Scenario, Step
 from chaos.workload import Workload, producer_specs
 from client import KqClient, KqClientError
@@ -47,6 +50,7 @@ class RunSettings:
     rounds: int | None = None  # Replaces every step's default round count.
     node_args: tuple[str, ...] = ()
     keep_data: bool = False
+    group_members: int = 3  # Members of the consumer group (0: no group); at least 2 for rebalances.
 
 
 @dataclass(slots=True)
@@ -141,6 +145,7 @@ def _run_on_cluster(
         producer_specs(settings.producers, cluster.bootstrap, settings.rate_per_producer),
         cluster.bootstrap,
         rng.randrange(1 << 30),
+        group_member_specs(settings.group_members),
     )
     rounds = scenario.rounds(settings.rounds)
     budget_s = SCENARIO_BASE_BUDGET_S + ROUND_BUDGET_S * sum(count for _, count in rounds)
@@ -150,16 +155,18 @@ def _run_on_cluster(
     failures: list[Anomaly] = []
     history.origin_s = time.monotonic()
     workload.start()
+    applied_index = 0
     try:
         _run_rounds(context, rounds, failures)
-        _finish(context, workload, failures)
+        applied_index = _finish(context, workload, failures)
     finally:
         workload.stop_producers()
         _stop_probes(context)
         workload.stop_consumers()
+        workload.stop_group_members()
         report.faults, report.origin_s = context.faults, history.origin_s
         report.notes += context.notes
-    return _read_and_check(cluster, history, failures)
+    return _read_and_check(cluster, history, failures, workload.groups(), applied_index)
 
 
 def _run_rounds(context: ScenarioContext, rounds: list[tuple[Step, int]], failures: list[Anomaly]) -> None:
@@ -174,8 +181,12 @@ def _run_rounds(context: ScenarioContext, rounds: list[tuple[Step, int]], failur
                 return
 
 
-def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly]) -> None:
-    """Heals every fault, checks writes resume, stops the producers and waits for convergence."""
+def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly]) -> int:
+    """Heals every fault, checks writes resume, stops the load and waits for convergence.
+
+    Returns the Raft index every node has applied (0 when they did not converge): the final reads ask
+    for it, so no node answers from older state.
+    """
     try:
         context.heal_everything()
         context.wait_healthy()
@@ -185,15 +196,37 @@ def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly
     hanging = workload.stop_producers() + _stop_probes(context)
     if hanging:
         context.notes.append(f"producers still sending when stopped (counted as unknown): {hanging}")
+    if not _converge(context, failures, "nodes did not converge"):
+        return 0
+    workload.settle_group_members()
+    for group in workload.groups():
+        started_s = time.monotonic()
+        try:
+            context.wait_group_caught_up(group)
+        except LivenessError as error:
+            failures.append(Anomaly(error.kind, str(error)))
+        else:
+            logger.info("group %s caught up in %.1f s", group, time.monotonic() - started_s)
+    hanging = workload.stop_group_members()
+    if hanging:
+        context.notes.append(f"group members still running when stopped: {hanging}")
+    return _converge(context, failures, "nodes did not converge after the groups stopped")
+
+
+def _converge(context: ScenarioContext, failures: list[Anomaly], what: str) -> int:
+    """Waits until every node applied what the leader committed; returns that index (0 on failure)."""
     try:
         leader = context.wait_healthy()
         status = context.cluster.statuses().get(leader)
         target = max(status.commit_index if status else 0, context.history.index_max)
         context.cluster.wait_applied(target, list(context.cluster.nodes), timeout_s=HEALTHY_TIMEOUT_S)
     except LivenessError as error:
-        failures.append(Anomaly(error.kind, f"nodes did not converge: {error}"))
+        failures.append(Anomaly(error.kind, f"{what}: {error}"))
     except TimeoutError as error:
-        failures.append(Anomaly("liveness", f"nodes did not converge: {error}"))
+        failures.append(Anomaly("liveness", f"{what}: {error}"))
+    else:
+        return target
+    return 0
 
 
 def _stop_probes(context: ScenarioContext) -> list[str]:
@@ -204,16 +237,21 @@ def _stop_probes(context: ScenarioContext) -> list[str]:
     return [probe.name for probe in context.probes if probe.is_alive()]
 
 
-def _read_and_check(cluster: LocalCluster, history: History, failures: list[Anomaly]) -> CheckResult:
-    """Reads every node's logs and checks them; liveness failures join the anomalies."""
+def _read_and_check(
+    cluster: LocalCluster, history: History, failures: list[Anomaly], groups: list[str], applied_index: int
+) -> CheckResult:
+    """Reads every node's logs and the groups' committed offsets and checks them; failures join in."""
     addresses = {node: spec.grpc_address for node, spec in cluster.nodes.items() if cluster.running(node)}
     try:
         logs = read_everything(TOPIC, addresses)
+        group_offsets = {
+            group: read_group_offsets(group, TOPIC, addresses, applied_index) for group in groups
+        }
     except (KqClientError, ReadError) as error:
         result = CheckResult()
         result.add(Anomaly("unreadable", f"could not read every node after healing: {error}"))
     else:
-        result = check(history, logs)
+        result = check(history, logs, group_offsets)
     for failure in failures:
         result.add(failure)
     return result

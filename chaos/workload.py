@@ -1,4 +1,5 @@
-"""The load a scenario runs under: idempotent producers (keyed, unkeyed, pinned) and plain consumers.
+"""The load a scenario runs under: idempotent producers (keyed, unkeyed, pinned), plain consumers and
+consumer-group members (`chaos.group_members`).
 
 Each producer is one thread with its own `KqClient` (its own producer id). It sends one request at a
 time, so its send order is its records' `sequence` order, and it records every attempt before
@@ -16,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from chaos.group_members import GroupMember, GroupMemberSpec, stop_members
 from chaos.history import ClientError, ConsumedRecord, History, HwmObservation, Unknown
 from client import KqClient, KqClientError, ProducerRecord, RecordMetadata, UnavailableError
 
@@ -193,7 +195,7 @@ def producer_specs(count: int, bootstrap: Sequence[str], rate_per_s: float) -> l
 
 
 class Workload:
-    """The producers and consumers of one scenario run."""
+    """The producers, consumers and group members of one scenario run."""
 
     def __init__(
         self,
@@ -203,6 +205,7 @@ class Workload:
         producers: Sequence[ProducerSpec],
         consumer_nodes: Sequence[str],
         seed: int,
+        group_members: Sequence[GroupMemberSpec] = (),
     ) -> None:
         self.producers = [
             Producer(spec, topic, partitions, history, seed * 1_000 + i) for i, spec in enumerate(producers)
@@ -211,11 +214,28 @@ class Workload:
             Consumer(f"c{i}@{node}", node, topic, partitions, history)
             for i, node in enumerate(consumer_nodes)
         ]
+        self.group_members = [
+            GroupMember(spec, consumer_nodes, topic, history, seed * 1_000 + 500 + i)
+            for i, spec in enumerate(group_members)
+        ]
 
     def start(self) -> None:
         """Starts every thread."""
-        for thread in [*self.producers, *self.consumers]:
+        for thread in [*self.producers, *self.consumers, *self.group_members]:
             thread.start()
+
+    def groups(self) -> list[str]:
+        """The consumer groups the members belong to."""
+        return sorted({member.spec.group for member in self.group_members})
+
+    def settle_group_members(self) -> None:
+        """Ends the members' churn, so the groups can catch up with the log end."""
+        for member in self.group_members:
+            member.settle()
+
+    def stop_group_members(self) -> list[str]:
+        """Stops the group members (each commits and leaves); returns any that did not finish in time."""
+        return stop_members([member for member in self.group_members if member.is_alive()])
 
     def stop_producers(self) -> list[str]:
         """Stops the producers; returns any still running (their last sends count as unknown)."""

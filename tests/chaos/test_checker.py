@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from chaos.checker import CheckResult, PartitionLog, check
-from chaos.history import Ack, ClientError, ConsumedRecord, History, HwmObservation, Unknown, resumed_ack
+from chaos.history import (
+    Ack,
+    ClientError,
+    ConsumedRecord,
+    GroupCommit,
+    GroupDelivery,
+    GroupObservation,
+    History,
+    HwmObservation,
+    Unknown,
+    resumed_ack,
+)
 from client import ConsumerRecord
 
 NODES = ("1", "2", "3")
@@ -128,3 +139,101 @@ def test_failover_is_timed_from_the_next_leaders_first_acknowledgement() -> None
     assert found is not None and found.acked_s == 1.7
     assert resumed_ack(acks, 1.0, 1.0, 10, leader_fault=False) == acks[1]
     assert resumed_ack(acks, 2.0, 2.0, 15, leader_fault=True) is None
+
+
+def group_history(values: list[bytes]) -> History:
+    """`acked_history` plus a group that received every record once and committed the end twice."""
+    history = acked_history(values)
+    history.group_deliveries += [
+        GroupDelivery("g", "m0", 1, "t", 0, offset, value) for offset, value in enumerate(values)
+    ]
+    history.group_commits += [
+        GroupCommit("g", "m0", 1, "t", ((0, 1),), 10.0),
+        GroupCommit("g", "m1", 2, "t", ((0, len(values)),), 12.0),
+    ]
+    history.group_observations.append(GroupObservation("g", "m1", 2, "t", 0, 1, 11.0, 11.1))
+    return history
+
+
+def final_offsets(offset: int) -> dict[str, dict[str, dict[int, int]]]:
+    """Group `g` holding `offset` for partition 0 on every node."""
+    return {"g": {node: {0: offset} for node in NODES}}
+
+
+def test_a_clean_group_history_passes() -> None:
+    """Every record delivered, commits rising across a rebalance, every node at the log end: no anomaly."""
+    history = group_history([b"a", b"b", b"c"])
+    result = check(history, same_everywhere(log(b"a", b"b", b"c")), final_offsets(3))
+    assert result.ok, result.anomalies
+    assert result.counts["group_commits"] == 2 and result.counts["group_generation_max"] == 2
+    assert result.counts["group_acked_beyond_commit"] == 0
+
+
+def test_a_commit_going_backwards_is_reported() -> None:
+    """An acknowledged commit below an earlier one, a stale read at a join, and a node behind the acks."""
+    history = group_history([b"a", b"b", b"c"])
+    history.group_commits.append(GroupCommit("g", "m0", 3, "t", ((0, 2),), 13.0))  # 3, then 2.
+    # Joins asked at t=12.5, after the commit of 3 was acknowledged, read 1 and nothing.
+    history.group_observations.append(GroupObservation("g", "m2", 3, "t", 0, 1, 12.5, 12.6))
+    history.group_observations.append(GroupObservation("g", "m2", 3, "t", 0, None, 12.5, 12.6))
+    offsets = final_offsets(3)
+    offsets["g"]["2"] = {0: 2}
+    result = check(history, same_everywhere(log(b"a", b"b", b"c")), offsets)
+    assert kinds(result) == {"group-commit-regression": 4, "group-divergence": 1}, result.anomalies
+    regressions = [a for a in result.anomalies if a.kind == "group-commit-regression"]
+    assert regressions[0].offsets == (3, 2) and "m0 (generation 3) committed 2" in regressions[0].detail
+    assert {a.offsets for a in regressions[1:3]} == {(3, 1), (3, -1)}
+    assert regressions[3].nodes == ("2",)
+
+
+def test_a_commit_acknowledged_after_the_join_read_is_not_required_there() -> None:
+    """A join read only has to see commits acknowledged before it was sent."""
+    history = group_history([b"a", b"b", b"c"])
+    history.group_observations.append(GroupObservation("g", "m2", 2, "t", 0, 1, 11.5, 12.5))
+    assert check(history, same_everywhere(log(b"a", b"b", b"c")), final_offsets(3)).ok
+
+
+def test_an_acknowledged_record_never_delivered_is_reported() -> None:
+    """The group committed past a record no member was given: the record is lost to the group."""
+    history = group_history([b"a", b"b", b"c"])
+    history.group_deliveries = [d for d in history.group_deliveries if d.value != b"b"]
+    result = check(history, same_everywhere(log(b"a", b"b", b"c")), final_offsets(3))
+    assert kinds(result) == {"group-undelivered": 1}
+    undelivered = result.anomalies[0]
+    assert undelivered.partition == 0 and undelivered.offsets == (1,) and "p0 record #1" in undelivered.detail
+
+
+def test_a_stored_record_of_unknown_outcome_below_the_commit_must_be_delivered_too() -> None:
+    """A record whose send failed but which landed is in the log: skipping it is a loss as well."""
+    history = group_history([b"a", b"b"])
+    history.attempted[b"x"] = ("p0", 2)
+    history.unknowns.append(Unknown("p0", 2, b"x", "UnavailableError", 2.0))
+    history.group_commits.append(GroupCommit("g", "m1", 2, "t", ((0, 3),), 13.0))
+    result = check(history, same_everywhere(log(b"a", b"b", b"x")), final_offsets(3))
+    assert kinds(result) == {"group-undelivered": 1} and result.anomalies[0].offsets == (2,)
+
+
+def test_duplicates_are_allowed_and_records_beyond_the_commit_are_only_counted() -> None:
+    """At-least-once: a record delivered twice is fine; a record past the final commit is not checked."""
+    history = group_history([b"a", b"b", b"c"])
+    history.group_deliveries.append(GroupDelivery("g", "m1", 2, "t", 0, 0, b"a"))
+    history.group_deliveries = [d for d in history.group_deliveries if d.value != b"c"]
+    history.group_commits.pop()  # Only the commit to 1 was acknowledged; the nodes hold 2 (answer lost).
+    result = check(history, same_everywhere(log(b"a", b"b", b"c")), final_offsets(2))
+    assert result.ok, result.anomalies
+    assert result.counts["group_acked_beyond_commit"] == 1
+
+
+def test_a_group_delivery_unlike_the_final_log_is_a_dirty_read() -> None:
+    """A member was given a record the final log does not hold at that offset."""
+    history = group_history([b"a", b"b", b"c"])
+    history.group_deliveries.append(GroupDelivery("g", "m1", 2, "t", 0, 1, b"zzz"))
+    result = check(history, same_everywhere(log(b"a", b"b", b"c")), final_offsets(3))
+    assert kinds(result) == {"group-dirty-read": 1}
+
+
+def test_a_group_that_committed_offset_zero_is_not_behind() -> None:
+    """Committed offset 0 on every node, acknowledged as 0, is no regression (0 is not 'none')."""
+    history = History()
+    history.group_commits.append(GroupCommit("g", "m0", 1, "t", ((0, 0),), 1.0))
+    assert check(history, same_everywhere(log()), final_offsets(0)).ok
