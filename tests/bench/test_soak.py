@@ -27,21 +27,28 @@ SMOKE_TIMEOUT_S = 300.0  # The run takes about a minute; this only bounds a hung
 SAMPLE_PERIOD_S = 10.0
 
 
-def _sawtooth(minutes: int, floor_mib_per_min: float, start_mib: float = 100.0) -> list[tuple[float, int]]:
-    """Samples every 10 s: a floor rising at the given rate, plus a 40 MiB sawtooth that resets each 40 s."""
+def _sawtooth(
+    minutes: int, floor_mib_per_min: float, peak_growth_mib_per_min: float = 0.0
+) -> list[tuple[float, int]]:
+    """Samples every 10 s: a floor rising at the given rate under a sawtooth that resets every 40 s.
+
+    The teeth are 10 MiB a step high, plus `peak_growth_mib_per_min` per minute of run (longer and
+    longer compactions): the peaks then rise while the floor does not.
+    """
     samples = []
     for step in range(minutes * 6 + 1):
         time_s = step * SAMPLE_PERIOD_S
-        floor_mib = start_mib + floor_mib_per_min * time_s / 60
-        samples.append((time_s, int((floor_mib + 10 * (step % 4)) * 1024)))
+        floor_mib = 100.0 + floor_mib_per_min * time_s / 60
+        tooth_mib = (10 + peak_growth_mib_per_min * time_s / 60) * (step % 4)
+        samples.append((time_s, int((floor_mib + tooth_mib) * 1024)))
     return samples
 
 
 def test_floor_slope_sees_a_rising_floor_under_a_sawtooth() -> None:
-    """Peaks up to 30 MiB above the floor do not hide (or fake) a 2 MiB/min rise of the floor."""
+    """Peaks far above the floor neither hide a 2 MiB/min rise of the floor nor fake one when they grow."""
     slope = least_squares_slope(floor_points(_sawtooth(20, 2.0), warmup_s=0))
     assert slope == pytest.approx(2.0, abs=0.15)
-    flat = least_squares_slope(floor_points(_sawtooth(20, 0.0), warmup_s=0))
+    flat = least_squares_slope(floor_points(_sawtooth(20, 0.0, peak_growth_mib_per_min=5.0), warmup_s=0))
     assert flat == pytest.approx(0.0, abs=0.15)
 
 
