@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from proto.records import encode_batch, encode_record
-from storage import CorruptRecordError, Store
+from storage import CorruptRecordError, StorageError, Store
 
 
 def batch(*values: bytes) -> bytes:
@@ -74,14 +75,27 @@ def test_corrupted_stored_batch_is_never_served(store: Store) -> None:
         reader.batches(1, 0, 0, 1 << 20)
 
 
-def test_compact_copy_replaces_another_store_exactly(store: Store, tmp_path: Path) -> None:
-    """A compact copy taken in a read transaction, loaded into another store, reproduces it byte for byte."""
+def test_copy_replaces_another_store_exactly(store: Store, tmp_path: Path) -> None:
+    """A copy taken in a read transaction, loaded into another store, reproduces it byte for byte."""
+    expected = store.dump()
     transaction = store.begin_snapshot()
-    store.copy_to(tmp_path / "copy", transaction)
+    with store.write() as writer:  # Written after the transaction began: not in the copy.
+        writer.create_topic("later", 1, 0)
+    store.copy_to(tmp_path / "copy", transaction, threading.Event())
     transaction.abort()
     copy = Store.open(tmp_path / "copy", map_size_bytes=64 * 1024**2)
     other = Store.open(tmp_path / "other", map_size_bytes=64 * 1024**2)
     with other.write() as writer:
         writer.create_topic("stale", 1, 0)
     other.replace_with(copy)
-    assert other.dump() == store.dump()
+    assert other.dump() == copy.dump() == expected
+
+
+def test_a_stopped_copy_raises(store: Store, tmp_path: Path) -> None:
+    """Shutdown during a copy: the copy stops at its next batch with StorageError."""
+    stopping = threading.Event()
+    stopping.set()
+    transaction = store.begin_snapshot()
+    with pytest.raises(StorageError, match="stopped"):
+        store.copy_to(tmp_path / "copy", transaction, stopping)
+    transaction.abort()
