@@ -1,0 +1,331 @@
+"""Fuzz cases for every RPC of kq.v1.Broker: hostile field values, mutated batches, raw wire bytes.
+
+`CaseGenerator.next_case()` draws one `Case` from a seeded generator: the RPC, the exact request
+bytes, where to send it (the leader or a given node) and a one-line label for the failure report.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import Message
+
+from proto import kq_pb2
+from tests.system.fuzz_batches import batch_case
+from tests.system.fuzz_valid import FUZZ_TOPICS, VALID, swap_one_field
+from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile
+from tests.system.fuzz_wire import (
+    UNKNOWN_FIELD,
+    length_delimited,
+    mutate,
+    nested_length_delimited,
+    nested_unknown_groups,
+    random_bytes,
+    varint_field,
+)
+
+LEADER = "leader"
+LABEL_VALUE_CHARACTERS = 40
+
+
+@dataclass(frozen=True, slots=True)
+class RpcSpec:
+    """One RPC: its request and response types, whether it may propose, whether it streams."""
+
+    request: type[Message]
+    response: type[Message]
+    writes: bool
+    streams: bool = False
+
+
+RPCS: dict[str, RpcSpec] = {
+    "CreateTopic": RpcSpec(kq_pb2.CreateTopicRequest, kq_pb2.CreateTopicResponse, True),
+    "DeleteTopic": RpcSpec(kq_pb2.DeleteTopicRequest, kq_pb2.DeleteTopicResponse, True),
+    "ListTopics": RpcSpec(kq_pb2.ListTopicsRequest, kq_pb2.ListTopicsResponse, False),
+    "DescribeTopic": RpcSpec(kq_pb2.DescribeTopicRequest, kq_pb2.DescribeTopicResponse, False),
+    "Produce": RpcSpec(kq_pb2.ProduceRequest, kq_pb2.ProduceResponse, True),
+    "Fetch": RpcSpec(kq_pb2.FetchRequest, kq_pb2.FetchResponse, False),
+    "FetchStream": RpcSpec(kq_pb2.FetchRequest, kq_pb2.FetchResponse, False, streams=True),
+    "ListOffsets": RpcSpec(kq_pb2.ListOffsetsRequest, kq_pb2.ListOffsetsResponse, False),
+    "DeleteRecords": RpcSpec(kq_pb2.DeleteRecordsRequest, kq_pb2.DeleteRecordsResponse, True),
+    "RegisterProducer": RpcSpec(kq_pb2.RegisterProducerRequest, kq_pb2.RegisterProducerResponse, True),
+    "ClusterStatus": RpcSpec(kq_pb2.ClusterStatusRequest, kq_pb2.ClusterStatusResponse, False),
+    "JoinGroup": RpcSpec(kq_pb2.JoinGroupRequest, kq_pb2.JoinGroupResponse, True),
+    "Heartbeat": RpcSpec(kq_pb2.HeartbeatRequest, kq_pb2.HeartbeatResponse, True),
+    "LeaveGroup": RpcSpec(kq_pb2.LeaveGroupRequest, kq_pb2.LeaveGroupResponse, True),
+    "CommitOffsets": RpcSpec(kq_pb2.CommitOffsetsRequest, kq_pb2.CommitOffsetsResponse, True),
+    "FetchOffsets": RpcSpec(kq_pb2.FetchOffsetsRequest, kq_pb2.FetchOffsetsResponse, False),
+    "ListGroups": RpcSpec(kq_pb2.ListGroupsRequest, kq_pb2.ListGroupsResponse, False),
+    "DescribeGroup": RpcSpec(kq_pb2.DescribeGroupRequest, kq_pb2.DescribeGroupResponse, False),
+    "ResetOffsets": RpcSpec(kq_pb2.ResetOffsetsRequest, kq_pb2.ResetOffsetsResponse, True),
+    "DeleteGroup": RpcSpec(kq_pb2.DeleteGroupRequest, kq_pb2.DeleteGroupResponse, True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One request to send: `node` is a node id or LEADER (resolved when it is sent)."""
+
+    rpc: str
+    payload: bytes
+    label: str
+    node: str
+
+    @property
+    def spec(self) -> RpcSpec:
+        return RPCS[self.rpc]
+
+
+def short(value: object) -> str:
+    """A value for a label: long strings and lists are abbreviated with their size."""
+    if isinstance(value, str | bytes) and len(value) > LABEL_VALUE_CHARACTERS:
+        head = value[:12]
+        return f"{head!r}…(len {len(value)})"
+    if isinstance(value, list | tuple) or type(value).__name__.startswith("Repeated"):
+        items = list(value)  # type: ignore[call-overload]
+        shown = ", ".join(short(item) for item in items[:2])
+        return f"[{shown}{', …' if len(items) > 2 else ''}](n={len(items)})"
+    if isinstance(value, Message):
+        return "{" + describe(value) + "}"
+    return repr(value)
+
+
+def describe(message: Message) -> str:
+    """The set fields of `message`, abbreviated."""
+    return " ".join(f"{field.name}={short(value)}" for field, value in message.ListFields())
+
+
+def _min_index(h: Hostile) -> int:
+    # A min_index past the applied index makes the node wait (up to 2 s): keep those rare.
+    return 0 if h.chance(0.7) else h.rng.choice([1, 5, 100]) if h.chance(0.7) else h.u64()
+
+
+def _create_topic(h: Hostile) -> Message:
+    name = h.topic() if h.chance(0.5) else f"fz-{h.rng.randrange(40)}"
+    partitions = h.rng.choice([1, 3]) if h.chance(0.5) else h.u32()
+    return kq_pb2.CreateTopicRequest(name=name, partitions=partitions)
+
+
+def _delete_topic(h: Hostile) -> Message:
+    name = h.topic()
+    # Kept: group patterns are matched against the backtracking topics; most cases aim at fz-a and fz-b.
+    kept = name in BACKTRACKING_TOPICS or (name in ("fz-a", "fz-b") and h.chance(0.8))
+    return kq_pb2.DeleteTopicRequest(name=h.rng.choice(FUZZ_TOPICS) if kept else name)
+
+
+def _produce(h: Hostile) -> Message:
+    batch = batch_case(h.rng, large=h.huge())
+    request = kq_pb2.ProduceRequest(
+        topic=h.topic(),
+        producer_id=h.producer_id(),
+        sequence=h.rng.randrange(4) if h.chance(0.6) else h.u64(),
+        records=batch.records,
+        record_count=batch.record_count,
+        compression=batch.compression,  # type: ignore[arg-type]
+    )
+    if h.chance(0.9):
+        request.partition = h.partition()
+    if h.chance(0.1):
+        request.compression = h.enum(3)  # type: ignore[assignment]
+    return request
+
+
+def _fetch(h: Hostile) -> Message:
+    return kq_pb2.FetchRequest(
+        topic=h.topic(),
+        partition=h.partition(),
+        offset=h.offset(),
+        max_records=h.rng.choice([0, 1, 10]) if h.chance(0.5) else h.u32(),
+        max_bytes=h.rng.choice([0, 1, 1_000]) if h.chance(0.5) else h.u32(),
+        wait_ms=h.wait_ms(),
+        min_index=_min_index(h),
+        as_batches=h.chance(0.5),
+    )
+
+
+def _join_group(h: Hostile) -> Message:
+    group, member_id, _ = h.member()
+    request = kq_pb2.JoinGroupRequest(
+        group=group if h.chance(0.5) else h.group(),
+        member_id=member_id if h.chance(0.4) else "",
+        client_id=h.rng.choice(["", "fuzz"]) if h.chance(0.7) else h.text(),
+        session_timeout_ms=h.rng.choice([0, 1_000]) if h.chance(0.5) else h.timeout_ms(),
+        rebalance_timeout_ms=1_000 if h.chance(0.6) else h.timeout_ms(),
+        assignor=h.assignor(),
+    )
+    roll = h.rng.random()
+    if roll < 0.45 or roll > 0.9:  # Topics, or (past 0.9) both topics and a pattern.
+        request.topics.extend(h.topic(huge_ok=False) for _ in range(min(h.count(), 1_001) or 1))
+    if roll >= 0.45:
+        request.topic_pattern = h.pattern()
+    return request
+
+
+def _commit_offsets(h: Hostile) -> Message:
+    group, member_id, generation = h.member()
+    offsets = [
+        kq_pb2.OffsetEntry(
+            topic=h.topic(huge_ok=False) if h.chance(0.3) else "fz-a",
+            partition=h.partition(),
+            offset=h.offset(),
+        )
+        for _ in range(h.count())
+    ]
+    return kq_pb2.CommitOffsetsRequest(
+        group=group, member_id=member_id, generation=generation, offsets=offsets
+    )
+
+
+def _fetch_offsets(h: Hostile) -> Message:
+    partitions = [
+        kq_pb2.TopicPartition(topic=h.topic(huge_ok=False), partition=h.partition()) for _ in range(h.count())
+    ]
+    return kq_pb2.FetchOffsetsRequest(group=h.group(), partitions=partitions, min_index=_min_index(h))
+
+
+def _heartbeat(h: Hostile) -> Message:
+    group, member_id, generation = h.member()
+    wait_ms = h.rng.choice([0, 0, 100]) if h.chance(0.7) else h.wait_ms()
+    return kq_pb2.HeartbeatRequest(group=group, member_id=member_id, generation=generation, wait_ms=wait_ms)
+
+
+def _leave_group(h: Hostile) -> Message:
+    group, member_id, _ = h.member()
+    return kq_pb2.LeaveGroupRequest(group=group, member_id=member_id)
+
+
+def _reset_offsets(h: Hostile) -> Message:
+    return kq_pb2.ResetOffsetsRequest(
+        group=h.group(),
+        topics=[h.topic(huge_ok=False) for _ in range(min(h.count(), 1_001))],
+        target=h.enum(4),  # type: ignore[arg-type]
+        offset=h.offset(),
+        timestamp_ms=h.i64(),
+    )
+
+
+BUILDERS: dict[str, Callable[[Hostile], Message]] = {
+    "CreateTopic": _create_topic,
+    "DeleteTopic": _delete_topic,
+    "ListTopics": lambda h: kq_pb2.ListTopicsRequest(min_index=_min_index(h)),
+    "DescribeTopic": lambda h: kq_pb2.DescribeTopicRequest(name=h.topic(), min_index=_min_index(h)),
+    "Produce": _produce,
+    "Fetch": _fetch,
+    "FetchStream": _fetch,
+    "ListOffsets": lambda h: kq_pb2.ListOffsetsRequest(topic=h.topic(), min_index=_min_index(h)),
+    "DeleteRecords": lambda h: kq_pb2.DeleteRecordsRequest(
+        topic=h.topic(), partition=h.partition(), before_offset=h.offset()
+    ),
+    "RegisterProducer": lambda h: kq_pb2.RegisterProducerRequest(),
+    "ClusterStatus": lambda h: kq_pb2.ClusterStatusRequest(),
+    "JoinGroup": _join_group,
+    "Heartbeat": _heartbeat,
+    "LeaveGroup": _leave_group,
+    "CommitOffsets": _commit_offsets,
+    "FetchOffsets": _fetch_offsets,
+    "ListGroups": lambda h: kq_pb2.ListGroupsRequest(min_index=_min_index(h)),
+    "DescribeGroup": lambda h: kq_pb2.DescribeGroupRequest(group=h.group(), min_index=_min_index(h)),
+    "ResetOffsets": _reset_offsets,
+    "DeleteGroup": lambda h: kq_pb2.DeleteGroupRequest(group=h.group()),
+}
+assert set(BUILDERS) == set(RPCS), "every RPC has a builder"
+
+# Repeated message fields of the requests: the only places where a parser recurses into a message.
+NESTED_FIELDS = {"CommitOffsets": 4, "FetchOffsets": 2}
+
+
+def _deep_nesting(rng: random.Random, rpc: str) -> tuple[bytes, str]:
+    """Deeply nested bytes: through a message field where the schema has one, else unknown fields."""
+    depth = rng.choice([200, 1_000, 20_000])
+    field = NESTED_FIELDS.get(rpc)
+    if field is not None and rng.random() < 0.5:
+        leaf = length_delimited(UNKNOWN_FIELD, b"") if rng.random() < 0.5 else b""
+        # The outer level is the message field; below it the same number is an unknown field of the entry.
+        return nested_length_delimited(field, depth, leaf), f"field {field} nested {depth} deep"
+    if rng.random() < 0.5:
+        return nested_unknown_groups(depth), f"unknown groups nested {depth} deep"
+    return nested_length_delimited(UNKNOWN_FIELD, depth), f"unknown field nested {depth} deep"
+
+
+class CaseGenerator:
+    """Draws cases: batch mutations, valid requests, valid ones with one hostile field, hostile values
+    throughout, and raw wire bytes (mutations of valid and hostile requests, random, deeply nested)."""
+
+    def __init__(self, hostile: Hostile, node_ids: list[str]) -> None:
+        self.hostile = hostile
+        self.rng = hostile.rng
+        self.node_ids = node_ids
+        self.rpc_names = sorted(RPCS)
+
+    def _node(self) -> str:
+        return LEADER if self.rng.random() < 0.6 else self.rng.choice(self.node_ids)
+
+    def next_case(self) -> Case:
+        """The next case."""
+        roll = self.rng.random()
+        if roll < 0.15:
+            return self._batch_case()
+        rpc = self.rng.choice(self.rpc_names)
+        if roll < 0.25:
+            message = VALID[rpc](self.hostile)
+            return Case(rpc, message.SerializeToString(), f"valid: {describe(message)}", self._node())
+        if roll < 0.45:
+            message, field = swap_one_field(
+                self.hostile, VALID[rpc](self.hostile), BUILDERS[rpc](self.hostile)
+            )
+            label = f"valid but {field}: {describe(message)}"
+            return Case(rpc, message.SerializeToString(), label, self._node())
+        if roll < 0.7:
+            message = BUILDERS[rpc](self.hostile)
+            return Case(rpc, message.SerializeToString(), describe(message), self._node())
+        return self._raw_case(rpc)
+
+    def _batch_case(self) -> Case:
+        """A produce request to a partition that exists, so the batch itself is what gets checked."""
+        batch = batch_case(self.rng, large=self.hostile.huge())
+        request = kq_pb2.ProduceRequest(
+            topic=self.rng.choice(["fz-a", "fz-b"]),
+            partition=0,
+            records=batch.records,
+            record_count=batch.record_count,
+            compression=batch.compression,  # type: ignore[arg-type]
+        )
+        label = f"topic={request.topic} partition=0 records: {batch.label}, record_count={batch.record_count}"
+        return Case(
+            "Produce", request.SerializeToString(), label, LEADER if self.rng.random() < 0.8 else self._node()
+        )
+
+    def _raw_case(self, rpc: str) -> Case:
+        kind = self.rng.random()
+        if kind < 0.2:
+            payload, label = random_bytes(self.rng)
+        elif kind < 0.35:
+            payload, label = _deep_nesting(self.rng, rpc)
+        elif kind < 0.45:
+            payload, label = _raw_fields(self.rng), "fields with arbitrary numbers and values"
+        else:
+            builder = VALID[rpc] if self.rng.random() < 0.5 else BUILDERS[rpc]
+            message = builder(self.hostile)
+            payload, what = mutate(self.rng, message.SerializeToString())
+            label = f"{what} of {{{describe(message)}}}"
+        return Case(rpc, payload, f"raw: {label}", self._node())
+
+
+def _raw_fields(rng: random.Random) -> bytes:
+    """Well-formed wire bytes whose field numbers and values ignore the schema."""
+    parts: list[bytes] = []
+    for _ in range(rng.randint(1, 6)):
+        field = rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 2**29 - 1])
+        if rng.random() < 0.5:
+            parts.append(varint_field(field, rng.choice([0, 1, -1, 2**63, 2**64 - 1])))
+        else:
+            parts.append(length_delimited(field, rng.randbytes(rng.choice([0, 1, 10]))))
+    return b"".join(parts)
+
+
+def parse_response(rpc: str, data: bytes) -> Any:
+    """The response message of `rpc` decoded from `data` (raises DecodeError when malformed)."""
+    return RPCS[rpc].response.FromString(data)

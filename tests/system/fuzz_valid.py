@@ -1,0 +1,135 @@
+"""Valid requests for every Broker RPC, and the same with one field swapped for a hostile value.
+
+A hostile value inside an otherwise valid request gets past every other check, so it reaches the
+deepest code that reads it (and the report names exactly one odd field). Valid requests also keep
+real state moving: topics, groups with members, producers, trimmed logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.protobuf.message import Message
+
+from proto import kq_pb2
+from tests.system.fuzz_batches import batch_case
+from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile
+
+VALID_PATTERNS = ("fz-.*", "fz-[ab]", "a+-", "(a+)+-", "(a|a)*-", "(a|aa)+-", "(.*a){20}-", "a*a*a*a*a*a*b")
+GROUPS = tuple(f"fz-g{number}" for number in range(4))
+FUZZ_TOPICS = tuple(f"fz-{number}" for number in range(40))  # Created and deleted by the fuzz cases.
+
+
+def _produce(h: Hostile) -> Message:
+    batch = batch_case(h.rng, large=False)
+    while not batch.label.startswith("valid"):
+        batch = batch_case(h.rng, large=False)
+    return kq_pb2.ProduceRequest(
+        topic=h.rng.choice(["fz-a", "fz-b"]),
+        partition=0,
+        records=batch.records,
+        record_count=batch.record_count,
+        compression=batch.compression,  # type: ignore[arg-type]
+    )
+
+
+def _fetch(h: Hostile) -> Message:
+    return kq_pb2.FetchRequest(
+        topic=h.rng.choice(["fz-a", "fz-b"]),
+        partition=h.rng.randrange(3) if h.chance(0.3) else 0,
+        offset=h.rng.randrange(30),
+        max_records=h.rng.choice([1, 10, 500]),
+        max_bytes=h.rng.choice([0, 100, 1 << 20]),
+        as_batches=h.chance(0.5),
+    )
+
+
+def _join_group(h: Hostile) -> Message:
+    request = kq_pb2.JoinGroupRequest(
+        group=h.rng.choice(GROUPS),
+        client_id="fuzz",
+        session_timeout_ms=h.rng.choice([1_000, 3_000]),
+        rebalance_timeout_ms=1_000,
+        assignor=h.rng.choice(["", "range", "roundrobin", "sticky"]),
+    )
+    if h.chance(0.5):
+        request.topics.extend(h.rng.sample(["fz-a", "fz-b", *BACKTRACKING_TOPICS], h.rng.randint(1, 3)))
+    else:
+        request.topic_pattern = h.rng.choice(VALID_PATTERNS)
+    return request
+
+
+def _member_request(h: Hostile, kind: type[Message]) -> Message:
+    group, member_id, generation = h.member()
+    fields = {"group": group, "member_id": member_id}
+    if kind is not kq_pb2.LeaveGroupRequest:
+        fields["generation"] = generation  # type: ignore[assignment]
+    return kind(**fields)
+
+
+def _commit_offsets(h: Hostile) -> Message:
+    request = _member_request(h, kq_pb2.CommitOffsetsRequest)
+    assert isinstance(request, kq_pb2.CommitOffsetsRequest)
+    if h.chance(0.4):  # A commit outside group management: no member, generation 0.
+        request.group, request.member_id, request.generation = h.rng.choice(GROUPS), "", 0
+    request.offsets.append(kq_pb2.OffsetEntry(topic="fz-a", partition=0, offset=h.rng.randrange(20)))
+    return request
+
+
+def _reset_offsets(h: Hostile) -> Message:
+    return kq_pb2.ResetOffsetsRequest(
+        group=h.rng.choice(GROUPS),
+        topics=[h.rng.choice(["fz-a", "fz-b"])],
+        target=h.rng.randrange(4),  # type: ignore[arg-type]
+        offset=h.rng.randrange(5),
+        timestamp_ms=h.rng.choice([0, 1_700_000_000_000]),
+    )
+
+
+VALID: dict[str, Callable[[Hostile], Message]] = {
+    "CreateTopic": lambda h: kq_pb2.CreateTopicRequest(
+        name=h.rng.choice([*FUZZ_TOPICS, "fz-a", "fz-b"]), partitions=h.rng.choice([1, 3])
+    ),
+    "DeleteTopic": lambda h: kq_pb2.DeleteTopicRequest(name=h.rng.choice(FUZZ_TOPICS)),
+    "ListTopics": lambda h: kq_pb2.ListTopicsRequest(),
+    "DescribeTopic": lambda h: kq_pb2.DescribeTopicRequest(name=h.rng.choice(["fz-a", "fz-b"])),
+    "Produce": _produce,
+    "Fetch": _fetch,
+    "FetchStream": _fetch,
+    "ListOffsets": lambda h: kq_pb2.ListOffsetsRequest(topic=h.rng.choice(["fz-a", "fz-b"])),
+    "DeleteRecords": lambda h: kq_pb2.DeleteRecordsRequest(
+        topic=h.rng.choice(["fz-b", *FUZZ_TOPICS]), partition=0, before_offset=h.rng.randrange(3)
+    ),
+    "RegisterProducer": lambda h: kq_pb2.RegisterProducerRequest(),
+    "ClusterStatus": lambda h: kq_pb2.ClusterStatusRequest(),
+    "JoinGroup": _join_group,
+    "Heartbeat": lambda h: _member_request(h, kq_pb2.HeartbeatRequest),
+    "LeaveGroup": lambda h: _member_request(h, kq_pb2.LeaveGroupRequest),
+    "CommitOffsets": _commit_offsets,
+    "FetchOffsets": lambda h: kq_pb2.FetchOffsetsRequest(group=h.rng.choice(GROUPS)),
+    "ListGroups": lambda h: kq_pb2.ListGroupsRequest(),
+    "DescribeGroup": lambda h: kq_pb2.DescribeGroupRequest(group=h.rng.choice(GROUPS)),
+    "ResetOffsets": _reset_offsets,
+    "DeleteGroup": lambda h: kq_pb2.DeleteGroupRequest(group=h.rng.choice(GROUPS)),
+}
+
+
+def swap_one_field(h: Hostile, valid: Message, hostile: Message) -> tuple[Message, str]:
+    """`valid` with one field taken from `hostile` (cleared when `hostile` leaves it unset)."""
+    fields: Sequence[Any] = valid.DESCRIPTOR.fields  # Two descriptor classes in the stubs (pure, upb).
+    if not fields:
+        return valid, "no fields"
+    field = h.rng.choice(fields)
+    result = type(valid)()
+    result.CopyFrom(valid)
+    result.ClearField(field.name)
+    value = getattr(hostile, field.name)
+    if field.is_repeated:
+        getattr(result, field.name).extend(value)
+    elif field.message_type is not None:
+        if hostile.HasField(field.name):
+            getattr(result, field.name).CopyFrom(value)
+    elif not field.has_presence or hostile.HasField(field.name):
+        setattr(result, field.name, value)
+    return result, field.name
