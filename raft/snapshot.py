@@ -46,6 +46,7 @@ from storage import SnapshotError, Store
 logger = logging.getLogger(__name__)
 
 MAGIC = b"KQSNAP02"
+MAGICS_READ = (MAGIC, b"KQSNAP01")  # 01: same layout, always with data (snapshots that copied the store).
 END = b"KQEND"
 COPY_CHUNK_BYTES = 1024 * 1024
 HEADER_BYTES_MAX = 16 * 1024 * 1024
@@ -348,7 +349,7 @@ def _file_has_data(path: Path) -> bool:
 
 def read_header(source: BinaryIO) -> tuple[int, RaftData]:
     """Reads magic and header; returns (applied index, PySyncObj's tuple)."""
-    if source.read(len(MAGIC)) != MAGIC:
+    if source.read(len(MAGIC)) not in MAGICS_READ:
         raise SnapshotError("not a kq snapshot (bad magic)")
     raw_length = source.read(_U32.size)
     if len(raw_length) != _U32.size:
