@@ -341,7 +341,8 @@ def _check_consumed(result: CheckResult, history: History, reference: Mapping[in
                 Anomaly(
                     "dirty-read",
                     f"{record.consumer} read {record.value!r} at offset {record.offset} from node "
-                    f"{record.node}; the final log holds {held.value if held else None!r}",
+                    f"{record.node} at {_at(history, record.read_s)}; the final log holds "
+                    f"{held.value if held else None!r}",
                     record.partition,
                     (record.offset,),
                     (record.node,),
@@ -545,7 +546,7 @@ def _check_group_delivery(
     for delivery in history.group_deliveries:
         if delivery.group == group:
             delivered[(delivery.partition, delivery.offset)].add(delivery.value)
-    _check_group_reads(result, group, delivered, reference)
+    _check_group_reads(result, history, group, reference)
     checked: set[tuple[int, int]] = set()
     for ack in history.acks:
         if ack.offset < limits.get(ack.partition, 0):
@@ -572,23 +573,26 @@ def _undelivered(group: str, name: str, where: Ack | ConsumerRecord, limits: Map
 
 
 def _check_group_reads(
-    result: CheckResult,
-    group: str,
-    delivered: Mapping[tuple[int, int], set[bytes | None]],
-    reference: Mapping[int, PartitionLog],
+    result: CheckResult, history: History, group: str, reference: Mapping[int, PartitionLog]
 ) -> None:
     """Every record delivered to the group is the record the final log holds at its offset."""
-    for (partition, offset), values in sorted(delivered.items()):
-        final = reference.get(partition)
-        held = _record_at(final, offset) if final is not None else None
-        for value in sorted(values, key=lambda v: b"" if v is None else v):
-            if held is None or value != held.value:
-                result.add(
-                    Anomaly(
-                        "group-dirty-read",
-                        f"group {group} was delivered {value!r} at offset {offset}; the final log holds "
-                        f"{held.value if held else None!r}",
-                        partition,
-                        (offset,),
-                    )
+    checked: set[tuple[int, int, bytes | None]] = set()
+    for delivery in history.group_deliveries:
+        key = (delivery.partition, delivery.offset, delivery.value)
+        if delivery.group != group or key in checked:
+            continue
+        checked.add(key)
+        final = reference.get(delivery.partition)
+        held = _record_at(final, delivery.offset) if final is not None else None
+        if held is None or delivery.value != held.value:
+            result.add(
+                Anomaly(
+                    "group-dirty-read",
+                    f"group {group}: {delivery.member} (generation {delivery.generation}) was delivered "
+                    f"{delivery.value!r} at offset {delivery.offset} at "
+                    f"{_at(history, delivery.delivered_s)}; the final log holds "
+                    f"{held.value if held else None!r}",
+                    delivery.partition,
+                    (delivery.offset,),
                 )
+            )

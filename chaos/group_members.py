@@ -205,6 +205,7 @@ class GroupMember(threading.Thread):
                 return
             try:
                 records = consumer.poll(GROUP_POLL_MS)
+                now_s = time.monotonic()
                 if records:
                     self._history.deliver_to_group(
                         [
@@ -216,6 +217,7 @@ class GroupMember(threading.Thread):
                                 record.partition,
                                 record.offset,
                                 record.value,
+                                now_s,
                             )
                             for record in records
                         ]

@@ -65,6 +65,7 @@ class ConsumedRecord:
     partition: int
     offset: int
     value: bytes | None
+    read_s: float = 0.0  # When the fetch returned it (anomaly details give it relative to the start).
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class GroupDelivery:
     partition: int
     offset: int
     value: bytes | None
+    delivered_s: float = 0.0  # When the poll returned it.
 
 
 @dataclass(frozen=True, slots=True)

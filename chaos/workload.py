@@ -178,8 +178,12 @@ class Consumer(threading.Thread):
             )
         if not result.records:
             return False
+        now_s = time.monotonic()
         self._history.consume(
-            [ConsumedRecord(self.name_, self.node, partition, r.offset, r.value) for r in result.records]
+            [
+                ConsumedRecord(self.name_, self.node, partition, r.offset, r.value, now_s)
+                for r in result.records
+            ]
         )
         self._positions[partition] = result.records[-1].offset + 1
         return True
