@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +38,7 @@ from bench.side_by_side import (
 )
 from chaos.cluster import LocalCluster
 from client import KqClient, KqClientError, Producer
+from client.producer import RecordFuture
 
 LATENCY_WARMUP_SENDS = 20
 TIME_CHECK_EVERY = 1024  # Sends between two looks at the clock.
@@ -237,12 +237,12 @@ class _FutureTally:
         self._lock = threading.Lock()
         self.sent = self.acked = self.errors = 0
 
-    def watch(self, future: Future[Any]) -> None:
+    def watch(self, future: RecordFuture) -> None:
         """Counts this send's outcome when it completes."""
         self.sent += 1
         future.add_done_callback(self._done)
 
-    def _done(self, future: Future[Any]) -> None:
+    def _done(self, future: RecordFuture) -> None:
         failed = future.cancelled() or future.exception() is not None
         with self._lock:
             if failed:

@@ -1,15 +1,25 @@
-"""The batching Producer over a fake client: delivery, per-partition order, linger and in-flight bounds."""
+"""The batching Producer over a fake client: delivery, order, linger, in-flight and memory bounds."""
 
 from __future__ import annotations
 
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
 
 import pytest
 
 from client import KqClient, Producer, RecordMetadata, UnavailableError
+from client.producer import (
+    BATCH_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    BatchMetadata,
+    BufferFullError,
+    RecordFuture,
+)
 from client.types import ProducerRecord
+
+BLOCK_MS = 200  # How long a full buffer makes `send` wait in these tests.
 
 
 class FakeClient(KqClient):
@@ -25,7 +35,8 @@ class FakeClient(KqClient):
         self.in_flight: dict[int, int] = {}
         self.peak_in_flight = 0
         self.peak_per_partition = 0
-        self.next_offset: dict[int, int] = {}
+        self.next_offset: dict[tuple[str, int], int] = {}
+        self.attempts = 0
 
     def _choose_partition(self, topic: str, record: ProducerRecord) -> int:
         return record.partition or 0
@@ -40,11 +51,12 @@ class FakeClient(KqClient):
         self.release.wait(10)
         with self.lock:
             self.in_flight[partition] -= 1
+            self.attempts += 1
             if self.fail:
                 raise UnavailableError("injected")
             self.requests.append((topic, partition, list(records)))
-            base = self.next_offset.get(partition, 0)
-            self.next_offset[partition] = base + len(records)
+            base = self.next_offset.get((topic, partition), 0)
+            self.next_offset[(topic, partition)] = base + len(records)
         return [RecordMetadata(topic, partition, base + i) for i in range(len(records))]
 
 
@@ -122,3 +134,180 @@ def test_send_after_close_is_refused() -> None:
     producer.close()
     with pytest.raises(Exception, match="closed"):
         producer.send("t", b"late")
+
+
+def record_cost(fake: FakeClient, value: bytes) -> int:
+    """What one record of `value` is charged against buffer_memory."""
+    return len(fake._encode_record(ProducerRecord(value))) + RECORD_OVERHEAD_BYTES
+
+
+def test_send_blocks_then_raises_when_max_pending_records_is_reached() -> None:
+    """With the sender stuck, the record past max_pending_records waits max_block_ms, then is refused."""
+    fake = FakeClient()
+    fake.release.clear()
+    producer = Producer(fake, linger_ms=0, max_pending_records=10, max_block_ms=BLOCK_MS)
+    handles = [producer.send("t", b"v") for _ in range(10)]
+    started = time.monotonic()
+    with pytest.raises(BufferFullError) as refused:
+        producer.send("t", b"one too many")
+    assert time.monotonic() - started >= BLOCK_MS / 1000 * 0.9
+    assert refused.value.bound == "max_pending_records"
+    assert "max_pending_records=10" in str(refused.value)
+    assert producer.pending_records == 10
+    fake.release.set()
+    producer.flush()
+    assert [handle.result().offset for handle in handles] == list(range(10))
+    producer.close()
+
+
+def test_a_blocked_send_goes_through_once_a_batch_completes() -> None:
+    """A send waiting for room proceeds as soon as an acknowledged batch frees it, within max_block_ms."""
+    fake = FakeClient()
+    fake.release.clear()
+    producer = Producer(fake, linger_ms=0, max_pending_records=3, max_block_ms=10_000)
+    for _ in range(3):
+        producer.send("t", b"v")
+    outcome: list[RecordFuture] = []
+    waiter = threading.Thread(target=lambda: outcome.append(producer.send("t", b"late")))
+    waiter.start()
+    wait_until(lambda: producer._blocked == 1)
+    assert not outcome
+    fake.release.set()
+    waiter.join(timeout=10)
+    producer.flush()
+    assert outcome[0].result().offset == 3
+    producer.close()
+
+
+def test_the_byte_bound_charges_each_record_its_overhead() -> None:
+    """buffer_memory fills at encoded bytes + RECORD_OVERHEAD_BYTES per record, not at encoded bytes alone."""
+    fake = FakeClient()
+    fake.release.clear()
+    cost = record_cost(fake, b"v")
+    buffer_bytes = 2 * BATCH_OVERHEAD_BYTES + 5 * cost  # One batch and five records at full cost.
+    producer = Producer(fake, linger_ms=60_000, buffer_memory=buffer_bytes, max_block_ms=BLOCK_MS)
+    for _ in range(5):
+        producer.send("t", b"v")
+    assert producer.pending_bytes == BATCH_OVERHEAD_BYTES + 5 * cost
+    with pytest.raises(BufferFullError) as refused:
+        producer.send("t", b"v")  # By encoded bytes alone, hundreds more would fit.
+    assert refused.value.bound == "buffer_memory"
+    fake.release.set()
+    producer.flush()
+    assert producer.pending_bytes == 0 and producer.pending_records == 0
+    producer.close()
+
+
+def test_every_batch_is_charged_its_own_overhead() -> None:
+    """With one record per batch, each batch adds BATCH_OVERHEAD_BYTES, so tiny batches stay bounded."""
+    fake = FakeClient()
+    fake.release.clear()
+    producer = Producer(fake, linger_ms=60_000, batch_size=1)
+    for _ in range(4):
+        producer.send("t", b"v")
+    assert producer.pending_bytes == 4 * (BATCH_OVERHEAD_BYTES + record_cost(fake, b"v"))
+    fake.release.set()
+    producer.close()
+
+
+def test_record_overhead_bytes_covers_what_a_pending_record_allocates() -> None:
+    """A pending record, its handle kept, allocates at most RECORD_OVERHEAD_BYTES beyond its bytes."""
+    fake = FakeClient()
+    fake.release.clear()
+    producer = Producer(fake, linger_ms=60_000, batch_size=1_000_000)
+    value, count = b"x" * 100, 2_000
+    encoded_bytes = len(fake._encode_record(ProducerRecord(value)))
+    producer.send("t", value)  # The partition's queue exists before measuring.
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        handles = [producer.send("t", value) for _ in range(count)]
+        per_record_bytes = (tracemalloc.get_traced_memory()[0] - before) / count
+    finally:
+        tracemalloc.stop()
+    assert len(handles) == count
+    assert per_record_bytes - encoded_bytes <= RECORD_OVERHEAD_BYTES
+    fake.release.set()
+    producer.close()
+
+
+def test_handles_resolve_to_their_own_records_metadata() -> None:
+    """Each handle yields its own record's topic, partition and offset across many batches and topics."""
+    fake = FakeClient()
+    called: list[RecordFuture] = []
+    with Producer(fake, linger_ms=0, batch_size=64) as producer:
+        sent = [
+            (f"t{i % 2}", i % 3, producer.send(f"t{i % 2}", b"%d" % i, partition=i % 3)) for i in range(300)
+        ]
+        sent[-1][2].add_done_callback(called.append)
+        producer.flush()
+    assert len({id(records) for _, _, records in fake.requests}) == len(fake.requests) > 3 * 2
+    offsets: dict[tuple[str, int], int] = {}
+    for topic, partition, handle in sent:
+        expected = offsets.get((topic, partition), 0)
+        assert handle.done() and handle.result(timeout=0) == RecordMetadata(topic, partition, expected)
+        offsets[(topic, partition)] = expected + 1
+    assert called == [sent[-1][2]]
+
+
+def test_a_failure_reaches_every_handle_of_the_batch() -> None:
+    """One failed request fails every record of its batch: result raises and callbacks see the error."""
+    fake = FakeClient()
+    fake.fail = True
+    failed: list[BaseException | None] = []
+    with Producer(fake, linger_ms=60_000) as producer:
+        handles = [producer.send("t", b"v") for _ in range(50)]
+        for handle in handles:
+            handle.add_done_callback(lambda done: failed.append(done.exception()))
+        producer.flush()
+    assert fake.attempts == 1  # All fifty records were one batch.
+    errors = [handle.exception(timeout=0) for handle in handles]
+    assert isinstance(errors[0], UnavailableError) and all(error is errors[0] for error in errors)
+    assert failed == errors
+    with pytest.raises(UnavailableError):
+        handles[-1].result(timeout=0)
+
+
+def test_acks_none_handles_are_resolved_at_once_and_records_still_go() -> None:
+    """With acks="none" a handle is done on return (offset -1) and the record is still delivered."""
+    fake = FakeClient()
+    fake.release.clear()
+    producer = Producer(fake, linger_ms=0, acks="none")
+    handles = [producer.send("t", b"v", partition=i % 2) for i in range(6)]
+    assert all(handle.done() for handle in handles)
+    assert [handle.result(timeout=0) for handle in handles] == [
+        RecordMetadata("t", i % 2, -1) for i in range(6)
+    ]
+    fake.release.set()
+    producer.close()
+    assert sum(len(records) for _, _, records in fake.requests) == 6
+
+
+def test_a_kept_handle_does_not_pin_its_batchs_per_record_metadata() -> None:
+    """One kept handle of a resolved 2,000-record batch holds a few KiB, not a RecordMetadata per record."""
+    fake = FakeClient()
+    producer = Producer(fake, linger_ms=60_000, batch_size=1_000_000)
+    producer.send("t", b"v")
+    producer.flush()  # The sender's pool thread exists before measuring.
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [producer.send("t", b"v") for _ in range(2_000)][-1]
+        producer.flush()
+        fake.requests.clear()  # The fake's copy of the records is not the producer's.
+        retained_bytes = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    producer.close()
+    assert kept.result(timeout=0) == RecordMetadata("t", 0, 2_000)
+    assert retained_bytes < 4 * BATCH_OVERHEAD_BYTES  # A list of 2,000 RecordMetadata is ~200 KiB.
+
+
+def test_batch_metadata_keeps_only_irregular_batches_whole() -> None:
+    """Consecutive offsets are kept as the first record's metadata; anything else is kept as given."""
+    regular = [RecordMetadata("t", 1, 40 + i, False, 7) for i in range(5)]
+    compact = BatchMetadata.of(regular)
+    assert compact.listed is None and [compact.at(i) for i in range(5)] == regular
+    irregular = [*regular[:2], RecordMetadata("t", 1, 42, True, 7), *regular[3:]]
+    whole = BatchMetadata.of(irregular)
+    assert whole.listed is not None and [whole.at(i) for i in range(5)] == irregular
