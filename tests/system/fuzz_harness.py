@@ -263,18 +263,26 @@ class FuzzRun:
             return
         expected = [(c.offset, c.key, c.value, c.headers) for c in self.canaries]
         index = max(c.index for c in self.canaries)
-        with KqClient(self.cluster.bootstrap, retry_timeout_s=2.0, rpc_timeout_s=2.0) as client:
-            for node_id, spec in self.cluster.nodes.items():
-                if not self.cluster.running(node_id):
-                    continue  # Reported as a death already.
-                got = self._read_node(
-                    client, spec.grpc_address, expected[0][0], index, len(expected), deadline
+        running = {n: spec.grpc_address for n, spec in self.cluster.nodes.items() if self.cluster.running(n)}
+        with (
+            KqClient(self.cluster.bootstrap, retry_timeout_s=2.0, rpc_timeout_s=2.0) as client,
+            concurrent.futures.ThreadPoolExecutor(len(self.cluster.nodes)) as pool,
+        ):
+            reads = {
+                node_id: pool.submit(
+                    self._read_node, client, address, expected[0][0], index, len(expected), deadline
                 )
+                for node_id, address in running.items()  # A dead node is reported as a death already.
+            }
+            for node_id, read in sorted(reads.items()):
+                got = read.result()
                 if got != expected:
-                    missing = [e for e in expected if e not in got]
+                    first = next(i for i in range(len(expected) + 1) if got[i : i + 1] != expected[i : i + 1])
                     self.findings.canary.append(
-                        f"[canary] node {node_id} serves {len(got)} of {len(expected)} canary records "
-                        f"correctly; first wrong or missing: {missing[:1]}, it served: {got[:2]}…"
+                        f"[canary] node {node_id} serves {len(got)} records where {len(expected)} were "
+                        f"committed as canaries (index {index})"
+                        f"; first difference at position {first}: expected {expected[first : first + 1]}, "
+                        f"served {got[first : first + 1]}"
                     )
 
     @staticmethod

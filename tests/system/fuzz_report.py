@@ -21,6 +21,7 @@ HEX_BYTES_SHOWN = 64
 RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 DIGITS = re.compile(r"\d+")
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")  # "module.SomeError: message" ending a traceback.
 # More lines than records that are not log-record starts means one event spans many lines.
 CONTINUATION_LINES_MAX = 20
 TRACEBACK_EXCERPT_LINES = 14
@@ -139,12 +140,8 @@ def log_tail(path: Path, lines: int = 6) -> str:
         text = path.read_text(errors="replace").splitlines()
     except OSError as error:
         return f"\n      (log unreadable: {error})"
-    kept = [line for line in text if RECORD_START.match(line) or _ends_traceback(line)][-lines:]
+    kept = [line for line in text if RECORD_START.match(line) or EXCEPTION_LINE.match(line)][-lines:]
     return "".join(f"\n      | {line[:300]}" for line in kept)
-
-
-def _ends_traceback(line: str) -> bool:
-    return bool(line) and not line.startswith((" ", "Traceback")) and not RECORD_START.match(line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +175,7 @@ def scan_log(path: Path) -> LogScan:
             while end < len(lines) and not RECORD_START.match(lines[end]):
                 end += 1
             block = lines[position:end]
-            final = next((text for text in reversed(block) if text and not text.startswith(" ")), block[-1])
+            final = next((text for text in reversed(block) if EXCEPTION_LINE.match(text)), block[-1])
             tracebacks[(last_record, final.split(":")[0][:120])] += 1
             if not first:
                 first = [last_record, *block[-TRACEBACK_EXCERPT_LINES:]]

@@ -25,13 +25,19 @@ def _produce(h: Hostile) -> Message:
     batch = batch_case(h.rng, large=False)
     while not batch.label.startswith("valid"):
         batch = batch_case(h.rng, large=False)
-    return kq_pb2.ProduceRequest(
+    request = kq_pb2.ProduceRequest(
         topic=h.rng.choice(["fz-a", "fz-b"]),
         partition=0,
         records=batch.records,
         record_count=batch.record_count,
         compression=batch.compression,  # type: ignore[arg-type]
     )
+    with h.known.lock:
+        producer_ids = list(h.known.producer_ids)
+    if producer_ids and h.chance(0.3):  # Idempotent, with sequences up to where they overflow.
+        request.producer_id = h.rng.choice(producer_ids)
+        request.sequence = h.rng.choice([0, 0, 1, 5, 2**31 - 1, 2**32 - 1, 2**63 - 1, 2**64 - 2, 2**64 - 1])
+    return request
 
 
 def _fetch(h: Hostile) -> Message:
@@ -73,7 +79,9 @@ def _commit_offsets(h: Hostile) -> Message:
     assert isinstance(request, kq_pb2.CommitOffsetsRequest)
     if h.chance(0.4):  # A commit outside group management: no member, generation 0.
         request.group, request.member_id, request.generation = h.rng.choice(GROUPS), "", 0
-    request.offsets.append(kq_pb2.OffsetEntry(topic="fz-a", partition=0, offset=h.rng.randrange(20)))
+    # Offsets past the log end are legal to commit (Kafka allows it); lag must still be computable.
+    offset = h.rng.randrange(25) if h.chance(0.7) else h.rng.choice([1_000, 2**63 - 1, 2**64 - 1])
+    request.offsets.append(kq_pb2.OffsetEntry(topic="fz-a", partition=h.rng.choice([0, 0, 1]), offset=offset))
     return request
 
 

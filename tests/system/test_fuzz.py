@@ -37,7 +37,7 @@ from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile, Known
 pytestmark = pytest.mark.system
 
 BUDGET_S = float(os.environ.get("KQ_FUZZ_BUDGET_S", "60"))
-READ_BACK_S = 3.0
+READ_BACK_S = 5.0  # Nodes are read in parallel; a follower may still be applying the last entries.
 # After the fuzzing: in-flight calls end, a last canary, the read-back from every node, the nodes stop.
 END_CHECKS_S = UNARY_TIMEOUT_S + CANARY_DEADLINE_S + READ_BACK_S + STOP_TIMEOUT_S
 HUGE_PROBABILITY = 0.01  # Multi-megabyte requests: rare, each costs every node time and memory.
