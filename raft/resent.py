@@ -33,7 +33,8 @@ def already_held(
     """
     sent: list[Entry] = list(message["entries"])
     previous = int(message["prevLogIdx"])
-    if entries_from(previous, 1)[:1] != [] and entries_from(previous, 1)[0][2] != message["prevLogTerm"]:
+    at_previous = entries_from(previous, 1)
+    if at_previous and at_previous[0][2] != message["prevLogTerm"]:
         return None  # prevLogIdx itself conflicts: PySyncObj answers with a reset.
     held = entries_from(previous + 1, len(sent))
     matching = 0
