@@ -63,17 +63,21 @@ def read_everything(topic: str, nodes: dict[str, str], partitions: Sequence[int]
     return logs
 
 
-def read_group_offsets(
-    group: str, topic: str, nodes: dict[str, str], min_index: int
-) -> dict[str, dict[int, int]]:
+def read_group_offsets(group: str, topic: str, nodes: dict[str, str]) -> dict[str, dict[int, int]]:
     """node id -> partition -> the group's committed offset on `topic`, as each node holds it.
 
-    Each node answers only once it applied `min_index` (FetchOffsets' min_index), so every node is
-    asked about the same state; a partition without a committed offset is absent.
+    Every node is asked at one Raft index (FetchOffsets' min_index): the highest applied index any
+    node's store reports. Not the leader's commit index: that counts Raft's own no-op entries (one
+    per election), which a store never records, so a node would wait for it forever.
     """
+    applied_index = 0
+    for address in nodes.values():
+        with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S) as client:
+            client.committed_offsets(group, node=address)
+            applied_index = max(applied_index, client.index_seen)
     offsets: dict[str, dict[int, int]] = {}
     for node_id, address in nodes.items():
-        with _AfterIndexClient(address, min_index) as client:
+        with _AfterIndexClient(address, applied_index) as client:
             committed = client.committed_offsets(group, node=address)
         offsets[node_id] = {p: offset for (t, p), offset in committed.items() if t == topic}
     return offsets

@@ -155,10 +155,9 @@ def _run_on_cluster(
     failures: list[Anomaly] = []
     history.origin_s = time.monotonic()
     workload.start()
-    applied_index = 0
     try:
         _run_rounds(context, rounds, failures)
-        applied_index = _finish(context, workload, failures)
+        _finish(context, workload, failures)
     finally:
         workload.stop_producers()
         _stop_probes(context)
@@ -166,7 +165,7 @@ def _run_on_cluster(
         workload.stop_group_members()
         report.faults, report.origin_s = context.faults, history.origin_s
         report.notes += context.notes
-    return _read_and_check(cluster, history, failures, workload.groups(), applied_index)
+    return _read_and_check(cluster, history, failures, workload.groups())
 
 
 def _run_rounds(context: ScenarioContext, rounds: list[tuple[Step, int]], failures: list[Anomaly]) -> None:
@@ -181,12 +180,9 @@ def _run_rounds(context: ScenarioContext, rounds: list[tuple[Step, int]], failur
                 return
 
 
-def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly]) -> int:
-    """Heals every fault, checks writes resume, stops the load and waits for convergence.
-
-    Returns the Raft index every node has applied (0 when they did not converge): the final reads ask
-    for it, so no node answers from older state.
-    """
+def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly]) -> None:
+    """Heals every fault, checks writes resume, stops the load and waits for convergence (twice: after
+    the producers stop, and after the groups caught up and their members left)."""
     try:
         context.heal_everything()
         context.wait_healthy()
@@ -197,7 +193,7 @@ def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly
     if hanging:
         context.notes.append(f"producers still sending when stopped (counted as unknown): {hanging}")
     if not _converge(context, failures, "nodes did not converge"):
-        return 0
+        return
     workload.settle_group_members()
     for group in workload.groups():
         started_s = time.monotonic()
@@ -210,11 +206,11 @@ def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly
     hanging = workload.stop_group_members()
     if hanging:
         context.notes.append(f"group members still running when stopped: {hanging}")
-    return _converge(context, failures, "nodes did not converge after the groups stopped")
+    _converge(context, failures, "nodes did not converge after the groups stopped")
 
 
-def _converge(context: ScenarioContext, failures: list[Anomaly], what: str) -> int:
-    """Waits until every node applied what the leader committed; returns that index (0 on failure)."""
+def _converge(context: ScenarioContext, failures: list[Anomaly], what: str) -> bool:
+    """Waits until every node applied what the leader committed; whether they did."""
     try:
         leader = context.wait_healthy()
         status = context.cluster.statuses().get(leader)
@@ -225,8 +221,8 @@ def _converge(context: ScenarioContext, failures: list[Anomaly], what: str) -> i
     except TimeoutError as error:
         failures.append(Anomaly("liveness", f"{what}: {error}"))
     else:
-        return target
-    return 0
+        return True
+    return False
 
 
 def _stop_probes(context: ScenarioContext) -> list[str]:
@@ -238,15 +234,13 @@ def _stop_probes(context: ScenarioContext) -> list[str]:
 
 
 def _read_and_check(
-    cluster: LocalCluster, history: History, failures: list[Anomaly], groups: list[str], applied_index: int
+    cluster: LocalCluster, history: History, failures: list[Anomaly], groups: list[str]
 ) -> CheckResult:
     """Reads every node's logs and the groups' committed offsets and checks them; failures join in."""
     addresses = {node: spec.grpc_address for node, spec in cluster.nodes.items() if cluster.running(node)}
     try:
         logs = read_everything(TOPIC, addresses)
-        group_offsets = {
-            group: read_group_offsets(group, TOPIC, addresses, applied_index) for group in groups
-        }
+        group_offsets = {group: read_group_offsets(group, TOPIC, addresses) for group in groups}
     except (KqClientError, ReadError) as error:
         result = CheckResult()
         result.add(Anomaly("unreadable", f"could not read every node after healing: {error}"))
