@@ -200,6 +200,39 @@ class History:
             else:
                 self.group_commits_unknown += 1
 
+    def group_excerpt(self) -> dict[str, list[dict[str, object]]]:
+        """The group part of the history as JSON-ready data (times from the start), for failed runs."""
+
+        def relative(at_s: float) -> float:
+            return round(at_s - self.origin_s, 3)
+
+        with self._changed:
+            commits: list[dict[str, object]] = [
+                {
+                    "member": c.member,
+                    "generation": c.generation,
+                    "offsets": dict(c.offsets),
+                    "acked_s": relative(c.acked_s),
+                }
+                for c in self.group_commits
+            ]
+            reads: list[dict[str, object]] = [
+                {
+                    "member": o.member,
+                    "generation": o.generation,
+                    "partition": o.partition,
+                    "committed": o.committed,
+                    "requested_s": relative(o.requested_s),
+                    "observed_s": relative(o.observed_s),
+                }
+                for o in self.group_observations
+            ]
+            errors: list[dict[str, object]] = [
+                {"client": e.client, "kind": e.kind, "message": e.message, "at_s": relative(e.at_s)}
+                for e in self.client_errors
+            ]
+        return {"commits": commits, "join_reads": reads, "client_errors": errors}
+
     def client_error(self, error: ClientError) -> None:
         """Records an unexpected client error."""
         with self._changed:

@@ -10,6 +10,7 @@ the lab is removed.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import shutil
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 TOPIC = "chaos"
 SCENARIO_BASE_BUDGET_S = 180.0  # Start, warm-up, healing, convergence and reading, at most.
 ROUND_BUDGET_S = 120.0  # One fault round, at most; a run normally needs a small fraction of it.
+GROUP_HISTORY_FILE = "group-history.json"
 # Moderate compaction, so snapshots are taken (and sent to restarted nodes) during every scenario.
 DEFAULT_NODE_ARGS = ("--compaction-min-entries", "1000")
 
@@ -165,7 +167,10 @@ def _run_on_cluster(
         workload.stop_group_members()
         report.faults, report.origin_s = context.faults, history.origin_s
         report.notes += context.notes
-    return _read_and_check(cluster, history, failures, workload.groups())
+    result = _read_and_check(cluster, history, failures, workload.groups())
+    if not result.ok:  # Kept with the node logs: the commits and join reads behind a group anomaly.
+        (cluster.base_dir / GROUP_HISTORY_FILE).write_text(json.dumps(history.group_excerpt(), indent=1))
+    return result
 
 
 def _run_rounds(context: ScenarioContext, rounds: list[tuple[Step, int]], failures: list[Anomaly]) -> None:
