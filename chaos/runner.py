@@ -138,6 +138,10 @@ def _run_on_cluster(
 ) -> CheckResult:
     with KqClient(cluster.bootstrap) as admin:
         admin.create_topic(TOPIC, settings.partitions)
+        created_index = admin.index_seen
+    # Every node knows the topic before the load starts: a consumer pinned to a follower, or a member
+    # joining through one, would otherwise be told the topic does not exist (not retriable).
+    cluster.wait_applied(created_index, list(cluster.nodes), timeout_s=HEALTHY_TIMEOUT_S)
     history = History()
     rng = random.Random(f"{settings.seed}/{scenario.name}")
     workload = Workload(
