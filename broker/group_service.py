@@ -61,8 +61,8 @@ class GroupRpcs(ServiceBase):
         self, request: kq_pb2.JoinGroupRequest, context: grpc.ServicerContext
     ) -> kq_pb2.JoinGroupResponse:
         """Joins (or rejoins) a group and waits until the rebalance gives this member its partitions."""
+        self._require_leader()  # First: a follower may not have applied the topics yet.
         member = _checked_member(request, self._store_topics())
-        self._require_leader()
         if request.member_id:
             with self._store.read() as reader:
                 state = self._group_state(reader, request.group)

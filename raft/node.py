@@ -19,8 +19,8 @@ import pysyncobj.pickle
 import pysyncobj.syncobj
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
+from raft.inbound import already_held, refusal, without_commit_advance
 from raft.limits import ENTRY_BYTES_MAX
-from raft.resent import already_held
 from raft.results import ApplyResult
 from raft.snapshot import RaftData, SnapshotSerializer
 from raft.state_machine import apply
@@ -188,17 +188,22 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
         return target if retained <= COMPACTION_RETAIN_BYTES_MAX else proposed
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
-        """PySyncObj's message handler, after dropping the entries of a resent append that this log holds.
+        """PySyncObj's message handler behind kq's three safety fixes (raft/inbound.py).
 
-        PySyncObj truncates its log from prevLogIdx + 1 on every append_entries, even when the entries
-        there are the very ones being sent again (a leader resends after a late reply moves its
-        next index back), and logs CRITICAL "truncating already-applied log entries". Raft truncates
-        only on a conflict; see raft/resent.py.
+        Runs on the tick thread, which owns every PySyncObj field it reads.
         """
-        if isinstance(message, dict) and message.get("type") == "append_entries" and message.get("entries"):
-            trimmed = already_held(message, self._SyncObj__getEntries, self._SyncObj__raftLog[-1])
-            if trimmed is not None:
-                message = trimmed
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "apply_command":  # A proposal forwarded by a node that is not the leader.
+            answer = refusal(message)
+            if answer is not None:
+                self._SyncObj__transport.send(node, answer)
+            return
+        if kind == "append_entries":
+            if "serialized" in message:
+                message = without_commit_advance(message, self._SyncObj__raftCommitIndex)
+            elif message.get("entries"):
+                trimmed = already_held(message, self._SyncObj__getEntries, self._SyncObj__raftLog[-1])
+                message = message if trimmed is None else trimmed
         SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     def close(self) -> None:

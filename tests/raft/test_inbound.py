@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from raft.resent import Entry, already_held
+from pysyncobj import FAIL_REASON
+
+from raft.inbound import Entry, already_held, refusal, without_commit_advance
 
 
 class Log:
@@ -64,3 +66,17 @@ def test_a_mismatched_previous_entry_is_left_alone() -> None:
     """prevLogTerm differs from the follower's: PySyncObj answers with a reset, untouched."""
     log = Log([1, 1, 1])
     assert already_held(message(2, 2, [("c3", 3, 1)]), log.entries_from, log.entries[-1]) is None
+
+
+def test_a_forwarded_proposal_is_refused_as_not_leader() -> None:
+    """A follower's forwarded command gets PySyncObj's NOT_LEADER; one that expects no answer is dropped."""
+    answer = refusal({"type": "apply_command", "command": b"x", "request_id": 7})
+    assert answer == {"type": "apply_command_response", "request_id": 7, "error": FAIL_REASON.NOT_LEADER}
+    assert refusal({"type": "apply_command", "command": b"x"}) is None
+
+
+def test_a_store_copy_chunk_cannot_commit_this_followers_own_entries() -> None:
+    """The leader's commit index in a snapshot chunk is capped at the follower's own commit index."""
+    chunk = {"type": "append_entries", "term": 3, "commit_index": 900, "serialized": (b"...", False, False)}
+    assert without_commit_advance(chunk, 40)["commit_index"] == 40
+    assert without_commit_advance({**chunk, "commit_index": 10}, 40)["commit_index"] == 10
