@@ -40,8 +40,9 @@ KEEPALIVE_PERIOD_S = 0.4
 KEEPALIVE_MESSAGE = {"type": "kq_keepalive"}
 # A connected follower that lags behind the compaction point keeps the entries it still needs, up to
 # these bounds (beyond them it is sent a copy of the store instead), so compaction does not turn
-# every short lag into a full copy.
-COMPACTION_RETAIN_ENTRIES_MAX = 20_000
+# every short lag into a full copy. At most half the compaction trigger's entries are kept, so
+# the log left after compacting never re-triggers compaction by itself.
+COMPACTION_RETAIN_SHARE = 0.5
 COMPACTION_RETAIN_BYTES_MAX = 32 * 1024 * 1024
 _SERIALIZER_SWAP = threading.Lock()  # PySyncObj builds its serializer by module-level name.
 
@@ -84,6 +85,7 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
         self._on_applied = on_applied
         self._log_bytes_max = config.compaction_log_bytes_max
         self._log_bytes = 0  # Entry bytes applied since the last forced compaction.
+        self._retain_entries_max = int(config.compaction_min_entries * COMPACTION_RETAIN_SHARE)
         raft_dir = config.data_dir / "raft"
         raft_dir.mkdir(parents=True, exist_ok=True)
         self._snapshots = SnapshotSerializer(
@@ -174,15 +176,18 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
         return entries[1], entries[0], self._SyncObj__otherNodes | {self._SyncObj__selfNode}
 
     def compaction_start(self, proposed: int) -> int:
-        """`proposed`, or earlier while a connected follower still needs entries (within the bounds)."""
+        """`proposed`, or earlier while a connected follower still needs entries (within the bounds).
+
+        A match index of 0 means the leader has not heard where that follower is (just elected, or
+        the follower just came back): nothing is kept for it; if it is far behind it gets a copy.
+        """
         if not self._isLeader():
             return proposed
         connected = self._SyncObj__connectedNodes
-        matches = [
-            self._SyncObj__raftMatchIndex.get(n, 0) for n in self._SyncObj__otherNodes if n in connected
-        ]
-        target = max(min([proposed, *matches]), self.start())
-        if target >= proposed or proposed - target > COMPACTION_RETAIN_ENTRIES_MAX:
+        match_index = self._SyncObj__raftMatchIndex
+        matches = [match_index.get(n, 0) for n in self._SyncObj__otherNodes if n in connected]
+        target = max(min([proposed, *(m for m in matches if m > 0)]), self.start())
+        if target >= proposed or proposed - target > self._retain_entries_max:
             return proposed
         retained = sum(len(entry[0]) for entry in self._SyncObj__getEntries(target, proposed - target))
         return target if retained <= COMPACTION_RETAIN_BYTES_MAX else proposed
