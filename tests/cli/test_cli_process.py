@@ -65,6 +65,18 @@ def test_console_script_error_is_one_line_without_traceback(cluster: LocalCluste
     assert (result.returncode, result.stderr) == (1, b"kq: error: unknown topic no-such-topic\n")
 
 
+# Ctrl-C as a terminal delivers it, even when the test run itself was started with SIGINT ignored
+# (a background job of a non-interactive shell, nohup): Python turns SIGINT into KeyboardInterrupt
+# only when it is not ignored at start-up, and an exec keeps "ignored". This prefix resets it and
+# execs the command in place, so the PID the test signals is kq's own.
+WITH_DEFAULT_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+]
+
+
 def test_follow_prints_new_records_and_ctrl_c_exits_zero(cluster: LocalCluster, client: KqClient) -> None:
     """`consume --follow` prints a record produced after it started; SIGINT ends it: exit 0, no traceback."""
     client.create_topic("cli-follow", 1)
@@ -78,7 +90,9 @@ def test_follow_prints_new_records_and_ctrl_c_exits_zero(cluster: LocalCluster, 
         "--follow",
         "--from-beginning",
     ]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+    with subprocess.Popen(
+        [*WITH_DEFAULT_SIGINT, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
         try:
             assert process.stdout is not None and process.stderr is not None
             assert _read_line(process.stdout, LINE_TIMEOUT_S) == b"first\n"
@@ -112,7 +126,9 @@ def test_group_follow_ctrl_c_commits_what_it_printed_and_leaves(
         "--reset",
         "earliest",
     ]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+    with subprocess.Popen(
+        [*WITH_DEFAULT_SIGINT, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
         try:
             assert process.stdout is not None and process.stderr is not None
             assert b"reads cli-group-follow 0,1" in _read_line(process.stderr, LINE_TIMEOUT_S)
