@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 PROC = Path("/proc")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -89,21 +90,23 @@ def own_cpu_seconds() -> float:
     return times.user + times.system
 
 
-class PeakAnonSampler:
-    """Samples each process's RssAnon in a background thread and keeps the largest value seen.
+class PeriodicSampler:
+    """Calls `sample()` every `period_s` in a background thread while used as a context manager.
 
-    The kernel keeps a peak for total RSS (VmHWM) but not for anonymous memory, which is the part
-    the Raft log compaction settings must bound; snapshots between scenarios would miss the peaks.
+    Subclasses keep peaks: the kernel keeps one for total RSS (VmHWM) but not for the figures the
+    benchmarks bound, and a reading taken only between phases would miss them.
     """
 
-    def __init__(self, pids: Mapping[str, int], period_s: float = PEAK_SAMPLE_PERIOD_S) -> None:
-        self._pids = dict(pids)
+    def __init__(self, period_s: float, name: str) -> None:
         self._period_s = period_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-peak-anon", daemon=True)
-        self.peak_anon_kib = dict.fromkeys(self._pids, 0)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> PeakAnonSampler:
+    def sample(self) -> None:
+        """One reading; the subclass keeps what it needs."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -111,13 +114,27 @@ class PeakAnonSampler:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self._stop.set()
-        self._thread.join(timeout=self._period_s * 10)
+        self._thread.join(timeout=self._period_s * 20)
+        self.sample()  # The state at the end counts too.
 
     def _run(self) -> None:
-        while not self._stop.wait(self._period_s):
-            for name, pid in self._pids.items():
-                try:
-                    anon_kib = memory(pid).anon_kib
-                except (OSError, KeyError):
-                    continue  # The process is gone or mid-exit; the runner reports that elsewhere.
-                self.peak_anon_kib[name] = max(self.peak_anon_kib[name], anon_kib)
+        while not self._stop.wait(self._period_s):  # A sampling period, not synchronization.
+            self.sample()
+
+
+class PeakAnonSampler(PeriodicSampler):
+    """Keeps the largest RssAnon seen of each process: the part the Raft log compaction must bound."""
+
+    def __init__(self, pids: Mapping[str, int], period_s: float = PEAK_SAMPLE_PERIOD_S) -> None:
+        super().__init__(period_s, "bench-peak-anon")
+        self._pids = dict(pids)
+        self.peak_anon_kib = dict.fromkeys(self._pids, 0)
+
+    def sample(self) -> None:
+        """Reads every process's RssAnon."""
+        for name, pid in self._pids.items():
+            try:
+                anon_kib = memory(pid).anon_kib
+            except (OSError, KeyError):
+                continue  # The process is gone or mid-exit; the runner reports that elsewhere.
+            self.peak_anon_kib[name] = max(self.peak_anon_kib[name], anon_kib)

@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -124,33 +123,18 @@ class GcPauses:
             self.longest_s, self.longest_generation = pause_s, info["generation"]
 
 
-class PeakSampler:
-    """Samples this process's VmRSS and the producer's pending counts in a thread; keeps the peaks."""
+class PeakSampler(procfs.PeriodicSampler):
+    """Keeps the peaks of this process's VmRSS and of the producer's pending records and bytes."""
 
     def __init__(self, producer: Producer) -> None:
+        super().__init__(RSS_SAMPLE_PERIOD_S, "bench-rss")
         self._producer = producer
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
         self.rss_peak_bytes = 0
         self.pending_records_peak = 0
         self.pending_bytes_peak = 0
 
-    def __enter__(self) -> PeakSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=RSS_SAMPLE_PERIOD_S * 20)
-        self._sample()
-
-    def _run(self) -> None:
-        while not self._stop.wait(RSS_SAMPLE_PERIOD_S):  # A sampling period, not synchronization.
-            self._sample()
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
+        """Reads VmRSS (and VmHWM) and the producer's pending counts."""
         memory = procfs.memory(os.getpid())
         self.rss_peak_bytes = max(self.rss_peak_bytes, memory.rss_kib * 1024, memory.peak_rss_kib * 1024)
         self.pending_records_peak = max(self.pending_records_peak, self._producer.pending_records)
