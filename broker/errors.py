@@ -115,6 +115,7 @@ def error_for_code(code: ErrorCode, subject: str) -> KqError | None:
         ),
         ErrorCode.TOO_MANY_GROUPS: ResourceExhaustedError("the cluster holds its maximum number of groups"),
         ErrorCode.GROUP_FULL: ResourceExhaustedError(f"group {subject} holds its maximum number of members"),
+        ErrorCode.INVALID_COMMAND: InvalidArgumentError(f"the cluster refused the request for {subject}"),
         ErrorCode.DUPLICATE_SEQUENCE: SequenceError(
             f"producer sequence for {subject} is too old to deduplicate"
         ),

@@ -18,7 +18,7 @@ from broker.errors import (
 )
 from broker.groups import GroupCoordinator
 from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
-from broker.service_base import AppliedNotifier, ServiceBase, rpc, stored_records
+from broker.service_base import AppliedNotifier, ServiceBase, stored_records
 from broker.validation import check, check_group_name, check_topic_name
 from proto import kq_pb2
 from raft import commands
@@ -56,7 +56,6 @@ class GroupRpcs(ServiceBase):
         state.ParseFromString(raw)
         return state
 
-    @rpc
     def JoinGroup(
         self, request: kq_pb2.JoinGroupRequest, context: grpc.ServicerContext
     ) -> kq_pb2.JoinGroupResponse:
@@ -120,7 +119,6 @@ class GroupRpcs(ServiceBase):
         with self._store.read() as reader:
             return {topic.name for topic in reader.topics()}
 
-    @rpc
     def Heartbeat(
         self, request: kq_pb2.HeartbeatRequest, context: grpc.ServicerContext
     ) -> kq_pb2.HeartbeatResponse:
@@ -143,7 +141,6 @@ class GroupRpcs(ServiceBase):
                 return kq_pb2.HeartbeatResponse(generation=state.generation, rebalancing=rebalancing)
             self._notifier.wait_beyond(applied_index, min(remaining_s, 1.0))
 
-    @rpc
     def LeaveGroup(
         self, request: kq_pb2.LeaveGroupRequest, context: grpc.ServicerContext
     ) -> kq_pb2.LeaveGroupResponse:
@@ -155,7 +152,6 @@ class GroupRpcs(ServiceBase):
             self._propose_group(command, request.group)
         return kq_pb2.LeaveGroupResponse()
 
-    @rpc
     def CommitOffsets(
         self, request: kq_pb2.CommitOffsetsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.CommitOffsetsResponse:
@@ -171,7 +167,6 @@ class GroupRpcs(ServiceBase):
         self._propose_group(command, request.group)
         return kq_pb2.CommitOffsetsResponse(index=self._store.applied_index())
 
-    @rpc
     def FetchOffsets(
         self, request: kq_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.FetchOffsetsResponse:
@@ -188,7 +183,6 @@ class GroupRpcs(ServiceBase):
             ]
             return kq_pb2.FetchOffsetsResponse(offsets=offsets, applied_index=reader.applied_index())
 
-    @rpc
     def ListGroups(
         self, request: kq_pb2.ListGroupsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ListGroupsResponse:
@@ -206,7 +200,6 @@ class GroupRpcs(ServiceBase):
                 )
         return kq_pb2.ListGroupsResponse(groups=summaries)
 
-    @rpc
     def DescribeGroup(
         self, request: kq_pb2.DescribeGroupRequest, context: grpc.ServicerContext
     ) -> kq_pb2.DescribeGroupResponse:
@@ -225,7 +218,6 @@ class GroupRpcs(ServiceBase):
                 applied_index=reader.applied_index(),
             )
 
-    @rpc
     def ResetOffsets(
         self, request: kq_pb2.ResetOffsetsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ResetOffsetsResponse:
@@ -239,7 +231,6 @@ class GroupRpcs(ServiceBase):
         self._propose_group(commands.reset_offsets(request.group, offsets), request.group)
         return kq_pb2.ResetOffsetsResponse(offsets=offsets, index=self._store.applied_index())
 
-    @rpc
     def DeleteGroup(
         self, request: kq_pb2.DeleteGroupRequest, context: grpc.ServicerContext
     ) -> kq_pb2.DeleteGroupResponse:

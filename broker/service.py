@@ -11,14 +11,12 @@ import grpc
 from broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
-    KqError,
     OutOfRangeError,
-    abort_with,
     error_for_code,
 )
 from broker.group_service import GroupRpcs
 from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
-from broker.service_base import rpc, stored_records
+from broker.service_base import stored_records
 from broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
 from proto import kq_pb2, kq_pb2_grpc
 from proto.records import WireRecord
@@ -33,9 +31,12 @@ STREAM_POLL_S = 1.0  # A waiting stream checks this often whether its client wen
 
 
 class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
-    """Implements every RPC of `kq.v1.Broker` (group RPCs in broker/group_service.py)."""
+    """Implements every RPC of `kq.v1.Broker` (group RPCs in broker/group_service.py).
 
-    @rpc
+    Handlers raise KqError for what the client did wrong; broker/edge.py, which wraps every handler
+    of the server, turns it into its status (and anything else into INTERNAL).
+    """
+
     def CreateTopic(
         self, request: kq_pb2.CreateTopicRequest, context: grpc.ServicerContext
     ) -> kq_pb2.CreateTopicResponse:
@@ -53,7 +54,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         assert result.topic is not None
         return kq_pb2.CreateTopicResponse(topic=_topic_info(result.topic), index=self._store.applied_index())
 
-    @rpc
     def DeleteTopic(
         self, request: kq_pb2.DeleteTopicRequest, context: grpc.ServicerContext
     ) -> kq_pb2.DeleteTopicResponse:
@@ -67,7 +67,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         _raise_for(result, request.name)
         return kq_pb2.DeleteTopicResponse(index=self._store.applied_index())
 
-    @rpc
     def ListTopics(
         self, request: kq_pb2.ListTopicsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ListTopicsResponse:
@@ -76,7 +75,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             return kq_pb2.ListTopicsResponse(topics=[_topic_info(topic) for topic in reader.topics()])
 
-    @rpc
     def DescribeTopic(
         self, request: kq_pb2.DescribeTopicRequest, context: grpc.ServicerContext
     ) -> kq_pb2.DescribeTopicResponse:
@@ -92,7 +90,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 applied_index=reader.applied_index(),
             )
 
-    @rpc
     def ListOffsets(
         self, request: kq_pb2.ListOffsetsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ListOffsetsResponse:
@@ -107,7 +104,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 applied_index=reader.applied_index(),
             )
 
-    @rpc
     def Produce(
         self, request: kq_pb2.ProduceRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ProduceResponse:
@@ -130,7 +126,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
             index=outcome.index,
         )
 
-    @rpc
     def Fetch(self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext) -> kq_pb2.FetchResponse:
         """Reads committed records from this node's store, long-polling up to `wait_ms` for new ones."""
         max_records, max_bytes, wait_ms = fetch_limits(request)
@@ -151,20 +146,17 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> Iterator[kq_pb2.FetchResponse]:
         """Pushes batches from `offset` on as this node applies them, until cancelled or a time limit."""
-        try:
-            max_records, max_bytes, _ = fetch_limits(request)
-            request.as_batches = True
-            offset = request.offset
-            deadline = time.monotonic() + FETCH_STREAM_S_MAX
-            while context.is_active() and time.monotonic() < deadline:
-                response, _ = self._read_records(request, offset, max_records, max_bytes)
-                if response.batches:
-                    offset = max(offset, response.batches[-1].base_offset + response.batches[-1].record_count)
-                    yield response
-                else:
-                    self._notifier.wait_beyond(response.applied_index, STREAM_POLL_S)
-        except KqError as error:
-            abort_with(context, error)
+        max_records, max_bytes, _ = fetch_limits(request)
+        request.as_batches = True
+        offset = request.offset
+        deadline = time.monotonic() + FETCH_STREAM_S_MAX
+        while context.is_active() and time.monotonic() < deadline:
+            response, _ = self._read_records(request, offset, max_records, max_bytes)
+            if response.batches:
+                offset = max(offset, response.batches[-1].base_offset + response.batches[-1].record_count)
+                yield response
+            else:
+                self._notifier.wait_beyond(response.applied_index, STREAM_POLL_S)
 
     def _read_records(
         self, request: kq_pb2.FetchRequest, offset: int, max_records: int, max_bytes: int
@@ -196,7 +188,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
             response.records.extend(_records_from(batches, offset, max_records, max_bytes))
         return response, caught_up
 
-    @rpc
     def DeleteRecords(
         self, request: kq_pb2.DeleteRecordsRequest, context: grpc.ServicerContext
     ) -> kq_pb2.DeleteRecordsResponse:
@@ -222,7 +213,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
             log_start_offset=result.log_start_offset, index=self._store.applied_index()
         )
 
-    @rpc
     def RegisterProducer(
         self, request: kq_pb2.RegisterProducerRequest, context: grpc.ServicerContext
     ) -> kq_pb2.RegisterProducerResponse:
@@ -234,7 +224,6 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         assert isinstance(result, ProducerResult)
         return kq_pb2.RegisterProducerResponse(producer_id=result.producer_id)
 
-    @rpc
     def ClusterStatus(
         self, request: kq_pb2.ClusterStatusRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ClusterStatusResponse:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-import grpc
 
 from broker.consensus import Consensus, Peer
-from broker.errors import KqError, NotFoundError, NotLeaderError, UnavailableError, abort_with
+from broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from broker.groups import GroupCoordinator
 from broker.proposals import Batcher
 from proto.compression import decompress
@@ -23,9 +18,6 @@ logger = logging.getLogger(__name__)
 
 CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.
 
-Request = TypeVar("Request")
-Response = TypeVar("Response")
-Handler = Callable[[Any, Request, grpc.ServicerContext], Response]
 
 
 class AppliedNotifier:
@@ -50,19 +42,6 @@ class AppliedNotifier:
         """Waits until an entry after `index` is applied, or `timeout_s` passes."""
         with self._changed:
             self._changed.wait_for(lambda: self._applied_index > index, timeout=timeout_s)
-
-
-def rpc(method: Handler[Request, Response]) -> Handler[Request, Response]:
-    """Maps KqError to its status; anything else reaches broker/edge.py (one log line, INTERNAL)."""
-
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Request, context: grpc.ServicerContext) -> Response:
-        try:
-            return method(self, request, context)
-        except KqError as error:
-            abort_with(context, error)
-
-    return wrapper
 
 
 class ServiceBase:
