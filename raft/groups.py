@@ -15,7 +15,7 @@ from raft.assignors import ASSIGNORS, Assignment, Subscriptions
 from raft.limits import ASSIGNMENT_WORK_MAX, GROUP_MEMBERS_MAX, GROUP_STATE_BYTES_MAX, GROUPS_MAX
 from raft.patterns import matching
 from raft.results import ErrorCode, GroupResult
-from storage import StoreWriter
+from storage import StoreWriter, TopicMeta
 
 
 def load(writer: StoreWriter, name: str) -> kq_pb2.GroupState | None:
@@ -66,11 +66,13 @@ def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupRe
         existing.CopyFrom(command.member)
         existing.assignment.extend(assignment)
     existing.rejoined = True
-    if state.ByteSize() > GROUP_STATE_BYTES_MAX or _assignment_work(writer, state) > ASSIGNMENT_WORK_MAX:
+    subscriptions = _subscriptions(writer, state)  # One pass of the patterns serves both uses below.
+    work = _subscribed_partition_count(writer, subscriptions) * len(state.members)
+    if state.ByteSize() > GROUP_STATE_BYTES_MAX or work > ASSIGNMENT_WORK_MAX:
         return GroupResult(ErrorCode.GROUP_FULL, state.generation, state.phase)
     if state.phase != kq_pb2.GROUP_REBALANCING and (changed or state.phase == kq_pb2.GROUP_EMPTY):
         _begin_rebalance(state, command.now_ms, keep=existing.member_id)
-    _complete_if_ready(writer, state)
+    _complete_if_ready(writer, state, subscriptions)
     return _save(writer, state)
 
 
@@ -165,15 +167,21 @@ def _begin_rebalance(state: kq_pb2.GroupState, now_ms: int, keep: str | None) ->
         member.rejoined = member.member_id == keep
 
 
-def _complete_if_ready(writer: StoreWriter, state: kq_pb2.GroupState) -> None:
-    """Advances the generation with a new assignment once every member has rejoined."""
+def _complete_if_ready(
+    writer: StoreWriter, state: kq_pb2.GroupState, subscriptions: Subscriptions | None = None
+) -> None:
+    """Advances the generation with a new assignment once every member has rejoined.
+
+    `subscriptions` are the members' topics if the caller already resolved them for this state.
+    """
     if state.phase != kq_pb2.GROUP_REBALANCING or not all(m.rejoined for m in state.members):
         return
     state.generation += 1
     if not state.members:
         state.phase = kq_pb2.GROUP_EMPTY
         return
-    subscriptions = _subscriptions(writer, state)
+    if subscriptions is None:
+        subscriptions = _subscriptions(writer, state)
     partitions = _subscribed_partitions(writer, subscriptions, len(state.members))
     previous: Assignment = {
         m.member_id: [(tp.topic, tp.partition) for tp in m.assignment] for m in state.members
@@ -215,12 +223,9 @@ def _subscribed_partitions(writer: StoreWriter, subscriptions: Subscriptions, me
     ASSIGNMENT_WORK_MAX; then the topics that fit, in name order, are assigned and the rest wait
     (the same choice on every replica), so a rebalance stays bounded in time inside apply.
     """
-    wanted = frozenset().union(*subscriptions.values()) if subscriptions else frozenset()
     partitions: dict[str, int] = {}
     total = 0
-    for topic in writer.topics():
-        if topic.name not in wanted:
-            continue
+    for topic in _subscribed_topics(writer, subscriptions):
         total += topic.partitions
         if total * max(members, 1) > ASSIGNMENT_WORK_MAX:
             break
@@ -228,9 +233,12 @@ def _subscribed_partitions(writer: StoreWriter, subscriptions: Subscriptions, me
     return partitions
 
 
-def _assignment_work(writer: StoreWriter, state: kq_pb2.GroupState) -> int:
-    """Members x subscribed partitions: what the group's next rebalance costs the assignor."""
-    subscriptions = _subscriptions(writer, state)
+def _subscribed_topics(writer: StoreWriter, subscriptions: Subscriptions) -> list[TopicMeta]:
+    """The existing topics any member subscribes to, in name order."""
     wanted = frozenset().union(*subscriptions.values()) if subscriptions else frozenset()
-    partitions = sum(topic.partitions for topic in writer.topics() if topic.name in wanted)
-    return partitions * len(state.members)
+    return [topic for topic in writer.topics() if topic.name in wanted]
+
+
+def _subscribed_partition_count(writer: StoreWriter, subscriptions: Subscriptions) -> int:
+    """Partitions of all subscribed topics: times the members, what a rebalance costs the assignor."""
+    return sum(topic.partitions for topic in _subscribed_topics(writer, subscriptions))

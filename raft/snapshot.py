@@ -161,10 +161,11 @@ class SnapshotSerializer:
         """PySyncObj's header tuple from the snapshot file; restores its data first if ahead of the store."""
         with self._file_name.open("rb") as source:
             applied_index, raft_data = read_header(source)
-            if _has_data(source) and applied_index > self._store.applied_index():
+            has_data = _has_data(source)
+            if has_data and applied_index > self._store.applied_index():
                 self._restore(source, applied_index)
                 self._on_restored(applied_index)
-        if _file_has_data(self._file_name):  # Keep only the header: the data now lives in the store.
+        if has_data:  # Keep only the header: the data now lives in the store.
             self._rewrite_header_only(raft_data)
         return (None, *raft_data)
 
@@ -339,12 +340,6 @@ def _has_data(source: BinaryIO) -> bool:
     raw = source.read(_U64.size)
     source.seek(position)
     return len(raw) == _U64.size and _U64.unpack(raw)[0] > 0
-
-
-def _file_has_data(path: Path) -> bool:
-    with path.open("rb") as source:
-        read_header(source)
-        return _has_data(source)
 
 
 def read_header(source: BinaryIO) -> tuple[int, RaftData]:

@@ -86,15 +86,12 @@ def apply(store: Store, index: int, data: bytes) -> ApplyResult:
 
 def _apply_checked(store: Store, index: int, data: bytes) -> ApplyResult:
     problem, command = _decode_and_check(data)
+    if problem is not None or command is None:
+        return _reject(store, index, problem or "undecodable entry")
     with store.write() as writer:
         if index <= writer.applied_index():
             return SkippedResult(index)
-        result: ApplyResult
-        if problem is not None or command is None:
-            writer.count_rejected_entry()
-            result = RejectedResult(index, problem or "undecodable entry")
-        else:
-            result = _dispatch(writer, command, index)
+        result = _dispatch(writer, command, index)
         writer.set_applied_index(index)
     return result
 
