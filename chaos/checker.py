@@ -334,8 +334,7 @@ def _check_consumed(result: CheckResult, history: History, reference: Mapping[in
                 )
             )
         position[key] = record.offset + 1
-        final = reference.get(record.partition)
-        held = _record_at(final, record.offset) if final is not None else None
+        held = _final_record(reference, record.partition, record.offset)
         if held is None or held.value != record.value:
             result.add(
                 Anomaly(
@@ -348,6 +347,14 @@ def _check_consumed(result: CheckResult, history: History, reference: Mapping[in
                     (record.node,),
                 )
             )
+
+
+def _final_record(
+    reference: Mapping[int, PartitionLog], partition: int, offset: int
+) -> ConsumerRecord | None:
+    """The record the final log holds at `offset` of `partition`, or None."""
+    final = reference.get(partition)
+    return _record_at(final, offset) if final is not None else None
 
 
 def _record_at(log: PartitionLog, offset: int) -> ConsumerRecord | None:
@@ -582,8 +589,7 @@ def _check_group_reads(
         if delivery.group != group or key in checked:
             continue
         checked.add(key)
-        final = reference.get(delivery.partition)
-        held = _record_at(final, delivery.offset) if final is not None else None
+        held = _final_record(reference, delivery.partition, delivery.offset)
         if held is None or delivery.value != held.value:
             result.add(
                 Anomaly(
