@@ -1,5 +1,5 @@
-"""`python -m bench`: see `bench.cli`."""
+"""`python -m kq.bench`: see `bench.cli`."""
 
-from bench.cli import main
+from kq.bench.cli import main
 
 main()

@@ -1,4 +1,4 @@
-"""`python -m bench`: the command line of the produce/fetch benchmark."""
+"""`python -m kq.bench`: the command line of the produce/fetch benchmark."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 import click
 from rich.console import Console
 
-from bench.report import render, summarize, write_json
-from bench.runner import run_benchmark
-from bench.settings import (
+from kq.bench.report import render, summarize, write_json
+from kq.bench.runner import run_benchmark
+from kq.bench.settings import (
     COMPACTION_MIN_ENTRIES_DEFAULT,
     FULL_COUNTS,
     PARTITIONS_DEFAULT,
@@ -31,7 +31,7 @@ from bench.settings import (
     ScenarioCounts,
     standard_scenarios,
 )
-from raft.limits import PARTITIONS_MAX, RECORD_BYTES_MAX
+from kq.proto.limits import PARTITIONS_MAX, RECORD_BYTES_MAX
 
 GIT_TIMEOUT_S = 5.0
 REPORT_WIDTH = 160

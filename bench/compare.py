@@ -1,4 +1,4 @@
-"""`python -m bench.compare`: kq and NATS JetStream side by side on this machine (see bench/README.md).
+"""`python -m kq.bench.compare`: kq and NATS JetStream side by side on this machine (see bench/README.md).
 
 Starts a three-node kq cluster, runs every scenario, stops it; then the same with a three-node
 JetStream cluster; prints the table (medians of the runs, kq/NATS ratios) and writes it as JSON and
@@ -24,10 +24,10 @@ from typing import Any
 import click
 from rich.console import Console
 
-from bench.cli import _git
-from bench.compare_report import build_document, render, write
-from bench.nats_cluster import NatsServerMissingError, find_nats_server
-from bench.side_by_side import (
+from kq.bench.cli import _git
+from kq.bench.compare_report import build_document, render, write
+from kq.bench.nats_cluster import NatsServerMissingError, find_nats_server
+from kq.bench.side_by_side import (
     FULL_COUNTS,
     QUICK_COUNTS,
     RUNS_DEFAULT,
@@ -64,7 +64,7 @@ def _meta(started: float) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "started_at_unix": started,
         "duration_s": time.time() - started,
-        "command": " ".join(["python -m bench.compare", *map(shlex.quote, sys.argv[1:])]),
+        "command": " ".join(["python -m kq.bench.compare", *map(shlex.quote, sys.argv[1:])]),
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "cpus": os.cpu_count(),
@@ -87,10 +87,10 @@ def _base_dir(chosen: Path | None) -> Iterator[Path]:
 def _system(name: str, settings: CompareSettings, base_dir: Path) -> AbstractContextManager[System]:
     # Imported here so that `--systems kq` works without the NATS client installed.
     if name == "kq":
-        from bench.compare_kq import KqSystem
+        from kq.bench.compare_kq import KqSystem
 
         return KqSystem(settings, base_dir)
-    from bench.compare_nats import NatsSystem
+    from kq.bench.compare_nats import NatsSystem
 
     return NatsSystem(settings, base_dir)
 

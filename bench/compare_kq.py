@@ -17,16 +17,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bench.failover import AckLog, FailoverSample, analyze
-from bench.produce_fetch import (
+from kq.bench.failover import AckLog, FailoverSample, analyze
+from kq.bench.produce_fetch import (
     LatencySample,
     ThroughputSample,
     fetch_throughput,
     produce_latency,
     produce_throughput,
 )
-from bench.settings import FETCH_BYTES_PER_REQUEST, FETCH_RECORDS_PER_REQUEST
-from bench.side_by_side import (
+from kq.bench.settings import FETCH_BYTES_PER_REQUEST, FETCH_RECORDS_PER_REQUEST
+from kq.bench.side_by_side import (
     FAILOVER,
     LATENCY,
     PRODUCE_LARGE,
@@ -36,9 +36,9 @@ from bench.side_by_side import (
     SCENARIOS,
     CompareSettings,
 )
-from chaos.cluster import LocalCluster
-from client import KqClient, KqClientError, Producer
-from client.producer import RecordFuture
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, KqClientError, Producer
+from kq.client.producer import RecordFuture
 
 LATENCY_WARMUP_SENDS = 20
 TIME_CHECK_EVERY = 1024  # Sends between two looks at the clock.

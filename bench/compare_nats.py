@@ -34,11 +34,11 @@ from nats.js.api import (
     StreamInfo,
 )
 
-from bench import nats_consume
-from bench.failover import AckLog, FailoverSample, analyze
-from bench.nats_cluster import NatsCluster, nats_server_version
-from bench.produce_fetch import LatencySample, ThroughputSample
-from bench.side_by_side import (
+from kq.bench import nats_consume
+from kq.bench.failover import AckLog, FailoverSample, analyze
+from kq.bench.nats_cluster import NatsCluster, nats_server_version
+from kq.bench.produce_fetch import LatencySample, ThroughputSample
+from kq.bench.side_by_side import (
     FAILOVER,
     LATENCY,
     PRODUCE_LARGE,

@@ -16,8 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.report import BYTES_PER_MIB, MICROSECONDS_PER_S, RESULTS_DIR, percentile
-from bench.side_by_side import (
+from kq.bench.report import BYTES_PER_MIB, MICROSECONDS_PER_S, RESULTS_DIR, percentile
+from kq.bench.side_by_side import (
     CONSUME,
     FAILOVER,
     LATENCY,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from chaos.cluster import free_ports
+from kq.chaos.cluster import free_ports
 
 NATS_SERVER_ENV = "KQ_BENCH_NATS_SERVER"  # Overrides where the binary is looked for.
 CLUSTER_NAME = "kq-bench"

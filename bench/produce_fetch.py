@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from client import KqClient, KqClientError, ProducerRecord
+from kq.client import KqClient, KqClientError, ProducerRecord
 
 JOIN_GRACE_S = 30.0  # Beyond the time cap, how long a thread may take to finish its last request.
 ERRORS_MAX = 100  # A run that hits this many failed requests stops: the cluster is not healthy.

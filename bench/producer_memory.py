@@ -1,4 +1,4 @@
-"""`python -m bench.producer_memory`: does one `client.Producer`, sent to flat out, stay within its bound?
+"""`python -m kq.bench.producer_memory`: does one `client.Producer`, sent to flat out, stay within its bound?
 
 A fresh three-node `LocalCluster` (in a temporary directory) gets a topic; one thread sends
 `--records` values of `--value-bytes` through one Producer as fast as `send` returns, keeping no
@@ -24,10 +24,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bench import procfs
-from chaos.cluster import LocalCluster
-from client import KqClient, Producer
-from client.producer import BUFFER_BYTES_DEFAULT, PENDING_RECORDS_DEFAULT, RecordFuture
+from kq.bench import procfs
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, Producer
+from kq.client.producer import BUFFER_BYTES_DEFAULT, PENDING_RECORDS_DEFAULT, RecordFuture
 
 TOPIC = "producer-memory"
 PARTITIONS = 6
@@ -222,7 +222,7 @@ def render(report: MemoryReport) -> str:
 def parse_arguments(argv: Sequence[str] | None) -> tuple[MemorySettings, Path | None]:
     """Settings and the --json path from the command line."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.producer_memory", description=__doc__.splitlines()[0]
+        prog="python -m kq.bench.producer_memory", description=__doc__.splitlines()[0]
     )
     defaults = MemorySettings()
     parser.add_argument("--records", type=int, default=defaults.records)

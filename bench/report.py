@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.settings import BenchSettings, Scenario, ScenarioKind
+from kq.bench.settings import BenchSettings, Scenario, ScenarioKind
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # What the team wants to see (benchmark targets, never test assertions).

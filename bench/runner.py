@@ -18,15 +18,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import procfs
-from bench.produce_fetch import (
+from kq.bench import procfs
+from kq.bench.produce_fetch import (
     LatencySample,
     ThroughputSample,
     fetch_throughput,
     produce_latency,
     produce_throughput,
 )
-from bench.settings import (
+from kq.bench.settings import (
     FETCH_BYTES_PER_REQUEST,
     LATENCY_TOPIC,
     THROUGHPUT_TOPIC,
@@ -34,8 +34,8 @@ from bench.settings import (
     Scenario,
     ScenarioKind,
 )
-from chaos.cluster import LocalCluster
-from client import KqClient, KqClientError
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, KqClientError
 
 logger = logging.getLogger(__name__)
 

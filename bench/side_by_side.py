@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench import procfs
-from bench.failover import FailoverSample
-from bench.produce_fetch import LatencySample, ThroughputSample
+from kq.bench import procfs
+from kq.bench.failover import FailoverSample
+from kq.bench.produce_fetch import LatencySample, ThroughputSample
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ QUICK_COUNTS = CompareCounts(
 
 @dataclass(frozen=True, slots=True)
 class CompareSettings:
-    """One invocation of `python -m bench.compare`."""
+    """One invocation of `python -m kq.bench.compare`."""
 
     counts: CompareCounts
     runs: int = RUNS_DEFAULT

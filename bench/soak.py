@@ -1,4 +1,4 @@
-"""`python -m bench.soak`: a long run at a fixed produce rate that checks for leaks, stalls and drift.
+"""`python -m kq.bench.soak`: a long run at a fixed produce rate that checks for leaks, stalls and drift.
 
 A fresh three-node `LocalCluster` (a temporary directory, or `--keep-dir`) takes `--rate` records
 per second through `client.Producer` for `--minutes`, while a plain consumer reads every partition
@@ -26,10 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import procfs
-from bench.soak_analysis import FLOOR_WINDOW_S_DEFAULT, scan_log
-from bench.soak_report import SLOPE_MAX_MIB_PER_MIN, Limits, node_section, render, verdict
-from bench.soak_workload import (
+from kq.bench import procfs
+from kq.bench.soak_analysis import FLOOR_WINDOW_S_DEFAULT, scan_log
+from kq.bench.soak_report import SLOPE_MAX_MIB_PER_MIN, Limits, node_section, render, verdict
+from kq.bench.soak_workload import (
     ConsumerLoop,
     DigestError,
     GroupConsumerLoop,
@@ -37,8 +37,8 @@ from bench.soak_workload import (
     PlainConsumerLoop,
     node_digest,
 )
-from chaos.cluster import LocalCluster
-from client import KqClient, KqClientError
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, KqClientError
 
 TOPIC = "soak"
 GROUP = "soak-group"
@@ -83,7 +83,7 @@ class Timeline:
 
 def parse_arguments(argv: Sequence[str] | None) -> tuple[SoakSettings, Path | None]:
     """Settings and the --json path from the command line."""
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m kq.bench.soak", description=__doc__.splitlines()[0])
     defaults = SoakSettings()
     parser.add_argument("--minutes", type=float, default=defaults.minutes, help="how long to produce")
     parser.add_argument("--rate", type=float, default=defaults.rate, help="records per second")
@@ -268,7 +268,7 @@ def run(settings: SoakSettings) -> dict[str, Any]:
         shutil.rmtree(base, ignore_errors=True)
     sending_s = max(producer.stopped_at - producer.started_at, 1e-9)
     report: dict[str, Any] = {
-        "command": ["python", "-m", "bench.soak", *sys.argv[1:]],
+        "command": ["python", "-m", "kq.bench.soak", *sys.argv[1:]],
         "started_at": started_at,
         "duration_s": round(duration_s, 1),
         "base_dir": str(base) + ("" if settings.keep_dir else " (removed)"),

@@ -30,7 +30,7 @@ FLOOR_WINDOW_S_DEFAULT = 60.0
 WINDOW_COVERAGE_MIN = 0.5  # Share of a window's span its samples must cover for its minimum to count.
 ERROR_LINES_SHOWN_MAX = 10
 ERROR_LEVELS = ("ERROR", "CRITICAL")
-SNAPSHOT_LOGGER = "raft.snapshot"
+SNAPSHOT_LOGGER = "kq.raft.snapshot"
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S,%f"
 
 _LINE = re.compile(

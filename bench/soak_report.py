@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.soak_analysis import (
+from kq.bench.soak_analysis import (
     ERROR_LINES_SHOWN_MAX,
     KIB_PER_MIB,
     LogScan,

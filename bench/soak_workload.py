@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from client import Consumer, ConsumerRecord, GroupConsumer, KqClient, KqClientError, Producer
+from kq.client import Consumer, ConsumerRecord, GroupConsumer, KqClient, KqClientError, Producer
 
 logger = logging.getLogger(__name__)
 

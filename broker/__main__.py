@@ -1,5 +1,5 @@
-"""`python -m broker` runs a node, like the `kq-node` script."""
+"""`python -m kq.broker` runs a node, like the `kq-node` script."""
 
-from broker.main import main
+from kq.broker.main import main
 
 main()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.consensus import Peer
-from raft.node import RaftConfig
+from kq.broker.consensus import Peer
+from kq.raft.node import RaftConfig
 
 PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
 

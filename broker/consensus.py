@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from raft.node import RaftNode
-from raft.results import ApplyResult
+from kq.raft.node import RaftNode
+from kq.raft.results import ApplyResult
 
 PYSYNCOBJ_SUCCESS = 0  # pysyncobj.FAIL_REASON.SUCCESS
 

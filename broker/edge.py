@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from broker.errors import KqError, abort_with
+from kq.broker.errors import KqError, abort_with
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from typing import NoReturn
 
 import grpc
 
-from raft.results import ErrorCode
+from kq.raft.results import ErrorCode
 
 LEADER_METADATA_KEY = "kq-leader"
 

@@ -8,24 +8,24 @@ import uuid
 
 import grpc
 
-from broker.consensus import Consensus, Peer
-from broker.errors import (
+from kq.broker.consensus import Consensus, Peer
+from kq.broker.errors import (
     InvalidArgumentError,
     NotFoundError,
     OutOfRangeError,
     RebalanceError,
     error_for_code,
 )
-from broker.groups import GroupCoordinator
-from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
-from broker.service_base import AppliedNotifier, ServiceBase, stored_records
-from broker.validation import check, check_group_name, check_topic_name
-from proto import kq_pb2
-from raft import commands
-from raft.limits import HEARTBEAT_WAIT_MS_MAX, REBALANCE_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_DEFAULT
-from raft.results import ApplyResult, GroupResult
-from raft.validation import assignor_problem, member_problem, offsets_problem
-from storage import StoreReader
+from kq.broker.groups import GroupCoordinator
+from kq.broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
+from kq.broker.service_base import AppliedNotifier, ServiceBase, stored_records
+from kq.broker.validation import check, check_group_name, check_topic_name
+from kq.proto import kq_pb2
+from kq.proto.limits import HEARTBEAT_WAIT_MS_MAX, REBALANCE_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_DEFAULT
+from kq.raft import commands
+from kq.raft.results import ApplyResult, GroupResult
+from kq.raft.validation import assignor_problem, member_problem, offsets_problem
+from kq.storage import StoreReader
 
 MEMBER_ID_PREFIX_MAX = 64  # Characters of the client id kept in a new member id.
 NEW_MEMBER_PLACEHOLDER = "new-member"

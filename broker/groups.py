@@ -13,10 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from broker.consensus import Consensus
-from proto import kq_pb2
-from raft import commands
-from storage import Store
+from kq.broker.consensus import Consensus
+from kq.proto import kq_pb2
+from kq.raft import commands
+from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 

@@ -18,17 +18,17 @@ import click
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from broker.config import ConfigError, NodeConfig, parse_address, parse_peers
-from broker.consensus import PySyncObjConsensus
-from broker.edge import EdgeInterceptor
-from broker.groups import GroupCoordinator
-from broker.proposals import Batcher, wall_clock_ms
-from broker.service import BrokerService
-from broker.service_base import AppliedNotifier
-from proto import kq_pb2_grpc
-from raft.limits import GRPC_MESSAGE_BYTES_MAX
-from raft.node import RaftConfig, RaftNode
-from storage import Store
+from kq.broker.config import ConfigError, NodeConfig, parse_address, parse_peers
+from kq.broker.consensus import PySyncObjConsensus
+from kq.broker.edge import EdgeInterceptor
+from kq.broker.groups import GroupCoordinator
+from kq.broker.proposals import Batcher, wall_clock_ms
+from kq.broker.service import BrokerService
+from kq.broker.service_base import AppliedNotifier
+from kq.proto import kq_pb2_grpc
+from kq.proto.limits import GRPC_MESSAGE_BYTES_MAX
+from kq.raft.node import RaftConfig, RaftNode
+from kq.storage import Store
 
 logger = logging.getLogger("kq.node")
 

@@ -17,13 +17,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeVar
 
-from broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
-from broker.errors import InvalidArgumentError, KqError, ResourceExhaustedError, UnavailableError
-from broker.validation import check_command
-from proto import kq_pb2
-from raft import commands
-from raft.limits import APPENDS_PER_ENTRY_MAX, ENTRY_BYTES_MAX
-from raft.results import AppendResult, ApplyResult, PartitionAppendResult, RejectedResult
+from kq.broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
+from kq.broker.errors import InvalidArgumentError, KqError, ResourceExhaustedError, UnavailableError
+from kq.broker.validation import check_command
+from kq.proto import kq_pb2
+from kq.proto.limits import APPENDS_PER_ENTRY_MAX, ENTRY_BYTES_MAX
+from kq.raft import commands
+from kq.raft.results import AppendResult, ApplyResult, PartitionAppendResult, RejectedResult
 
 logger = logging.getLogger(__name__)
 

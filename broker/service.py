@@ -8,21 +8,21 @@ from collections.abc import Iterator
 
 import grpc
 
-from broker.errors import (
+from kq.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
     OutOfRangeError,
     error_for_code,
 )
-from broker.group_service import GroupRpcs
-from broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
-from broker.service_base import stored_records
-from broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
-from proto import kq_pb2, kq_pb2_grpc
-from proto.records import WireRecord
-from raft import commands
-from raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
-from storage import StoredBatch, StoreReader, TopicMeta
+from kq.broker.group_service import GroupRpcs
+from kq.broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
+from kq.broker.service_base import stored_records
+from kq.broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
+from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.proto.records import WireRecord
+from kq.raft import commands
+from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
+from kq.storage import StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
 

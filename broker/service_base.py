@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 
-from broker.consensus import Consensus, Peer
-from broker.errors import NotFoundError, NotLeaderError, UnavailableError
-from broker.groups import GroupCoordinator
-from broker.proposals import Batcher
-from proto.compression import decompress
-from proto.records import WireRecord, parse_batch
-from raft.limits import APPEND_BYTES_MAX, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
-from storage import Store, StoredBatch, StoreReader, TopicMeta
+from kq.broker.consensus import Consensus, Peer
+from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
+from kq.broker.groups import GroupCoordinator
+from kq.broker.proposals import Batcher
+from kq.proto.compression import decompress
+from kq.proto.limits import APPEND_BYTES_MAX, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
+from kq.proto.records import WireRecord, parse_batch
+from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
 

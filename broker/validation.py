@@ -6,11 +6,11 @@ every committed entry, so what passes here cannot trip apply.
 
 from __future__ import annotations
 
-from broker.errors import InvalidArgumentError
-from proto import kq_pb2
-from raft import commands
-from raft.limits import FETCH_BYTES_MAX, FETCH_RECORDS_MAX, FETCH_WAIT_MS_MAX
-from raft.validation import (
+from kq.broker.errors import InvalidArgumentError
+from kq.proto import kq_pb2
+from kq.proto.limits import FETCH_BYTES_MAX, FETCH_RECORDS_MAX, FETCH_WAIT_MS_MAX
+from kq.raft import commands
+from kq.raft.validation import (
     append_problem,
     command_problem,
     partition_count_problem,

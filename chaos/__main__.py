@@ -1,5 +1,5 @@
-"""`python -m chaos`: see `chaos.cli`."""
+"""`python -m kq.chaos`: see `chaos.cli`."""
 
-from chaos.cli import main
+from kq.chaos.cli import main
 
 main()

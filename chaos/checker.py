@@ -27,8 +27,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chaos.history import PROBE_PREFIX, Ack, GroupCommit, History
-from client import ConsumerRecord
+from kq.chaos.history import PROBE_PREFIX, Ack, GroupCommit, History
+from kq.client import ConsumerRecord
 
 ANOMALIES_PER_KIND_MAX = 25  # Details kept per kind; the counts are always complete.
 NO_COMMITTED_OFFSET = -1  # How a missing committed offset shows in a group anomaly's offsets.

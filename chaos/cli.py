@@ -1,4 +1,4 @@
-"""`python -m chaos`: runs chaos scenarios against fresh local clusters and prints the verdict."""
+"""`python -m kq.chaos`: runs chaos scenarios against fresh local clusters and prints the verdict."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import click
 
-from chaos.report import render, to_json, write_json
-from chaos.runner import RunSettings, ScenarioReport, run_scenario
-from chaos.scenarios import FULL_SET, SCENARIOS
+from kq.chaos.report import render, to_json, write_json
+from kq.chaos.runner import RunSettings, ScenarioReport, run_scenario
+from kq.chaos.scenarios import FULL_SET, SCENARIOS
 
 GIT_TIMEOUT_S = 5.0
 ROUNDS_MAX = 1_000

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from client import KqClient, KqClientError, NodeStatus
+from kq.client import KqClient, KqClientError, NodeStatus
 
 LOOPBACK_HOST = "127.0.0.1"
 READY_TIMEOUT_S = 30.0
@@ -117,7 +117,7 @@ class LocalCluster:
             *prefix,
             sys.executable,
             "-m",
-            "broker",
+            "kq.broker",
             "--node-id",
             node_id,
             "--grpc-address",

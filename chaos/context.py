@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from chaos.cluster import LocalCluster
-from chaos.history import PROBE_PREFIX, Ack, History, resumed_ack
-from chaos.netns import NetworkLab
-from chaos.workload import Producer, ProducerKind, ProducerSpec
-from client import KqClient, KqClientError
+from kq.chaos.cluster import LocalCluster
+from kq.chaos.history import PROBE_PREFIX, Ack, History, resumed_ack
+from kq.chaos.netns import NetworkLab
+from kq.chaos.workload import Producer, ProducerKind, ProducerSpec
+from kq.client import KqClient, KqClientError
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 
-from chaos.context import HEALTHY_TIMEOUT_S, LivenessError, ScenarioContext
+from kq.chaos.context import HEALTHY_TIMEOUT_S, LivenessError, ScenarioContext
 
 logger = logging.getLogger(__name__)
 

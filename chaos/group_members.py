@@ -20,9 +20,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from chaos.history import ClientError, GroupDelivery, GroupObservation, History
-from client import GroupConsumer, KqClient, KqClientError, RebalanceError, UnavailableError
-from client.types import GroupAssignment
+from kq.chaos.history import ClientError, GroupDelivery, GroupObservation, History
+from kq.client import GroupConsumer, KqClient, KqClientError, RebalanceError, UnavailableError
+from kq.client.types import GroupAssignment
 
 logger = logging.getLogger(__name__)
 

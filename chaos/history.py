@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from client import RecordMetadata
+from kq.client import RecordMetadata
 
 # An acknowledgement received this soon after a leader fault is fully in place was answered by the
 # old leader (it was on its way, or the client thread had not run yet on this busy machine). Well

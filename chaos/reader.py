@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chaos.checker import NodeLogs, PartitionLog
-from client import ConsumerRecord, KqClient
+from kq.chaos.checker import NodeLogs, PartitionLog
+from kq.client import ConsumerRecord, KqClient
 
 READ_BATCH_RECORDS = 5_000
 READ_BATCH_BYTES = 4 << 20

@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from chaos.context import FaultEvent
-from chaos.runner import ScenarioReport
+from kq.chaos.context import FaultEvent
+from kq.chaos.runner import ScenarioReport
 
 ANOMALIES_SHOWN_PER_SCENARIO = 10
 

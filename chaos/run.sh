@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs `python -m chaos` with kq's virtualenv; every argument is passed on (see `chaos/run.sh --help`).
+# Runs `python -m kq.chaos` with kq's virtualenv; every argument is passed on (see `chaos/run.sh --help`).
 #
 #   chaos/run.sh                      the full scenario set on three nodes (about 6 minutes here)
 #   chaos/run.sh --nodes 5            the same on five nodes
@@ -21,4 +21,4 @@ if [[ ! -x $VENV/bin/python ]]; then
     exit 2
 fi
 cd "$PROJECT_DIR"
-exec "$VENV/bin/python" -m chaos "$@"
+exec "$VENV/bin/python" -m kq.chaos "$@"

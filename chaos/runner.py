@@ -18,16 +18,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos.checker import Anomaly, CheckResult, check
-from chaos.cluster import LocalCluster
-from chaos.context import HEALTHY_TIMEOUT_S, STEADY_ACKS, FaultEvent, LivenessError, ScenarioContext
-from chaos.group_members import group_member_specs
-from chaos.history import History
-from chaos.netns import NetnsError, NetworkLab, unavailable_reason
-from chaos.reader import ReadError, read_everything, read_group_offsets
-from chaos.scenarios import Scenario, Step
-from chaos.workload import Workload, producer_specs
-from client import KqClient, KqClientError
+from kq.chaos.checker import Anomaly, CheckResult, check
+from kq.chaos.cluster import LocalCluster
+from kq.chaos.context import HEALTHY_TIMEOUT_S, STEADY_ACKS, FaultEvent, LivenessError, ScenarioContext
+from kq.chaos.group_members import group_member_specs
+from kq.chaos.history import History
+from kq.chaos.netns import NetnsError, NetworkLab, unavailable_reason
+from kq.chaos.reader import ReadError, read_everything, read_group_offsets
+from kq.chaos.scenarios import Scenario, Step
+from kq.chaos.workload import Workload, producer_specs
+from kq.client import KqClient, KqClientError
 
 logger = logging.getLogger(__name__)
 

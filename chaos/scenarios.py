@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from chaos import faults
-from chaos.context import ScenarioContext
+from kq.chaos import faults
+from kq.chaos.context import ScenarioContext
 
 Step = Callable[[ScenarioContext], None]
 

@@ -17,9 +17,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chaos.group_members import GroupMember, GroupMemberSpec, stop_members
-from chaos.history import ClientError, ConsumedRecord, History, HwmObservation, Unknown
-from client import KqClient, KqClientError, ProducerRecord, RecordMetadata, UnavailableError
+from kq.chaos.group_members import GroupMember, GroupMemberSpec, stop_members
+from kq.chaos.history import ClientError, ConsumedRecord, History, HwmObservation, Unknown
+from kq.client import KqClient, KqClientError, ProducerRecord, RecordMetadata, UnavailableError
 
 logger = logging.getLogger(__name__)
 

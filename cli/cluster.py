@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import click
 
-from cli.context import open_client
-from cli.errors import CommandError
-from cli.output import print_json, print_table, status_table, status_to_dict
-from client import KqClientError
+from kq.cli.context import open_client
+from kq.cli.errors import CommandError
+from kq.cli.output import print_json, print_table, status_table, status_to_dict
+from kq.client import KqClientError
 
 
 @click.group()

@@ -20,10 +20,10 @@ from collections.abc import Iterator, Sequence
 
 import click
 
-from cli.context import metadata_node, open_client, parse_node
-from cli.group_consume import consume_group, group_options, group_settings
-from cli.output import Formatter, counted, format_json, format_plain, write_records
-from client import ConsumerRecord, KqClient
+from kq.cli.context import metadata_node, open_client, parse_node
+from kq.cli.group_consume import consume_group, group_options, group_settings
+from kq.cli.output import Formatter, counted, format_json, format_plain, write_records
+from kq.client import ConsumerRecord, KqClient
 
 FETCH_RECORDS_MAX = 2_000  # Records per fetch request; the broker allows up to 10,000.
 SINGLE_PARTITION_WAIT_MS = 1_000  # Long-poll this long when only one partition can have new records.

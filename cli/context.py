@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import click
 
-from client import KqClient
+from kq.client import KqClient
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"  # The nodes of deploy/run-cluster.sh.
 RETRY_TIMEOUT_S_DEFAULT = 10.0  # Longer than a leader failover (0.5-2 s), short enough for a person to wait.

@@ -29,9 +29,9 @@ from typing import Any, TypeVar
 
 import click
 
-from cli.group_output import assignment_text
-from cli.output import Formatter, write_records
-from client import GroupConsumer, KqClient, RebalanceError
+from kq.cli.group_output import assignment_text
+from kq.cli.output import Formatter, write_records
+from kq.client import GroupConsumer, KqClient, RebalanceError
 
 COMMIT_MODES = ("auto", "manual")
 RESET_POLICIES = ("earliest", "latest")

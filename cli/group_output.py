@@ -22,8 +22,8 @@ from typing import Any
 
 from rich.table import Table
 
-from cli.output import counted, plain_table
-from client.types import GroupDescription, GroupSummary
+from kq.cli.output import counted, plain_table
+from kq.client.types import GroupDescription, GroupSummary
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NO_VALUE = "-"  # A table cell with nothing to show: no committed offset, no owning member.

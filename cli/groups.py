@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import click
 
-from cli.context import metadata_node, open_client, parse_node, stdin_is_interactive
-from cli.errors import CommandError
-from cli.group_output import (
+from kq.cli.context import metadata_node, open_client, parse_node, stdin_is_interactive
+from kq.cli.errors import CommandError
+from kq.cli.group_output import (
     datetime_to_ms,
     group_heading,
     group_summary_to_dict,
@@ -23,9 +23,9 @@ from cli.group_output import (
     offsets_to_dict,
     total_lag_line,
 )
-from cli.output import counted, print_json, print_table, print_text
-from client import KqClient, TopicNotFoundError
-from client.types import GroupDescription
+from kq.cli.output import counted, print_json, print_table, print_text
+from kq.client import KqClient, TopicNotFoundError
+from kq.client.types import GroupDescription
 
 FORMAT_CHOICE = click.Choice(["table", "json"])
 RESET_TARGET_OPTIONS = ("--to-earliest", "--to-latest", "--to-offset", "--to-datetime", "--to-timestamp")

@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from cli.errors import CommandError
+from kq.cli.errors import CommandError
 
 CHUNK_BYTES = 64 * 1024
 LINE_BYTES_MAX = (

@@ -11,14 +11,14 @@ from typing import Any
 
 import click
 
-from cli.cluster import cluster
-from cli.consume import consume
-from cli.context import DEFAULT_BOOTSTRAP, RETRY_TIMEOUT_S_DEFAULT, Settings, parse_bootstrap
-from cli.errors import PROGRAM_NAME, CommandError, UsageLineError
-from cli.groups import groups
-from cli.produce import produce
-from cli.topics import topics
-from client import KqClientError
+from kq.cli.cluster import cluster
+from kq.cli.consume import consume
+from kq.cli.context import DEFAULT_BOOTSTRAP, RETRY_TIMEOUT_S_DEFAULT, Settings, parse_bootstrap
+from kq.cli.errors import PROGRAM_NAME, CommandError, UsageLineError
+from kq.cli.groups import groups
+from kq.cli.produce import produce
+from kq.cli.topics import topics
+from kq.client import KqClientError
 
 
 class KqGroup(click.Group):

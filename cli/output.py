@@ -26,8 +26,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from client import ConsumerRecord, KqClientError, NodeStatus, TopicInfo
-from client.types import TopicDescription
+from kq.client import ConsumerRecord, KqClientError, NodeStatus, TopicInfo
+from kq.client.types import TopicDescription
 
 TABLE_WIDTH_NOT_TTY = 200  # Characters; rich would squeeze tables into 80 when output is a pipe.
 NULL_PLAIN = b"null"  # How the plain format shows a missing key or value (as Kafka's console consumer).

@@ -23,13 +23,13 @@ from typing import BinaryIO
 
 import click
 
-from cli.context import metadata_node, open_client
-from cli.errors import CommandError
-from cli.input_lines import LineReader
-from cli.output import counted, print_text, produce_summary
-from cli.progress import ProgressBar
-from client import KqClient, KqClientError, ProducerRecord, RecordMetadata
-from client.partitioner import partition_for_key
+from kq.cli.context import metadata_node, open_client
+from kq.cli.errors import CommandError
+from kq.cli.input_lines import LineReader
+from kq.cli.output import counted, print_text, produce_summary
+from kq.cli.progress import ProgressBar
+from kq.client import KqClient, KqClientError, ProducerRecord, RecordMetadata
+from kq.client.partitioner import partition_for_key
 
 RECORDS_PER_BATCH_MAX = 1_000
 BATCH_BYTES_MAX = 4 * 1024 * 1024  # Bounds the CLI's memory; the client splits requests further.

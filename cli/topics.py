@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import click
 
-from cli.context import metadata_node, open_client, parse_node, stdin_is_interactive
-from cli.output import (
+from kq.cli.context import metadata_node, open_client, parse_node, stdin_is_interactive
+from kq.cli.output import (
     counted,
     description_heading,
     description_to_dict,
@@ -20,7 +20,7 @@ from cli.output import (
     topic_to_dict,
     topics_table,
 )
-from client import TopicExistsError
+from kq.client import TopicExistsError
 
 FORMAT_CHOICE = click.Choice(["table", "json"])
 

@@ -1,6 +1,6 @@
 """kq's Python client: `KqClient` (admin, idempotent produce, fetch) and `Consumer`.
 
-from client import KqClient, Consumer
+from kq.client import KqClient, Consumer
 with KqClient(["127.0.0.1:9101", "127.0.0.1:9102"]) as kq:
     kq.create_topic("events", partitions=3)
     kq.send("events", b"hello", key=b"user-1")
@@ -8,9 +8,9 @@ with KqClient(["127.0.0.1:9101", "127.0.0.1:9102"]) as kq:
         print(record.partition, record.offset, record.value)
 """
 
-from client.client import KqClient
-from client.consumer import Consumer
-from client.errors import (
+from kq.client.client import KqClient
+from kq.client.consumer import Consumer
+from kq.client.errors import (
     InvalidRequestError,
     KqClientError,
     OffsetOutOfRangeError,
@@ -21,9 +21,9 @@ from client.errors import (
     TopicNotFoundError,
     UnavailableError,
 )
-from client.group import GroupConsumer
-from client.producer import Producer
-from client.types import (
+from kq.client.group import GroupConsumer
+from kq.client.producer import Producer
+from kq.client.types import (
     ConsumerRecord,
     GroupDescription,
     GroupSummary,

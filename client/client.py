@@ -7,15 +7,15 @@ import random
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 
-from client.connection import Connections
-from client.errors import (
+from kq.client.connection import Connections
+from kq.client.errors import (
     InvalidRequestError,
     KqClientError,
     TopicNotFoundError,
 )
-from client.groups_api import GroupsApi
-from client.partitioner import partition_for_key
-from client.types import (
+from kq.client.groups_api import GroupsApi
+from kq.client.partitioner import partition_for_key
+from kq.client.types import (
     ConsumerRecord,
     FetchResult,
     NodeStatus,
@@ -26,9 +26,9 @@ from client.types import (
     TopicDescription,
     TopicInfo,
 )
-from proto import kq_pb2
-from proto.compression import CODECS, compress, decompress
-from proto.records import encode_batch, encode_record, parse_batch
+from kq.proto import kq_pb2
+from kq.proto.compression import CODECS, compress, decompress
+from kq.proto.records import encode_batch, encode_record, parse_batch
 
 REQUEST_RECORDS_MAX = 10_000  # The broker's RECORDS_PER_APPEND_MAX.
 REQUEST_BYTES_MAX = 2 * 1024 * 1024  # Below the broker's 3 MiB APPEND_BYTES_MAX, leaving room for framing.

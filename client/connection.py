@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from client.errors import KqClientError, UnavailableError, from_rpc_error
-from proto import kq_pb2_grpc
+from kq.client.errors import KqClientError, UnavailableError, from_rpc_error
+from kq.proto import kq_pb2_grpc
 
 logger = logging.getLogger(__name__)
 

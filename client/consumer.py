@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 
-from client.client import KqClient
-from client.errors import InvalidRequestError
-from client.types import ConsumerRecord
+from kq.client.client import KqClient
+from kq.client.errors import InvalidRequestError
+from kq.client.types import ConsumerRecord
 
 POLL_WAIT_SLICE_MS = 100  # Long-poll one partition this long before looking at the others again.
 

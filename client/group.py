@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from client.client import KqClient
-from client.errors import KqClientError, RebalanceError
-from client.types import ConsumerRecord
+from kq.client.client import KqClient
+from kq.client.errors import KqClientError, RebalanceError
+from kq.client.types import ConsumerRecord
 
 logger = logging.getLogger(__name__)
 

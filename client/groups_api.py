@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from client.connection import Connections
-from client.types import GroupAssignment, GroupDescription, GroupMemberInfo, GroupSummary, PartitionLag
-from proto import kq_pb2
+from kq.client.connection import Connections
+from kq.client.types import GroupAssignment, GroupDescription, GroupMemberInfo, GroupSummary, PartitionLag
+from kq.proto import kq_pb2
 
 PHASES = {kq_pb2.GROUP_EMPTY: "empty", kq_pb2.GROUP_REBALANCING: "rebalancing", kq_pb2.GROUP_STABLE: "stable"}
 RESET_TARGETS = {

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from client.client import KqClient
-from client.errors import KqClientError
-from client.types import ProducerRecord, RecordMetadata
+from kq.client.client import KqClient
+from kq.client.errors import KqClientError
+from kq.client.types import ProducerRecord, RecordMetadata
 
 logger = logging.getLogger(__name__)
 

@@ -223,7 +223,7 @@ import os
 import sys
 import time
 
-from client import KqClient, KqClientError, NodeStatus
+from kq.client import KqClient, KqClientError, NodeStatus
 
 POLL_S = 0.25
 

@@ -1,6 +1,6 @@
 """Regenerates the Python code for `proto/kq.proto`; `--check` fails when the committed code is stale.
 
-Run from the project root: `python -m proto.generate` (write) or `python -m proto.generate --check`.
+Run from the project root: `python -m kq.proto.generate` (write) or `python -m kq.proto.generate --check`.
 The generator versions are pinned in pyproject's `dev` extra so the output is reproducible.
 """
 
@@ -19,8 +19,12 @@ GENERATED = ("kq_pb2.py", "kq_pb2.pyi", "kq_pb2_grpc.py", "kq_pb2_grpc.pyi")
 
 
 def generate(output_root: Path) -> None:
-    """Runs protoc with the Python, gRPC and mypy plugins, writing under `output_root/proto/`."""
-    (output_root / "proto").mkdir(parents=True, exist_ok=True)
+    """Runs protoc with the Python, gRPC and mypy plugins, writing under `output_root/kq/proto/`.
+
+    The .proto is named by its path in the `kq` namespace (`kq/proto/kq.proto`, through the checkout's
+    `kq/proto` symlink), so the generated modules import each other as `kq.proto.*`.
+    """
+    (output_root / "kq" / "proto").mkdir(parents=True, exist_ok=True)
     arguments = [
         "protoc",
         f"-I{ROOT}",
@@ -30,7 +34,7 @@ def generate(output_root: Path) -> None:
         f"--grpc_python_out={output_root}",
         f"--mypy_out={output_root}",
         f"--mypy_grpc_out={output_root}",
-        str(ROOT / "proto" / "kq.proto"),
+        str(ROOT / "kq" / "proto" / "kq.proto"),
     ]
     if protoc.main(arguments) != 0:
         raise SystemExit("protoc failed")
@@ -47,10 +51,10 @@ def main(argv: list[str]) -> int:
             name
             for name in GENERATED
             if not (ROOT / "proto" / name).exists()
-            or not filecmp.cmp(Path(scratch) / "proto" / name, ROOT / "proto" / name, shallow=False)
+            or not filecmp.cmp(Path(scratch) / "kq" / "proto" / name, ROOT / "proto" / name, shallow=False)
         ]
     if stale:
-        print(f"generated code is stale: {', '.join(stale)}; run: python -m proto.generate")
+        print(f"generated code is stale: {', '.join(stale)}; run: python -m kq.proto.generate")
         return 1
     print("generated code is up to date")
     return 0

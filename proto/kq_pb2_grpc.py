@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import kq_pb2 as proto_dot_kq__pb2
+from kq.proto import kq_pb2 as kq_dot_proto_dot_kq__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/kq_pb2_grpc.py depends on'
+        + ' but the generated code in kq/proto/kq_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,103 +36,103 @@ class BrokerStub:
         """
         self.CreateTopic = channel.unary_unary(
                 '/kq.v1.Broker/CreateTopic',
-                request_serializer=proto_dot_kq__pb2.CreateTopicRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.CreateTopicResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.CreateTopicRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.CreateTopicResponse.FromString,
                 _registered_method=True)
         self.DeleteTopic = channel.unary_unary(
                 '/kq.v1.Broker/DeleteTopic',
-                request_serializer=proto_dot_kq__pb2.DeleteTopicRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.DeleteTopicResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.DeleteTopicRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
         self.ListTopics = channel.unary_unary(
                 '/kq.v1.Broker/ListTopics',
-                request_serializer=proto_dot_kq__pb2.ListTopicsRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.ListTopicsResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.ListTopicsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ListTopicsResponse.FromString,
                 _registered_method=True)
         self.DescribeTopic = channel.unary_unary(
                 '/kq.v1.Broker/DescribeTopic',
-                request_serializer=proto_dot_kq__pb2.DescribeTopicRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.DescribeTopicResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.DescribeTopicRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.DescribeTopicResponse.FromString,
                 _registered_method=True)
         self.Produce = channel.unary_unary(
                 '/kq.v1.Broker/Produce',
-                request_serializer=proto_dot_kq__pb2.ProduceRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.ProduceResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ProduceResponse.FromString,
                 _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/kq.v1.Broker/Fetch',
-                request_serializer=proto_dot_kq__pb2.FetchRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.FetchResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.FetchRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.FetchResponse.FromString,
                 _registered_method=True)
         self.FetchStream = channel.unary_stream(
                 '/kq.v1.Broker/FetchStream',
-                request_serializer=proto_dot_kq__pb2.FetchRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.FetchResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.FetchRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.FetchResponse.FromString,
                 _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/kq.v1.Broker/ListOffsets',
-                request_serializer=proto_dot_kq__pb2.ListOffsetsRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.ListOffsetsResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.ListOffsetsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
         self.DeleteRecords = channel.unary_unary(
                 '/kq.v1.Broker/DeleteRecords',
-                request_serializer=proto_dot_kq__pb2.DeleteRecordsRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.DeleteRecordsResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
         self.RegisterProducer = channel.unary_unary(
                 '/kq.v1.Broker/RegisterProducer',
-                request_serializer=proto_dot_kq__pb2.RegisterProducerRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.RegisterProducerResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.RegisterProducerRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.RegisterProducerResponse.FromString,
                 _registered_method=True)
         self.ClusterStatus = channel.unary_unary(
                 '/kq.v1.Broker/ClusterStatus',
-                request_serializer=proto_dot_kq__pb2.ClusterStatusRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.ClusterStatusResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.ClusterStatusRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ClusterStatusResponse.FromString,
                 _registered_method=True)
         self.JoinGroup = channel.unary_unary(
                 '/kq.v1.Broker/JoinGroup',
-                request_serializer=proto_dot_kq__pb2.JoinGroupRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.JoinGroupResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.JoinGroupResponse.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/kq.v1.Broker/Heartbeat',
-                request_serializer=proto_dot_kq__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.HeartbeatResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
         self.LeaveGroup = channel.unary_unary(
                 '/kq.v1.Broker/LeaveGroup',
-                request_serializer=proto_dot_kq__pb2.LeaveGroupRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.LeaveGroupResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.LeaveGroupResponse.FromString,
                 _registered_method=True)
         self.CommitOffsets = channel.unary_unary(
                 '/kq.v1.Broker/CommitOffsets',
-                request_serializer=proto_dot_kq__pb2.CommitOffsetsRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.CommitOffsetsResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.CommitOffsetsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.CommitOffsetsResponse.FromString,
                 _registered_method=True)
         self.FetchOffsets = channel.unary_unary(
                 '/kq.v1.Broker/FetchOffsets',
-                request_serializer=proto_dot_kq__pb2.FetchOffsetsRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.FetchOffsetsResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.FetchOffsetsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.FetchOffsetsResponse.FromString,
                 _registered_method=True)
         self.ListGroups = channel.unary_unary(
                 '/kq.v1.Broker/ListGroups',
-                request_serializer=proto_dot_kq__pb2.ListGroupsRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.ListGroupsResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
         self.DescribeGroup = channel.unary_unary(
                 '/kq.v1.Broker/DescribeGroup',
-                request_serializer=proto_dot_kq__pb2.DescribeGroupRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.DescribeGroupResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.DescribeGroupRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.DescribeGroupResponse.FromString,
                 _registered_method=True)
         self.ResetOffsets = channel.unary_unary(
                 '/kq.v1.Broker/ResetOffsets',
-                request_serializer=proto_dot_kq__pb2.ResetOffsetsRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.ResetOffsetsResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.ResetOffsetsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ResetOffsetsResponse.FromString,
                 _registered_method=True)
         self.DeleteGroup = channel.unary_unary(
                 '/kq.v1.Broker/DeleteGroup',
-                request_serializer=proto_dot_kq__pb2.DeleteGroupRequest.SerializeToString,
-                response_deserializer=proto_dot_kq__pb2.DeleteGroupResponse.FromString,
+                request_serializer=kq_dot_proto_dot_kq__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
 
 
@@ -265,103 +265,103 @@ def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopic,
-                    request_deserializer=proto_dot_kq__pb2.CreateTopicRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.CreateTopicResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.CreateTopicRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.CreateTopicResponse.SerializeToString,
             ),
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopic,
-                    request_deserializer=proto_dot_kq__pb2.DeleteTopicRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.DeleteTopicResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.DeleteTopicRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.DeleteTopicResponse.SerializeToString,
             ),
             'ListTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopics,
-                    request_deserializer=proto_dot_kq__pb2.ListTopicsRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.ListTopicsResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ListTopicsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ListTopicsResponse.SerializeToString,
             ),
             'DescribeTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeTopic,
-                    request_deserializer=proto_dot_kq__pb2.DescribeTopicRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.DescribeTopicResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.DescribeTopicRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.DescribeTopicResponse.SerializeToString,
             ),
             'Produce': grpc.unary_unary_rpc_method_handler(
                     servicer.Produce,
-                    request_deserializer=proto_dot_kq__pb2.ProduceRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.ProduceResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ProduceRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ProduceResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
-                    request_deserializer=proto_dot_kq__pb2.FetchRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.FetchResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.FetchRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.FetchResponse.SerializeToString,
             ),
             'FetchStream': grpc.unary_stream_rpc_method_handler(
                     servicer.FetchStream,
-                    request_deserializer=proto_dot_kq__pb2.FetchRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.FetchResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.FetchRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.FetchResponse.SerializeToString,
             ),
             'ListOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ListOffsets,
-                    request_deserializer=proto_dot_kq__pb2.ListOffsetsRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.ListOffsetsResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ListOffsetsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ListOffsetsResponse.SerializeToString,
             ),
             'DeleteRecords': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteRecords,
-                    request_deserializer=proto_dot_kq__pb2.DeleteRecordsRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.DeleteRecordsResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.DeleteRecordsResponse.SerializeToString,
             ),
             'RegisterProducer': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterProducer,
-                    request_deserializer=proto_dot_kq__pb2.RegisterProducerRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.RegisterProducerResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.RegisterProducerRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.RegisterProducerResponse.SerializeToString,
             ),
             'ClusterStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.ClusterStatus,
-                    request_deserializer=proto_dot_kq__pb2.ClusterStatusRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.ClusterStatusResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ClusterStatusRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ClusterStatusResponse.SerializeToString,
             ),
             'JoinGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.JoinGroup,
-                    request_deserializer=proto_dot_kq__pb2.JoinGroupRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.JoinGroupResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.JoinGroupRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.JoinGroupResponse.SerializeToString,
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
-                    request_deserializer=proto_dot_kq__pb2.HeartbeatRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.HeartbeatResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.HeartbeatRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.HeartbeatResponse.SerializeToString,
             ),
             'LeaveGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaveGroup,
-                    request_deserializer=proto_dot_kq__pb2.LeaveGroupRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.LeaveGroupResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.LeaveGroupResponse.SerializeToString,
             ),
             'CommitOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.CommitOffsets,
-                    request_deserializer=proto_dot_kq__pb2.CommitOffsetsRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.CommitOffsetsResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.CommitOffsetsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.CommitOffsetsResponse.SerializeToString,
             ),
             'FetchOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.FetchOffsets,
-                    request_deserializer=proto_dot_kq__pb2.FetchOffsetsRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.FetchOffsetsResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.FetchOffsetsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.FetchOffsetsResponse.SerializeToString,
             ),
             'ListGroups': grpc.unary_unary_rpc_method_handler(
                     servicer.ListGroups,
-                    request_deserializer=proto_dot_kq__pb2.ListGroupsRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.ListGroupsResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ListGroupsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ListGroupsResponse.SerializeToString,
             ),
             'DescribeGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeGroup,
-                    request_deserializer=proto_dot_kq__pb2.DescribeGroupRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.DescribeGroupResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.DescribeGroupRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.DescribeGroupResponse.SerializeToString,
             ),
             'ResetOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetOffsets,
-                    request_deserializer=proto_dot_kq__pb2.ResetOffsetsRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.ResetOffsetsResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ResetOffsetsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ResetOffsetsResponse.SerializeToString,
             ),
             'DeleteGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteGroup,
-                    request_deserializer=proto_dot_kq__pb2.DeleteGroupRequest.FromString,
-                    response_serializer=proto_dot_kq__pb2.DeleteGroupResponse.SerializeToString,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.DeleteGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -389,8 +389,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/CreateTopic',
-            proto_dot_kq__pb2.CreateTopicRequest.SerializeToString,
-            proto_dot_kq__pb2.CreateTopicResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.CreateTopicRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.CreateTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -416,8 +416,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/DeleteTopic',
-            proto_dot_kq__pb2.DeleteTopicRequest.SerializeToString,
-            proto_dot_kq__pb2.DeleteTopicResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.DeleteTopicRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.DeleteTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -443,8 +443,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/ListTopics',
-            proto_dot_kq__pb2.ListTopicsRequest.SerializeToString,
-            proto_dot_kq__pb2.ListTopicsResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.ListTopicsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ListTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -470,8 +470,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/DescribeTopic',
-            proto_dot_kq__pb2.DescribeTopicRequest.SerializeToString,
-            proto_dot_kq__pb2.DescribeTopicResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.DescribeTopicRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.DescribeTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -497,8 +497,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/Produce',
-            proto_dot_kq__pb2.ProduceRequest.SerializeToString,
-            proto_dot_kq__pb2.ProduceResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.ProduceRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -524,8 +524,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/Fetch',
-            proto_dot_kq__pb2.FetchRequest.SerializeToString,
-            proto_dot_kq__pb2.FetchResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.FetchRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -551,8 +551,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/FetchStream',
-            proto_dot_kq__pb2.FetchRequest.SerializeToString,
-            proto_dot_kq__pb2.FetchResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.FetchRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -578,8 +578,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/ListOffsets',
-            proto_dot_kq__pb2.ListOffsetsRequest.SerializeToString,
-            proto_dot_kq__pb2.ListOffsetsResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.ListOffsetsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ListOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -605,8 +605,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/DeleteRecords',
-            proto_dot_kq__pb2.DeleteRecordsRequest.SerializeToString,
-            proto_dot_kq__pb2.DeleteRecordsResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.DeleteRecordsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -632,8 +632,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/RegisterProducer',
-            proto_dot_kq__pb2.RegisterProducerRequest.SerializeToString,
-            proto_dot_kq__pb2.RegisterProducerResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.RegisterProducerRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.RegisterProducerResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -659,8 +659,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/ClusterStatus',
-            proto_dot_kq__pb2.ClusterStatusRequest.SerializeToString,
-            proto_dot_kq__pb2.ClusterStatusResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.ClusterStatusRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ClusterStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -686,8 +686,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/JoinGroup',
-            proto_dot_kq__pb2.JoinGroupRequest.SerializeToString,
-            proto_dot_kq__pb2.JoinGroupResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.JoinGroupRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.JoinGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -713,8 +713,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/Heartbeat',
-            proto_dot_kq__pb2.HeartbeatRequest.SerializeToString,
-            proto_dot_kq__pb2.HeartbeatResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.HeartbeatRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.HeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -740,8 +740,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/LeaveGroup',
-            proto_dot_kq__pb2.LeaveGroupRequest.SerializeToString,
-            proto_dot_kq__pb2.LeaveGroupResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.LeaveGroupRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.LeaveGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -767,8 +767,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/CommitOffsets',
-            proto_dot_kq__pb2.CommitOffsetsRequest.SerializeToString,
-            proto_dot_kq__pb2.CommitOffsetsResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.CommitOffsetsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.CommitOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -794,8 +794,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/FetchOffsets',
-            proto_dot_kq__pb2.FetchOffsetsRequest.SerializeToString,
-            proto_dot_kq__pb2.FetchOffsetsResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.FetchOffsetsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.FetchOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -821,8 +821,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/ListGroups',
-            proto_dot_kq__pb2.ListGroupsRequest.SerializeToString,
-            proto_dot_kq__pb2.ListGroupsResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.ListGroupsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -848,8 +848,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/DescribeGroup',
-            proto_dot_kq__pb2.DescribeGroupRequest.SerializeToString,
-            proto_dot_kq__pb2.DescribeGroupResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.DescribeGroupRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.DescribeGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -875,8 +875,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/ResetOffsets',
-            proto_dot_kq__pb2.ResetOffsetsRequest.SerializeToString,
-            proto_dot_kq__pb2.ResetOffsetsResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.ResetOffsetsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ResetOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -902,8 +902,8 @@ class Broker:
             request,
             target,
             '/kq.v1.Broker/DeleteGroup',
-            proto_dot_kq__pb2.DeleteGroupRequest.SerializeToString,
-            proto_dot_kq__pb2.DeleteGroupResponse.FromString,
+            kq_dot_proto_dot_kq__pb2.DeleteGroupRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,7 +9,7 @@ the committed generated files differ from what that command writes.
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from proto import kq_pb2 as _kq_pb2
+from kq.proto import kq_pb2 as _kq_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proto import kq_pb2
-from raft.limits import COMMAND_VERSION
+from kq.proto import kq_pb2
+from kq.proto.limits import COMMAND_VERSION
 
 
 class UnknownCommandError(Exception):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from proto import kq_pb2
-from raft.assignors import ASSIGNORS, Assignment, Subscriptions
-from raft.limits import ASSIGNMENT_WORK_MAX, GROUP_MEMBERS_MAX, GROUP_STATE_BYTES_MAX, GROUPS_MAX
-from raft.patterns import matching
-from raft.results import ErrorCode, GroupResult
-from storage import StoreWriter, TopicMeta
+from kq.proto import kq_pb2
+from kq.proto.limits import ASSIGNMENT_WORK_MAX, GROUP_MEMBERS_MAX, GROUP_STATE_BYTES_MAX, GROUPS_MAX
+from kq.raft.assignors import ASSIGNORS, Assignment, Subscriptions
+from kq.raft.patterns import matching
+from kq.raft.results import ErrorCode, GroupResult
+from kq.storage import StoreWriter, TopicMeta
 
 
 def load(writer: StoreWriter, name: str) -> kq_pb2.GroupState | None:

@@ -19,12 +19,12 @@ import pysyncobj.pickle
 import pysyncobj.syncobj
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
-from raft.inbound import already_held, refusal, without_commit_advance
-from raft.limits import ENTRY_BYTES_MAX
-from raft.results import ApplyResult
-from raft.snapshot import RaftData, SnapshotSerializer
-from raft.state_machine import apply
-from storage import Store
+from kq.proto.limits import ENTRY_BYTES_MAX
+from kq.raft.inbound import already_held, refusal, without_commit_advance
+from kq.raft.results import ApplyResult
+from kq.raft.snapshot import RaftData, SnapshotSerializer
+from kq.raft.state_machine import apply
+from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import functools
 
 import re2
 
-from raft.limits import (
+from kq.proto.limits import (
     PATTERN_CACHE_MAX,
     PATTERN_MEMORY_BYTES_MAX,
     PATTERN_NESTING_MAX,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from storage import TopicMeta
+from kq.storage import TopicMeta
 
 
 class ErrorCode(enum.IntEnum):

@@ -41,7 +41,7 @@ from typing import Any, BinaryIO, Protocol
 
 import crc32c as crc32c_module
 
-from storage import SnapshotError, Store
+from kq.storage import SnapshotError, Store
 
 logger = logging.getLogger(__name__)
 

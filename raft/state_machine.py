@@ -17,10 +17,10 @@ from typing import Any
 
 import lmdb
 
-from proto import kq_pb2
-from raft import commands, groups
-from raft.limits import ENTRY_BYTES_MAX, TOPICS_MAX
-from raft.results import (
+from kq.proto import kq_pb2
+from kq.proto.limits import ENTRY_BYTES_MAX, TOPICS_MAX
+from kq.raft import commands, groups
+from kq.raft.results import (
     AppendResult,
     ApplyResult,
     ErrorCode,
@@ -32,8 +32,8 @@ from raft.results import (
     TopicResult,
     TrimResult,
 )
-from raft.validation import append_problem, command_problem
-from storage import ProducerAppend, Store, StoreWriter
+from kq.raft.validation import append_problem, command_problem
+from kq.storage import ProducerAppend, Store, StoreWriter
 
 logger = logging.getLogger(__name__)
 

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import re
 
-from proto import kq_pb2
-from proto.compression import CompressionError, decompress
-from proto.records import MalformedBatchError, validate_batch
-from raft.assignors import ASSIGNORS
-from raft.limits import (
+from kq.proto import kq_pb2
+from kq.proto.compression import CompressionError, decompress
+from kq.proto.limits import (
     APPEND_BYTES_MAX,
     APPENDS_PER_ENTRY_MAX,
     CLIENT_ID_LENGTH_MAX,
@@ -40,7 +38,9 @@ from raft.limits import (
     SUBSCRIBED_TOPICS_MAX,
     TOPIC_NAME_LENGTH_MAX,
 )
-from raft.patterns import pattern_problem
+from kq.proto.records import MalformedBatchError, validate_batch
+from kq.raft.assignors import ASSIGNORS
+from kq.raft.patterns import pattern_problem
 
 TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")  # A fixed, linear pattern: not user input.
 COMPRESSIONS = (kq_pb2.COMPRESSION_NONE, kq_pb2.COMPRESSION_ZSTD, kq_pb2.COMPRESSION_LZ4)

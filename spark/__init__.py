@@ -3,7 +3,7 @@
 It reads kq topics with the schema and options of Spark's Kafka source, from followers by default,
 as Arrow record batches. Needs the `spark` extra (`pip install -e ".[spark]"`: pyspark, pyarrow).
 
-    from spark import KqDataSource
+    from kq.spark import KqDataSource
     session.dataSource.register(KqDataSource)
     df = (session.read.format("kq").option("kq.nodes", "127.0.0.1:9101")
           .option("subscribe", "events").load())
@@ -14,7 +14,7 @@ read with node failover), `schema` (Kafka's schema, Arrow batches), `source` (th
 `session` (a quiet local SparkSession), `jobs/` (example jobs). README.md says more.
 """
 
-from spark.options import DataLossError, KqSourceError
-from spark.source import KqDataSource
+from kq.spark.options import DataLossError, KqSourceError
+from kq.spark.source import KqDataSource
 
 __all__ = ["DataLossError", "KqDataSource", "KqSourceError"]

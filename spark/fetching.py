@@ -15,16 +15,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from client import (
+from kq.client import (
     ConsumerRecord,
     KqClientError,
     OffsetOutOfRangeError,
     PartitionOffsets,
     TopicNotFoundError,
 )
-from client.types import FetchResult
-from spark.options import DataLossError, KqSourceError
-from spark.planning import DATA_LOSS_HINT, OffsetRange
+from kq.client.types import FetchResult
+from kq.spark.options import DataLossError, KqSourceError
+from kq.spark.planning import DATA_LOSS_HINT, OffsetRange
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from client import (
+from kq.client import (
     InvalidRequestError,
     KqClient,
     KqClientError,
@@ -21,7 +21,7 @@ from client import (
     TopicNotFoundError,
     UnavailableError,
 )
-from spark.options import (
+from kq.spark.options import (
     KqSourceError,
     ReadFrom,
     SourceOptions,
@@ -29,7 +29,7 @@ from spark.options import (
     SubscriptionKind,
     TopicPartition,
 )
-from spark.options import option_error as _option_error
+from kq.spark.options import option_error as _option_error
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from client import PartitionOffsets
-from spark.options import EARLIEST, LATEST, DataLossError, OffsetSpec, TopicPartition, option_error
+from kq.client import PartitionOffsets
+from kq.spark.options import EARLIEST, LATEST, DataLossError, OffsetSpec, TopicPartition, option_error
 
 Snapshot = Mapping[TopicPartition, PartitionOffsets]
 DATA_LOSS_HINT = "set failOnDataLoss=false to skip what is gone"

@@ -25,7 +25,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from client import ConsumerRecord
+from kq.client import ConsumerRecord
 
 SERVED_BY_COLUMN = "servedBy"
 MICROS_PER_MILLI = 1_000

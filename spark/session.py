@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark.source import KqDataSource
+from kq.spark.source import KqDataSource
 
 LOOPBACK = "127.0.0.1"
 CORES_DEFAULT = 2

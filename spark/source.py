@@ -23,10 +23,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client import KqClient
-from spark.fetching import ReadPolicy, read_range
-from spark.metadata import ClusterView, Snapshot, discover, planning_client, read_candidates, take_snapshot
-from spark.options import (
+from kq.client import KqClient
+from kq.spark.fetching import ReadPolicy, read_range
+from kq.spark.metadata import ClusterView, Snapshot, discover, planning_client, read_candidates, take_snapshot
+from kq.spark.options import (
     KqSourceError,
     SourceOptions,
     TopicPartition,
@@ -35,7 +35,7 @@ from spark.options import (
     option_error,
     parse_options,
 )
-from spark.planning import (
+from kq.spark.planning import (
     OffsetRange,
     batch_ranges,
     initial_offsets,
@@ -43,7 +43,7 @@ from spark.planning import (
     split_ranges,
     stream_ranges,
 )
-from spark.schema import arrow_schema, record_batch, spark_schema
+from kq.spark.schema import arrow_schema, record_batch, spark_schema
 
 logger = logging.getLogger(__name__)
 

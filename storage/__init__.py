@@ -26,9 +26,9 @@ Every write goes through one LMDB write transaction per applied Raft entry, whic
 entry's index in `applied_index`: state and index move together or not at all.
 """
 
-from storage.errors import CorruptRecordError, SnapshotError, StorageError
-from storage.records import StoredBatch
-from storage.store import PartitionState, ProducerAppend, Store, StoreReader, StoreWriter, TopicMeta
+from kq.storage.errors import CorruptRecordError, SnapshotError, StorageError
+from kq.storage.records import StoredBatch
+from kq.storage.store import PartitionState, ProducerAppend, Store, StoreReader, StoreWriter, TopicMeta
 
 __all__ = [
     "CorruptRecordError",

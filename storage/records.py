@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import crc32c as crc32c_module
 
-from storage.errors import CorruptRecordError
+from kq.storage.errors import CorruptRecordError
 
 _HEADER = struct.Struct(">IQIqB")  # crc, base offset, record count, append time, compression
 HEADER_BYTES = _HEADER.size

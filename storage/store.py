@@ -12,8 +12,8 @@ from typing import Any
 
 import lmdb
 
-from storage.errors import StorageError
-from storage.records import StoredBatch, decode_batch, encode_batch
+from kq.storage.errors import StorageError
+from kq.storage.records import StoredBatch, decode_batch, encode_batch
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
 MAX_DATABASES = 8

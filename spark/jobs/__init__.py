@@ -1,4 +1,4 @@
-"""Example Spark jobs over kq, each runnable as `python -m spark.jobs.<name>` against deploy/run-cluster.sh.
+"""Example Spark jobs over kq, each runnable as `python -m kq.spark.jobs.<name>` (see spark/README.md).
 
 - `key_minute_stats`: batch; reads a topic from followers, writes record counts and bytes per key per
   minute to Parquet, prints a summary (which nodes served the read, throughput, top keys).

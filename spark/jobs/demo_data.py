@@ -6,7 +6,7 @@ import contextlib
 import random
 import time
 
-from client import KqClient, ProducerRecord, TopicExistsError
+from kq.client import KqClient, ProducerRecord, TopicExistsError
 
 DEMO_PARTITIONS = 4
 DEMO_KEYS = 50

@@ -1,6 +1,6 @@
 """Batch example: record counts and bytes per key per minute of a kq topic, read from followers, to Parquet.
 
-    .venv/bin/python -m spark.jobs.key_minute_stats --demo-records 100000
+    .venv/bin/python -m kq.spark.jobs.key_minute_stats --demo-records 100000
 
 reads the whole topic (`--topic`, default `events`) from the cluster of deploy/run-cluster.sh with
 kq.readFrom=follower, aggregates per key and one-minute window (records, key+value bytes), writes the
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention.
 
-from client import KqClient
-from spark.jobs.demo_data import ensure_topic, produce_demo
-from spark.metadata import discover
-from spark.session import local_session
+from kq.client import KqClient
+from kq.spark.jobs.demo_data import ensure_topic, produce_demo
+from kq.spark.metadata import discover
+from kq.spark.session import local_session
 
 DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 DEFAULT_OUTPUT = "/tmp/kq-spark/key-minute-stats"
@@ -108,7 +108,7 @@ def print_summary(summary: Summary, topic: str, output: str) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(
-        prog="python -m spark.jobs.key_minute_stats", description=__doc__.split("\n")[0]
+        prog="python -m kq.spark.jobs.key_minute_stats", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"

@@ -1,6 +1,6 @@
 """Batch read throughput: how fast format("kq") reads a topic into Spark (records/s, median of runs).
 
-    .venv/bin/python -m spark.jobs.read_throughput --records 1000000
+    .venv/bin/python -m kq.spark.jobs.read_throughput --records 1000000
 
 Tops the topic (`--topic`, default `read-bench`, 4 partitions) up to `--records` records of
 `--value-bytes` bytes, then reads all of it `--runs` times with kq.readFrom=follower into Spark's
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from client import KqClient
-from spark.jobs.demo_data import ensure_topic, produce_demo
-from spark.session import local_session
+from kq.client import KqClient
+from kq.spark.jobs.demo_data import ensure_topic, produce_demo
+from kq.spark.session import local_session
 
 DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 DEFAULT_VALUE_BYTES = 100
@@ -46,7 +46,7 @@ def timed_read(session: SparkSession, nodes: str, topic: str, read_from: str) ->
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(
-        prog="python -m spark.jobs.read_throughput", description=__doc__.split("\n")[0]
+        prog="python -m kq.spark.jobs.read_throughput", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"

@@ -1,6 +1,6 @@
 """Streaming example: append a kq topic's new records to Parquet, with trigger(availableNow=True).
 
-    .venv/bin/python -m spark.jobs.stream_to_parquet --demo-records 10000
+    .venv/bin/python -m kq.spark.jobs.stream_to_parquet --demo-records 10000
 
 Each run reads what was produced since the previous run (Spark's checkpoint, under `--output`, holds
 Kafka-shaped offsets such as {"events":{"0":2512,"1":2488}}), writes it to Parquet and stops; a
@@ -18,9 +18,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention.
 
-from client import KqClient
-from spark.jobs.demo_data import ensure_topic, produce_demo
-from spark.session import local_session
+from kq.client import KqClient
+from kq.spark.jobs.demo_data import ensure_topic, produce_demo
+from kq.spark.session import local_session
 
 DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 DEFAULT_OUTPUT = "/tmp/kq-spark/stream-to-parquet"
@@ -62,7 +62,7 @@ def run(session: SparkSession, nodes: str, topic: str, output: str) -> list[dict
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(
-        prog="python -m spark.jobs.stream_to_parquet", description=__doc__.split("\n")[0]
+        prog="python -m kq.spark.jobs.stream_to_parquet", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"

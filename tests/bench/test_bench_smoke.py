@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.report import percentile
-from bench.settings import QUICK_COUNTS, ScenarioKind, standard_scenarios
+from kq.bench.report import percentile
+from kq.bench.settings import QUICK_COUNTS, ScenarioKind, standard_scenarios
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK_RUN_TIMEOUT_S = 120.0  # A quick run takes seconds; this only bounds a hung cluster.
@@ -26,13 +26,13 @@ def test_percentile_is_nearest_rank() -> None:
 
 @pytest.mark.system
 def test_quick_run_reports_every_scenario(tmp_path: Path) -> None:
-    """`python -m bench --quick` starts three nodes, runs all scenarios once and writes complete JSON."""
+    """`python -m kq.bench --quick` starts three nodes, runs all scenarios once and writes complete JSON."""
     output = tmp_path / "result.json"
     subprocess.run(
         [
             sys.executable,
             "-m",
-            "bench",
+            "kq.bench",
             "--quick",
             "--output",
             str(output),

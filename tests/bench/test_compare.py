@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from bench.compare_report import FIGURES, build_document, markdown
-from bench.failover import analyze
-from bench.nats_cluster import NatsServerMissingError, find_nats_server
-from bench.side_by_side import (
+from kq.bench.compare_report import FIGURES, build_document, markdown
+from kq.bench.failover import analyze
+from kq.bench.nats_cluster import NatsServerMissingError, find_nats_server
+from kq.bench.side_by_side import (
     CONSUME,
     FAILOVER,
     LATENCY,
@@ -96,7 +96,7 @@ def test_table_has_medians_ratios_and_targets() -> None:
         "python": "3.11",
         "git_commit": "0123456789abcdef",
         "git_dirty": False,
-        "command": "python -m bench.compare",
+        "command": "python -m kq.bench.compare",
     }
     document = build_document(meta, {"runs": 3}, raws)
     rows = {row["key"]: row for row in document["figures"]}
@@ -129,7 +129,7 @@ def _nats_unavailable() -> str | None:
 
 @pytest.mark.system
 def test_quick_comparison_reports_every_figure_for_both_systems(tmp_path: Path) -> None:
-    """`python -m bench.compare --quick` runs both clusters and writes JSON with every figure of both."""
+    """`python -m kq.bench.compare --quick` runs both clusters and writes JSON with every figure of both."""
     reason = _nats_unavailable()
     if reason is not None:
         pytest.skip(reason)
@@ -138,7 +138,7 @@ def test_quick_comparison_reports_every_figure_for_both_systems(tmp_path: Path) 
         [
             sys.executable,
             "-m",
-            "bench.compare",
+            "kq.bench.compare",
             "--quick",
             "--output",
             str(output),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.producer_memory import RSS_SLACK_BYTES, MemoryReport, MemorySettings, render
+from kq.bench.producer_memory import RSS_SLACK_BYTES, MemoryReport, MemorySettings, render
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_RECORDS = 20_000
@@ -43,7 +43,7 @@ def test_the_report_fails_a_peak_above_the_bound() -> None:
 
 @pytest.mark.system
 def test_a_small_run_stays_within_the_bound(tmp_path: Path) -> None:
-    """`python -m bench.producer_memory` with 20,000 records: peak client RSS within the bound, all stored.
+    """`python -m kq.bench.producer_memory` with 20,000 records: peak client RSS within the bound, all stored.
 
     It runs in a fresh interpreter because the bound is on the whole client process's RSS, which
     inside pytest would include whatever earlier tests left behind.
@@ -53,7 +53,7 @@ def test_a_small_run_stays_within_the_bound(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "bench.producer_memory",
+            "kq.bench.producer_memory",
             "--records",
             str(SMOKE_RECORDS),
             "--json",

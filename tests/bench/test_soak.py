@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench.soak_analysis import (
+from kq.bench.soak_analysis import (
     ERROR_LINES_SHOWN_MAX,
     FloorPoint,
     floor_points,
@@ -18,9 +18,9 @@ from bench.soak_analysis import (
     scan_log,
     snapshot_stats,
 )
-from bench.soak_report import Limits, verdict
-from bench.soak_workload import RecordTracker
-from client import ConsumerRecord
+from kq.bench.soak_report import Limits, verdict
+from kq.bench.soak_workload import RecordTracker
+from kq.client import ConsumerRecord
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 300.0  # The run takes about a minute; this only bounds a hung cluster.
@@ -69,7 +69,7 @@ def test_least_squares_slope_is_exact_on_a_line_and_undefined_on_one_point() -> 
     assert least_squares_slope(points[:1]) is None
 
 
-def _line(clock: str, message: str, level: str = "INFO", logger: str = "raft.snapshot") -> str:
+def _line(clock: str, message: str, level: str = "INFO", logger: str = "kq.raft.snapshot") -> str:
     return f"2026-11-23 10:{clock} {level} node=2 {logger}: {message}"
 
 
@@ -82,7 +82,7 @@ def test_snapshot_log_durations_gaps_and_back_to_back() -> None:
         _line("00:32,250", "snapshot at applied index 900 written"),  # No figure: 2.25 s by the clock.
         _line("00:34,250", "snapshot started at applied index 990"),  # 2 s after the previous end.
         _line("00:35,000", "snapshot at applied index 990 written in 0.700 s"),
-        _line("00:36,000", "applied index 1000", logger="raft.node"),
+        _line("00:36,000", "applied index 1000", logger="kq.raft.node"),
     ]
     stats = snapshot_stats(scan_log(log), gap_min_s=5.0)
     assert (stats.count, stats.overlaps, stats.failed, stats.unfinished) == (3, 0, 0, 0)
@@ -112,7 +112,7 @@ def test_snapshot_log_overlap_is_a_start_before_the_previous_end() -> None:
 def test_error_lines_are_counted_and_a_few_kept() -> None:
     """ERROR and CRITICAL count; a traceback under an ERROR is part of it; a stray traceback counts."""
     log = [
-        _line("00:00,000", "boom", level="ERROR", logger="broker.service_base"),
+        _line("00:00,000", "boom", level="ERROR", logger="kq.broker.service_base"),
         "Traceback (most recent call last):",
         '  File "x.py", line 1, in f',
         _line("00:01,000", "all fine", logger="kq.node"),
@@ -180,7 +180,7 @@ def test_short_soak_reports_equal_digests_and_no_lost_records(tmp_path: Path) ->
         [
             sys.executable,
             "-m",
-            "bench.soak",
+            "kq.bench.soak",
             "--minutes",
             "0.6",
             "--rate",

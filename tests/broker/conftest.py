@@ -10,14 +10,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from broker.consensus import Peer
-from broker.edge import EdgeInterceptor
-from broker.groups import GroupCoordinator
-from broker.proposals import Batcher, wall_clock_ms
-from broker.service import BrokerService
-from broker.service_base import AppliedNotifier
-from proto import kq_pb2, kq_pb2_grpc
-from storage import Store
+from kq.broker.consensus import Peer
+from kq.broker.edge import EdgeInterceptor
+from kq.broker.groups import GroupCoordinator
+from kq.broker.proposals import Batcher, wall_clock_ms
+from kq.broker.service import BrokerService
+from kq.broker.service_base import AppliedNotifier
+from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.storage import Store
 from tests.broker.fake_consensus import FakeConsensus
 from tests.raft.helpers import batch
 

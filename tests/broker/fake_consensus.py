@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from broker.consensus import ConsensusStatus
-from raft.results import ApplyResult
-from raft.state_machine import apply
-from storage import Store
+from kq.broker.consensus import ConsensusStatus
+from kq.raft.results import ApplyResult
+from kq.raft.state_machine import apply
+from kq.storage import Store
 
 
 class FakeConsensus:

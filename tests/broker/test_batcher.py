@@ -8,13 +8,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from broker.consensus import ConsensusStatus
-from broker.proposals import PROPOSALS_IN_FLIGHT_MAX, AppendOutcome, Batcher
-from proto import kq_pb2
-from raft import commands
-from raft.results import ApplyResult
-from raft.state_machine import apply
-from storage import Store
+from kq.broker.consensus import ConsensusStatus
+from kq.broker.proposals import PROPOSALS_IN_FLIGHT_MAX, AppendOutcome, Batcher
+from kq.proto import kq_pb2
+from kq.raft import commands
+from kq.raft.results import ApplyResult
+from kq.raft.state_machine import apply
+from kq.storage import Store
 from tests.raft.helpers import batch, create
 
 Callback = Callable[[ApplyResult | None, int], None]

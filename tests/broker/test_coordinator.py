@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from broker.groups import UNKNOWN_MEMBER_GRACE_S, GroupCoordinator
-from broker.proposals import wall_clock_ms
-from storage import Store
+from kq.broker.groups import UNKNOWN_MEMBER_GRACE_S, GroupCoordinator
+from kq.broker.proposals import wall_clock_ms
+from kq.storage import Store
 from tests.broker.fake_consensus import FakeConsensus
 
 

@@ -7,11 +7,11 @@ import logging
 import grpc
 import pytest
 
-import raft.state_machine
-from broker.edge import RateLimitedLog
-from proto import kq_pb2
-from proto.compression import LZ4, ZSTD, compress
-from raft.limits import PATTERN_NESTING_MAX, TOPIC_PATTERN_LENGTH_MAX
+import kq.raft.state_machine
+from kq.broker.edge import RateLimitedLog
+from kq.proto import kq_pb2
+from kq.proto.compression import LZ4, ZSTD, compress
+from kq.proto.limits import PATTERN_NESTING_MAX, TOPIC_PATTERN_LENGTH_MAX
 from tests.broker.conftest import Edge, expect, produce
 from tests.raft.helpers import batch
 
@@ -101,11 +101,11 @@ def test_a_bug_answers_internal_with_one_rate_limited_line(
     def broken(*_: object) -> None:
         raise ZeroDivisionError("a planted bug")
 
-    monkeypatch.setattr("broker.service._partition_infos", broken)
-    caplog.set_level(logging.INFO, logger="broker.edge")
+    monkeypatch.setattr("kq.broker.service._partition_infos", broken)
+    caplog.set_level(logging.INFO, logger="kq.broker.edge")
     for _ in range(20):
         expect(grpc.StatusCode.INTERNAL, edge.stub.ListOffsets, kq_pb2.ListOffsetsRequest(topic="t"))
-    lines = [r for r in caplog.records if r.name == "broker.edge"]
+    lines = [r for r in caplog.records if r.name == "kq.broker.edge"]
     assert len(lines) == 1 and "ZeroDivisionError" in lines[0].getMessage()
     assert not lines[0].exc_info
 
@@ -114,7 +114,7 @@ def test_rate_limited_log_counts_what_it_held_back(caplog: pytest.LogCaptureFixt
     """One line per interval per key; the next line says how many were held back."""
     now = [0.0]
     log = RateLimitedLog(10.0, clock=lambda: now[0])
-    caplog.set_level(logging.ERROR, logger="broker.edge")
+    caplog.set_level(logging.ERROR, logger="kq.broker.edge")
     assert log.report("m", "boom") and not log.report("m", "boom") and log.report("other", "boom")
     now[0] = 11.0
     assert log.report("m", "boom")
@@ -125,14 +125,14 @@ def test_an_entry_that_raises_in_apply_is_refused_and_the_log_moves_on(
     edge: Edge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A planted bug in apply: the proposer gets INVALID_ARGUMENT naming it; the next request works."""
-    original = raft.state_machine._apply_delete_topic
+    original = kq.raft.state_machine._apply_delete_topic
 
     def explode(writer: object, command: kq_pb2.DeleteTopicCommand) -> object:
         if command.name == "poison":
             raise AssertionError("planted invariant")
         return original(writer, command)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(raft.state_machine, "_apply_delete_topic", explode)
+    monkeypatch.setattr(kq.raft.state_machine, "_apply_delete_topic", explode)
     edge.stub.CreateTopic(kq_pb2.CreateTopicRequest(name="poison", partitions=1))
     before = edge.store.dump()
     details = expect(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from proto import kq_pb2
-from raft.limits import PARTITIONS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
+from kq.proto import kq_pb2
+from kq.proto.limits import PARTITIONS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
 from tests.broker.conftest import Edge, expect, produce, status_of
 from tests.raft.helpers import batch
 

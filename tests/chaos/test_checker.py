@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chaos.checker import CheckResult, PartitionLog, check
-from chaos.history import (
+from kq.chaos.checker import CheckResult, PartitionLog, check
+from kq.chaos.history import (
     Ack,
     ClientError,
     ConsumedRecord,
@@ -15,7 +15,7 @@ from chaos.history import (
     Unknown,
     resumed_ack,
 )
-from client import ConsumerRecord
+from kq.client import ConsumerRecord
 
 NODES = ("1", "2", "3")
 

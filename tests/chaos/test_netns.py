@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos.netns import NetworkLab, unavailable_reason
+from kq.chaos.netns import NetworkLab, unavailable_reason
 
 pytestmark = pytest.mark.system
 

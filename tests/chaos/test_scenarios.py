@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.report import render
-from chaos.runner import RunSettings, run_scenario
-from chaos.scenarios import SCENARIOS
+from kq.chaos.report import render
+from kq.chaos.runner import RunSettings, run_scenario
+from kq.chaos.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.system
 

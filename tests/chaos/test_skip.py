@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos import netns
-from chaos.runner import RunSettings, run_scenario
-from chaos.scenarios import SCENARIOS
+from kq.chaos import netns
+from kq.chaos.runner import RunSettings, run_scenario
+from kq.chaos.scenarios import SCENARIOS
 
 UNPRIVILEGED_UID = 1000
 
@@ -17,7 +17,7 @@ def test_partition_scenarios_are_skipped_without_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A non-root runner reports SKIPPED with "needs root" and creates no cluster directory."""
-    monkeypatch.setattr("chaos.netns.os.geteuid", lambda: UNPRIVILEGED_UID)
+    monkeypatch.setattr("kq.chaos.netns.os.geteuid", lambda: UNPRIVILEGED_UID)
     assert netns.unavailable_reason() == "needs root (network namespaces)"
     report = run_scenario(SCENARIOS["partition-leader"], RunSettings(tmp_path))
     assert report.verdict == "SKIPPED"

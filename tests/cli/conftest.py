@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from chaos.cluster import LocalCluster
-from cli.main import kq
-from client import KqClient
+from kq.chaos.cluster import LocalCluster
+from kq.cli.main import kq
+from kq.client import KqClient
 
 CLI_RETRY_TIMEOUT_S = 10.0
 RunKq = Callable[..., Result]

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from click.testing import CliRunner, Result
 
-from chaos.cluster import free_ports
-from cli.main import kq
-from client import KqClient, ProducerRecord
+from kq.chaos.cluster import free_ports
+from kq.cli.main import kq
+from kq.client import KqClient, ProducerRecord
 
 RunKq = Callable[..., Result]
 STABLE_TOPIC = "cli-errors-stable"  # Three partitions holding records; no error case may change it.

@@ -8,9 +8,9 @@ from typing import Any
 import click
 import pytest
 
-from cli.group_consume import CLIENT_ID_DEFAULT, GroupSettings, group_settings
-from cli.group_output import assignment_text, datetime_to_ms, group_heading, group_to_dict, ms_to_text
-from client.types import GroupDescription, GroupMemberInfo, PartitionLag
+from kq.cli.group_consume import CLIENT_ID_DEFAULT, GroupSettings, group_settings
+from kq.cli.group_output import assignment_text, datetime_to_ms, group_heading, group_to_dict, ms_to_text
+from kq.client.types import GroupDescription, GroupMemberInfo, PartitionLag
 
 NO_STANDALONE = {"--partition": False, "--offset": False, "--node": False}
 

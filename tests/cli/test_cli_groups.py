@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from chaos.cluster import LocalCluster
-from client import GroupConsumer, KqClient, ProducerRecord
+from kq.chaos.cluster import LocalCluster
+from kq.client import GroupConsumer, KqClient, ProducerRecord
 
 RunKq = Callable[..., Result]
 MEMBER_TIMEOUT_S = 15.0  # Generous: a join needs a Raft round and, with two members, a rebalance.
@@ -251,7 +251,7 @@ def test_list_shows_groups_and_delete_asks_then_removes(
     documents = json.loads(_ok(run_kq("groups", "list", "--format", "json")).stdout)
     assert {"name": group, "phase": "empty", "generation": 0, "members": 0} in documents
 
-    monkeypatch.setattr("cli.groups.stdin_is_interactive", lambda: True)
+    monkeypatch.setattr("kq.cli.groups.stdin_is_interactive", lambda: True)
     kept = run_kq("groups", "delete", group, stdin="n\n")
     assert kept.exit_code == 1
     assert f"Delete group {group} (2 partitions with offsets)?" in kept.stdout

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from cli.context import address_problem
-from cli.errors import CommandError
-from cli.input_lines import LINE_BYTES_MAX, LineReader
-from cli.output import bytes_to_json, format_json, format_plain, produce_summary, status_to_dict
-from cli.produce import OffsetTally, PartitionChooser, RecordShape
-from client import ConsumerRecord, KqClientError, RecordMetadata
-from client.partitioner import partition_for_key
+from kq.cli.context import address_problem
+from kq.cli.errors import CommandError
+from kq.cli.input_lines import LINE_BYTES_MAX, LineReader
+from kq.cli.output import bytes_to_json, format_json, format_plain, produce_summary, status_to_dict
+from kq.cli.produce import OffsetTally, PartitionChooser, RecordShape
+from kq.client import ConsumerRecord, KqClientError, RecordMetadata
+from kq.client.partitioner import partition_for_key
 
 
 def _record(

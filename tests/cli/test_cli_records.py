@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from chaos.cluster import LocalCluster
-from client import KqClient, ProducerRecord
-from client.partitioner import partition_for_key
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, ProducerRecord
+from kq.client.partitioner import partition_for_key
 
 RunKq = Callable[..., Result]
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 from click.testing import Result
 
-from chaos.cluster import LocalCluster, free_ports
-from client import KqClient, ProducerRecord, TopicNotFoundError
+from kq.chaos.cluster import LocalCluster, free_ports
+from kq.client import KqClient, ProducerRecord, TopicNotFoundError
 
 RunKq = Callable[..., Result]
 
@@ -88,7 +88,7 @@ def test_delete_asks_and_respects_the_answer(
     run_kq: RunKq, client: KqClient, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a terminal, delete asks first: `n` keeps the topic (exit 1), `y` deletes it."""
-    monkeypatch.setattr("cli.topics.stdin_is_interactive", lambda: True)
+    monkeypatch.setattr("kq.cli.topics.stdin_is_interactive", lambda: True)
     client.create_topic(topic_name, 1)
     refused = run_kq("topics", "delete", topic_name, stdin="n\n")
     assert refused.exit_code == 1

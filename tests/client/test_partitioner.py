@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.partitioner import murmur2, partition_for_key
+from kq.client.partitioner import murmur2, partition_for_key
 
 
 @pytest.mark.parametrize(

@@ -9,15 +9,15 @@ from collections.abc import Callable
 
 import pytest
 
-from client import KqClient, Producer, RecordMetadata, UnavailableError
-from client.producer import (
+from kq.client import KqClient, Producer, RecordMetadata, UnavailableError
+from kq.client.producer import (
     BATCH_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
     BatchMetadata,
     BufferFullError,
     RecordFuture,
 )
-from client.types import ProducerRecord
+from kq.client.types import ProducerRecord
 
 BLOCK_MS = 200  # How long a full buffer makes `send` wait in these tests.
 

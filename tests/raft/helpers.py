@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proto.records import encode_batch, encode_record
-from raft import commands
+from kq.proto.records import encode_batch, encode_record
+from kq.raft import commands
 
 
 def batch(*values: bytes, key: bytes | None = None) -> bytes:

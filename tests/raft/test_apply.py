@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proto.records import parse_batch
-from raft import commands
-from raft.results import (
+from kq.proto.records import parse_batch
+from kq.raft import commands
+from kq.raft.results import (
     AppendResult,
     ApplyResult,
     ErrorCode,
@@ -19,8 +19,8 @@ from raft.results import (
     TopicResult,
     TrimResult,
 )
-from raft.state_machine import apply
-from storage import Store
+from kq.raft.state_machine import apply
+from kq.storage import Store
 from tests.raft.helpers import append, create
 
 

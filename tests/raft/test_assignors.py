@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raft.assignors import ASSIGNORS, Assignment, assign_sticky
+from kq.raft.assignors import ASSIGNORS, Assignment, assign_sticky
 
 members_strategy = st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=1, max_size=7, unique=True)
 partitions_strategy = st.dictionaries(st.sampled_from(["t1", "t2", "t3"]), st.integers(1, 12), min_size=1)

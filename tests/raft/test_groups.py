@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from proto import kq_pb2
-from raft import commands
-from raft.groups import load
-from raft.results import ErrorCode, GroupResult
-from raft.state_machine import apply
-from storage import Store
+from kq.proto import kq_pb2
+from kq.raft import commands
+from kq.raft.groups import load
+from kq.raft.results import ErrorCode, GroupResult
+from kq.raft.state_machine import apply
+from kq.storage import Store
 from tests.raft.helpers import append, create
 
 

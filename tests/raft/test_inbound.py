@@ -7,7 +7,7 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON
 
-from raft.inbound import Entry, already_held, refusal, without_commit_advance
+from kq.raft.inbound import Entry, already_held, refusal, without_commit_advance
 
 
 class Log:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from raft.snapshot import NOT_SERIALIZING, SERIALIZING, SUCCESS, RaftData, SnapshotSerializer
-from raft.state_machine import apply
-from storage import SnapshotError, Store
+from kq.raft.snapshot import NOT_SERIALIZING, SERIALIZING, SUCCESS, RaftData, SnapshotSerializer
+from kq.raft.state_machine import apply
+from kq.storage import SnapshotError, Store
 from tests.raft.helpers import append, create
 
 CHUNK_BYTES = 4096

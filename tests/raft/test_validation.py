@@ -13,19 +13,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import raft.groups
-import raft.patterns
-import raft.state_machine
-from proto import kq_pb2
-from proto.compression import LZ4, ZSTD, compress
-from proto.records import count_records, encode_batch, encode_record
-from raft import commands
-from raft.limits import PATTERN_PROGRAM_SIZE_MAX, TOPIC_NAME_LENGTH_MAX
-from raft.patterns import compile_pattern, pattern_problem
-from raft.results import ErrorCode, GroupResult, RejectedResult, SkippedResult
-from raft.state_machine import EnvironmentFaultError, apply
-from raft.validation import append_problem, command_problem
-from storage import Store
+import kq.raft.groups
+import kq.raft.patterns
+import kq.raft.state_machine
+from kq.proto import kq_pb2
+from kq.proto.compression import LZ4, ZSTD, compress
+from kq.proto.limits import PATTERN_PROGRAM_SIZE_MAX, TOPIC_NAME_LENGTH_MAX
+from kq.proto.records import count_records, encode_batch, encode_record
+from kq.raft import commands
+from kq.raft.patterns import compile_pattern, pattern_problem
+from kq.raft.results import ErrorCode, GroupResult, RejectedResult, SkippedResult
+from kq.raft.state_machine import EnvironmentFaultError, apply
+from kq.raft.validation import append_problem, command_problem
+from kq.storage import Store
 
 MAP_BYTES = 64 * 1024**2
 
@@ -187,7 +187,7 @@ def test_an_entry_that_raises_is_refused_alike_and_replay_skips_it(
     trim = commands.encode(commands.trim("t", 0, 0))
     for store in (left, right):
         apply(store, 1, create)
-    monkeypatch.setattr(raft.state_machine, "_apply_trim", explode)
+    monkeypatch.setattr(kq.raft.state_machine, "_apply_trim", explode)
     before = left.dump()
     results = [apply(store, 2, trim) for store in (left, right)]
     assert results[0] == results[1] == RejectedResult(2, "AssertionError: planted")
@@ -223,20 +223,20 @@ def test_a_full_disk_stops_apply_without_recording_anything(tmp_path: Path) -> N
     assert store.applied_index() == 1
     with store.read() as reader:
         assert reader.rejected_entries() == 0
-    assert issubclass(lmdb.MapFullError, raft.state_machine.ENVIRONMENT_ERRORS)
+    assert issubclass(lmdb.MapFullError, kq.raft.state_machine.ENVIRONMENT_ERRORS)
 
 
 def test_pattern_matching_cost_is_bounded_by_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each rebalance matches each distinct pattern once per topic; every accepted pattern's RE2 program
     is within PATTERN_PROGRAM_SIZE_MAX, so one match costs at most that times the name length."""
     calls: list[tuple[str, int]] = []
-    original = raft.patterns.matching
+    original = kq.raft.patterns.matching
 
     def counting(pattern: str, names: list[str]) -> frozenset[str]:
         calls.append((pattern, len(names)))
         return original(pattern, names)
 
-    monkeypatch.setattr(raft.groups, "matching", counting)
+    monkeypatch.setattr(kq.raft.groups, "matching", counting)
     store = Store.open(tmp_path / "s", map_size_bytes=MAP_BYTES)
     index = 0
 

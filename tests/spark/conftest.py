@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from chaos.cluster import LocalCluster
-from spark.session import local_session
+from kq.chaos.cluster import LocalCluster
+from kq.spark.session import local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

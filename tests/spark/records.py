@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pyspark.sql import Row
 
-from client import KqClient, ProducerRecord
+from kq.client import KqClient, ProducerRecord
 
 BASE_TIMESTAMP_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: records carry their own (create) time.
 

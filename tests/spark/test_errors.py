@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from chaos.cluster import LocalCluster
-from client import KqClient
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient
 
 pytestmark = pytest.mark.system
 

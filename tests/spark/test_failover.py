@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import Row, SparkSession
 
-from chaos.cluster import LocalCluster
-from client import KqClient
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient
 from tests.spark.records import assert_rows_match, produce
 
 pytestmark = pytest.mark.system

@@ -6,17 +6,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from client import (
+from kq.client import (
     ConsumerRecord,
     OffsetOutOfRangeError,
     PartitionOffsets,
     TopicNotFoundError,
     UnavailableError,
 )
-from client.types import FetchResult
-from spark.fetching import Chunk, ReadPolicy, read_range
-from spark.options import DataLossError, KqSourceError
-from spark.planning import OffsetRange
+from kq.client.types import FetchResult
+from kq.spark.fetching import Chunk, ReadPolicy, read_range
+from kq.spark.options import DataLossError, KqSourceError
+from kq.spark.planning import OffsetRange
 
 MIN_INDEX = 50
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from chaos.cluster import LocalCluster
-from client import KqClient
-from spark.jobs.demo_data import DEMO_KEYS, ensure_topic, produce_demo
-from spark.jobs.key_minute_stats import run
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient
+from kq.spark.jobs.demo_data import DEMO_KEYS, ensure_topic, produce_demo
+from kq.spark.jobs.key_minute_stats import run
 
 pytestmark = pytest.mark.system
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark.options import (
+from kq.spark.options import (
     EARLIEST,
     LATEST,
     KqSourceError,

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client import PartitionOffsets
-from spark.metadata import ClusterView, read_candidates
-from spark.options import DataLossError, KqSourceError, OffsetSpec, ReadFrom, TopicPartition
-from spark.planning import (
+from kq.client import PartitionOffsets
+from kq.spark.metadata import ClusterView, read_candidates
+from kq.spark.options import DataLossError, KqSourceError, OffsetSpec, ReadFrom, TopicPartition
+from kq.spark.planning import (
     OffsetRange,
     batch_ranges,
     initial_offsets,

@@ -10,12 +10,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from client import ConsumerRecord
-from spark.metadata import ClusterView, Snapshot
-from spark.options import parse_options
-from spark.planning import OffsetRange
-from spark.schema import arrow_schema, record_batch, spark_schema
-from spark.source import KqBatchReader, KqInputPartition, _input_partitions
+from kq.client import ConsumerRecord
+from kq.spark.metadata import ClusterView, Snapshot
+from kq.spark.options import parse_options
+from kq.spark.planning import OffsetRange
+from kq.spark.schema import arrow_schema, record_batch, spark_schema
+from kq.spark.source import KqBatchReader, KqInputPartition, _input_partitions
 
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp,"

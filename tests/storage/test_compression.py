@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proto.compression import LZ4, NONE, ZSTD, CompressionError, compress, decompress
+from kq.proto.compression import LZ4, NONE, ZSTD, CompressionError, compress, decompress
 
 
 @pytest.mark.parametrize("codec", [NONE, ZSTD, LZ4])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proto.records import (
+from kq.proto.records import (
     MalformedBatchError,
     count_records,
     encode_batch,
@@ -14,9 +14,9 @@ from proto.records import (
     parse_batch,
     validate_batch,
 )
-from storage import CorruptRecordError
-from storage.records import decode_batch
-from storage.records import encode_batch as encode_stored
+from kq.storage import CorruptRecordError
+from kq.storage.records import decode_batch
+from kq.storage.records import encode_batch as encode_stored
 
 headers = st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=50)), max_size=5).map(tuple)
 records = st.lists(

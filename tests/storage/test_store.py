@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proto.records import encode_batch, encode_record
-from storage import CorruptRecordError, StorageError, Store
+from kq.proto.records import encode_batch, encode_record
+from kq.storage import CorruptRecordError, StorageError, Store
 
 
 def batch(*values: bytes) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from client import ConsumerRecord, KqClient
+from kq.client import ConsumerRecord, KqClient
 
 READ_BATCH_RECORDS = 5_000
 

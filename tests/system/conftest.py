@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.cluster import LocalCluster
+from kq.chaos.cluster import LocalCluster
 
 
 @pytest.fixture

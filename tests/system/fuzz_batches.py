@@ -17,8 +17,8 @@ import lz4.block
 import lz4.frame
 import zstandard
 
-from proto.compression import LZ4, NONE, ZSTD, compress
-from proto.records import encode_batch, encode_record
+from kq.proto.compression import LZ4, NONE, ZSTD, compress
+from kq.proto.records import encode_batch, encode_record
 
 APPEND_BYTES_MAX = 3 * 1024 * 1024  # raft/limits.py: encoded size of one produce request's records.
 RECORD_BYTES_MAX = 1024 * 1024

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import grpc
 from google.protobuf.message import DecodeError
 
-from chaos.cluster import LocalCluster
-from client import KqClient, KqClientError
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, KqClientError
 from tests.system.fuzz_report import Findings, Suspect, describe_suspects, log_tail
 from tests.system.fuzz_requests import LEADER, RPCS, Case, parse_response
 from tests.system.fuzz_values import Known

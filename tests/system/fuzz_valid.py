@@ -12,7 +12,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from proto import kq_pb2
+from kq.proto import kq_pb2
 from tests.system.fuzz_batches import batch_case
 from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from chaos.cluster import LocalCluster
-from client import ConsumerRecord, KqClient, ProducerRecord
+from kq.chaos.cluster import LocalCluster
+from kq.client import ConsumerRecord, KqClient, ProducerRecord
 
 pytestmark = pytest.mark.system
 

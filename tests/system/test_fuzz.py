@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.cluster import LocalCluster
-from client import KqClient, ProducerRecord
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, ProducerRecord
 from tests.system.fuzz_harness import (
     CANARY_DEADLINE_S,
     CANARY_TOPIC,

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from chaos.cluster import LocalCluster
-from client import GroupConsumer, KqClient, PreconditionFailedError, ProducerRecord, RebalanceError
-from client.types import ConsumerRecord
+from kq.chaos.cluster import LocalCluster
+from kq.client import GroupConsumer, KqClient, PreconditionFailedError, ProducerRecord, RebalanceError
+from kq.client.types import ConsumerRecord
 
 pytestmark = pytest.mark.system
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from chaos.cluster import LocalCluster
-from client import KqClient, Producer
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, Producer
 from tests.system.checks import read_everywhere
 
 pytestmark = pytest.mark.system

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.cluster import LocalCluster
-from client import KqClient, ProducerRecord, RecordMetadata
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, ProducerRecord, RecordMetadata
 from tests.system.checks import read_everywhere
 
 pytestmark = pytest.mark.system

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from client import Consumer, ConsumerRecord, KqClient
+from kq.client import Consumer, ConsumerRecord, KqClient
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "run-cluster.sh"

@@ -9,10 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from chaos.cluster import LocalCluster
-from client import KqClient, ProducerRecord
-from proto import kq_pb2, kq_pb2_grpc
-from proto.compression import LZ4, ZSTD, compress
+from kq.chaos.cluster import LocalCluster
+from kq.client import KqClient, ProducerRecord
+from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.proto.compression import LZ4, ZSTD, compress
 from tests.system.checks import read_everywhere
 
 pytestmark = pytest.mark.system

@@ -1,4 +1,6 @@
-"""Named limits of the replicated state machine, checked by raft/validation.py at the edge and in apply."""
+"""Every named limit of kq in one module: the broker, raft (validation at the edge and in apply), the
+client, the Spark source and the bench import them from here, so a limit is never copied.
+"""
 
 TOPIC_NAME_LENGTH_MAX = 249  # Kafka's limit, so topic names move between the two systems.
 TOPICS_MAX = 10_000
