@@ -4,12 +4,14 @@ Every handler of the node's server is wrapped by `EdgeInterceptor`:
 
 - Request bytes that do not parse (truncated, wrong wire types, nested too deep for protobuf) would
   make grpc log "Exception deserializing request!" with a traceback and answer INTERNAL. Here the
-  deserializer never raises: the handler answers INVALID_ARGUMENT naming the problem, and nothing is
-  logged (bad input is the client's business, not the operator's).
-- A KqError answers its own status (broker/errors.py).
-- Any other exception is a bug by definition: the RPC answers INTERNAL and the node logs one line,
-  at most once per LOG_INTERVAL_S per method (with a count of the ones it held back), with the
-  traceback only at debug level, so no client can flood the log.
+  deserializer never raises: the handler answers INVALID_REQUEST (INVALID_ARGUMENT) naming the
+  problem, and nothing is logged (bad input is the client's business, not the operator's).
+- A KqError answers its own code and status (broker/errors.py).
+- Any other exception is a bug by definition: the RPC answers INTERNAL_ERROR (INTERNAL) and the node
+  logs one line, at most once per LOG_INTERVAL_S per method (with a count of the ones it held back),
+  with the traceback only at debug level, so no client can flood the log.
+
+So every non-OK status a kq handler answers carries `kq-error-code` (proto/errors.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from kq.broker.errors import KqError, abort_with
+from kq.broker.errors import KqError, abort_with, abort_with_code
+from kq.proto.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
 
@@ -141,12 +144,12 @@ class EdgeInterceptor(_Interceptor):
             raise error  # context.abort() raised it: the status is already set.
         debug = logger.isEnabledFor(logging.DEBUG)
         self._log.report(method, "%s failed: %s: %s", method, type(error).__name__, error, exc_info=debug)
-        context.abort(grpc.StatusCode.INTERNAL, "internal error; see the node's log")
+        abort_with_code(context, ErrorCode.INTERNAL_ERROR, "internal error; see the node's log")
 
 
 def _refuse_undecodable(request: Any, context: grpc.ServicerContext) -> None:
     if isinstance(request, Undecodable):
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable request: {request.reason}")
+        abort_with_code(context, ErrorCode.INVALID_REQUEST, f"undecodable request: {request.reason}")
 
 
 def _aborted(context: grpc.ServicerContext) -> bool:

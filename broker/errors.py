@@ -1,4 +1,10 @@
-"""kq's error hierarchy and its one mapping to gRPC status codes."""
+"""kq's error hierarchy on the broker, and the one place a failure becomes a gRPC status.
+
+Every KqError carries an ErrorCode; its status comes from the table in proto/errors.py, never from
+the class. `abort_with` answers it with trailing metadata `kq-error-code` (the code's number) and,
+for a redirect, `kq-leader`, so a client never needs the message text. The classes only give each
+kind of failure a default code and a name to raise and catch by.
+"""
 
 from __future__ import annotations
 
@@ -6,118 +12,147 @@ from typing import NoReturn
 
 import grpc
 
-from kq.raft.results import ErrorCode
-
-LEADER_METADATA_KEY = "kq-leader"
+from kq.proto.errors import ERROR_CODE_METADATA_KEY, LEADER_METADATA_KEY, ErrorCode, spec_of
 
 
 class KqError(Exception):
-    """A failure reported to the client; `status_code` and `retriable` carry the policy."""
+    """A failure reported to the client: `code` decides its status and whether a client may retry it."""
 
-    status_code = grpc.StatusCode.INTERNAL
-    retriable = False
+    default_code = ErrorCode.INTERNAL_ERROR
+
+    def __init__(self, message: str, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.code = self.default_code if code is None else code
+        assert self.code != ErrorCode.OK, "an error needs a code other than OK"
+
+    @property
+    def status_code(self) -> grpc.StatusCode:
+        """The gRPC status the table gives this error's code."""
+        return spec_of(self.code).status
+
+    @property
+    def retriable(self) -> bool:
+        """Whether the same request may succeed if sent again (the table's policy for the code)."""
+        return spec_of(self.code).retriable
 
 
 class InvalidArgumentError(KqError):
     """The request is malformed or outside a limit; it was never proposed."""
 
-    status_code = grpc.StatusCode.INVALID_ARGUMENT
+    default_code = ErrorCode.INVALID_REQUEST
 
 
 class NotFoundError(KqError):
-    """The named topic does not exist."""
+    """The named topic (or, with UNKNOWN_GROUP, group) does not exist."""
 
-    status_code = grpc.StatusCode.NOT_FOUND
+    default_code = ErrorCode.UNKNOWN_TOPIC
 
 
 class AlreadyExistsError(KqError):
     """A topic of that name exists."""
 
-    status_code = grpc.StatusCode.ALREADY_EXISTS
+    default_code = ErrorCode.TOPIC_EXISTS
 
 
 class OutOfRangeError(KqError):
     """An offset outside the partition's log."""
 
-    status_code = grpc.StatusCode.OUT_OF_RANGE
+    default_code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class ResourceExhaustedError(KqError):
-    """A limit of the cluster (topics, queues) is reached."""
+    """A queue (by default the produce queue) or a limit of the cluster (topics, groups) is full."""
 
-    status_code = grpc.StatusCode.RESOURCE_EXHAUSTED
-    retriable = True
+    default_code = ErrorCode.QUEUE_FULL
 
 
 class SequenceError(KqError):
-    """An idempotent producer's sequence is out of order or too old to deduplicate."""
+    """An idempotent producer's sequence is out of order or too old to deduplicate, or its id unknown."""
 
-    status_code = grpc.StatusCode.FAILED_PRECONDITION
+    default_code = ErrorCode.OUT_OF_ORDER_SEQUENCE
 
 
 class GroupNotEmptyError(KqError):
     """The operation needs a group without active members."""
 
-    status_code = grpc.StatusCode.FAILED_PRECONDITION
+    default_code = ErrorCode.GROUP_HAS_MEMBERS
 
 
 class RebalanceError(KqError):
-    """The member is unknown to its group or its generation is stale: it must rejoin."""
+    """The member is unknown to its group (the default) or its generation is stale: it must rejoin."""
 
-    status_code = grpc.StatusCode.ABORTED
+    default_code = ErrorCode.UNKNOWN_MEMBER
 
 
 class NotLeaderError(KqError):
-    """This node does not lead; `leader_address` (gRPC host:port) is where to go, if known."""
+    """This node does not lead; `leader_address` (gRPC host:port) is where to go."""
 
-    status_code = grpc.StatusCode.FAILED_PRECONDITION
-    retriable = True
+    default_code = ErrorCode.NOT_LEADER
 
-    def __init__(self, leader_address: str | None) -> None:
-        where = f"; leader is {leader_address}" if leader_address else ""
-        super().__init__(f"not the leader{where}")
+    def __init__(self, leader_address: str) -> None:
+        super().__init__(f"not the leader; leader is {leader_address}")
         self.leader_address = leader_address
 
 
 class UnavailableError(KqError):
-    """No leader, or the proposal did not commit in time (it may still commit: retry idempotently)."""
+    """The proposal did not commit in time (it may still commit: retry idempotently), or no leader."""
 
-    status_code = grpc.StatusCode.UNAVAILABLE
-    retriable = True
+    default_code = ErrorCode.NOT_COMMITTED
+
+
+def error_metadata(code: ErrorCode, leader_address: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata of a failed call: the code's number, and the leader for a redirect."""
+    metadata: tuple[tuple[str, str], ...] = ((ERROR_CODE_METADATA_KEY, str(int(code))),)
+    if leader_address is not None:
+        metadata += ((LEADER_METADATA_KEY, leader_address),)
+    return metadata
+
+
+def abort_with_code(
+    context: grpc.ServicerContext, code: ErrorCode, message: str, leader_address: str | None = None
+) -> NoReturn:
+    """Ends the RPC with `code`'s status from the table, its metadata, and `message` for people."""
+    context.set_trailing_metadata(error_metadata(code, leader_address))
+    context.abort(spec_of(code).status, message)
 
 
 def abort_with(context: grpc.ServicerContext, error: KqError) -> NoReturn:
-    """Ends the RPC with `error`'s status (and the leader's address for a redirect)."""
-    if isinstance(error, NotLeaderError) and error.leader_address is not None:
-        context.set_trailing_metadata(((LEADER_METADATA_KEY, error.leader_address),))
-    context.abort(error.status_code, str(error))
+    """Ends the RPC with `error`'s status and code (and the leader's address for a redirect)."""
+    leader = error.leader_address if isinstance(error, NotLeaderError) else None
+    abort_with_code(context, error.code, str(error), leader)
 
 
 def error_for_code(code: ErrorCode, subject: str) -> KqError | None:
     """The KqError for a deterministic rejection from apply, None for OK."""
     if code == ErrorCode.OK:
         return None
-    errors: dict[ErrorCode, KqError] = {
-        ErrorCode.UNKNOWN_TOPIC: NotFoundError(f"unknown topic {subject}"),
-        ErrorCode.UNKNOWN_PARTITION: InvalidArgumentError(f"unknown partition {subject}"),
-        ErrorCode.TOPIC_EXISTS: AlreadyExistsError(f"topic {subject} already exists"),
-        ErrorCode.TOO_MANY_TOPICS: ResourceExhaustedError("the cluster holds its maximum number of topics"),
-        ErrorCode.UNKNOWN_PRODUCER: SequenceError(f"unknown producer id for {subject}"),
-        ErrorCode.OUT_OF_ORDER_SEQUENCE: SequenceError(f"out-of-order producer sequence for {subject}"),
-        ErrorCode.OFFSET_OUT_OF_RANGE: OutOfRangeError(f"offset beyond the log end of {subject}"),
-        ErrorCode.UNKNOWN_GROUP: NotFoundError(f"unknown group {subject}"),
-        ErrorCode.UNKNOWN_MEMBER: RebalanceError(f"unknown member of group {subject}: rejoin"),
-        ErrorCode.STALE_GENERATION: RebalanceError(
-            f"stale generation for group {subject}: it rebalanced; rejoin"
-        ),
-        ErrorCode.GROUP_HAS_MEMBERS: GroupNotEmptyError(
-            f"group {subject} has active members; stop its consumers first"
-        ),
-        ErrorCode.TOO_MANY_GROUPS: ResourceExhaustedError("the cluster holds its maximum number of groups"),
-        ErrorCode.GROUP_FULL: ResourceExhaustedError(f"group {subject} holds its maximum number of members"),
-        ErrorCode.INVALID_COMMAND: InvalidArgumentError(f"the cluster refused the request for {subject}"),
-        ErrorCode.DUPLICATE_SEQUENCE: SequenceError(
-            f"producer sequence for {subject} is too old to deduplicate"
-        ),
-    }
-    return errors[code]
+    kind, message = _REJECTIONS[code]
+    return kind(message.format(subject=subject), code)
+
+
+_REJECTIONS: dict[ErrorCode, tuple[type[KqError], str]] = {
+    ErrorCode.UNKNOWN_TOPIC: (NotFoundError, "unknown topic {subject}"),
+    ErrorCode.UNKNOWN_PARTITION: (InvalidArgumentError, "unknown partition {subject}"),
+    ErrorCode.TOPIC_EXISTS: (AlreadyExistsError, "topic {subject} already exists"),
+    ErrorCode.TOO_MANY_TOPICS: (ResourceExhaustedError, "the cluster holds its maximum number of topics"),
+    ErrorCode.UNKNOWN_PRODUCER: (SequenceError, "unknown producer id for {subject}"),
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: (SequenceError, "out-of-order producer sequence for {subject}"),
+    ErrorCode.OFFSET_OUT_OF_RANGE: (OutOfRangeError, "offset beyond the log end of {subject}"),
+    ErrorCode.UNKNOWN_GROUP: (NotFoundError, "unknown group {subject}"),
+    ErrorCode.UNKNOWN_MEMBER: (RebalanceError, "unknown member of group {subject}: rejoin"),
+    ErrorCode.STALE_GENERATION: (
+        RebalanceError,
+        "stale generation for group {subject}: it rebalanced; rejoin",
+    ),
+    ErrorCode.GROUP_HAS_MEMBERS: (
+        GroupNotEmptyError,
+        "group {subject} has active members; stop its consumers first",
+    ),
+    ErrorCode.TOO_MANY_GROUPS: (ResourceExhaustedError, "the cluster holds its maximum number of groups"),
+    ErrorCode.GROUP_FULL: (ResourceExhaustedError, "group {subject} holds its maximum number of members"),
+    ErrorCode.INVALID_COMMAND: (InvalidArgumentError, "the cluster refused the request for {subject}"),
+    ErrorCode.DUPLICATE_SEQUENCE: (
+        SequenceError,
+        "producer sequence for {subject} is too old to deduplicate",
+    ),
+}

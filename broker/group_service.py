@@ -21,6 +21,7 @@ from kq.broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock
 from kq.broker.service_base import AppliedNotifier, ServiceBase, stored_records
 from kq.broker.validation import check, check_group_name, check_topic_name
 from kq.proto import kq_pb2
+from kq.proto.errors import ErrorCode
 from kq.proto.limits import HEARTBEAT_WAIT_MS_MAX, REBALANCE_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_DEFAULT
 from kq.raft import commands
 from kq.raft.results import ApplyResult, GroupResult
@@ -67,7 +68,8 @@ class GroupRpcs(ServiceBase):
                 state = self._group_state(reader, request.group)
             if state is None or all(m.member_id != request.member_id for m in state.members):
                 raise RebalanceError(
-                    f"unknown member of group {request.group}: join again without a member id"
+                    f"unknown member of group {request.group}: join again without a member id",
+                    ErrorCode.UNKNOWN_MEMBER,
                 )
         else:
             member.member_id = _new_member_id(request.client_id)
@@ -87,7 +89,8 @@ class GroupRpcs(ServiceBase):
             )
             if state is None or mine is None:
                 raise RebalanceError(
-                    f"member {member.member_id} left group {request.group} while joining: join again"
+                    f"member {member.member_id} left group {request.group} while joining: join again",
+                    ErrorCode.UNKNOWN_MEMBER,
                 )
             if state.phase == kq_pb2.GROUP_REBALANCING and not mine.rejoined:
                 # Another member's change began a new rebalance after ours: a waiting joiner rejoins.
@@ -134,7 +137,9 @@ class GroupRpcs(ServiceBase):
                 applied_index = reader.applied_index()
                 state = self._group_state(reader, request.group)
             if state is None or all(m.member_id != request.member_id for m in state.members):
-                raise RebalanceError(f"unknown member of group {request.group}: rejoin")
+                raise RebalanceError(
+                    f"unknown member of group {request.group}: rejoin", ErrorCode.UNKNOWN_MEMBER
+                )
             rebalancing = state.phase == kq_pb2.GROUP_REBALANCING or state.generation != request.generation
             remaining_s = deadline - time.monotonic()
             if rebalancing or remaining_s <= 0 or not context.is_active() or not self._consensus.is_leader():
@@ -209,7 +214,7 @@ class GroupRpcs(ServiceBase):
         with self._store.read() as reader:
             state = self._group_state(reader, request.group)
             if state is None:
-                raise NotFoundError(f"unknown group {request.group}")
+                raise NotFoundError(f"unknown group {request.group}", ErrorCode.UNKNOWN_GROUP)
             state.assignor = state.assignor or "range"  # What the group will use when it has members.
             return kq_pb2.DescribeGroupResponse(
                 group=state,

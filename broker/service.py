@@ -115,7 +115,9 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
             _check_partition(topic, request.partition)
         outcome = self._batcher.append(append, PROPOSAL_TIMEOUT_S)
         if outcome.result.error == ErrorCode.INVALID_COMMAND:
-            raise InvalidArgumentError(f"the cluster refused the batch: {outcome.result.reason}")
+            raise InvalidArgumentError(
+                f"the cluster refused the batch: {outcome.result.reason}", ErrorCode.INVALID_COMMAND
+            )
         error = error_for_code(outcome.result.error, f"{request.topic}/{request.partition}")
         if error is not None:
             raise error
@@ -262,7 +264,8 @@ def _raise_for(result: TopicResult, subject: str) -> None:
 def _check_partition(topic: TopicMeta, partition: int) -> None:
     if partition >= topic.partitions:
         raise InvalidArgumentError(
-            f"partition {partition} out of range: topic {topic.name} has {topic.partitions} partitions"
+            f"partition {partition} out of range: topic {topic.name} has {topic.partitions} partitions",
+            ErrorCode.UNKNOWN_PARTITION,
         )
 
 

@@ -10,6 +10,7 @@ from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.groups import GroupCoordinator
 from kq.broker.proposals import Batcher
 from kq.proto.compression import decompress
+from kq.proto.errors import ErrorCode
 from kq.proto.limits import APPEND_BYTES_MAX, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
 from kq.proto.records import WireRecord, parse_batch
 from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
@@ -17,7 +18,6 @@ from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
 logger = logging.getLogger(__name__)
 
 CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.
-
 
 
 class AppliedNotifier:
@@ -68,13 +68,16 @@ class ServiceBase:
     def _catch_up(self, min_index: int) -> None:
         """Read-your-writes for metadata reads: wait until `min_index` is applied, else UNAVAILABLE."""
         if min_index and not self._notifier.wait_until(min_index, CATCH_UP_WAIT_S):
-            raise UnavailableError(f"node {self._node.node_id} has not applied index {min_index} yet; retry")
+            raise UnavailableError(
+                f"node {self._node.node_id} has not applied index {min_index} yet; retry",
+                ErrorCode.NOT_CAUGHT_UP,
+            )
 
     def _require_leader(self) -> None:
         if not self._consensus.is_leader():
             leader = self._consensus.leader_grpc_address()
             if leader is None:
-                raise UnavailableError("no leader is elected right now; retry")
+                raise UnavailableError("no leader is elected right now; retry", ErrorCode.LEADER_UNKNOWN)
             raise NotLeaderError(leader)
 
     @staticmethod

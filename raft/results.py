@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+# ErrorCode lives in the one error table (proto/errors.py); apply returns its codes 1-15 in results.
+from kq.proto.errors import ErrorCode
 from kq.storage import TopicMeta
 
-
-class ErrorCode(enum.IntEnum):
-    """Deterministic rejections decided inside apply (the same on every node)."""
-
-    OK = 0
-    UNKNOWN_TOPIC = 1
-    UNKNOWN_PARTITION = 2
-    TOPIC_EXISTS = 3
-    TOO_MANY_TOPICS = 4
-    UNKNOWN_PRODUCER = 5
-    OUT_OF_ORDER_SEQUENCE = 6
-    DUPLICATE_SEQUENCE = 7  # A retry older than the remembered window: cannot return its offset.
-    OFFSET_OUT_OF_RANGE = 8
-    UNKNOWN_GROUP = 9
-    UNKNOWN_MEMBER = 10
-    STALE_GENERATION = 11
-    GROUP_HAS_MEMBERS = 12
-    TOO_MANY_GROUPS = 13
-    GROUP_FULL = 14
-    INVALID_COMMAND = 15  # The shared validation (raft/validation.py) refused it: the edge should have.
+__all__ = [
+    "AppendResult",
+    "ApplyResult",
+    "ErrorCode",
+    "GroupResult",
+    "PartitionAppendResult",
+    "ProducerResult",
+    "RejectedResult",
+    "SkippedResult",
+    "TopicResult",
+    "TrimResult",
+]
 
 
 @dataclass(frozen=True, slots=True)
