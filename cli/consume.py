@@ -24,8 +24,8 @@ from kq.cli.context import metadata_node, open_client, parse_node
 from kq.cli.group_consume import consume_group, group_options, group_settings
 from kq.cli.output import Formatter, counted, format_json, format_plain, write_records
 from kq.client import ConsumerRecord, KqClient
+from kq.proto.limits import CLI_FETCH_RECORDS_MAX
 
-FETCH_RECORDS_MAX = 2_000  # Records per fetch request; the broker allows up to 10,000.
 SINGLE_PARTITION_WAIT_MS = 1_000  # Long-poll this long when only one partition can have new records.
 POLL_SLICE_MS = 100  # With several partitions, long-poll one this long, then look at all of them again.
 
@@ -85,7 +85,7 @@ class PartitionReader:
 
     def _fetch(self, partition: int, wait_ms: int) -> Sequence[ConsumerRecord]:
         position = self._positions[partition]
-        limit = FETCH_RECORDS_MAX
+        limit = CLI_FETCH_RECORDS_MAX
         if self._records_max is not None:
             limit = min(limit, self._records_max - self.count)
         if self._end_offsets is not None:

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 import click
 
 from kq.client import KqClient
+from kq.proto.limits import CLI_BOOTSTRAP_NODES_MAX, CLI_RPC_TIMEOUT_S_MAX
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"  # The nodes of deploy/run-cluster.sh.
 RETRY_TIMEOUT_S_DEFAULT = 10.0  # Longer than a leader failover (0.5-2 s), short enough for a person to wait.
-RPC_TIMEOUT_S_MAX = 10.0  # One attempt; the broker answers a stuck proposal within 5 s.
-BOOTSTRAP_NODES_MAX = 64  # More is a typo (a pasted list), not a cluster: kq clusters have at most 9 nodes.
 PORT_MAX = 65_535
 
 
@@ -48,8 +47,8 @@ def parse_bootstrap(_ctx: click.Context, _param: click.Parameter, value: str) ->
     addresses = tuple(part.strip() for part in value.split(",") if part.strip())
     if not addresses:
         raise click.BadParameter("needs at least one host:port")
-    if len(addresses) > BOOTSTRAP_NODES_MAX:
-        raise click.BadParameter(f"at most {BOOTSTRAP_NODES_MAX} addresses")
+    if len(addresses) > CLI_BOOTSTRAP_NODES_MAX:
+        raise click.BadParameter(f"at most {CLI_BOOTSTRAP_NODES_MAX} addresses")
     for address in addresses:
         problem = address_problem(address)
         if problem is not None:
@@ -74,7 +73,7 @@ def open_client(ctx: click.Context) -> KqClient:
     client = KqClient(
         settings.bootstrap,
         retry_timeout_s=settings.retry_timeout_s,
-        rpc_timeout_s=min(RPC_TIMEOUT_S_MAX, settings.retry_timeout_s),
+        rpc_timeout_s=min(CLI_RPC_TIMEOUT_S_MAX, settings.retry_timeout_s),
     )
     return ctx.with_resource(client)
 

@@ -24,7 +24,7 @@ from kq.cli.group_output import (
     total_lag_line,
 )
 from kq.cli.output import counted, print_json, print_table, print_text
-from kq.client import KqClient, TopicNotFoundError
+from kq.client import GroupNotFoundError, KqClient
 from kq.client.types import GroupDescription
 
 FORMAT_CHOICE = click.Choice(["table", "json"])
@@ -190,7 +190,7 @@ def _existing_group(client: KqClient, group: str) -> GroupDescription | None:
     """The group as the leader holds it, or None when it does not exist (yet)."""
     try:
         return client.describe_group(group, metadata_node(client, None))
-    except TopicNotFoundError:  # The client's class for every NOT_FOUND; here: no such group.
+    except GroupNotFoundError:
         return None
 
 

@@ -15,11 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from kq.cli.errors import CommandError
+from kq.proto.limits import CLI_LINE_BYTES_MAX
 
 CHUNK_BYTES = 64 * 1024
-LINE_BYTES_MAX = (
-    8 * 1024 * 1024
-)  # Refused before it fills memory; the broker's record limit (1 MiB) is lower.
 
 
 class LineReader:
@@ -51,8 +49,8 @@ class LineReader:
                 if self._position < len(self._buffer):
                     yield self._take(len(self._buffer), len(self._buffer))
                 return
-            elif len(self._buffer) - self._position > LINE_BYTES_MAX:
-                raise CommandError(f"line {number + 1} is longer than {LINE_BYTES_MAX} bytes")
+            elif len(self._buffer) - self._position > CLI_LINE_BYTES_MAX:
+                raise CommandError(f"line {number + 1} is longer than {CLI_LINE_BYTES_MAX} bytes")
             else:
                 unread_bytes = len(self._buffer) - self._position
                 self._fill()

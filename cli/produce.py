@@ -5,8 +5,8 @@ dropped too), and an empty line is sent as a record with an empty value, as Kafk
 does. With `--key-separator SEP` a line is split at its first SEP into key and value; a line without
 SEP is an error (as in Kafka), reported with its line number before its batch is sent.
 
-Records go out through `KqClient.send_batch`, at most RECORDS_PER_BATCH_MAX records or
-BATCH_BYTES_MAX bytes at a time, and a batch is also sent as soon as the input pauses, so
+Records go out through `KqClient.send_batch`, at most CLI_PRODUCE_RECORDS_MAX records or
+CLI_PRODUCE_BYTES_MAX bytes at a time, and a batch is also sent as soon as the input pauses, so
 `tail -f app.log | kq produce logs` delivers each line when it is written. Batches that were sent
 before a failure stay written (the error line says how many records).
 """
@@ -30,9 +30,8 @@ from kq.cli.output import counted, print_text, produce_summary
 from kq.cli.progress import ProgressBar
 from kq.client import KqClient, KqClientError, ProducerRecord, RecordMetadata
 from kq.client.partitioner import partition_for_key
+from kq.proto.limits import CLI_PRODUCE_BYTES_MAX, CLI_PRODUCE_RECORDS_MAX
 
-RECORDS_PER_BATCH_MAX = 1_000
-BATCH_BYTES_MAX = 4 * 1024 * 1024  # Bounds the CLI's memory; the client splits requests further.
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, the shell convention.
 
 
@@ -245,7 +244,7 @@ def _send_all(
             batch.append(record)
             batch_bytes += len(record.value or b"") + len(record.key or b"")
             consumed_bytes += item.consumed_bytes
-            if item.paused or len(batch) >= RECORDS_PER_BATCH_MAX or batch_bytes >= BATCH_BYTES_MAX:
+            if item.paused or len(batch) >= CLI_PRODUCE_RECORDS_MAX or batch_bytes >= CLI_PRODUCE_BYTES_MAX:
                 _send_batch(client, topic, batch, tally)
                 progress_bar.advance(tally.count, consumed_bytes)
                 batch, batch_bytes, consumed_bytes = [], 0, 0

@@ -1,4 +1,13 @@
-"""`KqClient`: admin calls, an idempotent producer and partition reads, over any node of the cluster."""
+"""`KqClient`: admin calls, an idempotent producer and partition reads, over any node of the cluster.
+
+Thread-safety: one client may be shared by any number of threads. Its mutable state is small and
+each piece has one guard: the channels and the known leader (client/connection.py's lock); the
+highest Raft index seen, the partition-count cache and the round-robin counter (`_state_lock`); the
+idempotent producer's id and per-partition sequences (`_producer_lock`); and at most one produce
+request in flight per partition (a lock stripe per partition, `_partition_locks`), which keeps a
+partition's sequences in send order. No lock is held across another thread's call except a
+partition's stripe, and the producer lock only while a producer id is being registered.
+"""
 
 from __future__ import annotations
 
@@ -28,18 +37,24 @@ from kq.client.types import (
 )
 from kq.proto import kq_pb2
 from kq.proto.compression import CODECS, compress, decompress
+from kq.proto.limits import (
+    APPEND_BYTES_MAX,
+    CLIENT_PARTITION_LOCKS,
+    CLIENT_PRODUCER_PARTITIONS_MAX,
+    CLIENT_REQUEST_BYTES_MAX,
+    CLIENT_RETRY_TIMEOUT_S,
+    CLIENT_RPC_TIMEOUT_S,
+    CLIENT_STATUS_TIMEOUT_S,
+    CLIENT_TOPICS_CACHED_MAX,
+    FETCH_RECORDS_MAX,
+    HEADERS_PER_RECORD_MAX,
+    RECORDS_PER_APPEND_MAX,
+)
 from kq.proto.records import encode_batch, encode_record, parse_batch
-
-REQUEST_RECORDS_MAX = 10_000  # The broker's RECORDS_PER_APPEND_MAX.
-REQUEST_BYTES_MAX = 2 * 1024 * 1024  # Below the broker's 3 MiB APPEND_BYTES_MAX, leaving room for framing.
-STATUS_TIMEOUT_S = 2.0
-FETCH_RECORDS_MAX = 10_000  # The broker's limits on one fetch and on headers per record.
-HEADERS_MAX = 1_000
-BATCH_BYTES_MAX = 3 * 1024 * 1024  # The broker's APPEND_BYTES_MAX: what one stored batch expands to at most.
 
 
 class KqClient(GroupsApi):
-    """A client of a kq cluster. Thread-safe; one per process is enough.
+    """A client of a kq cluster. Thread-safe (see the module docstring); one per process is enough.
 
     `bootstrap` lists some nodes as host:port; the leader is found from any of them. Produce is
     idempotent by default: a retry after a timeout or failover never writes a record twice.
@@ -50,16 +65,19 @@ class KqClient(GroupsApi):
         bootstrap: Sequence[str],
         *,
         idempotent: bool = True,
-        retry_timeout_s: float = 30.0,
-        rpc_timeout_s: float = 10.0,
+        retry_timeout_s: float = CLIENT_RETRY_TIMEOUT_S,
+        rpc_timeout_s: float = CLIENT_RPC_TIMEOUT_S,
     ) -> None:
         self._connections = Connections(bootstrap, retry_timeout_s, rpc_timeout_s)
         self._idempotent = idempotent
         self._producer_lock = threading.Lock()
-        self._producer_id = 0
+        self._producer_id = 0  # 0: none registered yet (or the last one was given up).
+        # (topic, partition) -> the next sequence of `_producer_id` there; bounded: one partition past
+        # CLIENT_PRODUCER_PARTITIONS_MAX starts a new producer id, whose sequences all start at 0.
         self._sequences: dict[tuple[str, int], int] = {}
-        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
-        self._partition_counts: dict[str, int] = {}
+        self._partition_locks = tuple(threading.Lock() for _ in range(CLIENT_PARTITION_LOCKS))
+        self._state_lock = threading.Lock()
+        self._partition_counts: dict[str, int] = {}  # Oldest first; at most CLIENT_TOPICS_CACHED_MAX.
         # A random start, so short-lived clients sending one unkeyed record each do not all pick partition 0.
         self._round_robin = itertools.count(random.randrange(1 << 16))
         # Highest Raft index this client has seen: reads pass it as min_index, so a client always sees
@@ -67,7 +85,8 @@ class KqClient(GroupsApi):
         self._index_seen = 0
 
     def _saw(self, index: int) -> None:
-        self._index_seen = max(self._index_seen, index)
+        with self._state_lock:  # A read-modify-write: unguarded, two threads could move it backwards.
+            self._index_seen = max(self._index_seen, index)
 
     @property
     def index_seen(self) -> int:
@@ -97,7 +116,7 @@ class KqClient(GroupsApi):
     def delete_topic(self, name: str) -> None:
         """Deletes a topic and all its records."""
         self._saw(self._connections.write("DeleteTopic", kq_pb2.DeleteTopicRequest(name=name)).index)
-        self._partition_counts.pop(name, None)
+        self._forget_partition_count(name)
 
     def list_topics(self, node: str | None = None) -> list[TopicInfo]:
         """Every topic, by name."""
@@ -133,17 +152,26 @@ class KqClient(GroupsApi):
 
     def partition_count(self, topic: str) -> int:
         """The topic's partition count (cached after the first look-up)."""
-        count = self._partition_counts.get(topic)
-        if count is None:
-            try:
-                count = self.describe_topic(topic).topic.partitions
-            except TopicNotFoundError:  # Another process may have just created it: ask the leader.
-                leader = self.leader_address()
-                if leader is None:
-                    raise
-                count = self.describe_topic(topic, node=leader).topic.partitions
+        with self._state_lock:
+            count = self._partition_counts.get(topic)
+        if count is not None:
+            return count
+        try:
+            count = self.describe_topic(topic).topic.partitions
+        except TopicNotFoundError:  # Another process may have just created it: ask the leader.
+            leader = self.leader_address()
+            if leader is None:
+                raise
+            count = self.describe_topic(topic, node=leader).topic.partitions
+        with self._state_lock:
             self._partition_counts[topic] = count
+            while len(self._partition_counts) > CLIENT_TOPICS_CACHED_MAX:
+                del self._partition_counts[next(iter(self._partition_counts))]
         return count
+
+    def _forget_partition_count(self, topic: str) -> None:
+        with self._state_lock:
+            self._partition_counts.pop(topic, None)
 
     def leader_address(self) -> str | None:
         """The leader's gRPC address as the answering node with the highest term reports it, or None."""
@@ -189,7 +217,8 @@ class KqClient(GroupsApi):
         count = self.partition_count(topic)
         if record.key is not None:
             return partition_for_key(record.key, count)
-        return next(self._round_robin) % count
+        with self._state_lock:
+            return next(self._round_robin) % count
 
     @staticmethod
     def _encode_record(record: ProducerRecord) -> bytes:
@@ -212,37 +241,47 @@ class KqClient(GroupsApi):
             self._saw(response.index)
             return _metadata(topic, response, len(records))
         key = (topic, partition)
-        with self._producer_lock:
-            lock = self._partition_locks.setdefault(key, threading.Lock())
-        with lock:  # One request in flight per partition keeps sequences in send order.
-            request.producer_id = self._ensure_producer_id()
-            request.sequence = self._sequences.get(key, 0)
+        # One request in flight per partition keeps its sequences in send order. Two partitions may
+        # share a stripe; that only serializes them, it never reorders one.
+        with self._partition_locks[hash(key) % len(self._partition_locks)]:
+            request.producer_id, request.sequence = self._next_sequence(key)
             try:
                 response = self._connections.write("Produce", request)
             except (InvalidRequestError, TopicNotFoundError):
-                self._partition_counts.pop(topic, None)  # Rejected at the edge: nothing was written.
+                self._forget_partition_count(topic)  # Refused before apply wrote it: nothing was written.
                 raise
             except KqClientError:
                 # Any other failure leaves the outcome unknown: start a fresh producer so the next
                 # records can never be mistaken for retries of these.
-                self._reset_producer()
+                self._reset_producer(request.producer_id)
                 raise
-            self._sequences[key] = request.sequence + len(records)
+            self._advance_sequence(key, request.producer_id, request.sequence + len(records))
             self._saw(response.index)
             return _metadata(topic, response, len(records))
 
-    def _ensure_producer_id(self) -> int:
+    def _next_sequence(self, key: tuple[str, int]) -> tuple[int, int]:
+        """(producer id, sequence) for the next request to `key`, registering a producer id if needed."""
         with self._producer_lock:
+            if key not in self._sequences and len(self._sequences) >= CLIENT_PRODUCER_PARTITIONS_MAX:
+                self._producer_id = 0  # Bound the sequences kept: a new id starts every partition at 0.
             if not self._producer_id:
                 response = self._connections.write("RegisterProducer", kq_pb2.RegisterProducerRequest())
                 self._producer_id = response.producer_id
                 self._sequences.clear()
-            return self._producer_id
+            return self._producer_id, self._sequences.get(key, 0)
 
-    def _reset_producer(self) -> None:
+    def _advance_sequence(self, key: tuple[str, int], producer_id: int, sequence: int) -> None:
+        """Records `key`'s next sequence, unless the producer id changed while the request was out."""
         with self._producer_lock:
-            self._producer_id = 0
-            self._sequences.clear()
+            if self._producer_id == producer_id:
+                self._sequences[key] = sequence
+
+    def _reset_producer(self, producer_id: int) -> None:
+        """Gives up `producer_id` (not a newer one another thread may have registered since)."""
+        with self._producer_lock:
+            if self._producer_id == producer_id:
+                self._producer_id = 0
+                self._sequences.clear()
 
     # Fetch --------------------------------------------------------------------------------------
 
@@ -319,7 +358,7 @@ class KqClient(GroupsApi):
         """Every bootstrap node's own status, or the error reaching it."""
         results: list[NodeStatus | KqClientError] = []
         for address, outcome in self._connections.call_each(
-            "ClusterStatus", kq_pb2.ClusterStatusRequest(), STATUS_TIMEOUT_S
+            "ClusterStatus", kq_pb2.ClusterStatusRequest(), CLIENT_STATUS_TIMEOUT_S
         ):
             results.append(outcome if isinstance(outcome, KqClientError) else _node_status(address, outcome))
         return results
@@ -341,7 +380,7 @@ def _chunks(encoded: list[bytes]) -> Iterable[tuple[int, int]]:
     start, size_bytes = 0, 0
     for position, record in enumerate(encoded):
         if position > start and (
-            position - start >= REQUEST_RECORDS_MAX or size_bytes + len(record) > REQUEST_BYTES_MAX
+            position - start >= RECORDS_PER_APPEND_MAX or size_bytes + len(record) > CLIENT_REQUEST_BYTES_MAX
         ):
             yield start, position
             start, size_bytes = position, 0
@@ -382,7 +421,10 @@ def _decode_batches(
         if len(records) >= limit:
             break
         wire_records = parse_batch(
-            decompress(batch.records, batch.compression, BATCH_BYTES_MAX), FETCH_RECORDS_MAX, HEADERS_MAX
+            # A stored batch is one produce request: it is within the broker's limits on one append.
+            decompress(batch.records, batch.compression, APPEND_BYTES_MAX),
+            RECORDS_PER_APPEND_MAX,
+            HEADERS_PER_RECORD_MAX,
         )
         for position, wire in enumerate(wire_records[max(0, offset - batch.base_offset) :]):
             created = wire.timestamp_ms > 0

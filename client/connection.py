@@ -1,8 +1,13 @@
 """Channels to the nodes, leader discovery, `kq-leader` redirects and retries with backoff.
 
-The policy lives here once: writes go to the known leader, follow redirects (at most
-REDIRECTS_MAX hops in a row), and retry UNAVAILABLE / DEADLINE_EXCEEDED across the bootstrap list
-with exponential backoff until `retry_timeout_s` passes. Reads go to any node (or a chosen one).
+The policy lives here once, and it asks each failure only two things (client/errors.py): its
+leader hint, and whether it is `retriable`. Writes go to the known leader and follow a leader hint
+(at most CLIENT_REDIRECTS_MAX hops in a row); a retriable failure is retried across the bootstrap
+list with exponential backoff until `retry_timeout_s` passes; anything else is raised at once.
+Reads go to any node (or a chosen one) and retry the same way.
+
+Thread-safe: the channel cache, the known leader and the node rotation are guarded by one lock,
+held only to read or update them, never during a call.
 """
 
 from __future__ import annotations
@@ -11,50 +16,39 @@ import itertools
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
 from kq.client.errors import KqClientError, UnavailableError, from_rpc_error
 from kq.proto import kq_pb2_grpc
+from kq.proto.limits import (
+    CLIENT_BACKOFF_INITIAL_S,
+    CLIENT_BACKOFF_MAX_S,
+    CLIENT_CHANNELS_MAX,
+    CLIENT_REDIRECTS_MAX,
+    CLIENT_RETRY_TIMEOUT_S,
+    CLIENT_RPC_TIMEOUT_S,
+    GRPC_MESSAGE_BYTES_MAX,
+)
 
 logger = logging.getLogger(__name__)
 
-LEADER_METADATA_KEY = "kq-leader"
-REDIRECTS_MAX = 5
-BACKOFF_INITIAL_S = 0.05
-BACKOFF_MAX_S = 0.25  # Retries during an election are cheap; a short cap finds the new leader sooner.
-RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal within 5 s.
-RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
-MESSAGE_BYTES_MAX = 8 * 1024 * 1024
-# CANCELLED: a node shutting down cancels the calls it had queued; this client never cancels its own.
-_RETRIABLE = (
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.CANCELLED,
-)
 
-Response = TypeVar("Response")
-
-
-def _leader_from(error: grpc.RpcError) -> str | None:
-    metadata: Any = error.trailing_metadata() or ()
-    for key, value in metadata:
-        if key == LEADER_METADATA_KEY:
-            return str(value)
-    return None
+class ClientClosedError(KqClientError):
+    """A call on a client after `close()`."""
 
 
 class Connections:
-    """One gRPC channel per node address, and the call policy."""
+    """One gRPC channel per node address (at most CLIENT_CHANNELS_MAX), and the call policy."""
 
     def __init__(
         self,
         bootstrap: Sequence[str],
-        retry_timeout_s: float = RETRY_TIMEOUT_S,
-        rpc_timeout_s: float = RPC_TIMEOUT_S,
+        retry_timeout_s: float = CLIENT_RETRY_TIMEOUT_S,
+        rpc_timeout_s: float = CLIENT_RPC_TIMEOUT_S,
     ) -> None:
         if not bootstrap:
             raise ValueError("bootstrap needs at least one host:port")
@@ -62,105 +56,146 @@ class Connections:
         self.retry_timeout_s = retry_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self._lock = threading.Lock()
-        self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[str, kq_pb2_grpc.BrokerStub] = {}
+        # Address -> (channel, stub), least recently used first. Leader hints can name addresses
+        # outside the bootstrap list, so the cache is bounded.
+        self._channels: OrderedDict[str, tuple[grpc.Channel, kq_pb2_grpc.BrokerStub]] = OrderedDict()
         self._leader: str | None = None
         self._rotation = itertools.cycle(self.bootstrap)
+        self._closed = False
 
     def stub(self, address: str) -> kq_pb2_grpc.BrokerStub:
         """The (cached) stub for `address`."""
         with self._lock:
-            stub = self._stubs.get(address)
-            if stub is None:
-                channel = grpc.insecure_channel(
-                    address,
-                    options=[
-                        ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
-                        ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
-                        ("grpc.initial_reconnect_backoff_ms", 50),
-                        ("grpc.max_reconnect_backoff_ms", 500),
-                        ("grpc.enable_retries", 0),
-                    ],
-                )
-                self._channels[address] = channel
-                stub = self._stubs[address] = kq_pb2_grpc.BrokerStub(channel)
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+            cached = self._channels.get(address)
+            if cached is not None:
+                self._channels.move_to_end(address)
+                return cached[1]
+            channel = grpc.insecure_channel(
+                address,
+                options=[
+                    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+                    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+                    ("grpc.initial_reconnect_backoff_ms", 50),
+                    ("grpc.max_reconnect_backoff_ms", 500),
+                    ("grpc.enable_retries", 0),
+                ],
+            )
+            stub = kq_pb2_grpc.BrokerStub(channel)
+            self._channels[address] = (channel, stub)
+            self._evict_beyond_bound()
             return stub
 
+    def _evict_beyond_bound(self) -> None:
+        """Closes the least recently used channels to non-bootstrap nodes while over the bound.
+
+        A call still running on an evicted channel fails as cancelled, which is retriable.
+        """
+        for address in list(self._channels):
+            if len(self._channels) <= CLIENT_CHANNELS_MAX:
+                return
+            if address not in self.bootstrap:
+                self._channels.pop(address)[0].close()
+
     def close(self) -> None:
-        """Closes every channel."""
+        """Closes every channel; later calls raise ClientClosedError."""
         with self._lock:
-            for channel in self._channels.values():
+            self._closed = True
+            for channel, _ in self._channels.values():
                 channel.close()
             self._channels.clear()
-            self._stubs.clear()
+
+    @property
+    def leader(self) -> str | None:
+        """The address that last answered a write, if no failure since made it doubtful."""
+        with self._lock:
+            return self._leader
+
+    def _set_leader(self, address: str) -> None:
+        with self._lock:
+            self._leader = address
+
+    def _forget_leader(self, address: str) -> None:
+        """Forgets `address` as the leader, unless another thread has learned a newer one meanwhile."""
+        with self._lock:
+            if self._leader == address:
+                self._leader = None
 
     def _next_address(self) -> str:
         with self._lock:
             return next(self._rotation)
 
+    def _call(self, address: str, method: str, request: Any, timeout_s: float) -> Any:
+        """One attempt of `method` on `address`; a failure is raised as its KqClientError."""
+        try:
+            return getattr(self.stub(address), method)(request, timeout=timeout_s)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error, address) from None
+
     def write(self, method: str, request: Any) -> Any:
         """Calls `method` on the leader, following redirects and retrying retriable failures."""
         deadline = time.monotonic() + self.retry_timeout_s
-        address = self._leader or self._next_address()
-        hops, backoff_s = 0, BACKOFF_INITIAL_S
+        address = self.leader or self._next_address()
+        hops, backoff_s = 0, CLIENT_BACKOFF_INITIAL_S
         while True:
             try:
-                response = getattr(self.stub(address), method)(request, timeout=self.rpc_timeout_s)
-                self._leader = address
-                return response
-            except grpc.RpcError as error:
-                code = error.code()
-                leader = _leader_from(error) if code == grpc.StatusCode.FAILED_PRECONDITION else None
-                if leader is not None and hops < REDIRECTS_MAX:
-                    logger.debug("%s redirected from %s to %s", method, address, leader)
-                    address, hops = leader, hops + 1
+                response = self._call(address, method, request, self.rpc_timeout_s)
+            except KqClientError as error:
+                if error.leader_hint is not None and hops < CLIENT_REDIRECTS_MAX:
+                    logger.debug("%s redirected from %s to %s", method, address, error.leader_hint)
+                    address, hops = error.leader_hint, hops + 1
                     continue
-                if code not in _RETRIABLE and leader is None:
-                    raise from_rpc_error(error, address) from None
+                if not error.retriable:
+                    raise
                 if time.monotonic() + backoff_s >= deadline:
                     raise UnavailableError(
-                        f"{method} failed on every node for {self.retry_timeout_s:.0f} s; last: "
-                        f"{from_rpc_error(error, address)}"
-                    ) from None
-                logger.debug("%s on %s failed with %s; retrying", method, address, code)
-                self._leader = None
+                        f"{method} failed on every node for {self.retry_timeout_s:.0f} s; last: {error}",
+                        error_code=error.error_code,
+                        status=error.status,
+                    ) from error
+                logger.debug("%s on %s failed (%s); retrying", method, address, type(error).__name__)
+                self._forget_leader(address)  # It failed retriably: down, deposed, or never the leader.
                 time.sleep(backoff_s)
-                backoff_s, hops = min(backoff_s * 2, BACKOFF_MAX_S), 0
+                backoff_s, hops = min(backoff_s * 2, CLIENT_BACKOFF_MAX_S), 0
                 address = self._next_address()
+                continue
+            self._set_leader(address)
+            return response
 
     def read(self, method: str, request: Any, node: str | None = None, timeout_s: float | None = None) -> Any:
-        """Calls `method` on `node`, or on any node (moving on when one is unreachable)."""
+        """Calls `method` on `node`, or on any node (moving on after a retriable failure)."""
         deadline = time.monotonic() + self.retry_timeout_s
-        address = node or self._leader or self._next_address()
-        backoff_s = BACKOFF_INITIAL_S
+        address = node or self.leader or self._next_address()
+        backoff_s = CLIENT_BACKOFF_INITIAL_S
         while True:
             try:
-                return getattr(self.stub(address), method)(request, timeout=timeout_s or self.rpc_timeout_s)
-            except grpc.RpcError as error:
-                code = error.code()
-                if code not in _RETRIABLE or time.monotonic() + backoff_s >= deadline:
-                    raise from_rpc_error(error, address) from None
+                return self._call(address, method, request, timeout_s or self.rpc_timeout_s)
+            except KqClientError as error:
+                if not error.retriable or time.monotonic() + backoff_s >= deadline:
+                    raise
                 time.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+                backoff_s = min(backoff_s * 2, CLIENT_BACKOFF_MAX_S)
                 if node is None:
                     address = self._next_address()
 
     def stream(self, method: str, request: Any, node: str | None = None) -> Iterator[Any]:
-        """A server stream from `node` or any node; ends quietly when the stream ends or breaks."""
-        address = node or self._leader or self._next_address()
+        """A server stream from `node` or any node; ends quietly when the stream ends or breaks retriably."""
+        address = node or self.leader or self._next_address()
         try:
             yield from getattr(self.stub(address), method)(request)
-        except grpc.RpcError as error:
-            if error.code() not in _RETRIABLE:
-                raise from_rpc_error(error, address) from None
-            time.sleep(BACKOFF_INITIAL_S)
+        except grpc.RpcError as rpc_error:
+            error = from_rpc_error(rpc_error, address)
+            if not error.retriable:
+                raise error from None
+            time.sleep(CLIENT_BACKOFF_INITIAL_S)
 
     def call_each(self, method: str, request: Any, timeout_s: float) -> list[tuple[str, Any | KqClientError]]:
         """Calls `method` once on every bootstrap node: (address, response or error)."""
         results: list[tuple[str, Any | KqClientError]] = []
         for address in self.bootstrap:
             try:
-                results.append((address, getattr(self.stub(address), method)(request, timeout=timeout_s)))
-            except grpc.RpcError as error:
-                results.append((address, from_rpc_error(error, address)))
+                results.append((address, self._call(address, method, request, timeout_s)))
+            except KqClientError as error:
+                results.append((address, error))
         return results

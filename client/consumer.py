@@ -15,7 +15,8 @@ POLL_WAIT_SLICE_MS = 100  # Long-poll one partition this long before looking at 
 class Consumer:
     """Reads `topic` from `start` ("earliest", "latest" or an offset) on each partition.
 
-    `node` pins the node that serves the reads (a follower, to keep load off the leader).
+    `node` pins the node that serves the reads (a follower, to keep load off the leader). Not
+    thread-safe: its positions belong to the one thread that polls (the client it uses may be shared).
     """
 
     def __init__(

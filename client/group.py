@@ -5,6 +5,10 @@ background thread heartbeats (long-polling, so a rebalance is noticed at once); 
 then commits the current positions (auto-commit mode), calls `on_revoke`, rejoins, and calls
 `on_assign` with the new partitions. Delivery is at-least-once: a record is committed only after the
 `poll` that returned it is followed by another `poll`, `commit` or `close`.
+
+Not thread-safe: call a GroupConsumer's methods from one thread (use one consumer per thread). Its
+heartbeat thread is internal; it starts with the first join (in `poll`), never in the constructor,
+and shares only the member id, generation and a rebalance flag with the caller's thread, under a lock.
 """
 
 from __future__ import annotations
@@ -15,12 +19,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from kq.client.client import KqClient
-from kq.client.errors import KqClientError, RebalanceError
+from kq.client.errors import KqClientError, RebalanceError, UnknownMemberError
 from kq.client.types import ConsumerRecord
+from kq.proto.limits import GROUP_JOIN_ATTEMPTS_MAX
 
 logger = logging.getLogger(__name__)
 
-JOIN_ATTEMPTS_MAX = 10
 POLL_WAIT_SLICE_MS = 100
 HEARTBEAT_ERROR_PAUSE_S = 0.2
 
@@ -28,7 +32,7 @@ PartitionsCallback = Callable[[list[tuple[str, int]]], None]
 
 
 class GroupConsumer:
-    """Consumes `topics` (or topics matching `pattern`) as a member of `group`."""
+    """Consumes `topics` (or topics matching `pattern`) as a member of `group`; not thread-safe."""
 
     def __init__(
         self,
@@ -76,9 +80,7 @@ class GroupConsumer:
         self._rebalance_needed = threading.Event()
         self._closed = threading.Event()
         self._turn = 0
-        self._heartbeats = threading.Thread(
-            target=self._heartbeat_loop, name=f"kq-heartbeat-{group}", daemon=True
-        )
+        self._heartbeats: threading.Thread | None = None  # Started by the first join.
 
     # Membership ---------------------------------------------------------------------------------
 
@@ -101,7 +103,7 @@ class GroupConsumer:
         return self._positions[(topic, partition)]
 
     def _join(self) -> None:
-        for _ in range(JOIN_ATTEMPTS_MAX):
+        for _ in range(GROUP_JOIN_ATTEMPTS_MAX):
             try:
                 joined = self._client.join_group(
                     self.group,
@@ -114,12 +116,13 @@ class GroupConsumer:
                     rebalance_timeout_ms=self._rebalance_timeout_ms,
                 )
                 break
+            except UnknownMemberError as error:
+                logger.info("join of group %s: %s; joining as a new member", self.group, error)
+                self._member_id = ""  # The group forgot this id (expired or left): only a new one joins.
             except RebalanceError as error:
                 logger.info("join of group %s: %s", self.group, error)
-                if "without a member id" in str(error) or "left group" in str(error):
-                    self._member_id = ""
         else:
-            raise RebalanceError(f"could not join group {self.group} in {JOIN_ATTEMPTS_MAX} attempts")
+            raise RebalanceError(f"could not join group {self.group} in {GROUP_JOIN_ATTEMPTS_MAX} attempts")
         positions = self._starting_positions(list(joined.partitions))
         with self._lock:
             self._member_id, self._generation = joined.member_id, joined.generation
@@ -129,8 +132,7 @@ class GroupConsumer:
         logger.info(
             "member %s of %s, generation %d: %s", joined.member_id, self.group, joined.generation, positions
         )
-        if not self._heartbeats.is_alive():
-            self._heartbeats.start()
+        self._start_heartbeats()
         if self._on_assign is not None:
             self._on_assign(sorted(positions))
 
@@ -161,6 +163,14 @@ class GroupConsumer:
             if self._on_revoke is not None:
                 self._on_revoke(sorted(self._positions))
         self._join()
+
+    def _start_heartbeats(self) -> None:
+        """Starts the heartbeat thread once, after the first join (before it there is no member to keep)."""
+        if self._heartbeats is None:
+            self._heartbeats = threading.Thread(
+                target=self._heartbeat_loop, name=f"kq-heartbeat-{self.group}", daemon=True
+            )
+            self._heartbeats.start()
 
     def _heartbeat_loop(self) -> None:
         while not self._closed.is_set():
@@ -264,7 +274,7 @@ class GroupConsumer:
                 self._client.leave_group(self.group, self._member_id)
             except KqClientError as error:
                 logger.info("leaving %s failed: %s", self.group, error)
-        if self._heartbeats.is_alive():
+        if self._heartbeats is not None:
             self._heartbeats.join(timeout=self._heartbeat_interval_ms / 1000 + 11)
 
     def __enter__(self) -> GroupConsumer:

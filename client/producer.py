@@ -1,7 +1,8 @@
 """`Producer`: an asynchronous, batching, idempotent producer (the kafka-python `KafkaProducer` idiom).
 
 `send` encodes the record, appends it to its partition's open batch and returns a `RecordFuture` at
-once. A sender thread ships a partition's batch when it reaches `batch_size` bytes, when its oldest
+once. A sender thread (started by the first `send`, by `start()` or by `with`, never by the
+constructor) ships a partition's batch when it reaches `batch_size` bytes, when its oldest
 record has waited `linger_ms`, or on `flush`. At most one request is in flight per partition, which
 keeps the partition's records in send order and its idempotent sequence numbers contiguous; up to
 `max_in_flight` partitions are sent concurrently. While a partition's request is in flight its next
@@ -29,15 +30,18 @@ from dataclasses import dataclass, field
 from kq.client.client import KqClient
 from kq.client.errors import KqClientError
 from kq.client.types import ProducerRecord, RecordMetadata
+from kq.proto.limits import (
+    CLIENT_REQUEST_BYTES_MAX,
+    PRODUCER_ACKED_PARTITIONS_MAX,
+    PRODUCER_IN_FLIGHT_MAX,
+    RECORDS_PER_APPEND_MAX,
+)
 
 logger = logging.getLogger(__name__)
 
 LINGER_MS_DEFAULT = 5
 BATCH_BYTES_DEFAULT = 256 * 1024
-BATCH_BYTES_MAX = 2 * 1024 * 1024  # The client's REQUEST_BYTES_MAX: one batch is one request.
-BATCH_RECORDS_MAX = 10_000  # The broker's RECORDS_PER_APPEND_MAX.
 IN_FLIGHT_DEFAULT = 5
-IN_FLIGHT_MAX = 64
 BUFFER_BYTES_DEFAULT = 64 * 1024 * 1024  # Pending records at full cost; `send` blocks beyond it.
 # A few seconds of a fast sender, plenty to keep every batch full. It caps the count of live objects
 # (and so the GC's work) whatever the record size; with 100-byte records it binds near 27 MiB.
@@ -182,7 +186,7 @@ class _Batch:
 
 
 class Producer:
-    """Sends records to a kq cluster in batches; thread-safe."""
+    """Sends records to a kq cluster in batches; thread-safe: any threads may `send` and `flush` at once."""
 
     def __init__(
         self,
@@ -218,9 +222,20 @@ class Producer:
         self._blocked = 0  # Senders waiting for room: the sender then ships without lingering.
         self._closed = False
         self._max_in_flight = max_in_flight
+        # The pool makes its threads on first use; the sender thread starts in `start()`.
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="kq-producer")
-        self._sender = threading.Thread(target=self._run, name="kq-producer-sender", daemon=True)
-        self._sender.start()
+        self._sender: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Starts the sender thread, once; `send` (and `with`) call it, so calling it is optional."""
+        with self._changed:
+            self._start_sender()
+
+    def _start_sender(self) -> None:
+        """Starts the sender thread if it is not running (the caller holds the lock)."""
+        if self._sender is None and not self._closed:
+            self._sender = threading.Thread(target=self._run, name="kq-producer-sender", daemon=True)
+            self._sender.start()
 
     @property
     def pending_records(self) -> int:
@@ -253,6 +268,7 @@ class Producer:
         with self._changed:
             if self._closed or not self._has_room(cost_bytes):
                 self._wait_for_room(cost_bytes)
+            self._start_sender()
             batch = self._batch_for((topic, chosen), len(encoded))
             was_short = batch.size_bytes < self._batch_bytes
             position = len(batch.records)
@@ -280,6 +296,8 @@ class Producer:
         """acks="none": one resolved Future per partition that every record of it points at."""
         future = self._acknowledged_now.get(key)
         if future is None:
+            if len(self._acknowledged_now) >= PRODUCER_ACKED_PARTITIONS_MAX:
+                self._acknowledged_now.clear()  # Each is only a resolved Future: made again on demand.
             future = Future()
             future.set_result(BatchMetadata(RecordMetadata(key[0], key[1], -1)))
             self._acknowledged_now[key] = future
@@ -289,7 +307,9 @@ class Producer:
         """Whether `batch` is sealed: one more record would pass `batch_size` (or the request limits)."""
         if not batch.records:
             return False
-        return len(batch.records) >= BATCH_RECORDS_MAX or batch.size_bytes + adding_bytes > self._batch_bytes
+        if len(batch.records) >= RECORDS_PER_APPEND_MAX:
+            return True
+        return batch.size_bytes + adding_bytes > self._batch_bytes
 
     def _has_room(self, cost_bytes: int) -> bool:
         """Whether one more record of `cost_bytes` fits both bounds (or nothing at all is pending).
@@ -357,10 +377,13 @@ class Producer:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
-        self._sender.join(timeout=timeout_s)
+            sender = self._sender
+        if sender is not None:
+            sender.join(timeout=timeout_s)
         self._pool.shutdown(wait=True)
 
     def __enter__(self) -> Producer:
+        self.start()
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -431,10 +454,10 @@ def _validate(
     """Raises ValueError for a setting outside its range."""
     if acks not in ACKS:
         raise ValueError(f"acks must be one of {ACKS}")
-    if not 0 < batch_size <= BATCH_BYTES_MAX:
-        raise ValueError(f"batch_size must be 1..{BATCH_BYTES_MAX} bytes")
-    if not 0 < max_in_flight <= IN_FLIGHT_MAX:
-        raise ValueError(f"max_in_flight must be 1..{IN_FLIGHT_MAX}")
+    if not 0 < batch_size <= CLIENT_REQUEST_BYTES_MAX:  # One batch is one request.
+        raise ValueError(f"batch_size must be 1..{CLIENT_REQUEST_BYTES_MAX} bytes")
+    if not 0 < max_in_flight <= PRODUCER_IN_FLIGHT_MAX:
+        raise ValueError(f"max_in_flight must be 1..{PRODUCER_IN_FLIGHT_MAX}")
     if linger_ms < 0:
         raise ValueError("linger_ms must not be negative")
     if compression not in (None, "none", "zstd", "lz4"):

@@ -39,3 +39,39 @@ COMMAND_VERSION = 1  # Version of the Command envelope this code writes and appl
 GROUP_STATE_BYTES_MAX = 4 * 1024 * 1024  # A group's serialized state; a join that would pass it is refused.
 # Members x subscribed partitions one rebalance may assign: bounds the assignors' time inside apply.
 ASSIGNMENT_WORK_MAX = 2_000_000
+
+# The client (client/): its own bounds, below or beside the broker's above.
+CLIENT_REDIRECTS_MAX = 5  # `kq-leader` redirects followed in a row before backing off and rotating nodes.
+CLIENT_BACKOFF_INITIAL_S = 0.05
+CLIENT_BACKOFF_MAX_S = 0.25  # Retries during an election are cheap; a short cap finds the new leader sooner.
+CLIENT_RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal within 5 s.
+CLIENT_RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
+CLIENT_STATUS_TIMEOUT_S = 2.0  # One ClusterStatus call to each bootstrap node.
+CLIENT_REQUEST_BYTES_MAX = 2 * 1024 * 1024  # A produce request's records: room below APPEND_BYTES_MAX.
+CLIENT_CHANNELS_MAX = 64  # Channels kept open; beyond it the least recently used non-bootstrap one closes.
+CLIENT_TOPICS_CACHED_MAX = TOPICS_MAX  # Partition counts remembered; the oldest is forgotten beyond it.
+# Partitions an idempotent producer id keeps sequences for; one more starts a new producer id.
+CLIENT_PRODUCER_PARTITIONS_MAX = 100_000
+CLIENT_PARTITION_LOCKS = 1_024  # Lock stripes serializing one in-flight produce request per partition.
+PRODUCER_IN_FLIGHT_MAX = 64  # Partitions a Producer sends to concurrently (its max_in_flight).
+PRODUCER_ACKED_PARTITIONS_MAX = 10_000  # acks="none": partitions whose shared resolved future is kept.
+GROUP_JOIN_ATTEMPTS_MAX = 10  # JoinGroup calls one rejoin of a GroupConsumer makes before giving up.
+
+# The kq command (cli/).
+CLI_RPC_TIMEOUT_S_MAX = 10.0  # One attempt; the broker answers a stuck proposal within 5 s.
+CLI_BOOTSTRAP_NODES_MAX = 64  # More is a typo (a pasted list): kq clusters have at most 9 nodes.
+CLI_LINE_BYTES_MAX = 8 * 1024 * 1024  # One input line; refused before it fills memory.
+CLI_PRODUCE_RECORDS_MAX = 1_000  # Records `kq produce` hands the client at once.
+CLI_PRODUCE_BYTES_MAX = 4 * 1024 * 1024  # Bytes `kq produce` buffers; the client splits requests further.
+CLI_FETCH_RECORDS_MAX = 2_000  # Records per fetch of `kq consume` (FETCH_RECORDS_MAX allows more).
+
+# The Spark source (spark/).
+SPARK_PLANNING_RETRY_TIMEOUT_S = 10.0  # All attempts of one planning call on the driver.
+SPARK_PLANNING_RPC_TIMEOUT_S = 5.0  # One planning attempt.
+SPARK_READ_RETRY_TIMEOUT_S = 1.0  # One node's retriable failures before the reader tries the next node.
+SPARK_READ_RPC_TIMEOUT_S = 10.0  # One fetch, on top of its catch-up wait.
+SPARK_CATCH_UP_WAIT_MS = 2_000  # How long one node may take to apply min_index before the reader moves on.
+SPARK_READ_STALL_TIMEOUT_S = 60.0  # No node made progress for this long: the read fails.
+SPARK_ROUND_BACKOFF_S = 0.5  # Pause after every candidate node failed once in a row.
+SPARK_FETCH_DELAY_MS_MAX = 60_000  # kq.debug.fetchDelayMs: a debugging throttle, never minutes.
+SPARK_MIN_PARTITIONS_MAX = 100_000  # Input partitions one read may be split into.

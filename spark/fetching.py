@@ -2,9 +2,9 @@
 
 A node serves a range only once it has applied the Raft index the driver planned at (`min_index`):
 then it holds every record of the range, at the same offsets as every other node. A node that has
-not applied it answers with no records after waiting up to CATCH_UP_WAIT_MS; the reader then moves
-to the next candidate node. The reader stays on a node while it makes progress, moves on when that
-node fails, and gives up only when no node has made progress for READ_STALL_TIMEOUT_S.
+not applied it answers with no records after waiting up to SPARK_CATCH_UP_WAIT_MS; the reader then
+moves to the next candidate node. The reader stays on a node while it makes progress, moves on when
+that node fails, and gives up only when no node has made progress for SPARK_READ_STALL_TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ from kq.client import (
     TopicNotFoundError,
 )
 from kq.client.types import FetchResult
+from kq.proto.limits import (
+    FETCH_BYTES_MAX,
+    SPARK_CATCH_UP_WAIT_MS,
+    SPARK_READ_STALL_TIMEOUT_S,
+    SPARK_ROUND_BACKOFF_S,
+)
 from kq.spark.options import DataLossError, KqSourceError
 from kq.spark.planning import DATA_LOSS_HINT, OffsetRange
 
 logger = logging.getLogger(__name__)
-
-FETCH_BYTES_MAX = 4 * 1024 * 1024  # The broker's FETCH_BYTES_MAX.
-CATCH_UP_WAIT_MS = 2_000  # How long one node may take to apply min_index before the reader moves on.
-READ_STALL_TIMEOUT_S = 60.0  # No node made progress for this long: the read fails.
-ROUND_BACKOFF_S = 0.5  # Pause after every candidate failed once in a row.
 
 
 class Fetcher(Protocol):
@@ -59,8 +60,8 @@ class ReadPolicy:
 
     fetch_max_records: int
     fail_on_data_loss: bool
-    catch_up_wait_ms: int = CATCH_UP_WAIT_MS
-    stall_timeout_s: float = READ_STALL_TIMEOUT_S
+    catch_up_wait_ms: int = SPARK_CATCH_UP_WAIT_MS
+    stall_timeout_s: float = SPARK_READ_STALL_TIMEOUT_S
     fetch_delay_ms: int = 0  # kq.debug.fetchDelayMs: a pause before each fetch, to test failover mid-read.
 
 
@@ -117,7 +118,7 @@ def read_range(
             )
         current, failed_in_a_row = current + 1, failed_in_a_row + 1
         if failed_in_a_row % len(nodes) == 0:
-            sleep(ROUND_BACKOFF_S)
+            sleep(SPARK_ROUND_BACKOFF_S)
 
 
 def _fetch(
@@ -141,7 +142,7 @@ def _fetch(
         # A follower that has not applied the topic's creation says NOT_FOUND too: not proof of deletion.
         return f"topic not found ({error})"
     except KqClientError as error:
-        return f"{error.code.name if error.code else type(error).__name__}: {error}"
+        return f"{error.error_code.name if error.error_code is not None else type(error).__name__}: {error}"
 
 
 def _after_data_loss(

@@ -21,6 +21,7 @@ from kq.client import (
     TopicNotFoundError,
     UnavailableError,
 )
+from kq.proto.limits import SPARK_PLANNING_RETRY_TIMEOUT_S, SPARK_PLANNING_RPC_TIMEOUT_S
 from kq.spark.options import (
     KqSourceError,
     ReadFrom,
@@ -33,8 +34,6 @@ from kq.spark.options import option_error as _option_error
 
 logger = logging.getLogger(__name__)
 
-PLANNING_RETRY_TIMEOUT_S = 10.0  # All attempts of one planning call.
-PLANNING_RPC_TIMEOUT_S = 5.0  # One attempt.
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +83,9 @@ def _rotated(addresses: list[str], slot: int) -> tuple[str, ...]:
 def planning_client(options: SourceOptions) -> KqClient:
     """A client for the driver's planning calls (closed by the caller)."""
     return KqClient(
-        list(options.nodes), retry_timeout_s=PLANNING_RETRY_TIMEOUT_S, rpc_timeout_s=PLANNING_RPC_TIMEOUT_S
+        list(options.nodes),
+        retry_timeout_s=SPARK_PLANNING_RETRY_TIMEOUT_S,
+        rpc_timeout_s=SPARK_PLANNING_RPC_TIMEOUT_S,
     )
 
 

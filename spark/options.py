@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
+from kq.proto.limits import FETCH_RECORDS_MAX, SPARK_FETCH_DELAY_MS_MAX, SPARK_MIN_PARTITIONS_MAX
+
 EARLIEST = -2  # Kafka's sentinel for "the log start" in offsets JSON.
 LATEST = -1  # Kafka's sentinel for "the log end" in offsets JSON.
-FETCH_RECORDS_MAX = 10_000  # The broker's FETCH_RECORDS_MAX: records one fetch may ask for.
-FETCH_DELAY_MS_MAX = 60_000  # kq.debug.fetchDelayMs: a debugging throttle, never minutes.
-MIN_PARTITIONS_MAX = 100_000  # Input partitions one read may be split into.
 NODE_ADDRESS = re.compile(r"[A-Za-z0-9.\-_]+:[0-9]{1,5}|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}")
 
 
@@ -135,7 +134,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting=_offset_spec("startingOffsets", values.get("startingoffsets")),
         ending=_offset_spec("endingOffsets", values.get("endingoffsets")),
         max_offsets_per_trigger=_positive_int(values, "maxOffsetsPerTrigger", None),
-        min_partitions=_positive_int(values, "minPartitions", MIN_PARTITIONS_MAX),
+        min_partitions=_positive_int(values, "minPartitions", SPARK_MIN_PARTITIONS_MAX),
         fail_on_data_loss=_boolean(values, "failOnDataLoss", default=True),
         include_headers=_boolean(values, "includeHeaders", default=False),
         read_from=read_from,
@@ -143,7 +142,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         fetch_max_records=_positive_int(values, "kq.fetch.maxRecords", FETCH_RECORDS_MAX)
         or FETCH_RECORDS_MAX,
         debug_served_by=_boolean(values, "kq.debug.servedBy", default=False),
-        debug_fetch_delay_ms=_non_negative_int(values, "kq.debug.fetchDelayMs", FETCH_DELAY_MS_MAX),
+        debug_fetch_delay_ms=_non_negative_int(values, "kq.debug.fetchDelayMs", SPARK_FETCH_DELAY_MS_MAX),
     )
 
 

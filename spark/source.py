@@ -24,6 +24,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kq.client import KqClient
+from kq.proto.limits import SPARK_READ_RETRY_TIMEOUT_S, SPARK_READ_RPC_TIMEOUT_S
 from kq.spark.fetching import ReadPolicy, read_range
 from kq.spark.metadata import ClusterView, Snapshot, discover, planning_client, read_candidates, take_snapshot
 from kq.spark.options import (
@@ -47,8 +48,6 @@ from kq.spark.schema import arrow_schema, record_batch, spark_schema
 
 logger = logging.getLogger(__name__)
 
-READ_RETRY_TIMEOUT_S = 1.0  # One node's UNAVAILABLE retries before the reader tries the next node.
-READ_RPC_TIMEOUT_S = 10.0  # One fetch, on top of its catch-up wait.
 
 StreamOffset = dict[str, dict[str, int]]  # Kafka's JSON: {"topic": {"partition": offset}}.
 
@@ -215,7 +214,9 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
         fetch_delay_ms=options.debug_fetch_delay_ms,
     )
     with KqClient(
-        list(partition.nodes), retry_timeout_s=READ_RETRY_TIMEOUT_S, rpc_timeout_s=READ_RPC_TIMEOUT_S
+        list(partition.nodes),
+        retry_timeout_s=SPARK_READ_RETRY_TIMEOUT_S,
+        rpc_timeout_s=SPARK_READ_RPC_TIMEOUT_S,
     ) as client:
         for chunk in read_range(client, partition.offset_range, partition.nodes, partition.min_index, policy):
             served_by = chunk.served_by if options.debug_served_by else None

@@ -12,11 +12,12 @@ import pytest
 
 from kq.cli.context import address_problem
 from kq.cli.errors import CommandError
-from kq.cli.input_lines import LINE_BYTES_MAX, LineReader
+from kq.cli.input_lines import LineReader
 from kq.cli.output import bytes_to_json, format_json, format_plain, produce_summary, status_to_dict
 from kq.cli.produce import OffsetTally, PartitionChooser, RecordShape
 from kq.client import ConsumerRecord, KqClientError, RecordMetadata
 from kq.client.partitioner import partition_for_key
+from kq.proto.limits import CLI_LINE_BYTES_MAX
 
 
 def _record(
@@ -112,10 +113,10 @@ def test_line_reader_strips_newlines_keeps_empty_lines_and_a_last_line_without_n
 
 
 def test_line_reader_counts_consumed_bytes_and_refuses_an_endless_line() -> None:
-    """Consumed bytes include line ends (for progress); a line over LINE_BYTES_MAX is an error, not a hang."""
+    """Consumed bytes include line ends (for progress); an over-long line is an error, not a hang."""
     assert [size for _, size in LineReader(io.BytesIO(b"ab\r\nc\n")).lines()] == [4, 2]
     with pytest.raises(CommandError, match="line 2 is longer than"):
-        _lines(b"ok\n" + b"x" * (LINE_BYTES_MAX + 2))
+        _lines(b"ok\n" + b"x" * (CLI_LINE_BYTES_MAX + 2))
 
 
 @pytest.fixture
