@@ -67,11 +67,11 @@ class PySyncObjConsensus:
 
     def is_leader(self) -> bool:
         """PySyncObj's leader flag."""
-        return bool(self._node._isLeader())
+        return self._node.is_leader()
 
     def _leader(self) -> Peer | None:
-        leader = self._node._getLeader()
-        return None if leader is None else self._by_raft_address.get(str(leader.address))
+        address = self._node.leader_address()
+        return None if address is None else self._by_raft_address.get(address)
 
     def leader_grpc_address(self) -> str | None:
         """The known leader's gRPC address."""

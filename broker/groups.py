@@ -2,8 +2,18 @@
 
 Heartbeats are not replicated (they would flood the log). The leader remembers when it last heard
 from each member; a member silent for its session timeout, or one that has not rejoined within its
-rebalance timeout, is removed by a LeaveGroup(expired) command. A new leader gives every member a
-full timeout from the moment it took over, so a failover never expires a live consumer.
+rebalance timeout, is removed by a LeaveGroup(expired) command.
+
+What it remembers is bounded by the replicated groups: it tracks exactly the members the store's
+groups hold (at most GROUPS_MAX x GROUP_MEMBERS_MAX, kq.proto.limits), refreshed at every tick. A
+member id no group holds is not remembered at all (a client inventing member ids grows nothing);
+a member the coordinator sees in its group for the first time (a join just committed, or this node
+just became leader) is given a full session timeout from that moment, so neither a join in flight
+nor a failover expires a live consumer. A node that does not lead remembers nothing.
+
+Threads: the constructor starts none; `start()` starts `kq-groups`, which calls `tick()` every
+COORDINATOR_TICK_S until `stop()`. `heard_from` runs on the gRPC threads. `_lock` guards `_members`,
+`_last_seen`, `_proposed` and `_leading_since`; the store is read in its own read transaction.
 """
 
 from __future__ import annotations
@@ -20,35 +30,62 @@ from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 
+THREAD_NAME = "kq-groups"
 COORDINATOR_TICK_S = 0.1
 EXPIRY_RETRY_S = 2.0  # An expiry proposal not applied by then is proposed again.
-UNKNOWN_MEMBER_GRACE_S = 10.0  # A member named but not (yet) in its group is remembered this long.
+
+MemberKey = tuple[str, str]  # (group, member id)
 
 
 class GroupCoordinator:
-    """Tracks member liveness on the leader and proposes expiries."""
+    """Tracks member liveness on the leader and proposes expiries.
 
-    def __init__(self, store: Store, consensus: Consensus, clock_ms: Callable[[], int]) -> None:
+    `clock_ms` is the wall clock stamped into commands (and compared with a group's
+    `phase_started_ms`); `clock_s` the monotonic clock of the timers. Tests pass fakes of both.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        consensus: Consensus,
+        clock_ms: Callable[[], int],
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
         self._consensus = consensus
         self._clock_ms = clock_ms
+        self._clock_s = clock_s
         self._lock = threading.Lock()
-        self._last_seen: dict[tuple[str, str], float] = {}
+        self._members: frozenset[MemberKey] = frozenset()  # The groups' members at the last tick.
+        self._last_seen: dict[MemberKey, float] = {}  # Keys: exactly _members.
+        self._proposed: dict[MemberKey, float] = {}  # Keys within _members: no expiry proposal before.
         self._leading_since: float | None = None
-        self._proposed: dict[tuple[str, str], float] = {}
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kq-groups", daemon=True)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Starts the kq-groups thread."""
+        assert self._thread is None, "started twice"
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
 
-    def heard_from(self, group: str, member_id: str) -> None:
-        """Records a sign of life (join, heartbeat, commit) from a member."""
-        with self._lock:
-            self._last_seen[(group, member_id)] = time.monotonic()
-
     def stop(self) -> None:
-        """Stops the timer thread."""
+        """Stops the kq-groups thread and waits for it (at most one tick); the store may close after."""
         self._stopping.set()
-        self._thread.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join()
+
+    def heard_from(self, group: str, member_id: str) -> None:
+        """Records a sign of life (join, heartbeat, commit) from a member its group holds."""
+        key = (group, member_id)
+        with self._lock:
+            if key in self._members:
+                self._last_seen[key] = self._clock_s()
+
+    def tracked(self) -> int:
+        """How many members the coordinator remembers (the size of each of its maps at most)."""
+        with self._lock:
+            return len(self._last_seen)
 
     def _run(self) -> None:
         while not self._stopping.wait(COORDINATOR_TICK_S):
@@ -62,39 +99,38 @@ class GroupCoordinator:
         if not self._consensus.is_leader():
             with self._lock:
                 self._leading_since = None
+                self._members = frozenset()
+                self._last_seen.clear()
+                self._proposed.clear()
             return
-        now = time.monotonic()
+        now = self._clock_s()
+        with self._store.read() as reader:
+            raw_groups = reader.groups()
+        states = []
+        for _, raw in raw_groups:
+            state = kq_pb2.GroupState()
+            state.ParseFromString(raw)
+            states.append(state)
         with self._lock:
             if self._leading_since is None:
                 self._leading_since = now
             leading_since = self._leading_since
-        with self._store.read() as reader:
-            raw_groups = reader.groups()
-        members: set[tuple[str, str]] = set()
-        for _, raw in raw_groups:
-            state = kq_pb2.GroupState()
-            state.ParseFromString(raw)
-            members.update((state.name, member.member_id) for member in state.members)
+            self._track(frozenset((s.name, m.member_id) for s in states for m in s.members), now)
+        for state in states:
             expired = self._expired(state, now, leading_since)
             if expired:
                 logger.info("group %s: expiring members %s", state.name, expired)
                 command = commands.leave_group(state.name, expired, self._clock_ms(), expired=True)
                 self._consensus.propose(commands.encode(command), lambda result, reason: None)
-        self._forget_absent(members, now)
 
-    def _forget_absent(self, members: set[tuple[str, str]], now: float) -> None:
-        """Drops what it remembers of members no group holds (after a grace for joins in flight).
-
-        Heartbeats and commits name members before they are checked, so without this a client
-        inventing member ids would grow the maps without bound; with it they hold the groups'
-        members plus what was named in the last UNKNOWN_MEMBER_GRACE_S.
-        """
-        with self._lock:
-            for key in [k for k, seen in self._last_seen.items() if k not in members]:
-                if now - self._last_seen[key] > UNKNOWN_MEMBER_GRACE_S:
-                    del self._last_seen[key]
-            for key in [k for k in self._proposed if k not in members]:
-                del self._proposed[key]
+    def _track(self, members: frozenset[MemberKey], now: float) -> None:
+        """Follows the groups' membership (holding _lock): newcomers are heard from now, leavers forgotten."""
+        for key in members - self._members:
+            self._last_seen[key] = now
+        for key in self._members - members:
+            self._last_seen.pop(key, None)
+            self._proposed.pop(key, None)
+        self._members = members
 
     def _expired(self, state: kq_pb2.GroupState, now: float, leading_since: float) -> list[str]:
         rebalance_age_s = (self._clock_ms() - state.phase_started_ms) / 1000
@@ -105,7 +141,7 @@ class GroupCoordinator:
                 key = (state.name, member.member_id)
                 if self._proposed.get(key, 0.0) > now:
                     continue
-                silent_s = now - max(self._last_seen.get(key, leading_since), leading_since)
+                silent_s = now - self._last_seen.get(key, now)
                 late = (
                     state.phase == kq_pb2.GROUP_REBALANCING
                     and not member.rejoined

@@ -1,6 +1,8 @@
 """`kq-node`: one cluster member. Configuration from flags, `KQ_*` environment variables or a TOML file.
 
-Precedence: flag > environment > config file > default. Wires storage, Raft, the batcher and gRPC.
+Precedence: flag > environment > config file > default. `BrokerNode` wires storage, Raft, the
+batcher, the group coordinator and gRPC; `run_node` starts it, waits for SIGTERM or SIGINT on the
+main thread, and stops it. DESIGN.md ("Concurrency model") names every thread and the stop order.
 """
 
 from __future__ import annotations
@@ -27,64 +29,125 @@ from kq.broker.service import BrokerService
 from kq.broker.service_base import AppliedNotifier
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import GRPC_MESSAGE_BYTES_MAX
-from kq.raft.node import RaftConfig, RaftNode
+from kq.raft.node import RaftBindError, RaftConfig, RaftNode
 from kq.storage import Store
 
 logger = logging.getLogger("kq.node")
 
 GRPC_CONCURRENT_RPCS_MAX = 256  # Beyond this the server answers RESOURCE_EXHAUSTED.
+GRPC_WORKER_PREFIX = "kq-grpc"  # The pool's threads are kq-grpc_0, kq-grpc_1, ...
+# gRPC starts two Python threads of its own, unnamed (Python calls them "Thread-N (<target>)"):
+# its serving loop at server.start() and a timer at server.stop(grace). kq names them after start.
+GRPC_THREAD_NAMES = {"_serve": "kq-grpc-serve", "cancel_all_calls_after_grace": "kq-grpc-grace"}
 HEALTH_POLL_S = 0.2
 SHUTDOWN_GRACE_S = 2.0
 
 
+class BrokerNode:
+    """One node's parts, built without starting a thread; `start()` and `stop()` run them in order.
+
+    Start: the Raft tick thread, the batcher, the group coordinator, then the gRPC server (so no
+    request arrives before what serves it runs). Stop, the reverse: the gRPC server (new RPCs are
+    refused, running ones get SHUTDOWN_GRACE_S), the batcher (after proposing what was queued), the
+    coordinator, the Raft node (its tick thread joined, then its sockets, journal and any store copy
+    closed), and last the store, which no thread touches any more.
+    """
+
+    def __init__(self, config: NodeConfig) -> None:
+        assert config.raft is not None
+        self.store = Store.open(config.data_dir / "store")
+        self.notifier = AppliedNotifier(self.store.applied_index())
+        try:
+            self.raft = RaftNode(config.raft, self.store, self.notifier.notify)
+        except RaftBindError as error:
+            self.store.close()
+            raise SystemExit(str(error)) from error
+        self.consensus = PySyncObjConsensus(self.raft, config.self_peer, config.peers)
+        self.batcher = Batcher(self.consensus, wall_clock_ms)
+        self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
+        workers = futures.ThreadPoolExecutor(config.grpc_workers, thread_name_prefix=GRPC_WORKER_PREFIX)
+        self.server = grpc.server(
+            workers,
+            maximum_concurrent_rpcs=GRPC_CONCURRENT_RPCS_MAX,
+            interceptors=[EdgeInterceptor()],
+            options=[
+                ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        service = BrokerService(
+            config.self_peer,
+            config.peers,
+            self.store,
+            self.consensus,
+            self.batcher,
+            self.notifier,
+            self.coordinator,
+        )
+        kq_pb2_grpc.add_BrokerServicer_to_server(service, self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.grpc_port = self.server.add_insecure_port(config.grpc_address)
+        if self.grpc_port == 0:
+            self.raft.close()
+            self.store.close()
+            raise SystemExit(f"cannot bind gRPC address {config.grpc_address}")
+
+    def start(self) -> None:
+        """Starts every thread of the node (the threads table of DESIGN.md)."""
+        self.raft.start()
+        self.batcher.start()
+        self.coordinator.start()
+        before = set(threading.enumerate())
+        self.server.start()
+        _name_grpc_threads(before)
+
+    def update_health(self) -> None:
+        """SERVING once this node is ready and knows a leader; NOT_SERVING otherwise."""
+        status = self.consensus.status()
+        serving = status.ready and bool(status.leader_id)
+        self.health.set(
+            "",
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
+
+    def stop(self) -> None:
+        """Stops every thread, in the order of the class docstring, then closes the store."""
+        before = set(threading.enumerate())
+        stopped = self.server.stop(SHUTDOWN_GRACE_S)
+        _name_grpc_threads(before)
+        stopped.wait()
+        self.batcher.stop()
+        self.coordinator.stop()
+        self.raft.close()
+        self.store.close()
+
+
+def _name_grpc_threads(before: set[threading.Thread]) -> None:
+    """Names the threads gRPC started since `before` (see GRPC_THREAD_NAMES)."""
+    for thread in set(threading.enumerate()) - before:
+        for target, name in GRPC_THREAD_NAMES.items():
+            if thread.name.endswith(f" ({target})"):
+                thread.name = name
+
+
 def run_node(config: NodeConfig, log_level: str) -> None:
-    """Runs the node until SIGTERM or SIGINT."""
+    """Runs the node until SIGTERM or SIGINT; the main thread handles signals and the health status."""
     logging.basicConfig(
         level=log_level.upper(),
         format=f"%(asctime)s %(levelname)s node={config.node_id} %(name)s: %(message)s",
     )
-    assert config.raft is not None
-    store = Store.open(config.data_dir / "store")
-    notifier = AppliedNotifier(store.applied_index())
-    node = RaftNode(config.raft, store, notifier.notify)
-    consensus = PySyncObjConsensus(node, config.self_peer, config.peers)
-    batcher = Batcher(consensus, wall_clock_ms)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="kq-grpc"),
-        maximum_concurrent_rpcs=GRPC_CONCURRENT_RPCS_MAX,
-        interceptors=[EdgeInterceptor()],
-        options=[
-            ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
-            ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    coordinator = GroupCoordinator(store, consensus, wall_clock_ms)
-    service = BrokerService(config.self_peer, config.peers, store, consensus, batcher, notifier, coordinator)
-    kq_pb2_grpc.add_BrokerServicer_to_server(service, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if server.add_insecure_port(config.grpc_address) == 0:
-        raise SystemExit(f"cannot bind gRPC address {config.grpc_address}")
-    server.start()
-    logger.info("serving gRPC on %s, Raft on %s", config.grpc_address, config.raft_address)
-
     stopping = threading.Event()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signal_number, lambda *_: stopping.set())
+    node = BrokerNode(config)
+    node.start()
+    logger.info("serving gRPC on %s, Raft on %s", config.grpc_address, config.raft_address)
     while not stopping.wait(HEALTH_POLL_S):
-        status = consensus.status()
-        serving = status.ready and bool(status.leader_id)
-        health_servicer.set(
-            "",
-            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING,
-        )
+        node.update_health()
     logger.info("stopping")
-    server.stop(SHUTDOWN_GRACE_S).wait()
-    batcher.stop()
-    coordinator.stop()
-    node.close()
-    store.close()
+    node.stop()
 
 
 def _load_config_file(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:

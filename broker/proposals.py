@@ -4,10 +4,17 @@ The batcher packs concurrent produce requests into one Raft entry (group commit)
 is queued when a proposal slot is free: under light load an entry carries one request (lowest
 latency), under heavy load the queue fills while the slots are busy, so entries grow by themselves
 up to ENTRY_BYTES_MAX. No sleeps.
+
+Threads: the constructor starts none; `start()` starts `kq-batcher`, the only thread that takes from
+the queue (`queue.Queue`, its own lock) and proposes; `_in_flight_changed` (a condition) guards
+`_in_flight`, which the proposal callbacks on the Raft tick thread also change. gRPC threads put
+requests and wait on their futures. `stop()` queues a sentinel: the thread proposes what was queued
+before it, then returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -29,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+THREAD_NAME = "kq-batcher"
 PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).
 LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
 BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
@@ -110,8 +118,13 @@ class Batcher:
         self._in_flight_changed = threading.Condition()
         self._proposal_number = 0
         self._carry: _Pending | None = None
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="kq-batcher", daemon=True)
+        self._stopping = False  # Read and written by the kq-batcher thread only.
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Starts the kq-batcher thread."""
+        assert self._thread is None, "started twice"
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
 
     def append(self, append: kq_pb2.PartitionAppend, timeout_s: float) -> AppendOutcome:
@@ -125,8 +138,12 @@ class Batcher:
         return _wait(pending.future, timeout_s, self._consensus)
 
     def stop(self) -> None:
-        """Stops the batcher thread after the requests already queued."""
-        self._queue.put(None)
+        """Stops the kq-batcher thread after proposing the requests already queued (call it once no
+        request arrives any more). Waits at most PROPOSAL_TIMEOUT_S for a proposal slot to free."""
+        if self._thread is None or not self._thread.is_alive():
+            return
+        with contextlib.suppress(queue.Full):  # A full queue drains while the thread runs.
+            self._queue.put(None, timeout=PROPOSAL_TIMEOUT_S)
         self._thread.join(timeout=PROPOSAL_TIMEOUT_S)
 
     def _run(self) -> None:

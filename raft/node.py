@@ -1,6 +1,13 @@
-"""The PySyncObj adapter: one replicated method that hands each committed entry to the pure `apply`.
+"""kq's Raft node: PySyncObj, configured and ticked by kq, with one replicated method that hands each
+committed entry to the pure `apply`.
 
-Every PySyncObj option is spelled out here (see ARCHITECTURE.md, "Facts about PySyncObj").
+Every PySyncObj option is spelled out here (see ARCHITECTURE.md, "Facts about PySyncObj"); what kq
+reaches inside PySyncObj is in `raft/pysyncobj_adapter.py` and nowhere else.
+
+Threads: the constructor binds the Raft port and starts none. `start()` starts `kq-raft-tick`, the
+one thread that runs PySyncObj (`doTick` in a loop): elections, the peer transport, the journal,
+every `apply` (the only LMDB writer), the snapshot serializer's calls and the proposal callbacks.
+`close()` stops and joins it, then destroys PySyncObj (its sockets and journal) and any store copy.
 """
 
 from __future__ import annotations
@@ -14,13 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pysyncobj
-import pysyncobj.pickle
-import pysyncobj.syncobj
-from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj import SyncObjConf, SyncObjException, replicated
 
 from kq.proto.limits import ENTRY_BYTES_MAX
 from kq.raft.inbound import already_held, refusal, without_commit_advance
+from kq.raft.pysyncobj_adapter import PySyncObjAdapter
 from kq.raft.results import ApplyResult
 from kq.raft.snapshot import RaftData, SnapshotSerializer
 from kq.raft.state_machine import apply
@@ -28,9 +33,20 @@ from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 
-TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Entries up to ENTRY_BYTES_MAX must fit (64 KiB default broke).
-COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for PySyncObj's tick; beyond it QUEUE_FULL.
-PICKLE_PROTOCOL = 5  # PySyncObj hard-codes protocol 2: slower and 1.75x bigger for bytes.
+TICK_THREAD_NAME = "kq-raft-tick"
+# A tick waits at most this long for socket events; a proposal wakes it at once (PySyncObj's pipe).
+TICK_WAIT_S = 0.01
+TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own tick thread pauses.
+TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
+# PySyncObj pickles every entry with protocol 2, which stores bytes as latin-1 text in UTF-8: up to
+# two bytes per byte (random or compressed payloads: 1.5). The log in RAM holds entries so pickled.
+PICKLED_BYTES_PER_BYTE_MAX = 2
+ENTRY_PICKLED_BYTES_MAX = PICKLED_BYTES_PER_BYTE_MAX * ENTRY_BYTES_MAX + 1024
+# An entry at least this large is sent in pieces by a PySyncObj path that marks the last piece by
+# the unpickled size, so a follower unpickles a cut entry (EOFError, the 64 KiB default broke this
+# way). Every entry must stay below it: then append_entries carry whole entries only.
+APPEND_ENTRIES_BATCH_BYTES = 8 * 1024 * 1024
+COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 EXIT_APPLY_FAILED = 70  # An environment fault in apply (disk full, I/O): stop rather than diverge.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
 # to each other while a leader lives, so the first vote request after the leader dies was lost and
@@ -44,9 +60,10 @@ KEEPALIVE_MESSAGE = {"type": "kq_keepalive"}
 # the log left after compacting never re-triggers compaction by itself.
 COMPACTION_RETAIN_SHARE = 0.5
 COMPACTION_RETAIN_BYTES_MAX = 32 * 1024 * 1024
-_SERIALIZER_SWAP = threading.Lock()  # PySyncObj builds its serializer by module-level name.
+BIND_RETRY_S = 0.1  # A Raft port still held (a node restarted at once) is tried again this often,
+BIND_ATTEMPTS_MAX = 50  # this many times; then the node refuses to start.
 
-assert ENTRY_BYTES_MAX < TRANSPORT_BUFFER_BYTES
+assert ENTRY_PICKLED_BYTES_MAX < APPEND_ENTRIES_BATCH_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,75 +90,118 @@ class RaftConfig:
 ProposalCallback = Callable[[ApplyResult | None, int], None]
 
 
+class RaftBindError(Exception):
+    """The Raft port could not be bound: the node does not start."""
+
+
 def _unused_hook(*_args: Any) -> None:
     raise AssertionError("PySyncObj called a serializer hook; kq replaces its serializer object")
 
 
-class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
+def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
+    return SyncObjConf(
+        password=config.password,
+        autoTick=False,  # kq's kq-raft-tick thread ticks it (start/close), so the constructor starts none.
+        commandsQueueSize=COMMANDS_QUEUE_MAX,
+        raftMinTimeout=config.election_timeout_min_s,
+        raftMaxTimeout=config.election_timeout_max_s,
+        appendEntriesPeriod=config.heartbeat_period_s,
+        connectionTimeout=config.connection_timeout_s,
+        connectionRetryTime=config.connection_retry_s,
+        leaderFallbackTimeout=config.leader_fallback_timeout_s,
+        appendEntriesUseBatch=False,  # True adds ~100 ms per commit; kq's batcher groups instead.
+        appendEntriesBatchSizeBytes=APPEND_ENTRIES_BATCH_BYTES,
+        sendBufferSize=TRANSPORT_BUFFER_BYTES,
+        recvBufferSize=TRANSPORT_BUFFER_BYTES,
+        bindAddress=config.raft_address,
+        bindRetryTime=BIND_RETRY_S,
+        maxBindRetries=BIND_ATTEMPTS_MAX,
+        logCompactionMinEntries=config.compaction_min_entries,
+        logCompactionMinTime=config.compaction_min_time_s,
+        logCompactionSplit=False,
+        logCompactionBatchSize=TRANSPORT_BUFFER_BYTES // 4,
+        fullDumpFile=str(raft_dir / "snapshot"),
+        journalFile=str(raft_dir / "journal"),
+        # Set so PySyncObj does not pickle this object at compaction; kq's serializer object is used.
+        serializer=_unused_hook,
+        deserializer=_unused_hook,
+        useFork=False,
+        dynamicMembershipChange=False,
+        commandsWaitLeader=True,
+        pollerType="auto",
+    )
+
+
+class RaftNode(PySyncObjAdapter):
     """A Raft member whose state machine is the node's LMDB store."""
 
     def __init__(self, config: RaftConfig, store: Store, on_applied: Callable[[int], None]) -> None:
+        """Opens the journal and binds the Raft port (RaftBindError if it cannot); starts no thread."""
         self._store = store
         self._on_applied = on_applied
         self._log_bytes_max = config.compaction_log_bytes_max
-        self._log_bytes = 0  # Entry bytes applied since the last forced compaction.
+        self._log_bytes = 0  # Upper bound of the entry bytes appended since the last forced compaction.
         self._retain_entries_max = int(config.compaction_min_entries * COMPACTION_RETAIN_SHARE)
+        self._stopping = threading.Event()
+        self._ticker: threading.Thread | None = None
         raft_dir = config.data_dir / "raft"
         raft_dir.mkdir(parents=True, exist_ok=True)
         self._snapshots = SnapshotSerializer(
             store, raft_dir / "snapshot", TRANSPORT_BUFFER_BYTES // 4, self, on_applied
         )
-        setattr(pysyncobj.pickle, "__protocol", PICKLE_PROTOCOL)  # Module-private setting.
-        conf = SyncObjConf(
-            password=config.password,
-            autoTick=True,
-            autoTickPeriod=0.01,
-            commandsQueueSize=COMMANDS_QUEUE_MAX,
-            raftMinTimeout=config.election_timeout_min_s,
-            raftMaxTimeout=config.election_timeout_max_s,
-            appendEntriesPeriod=config.heartbeat_period_s,
-            connectionTimeout=config.connection_timeout_s,
-            connectionRetryTime=config.connection_retry_s,
-            leaderFallbackTimeout=config.leader_fallback_timeout_s,
-            appendEntriesUseBatch=False,  # True adds ~100 ms per commit; kq's batcher groups instead.
-            appendEntriesBatchSizeBytes=TRANSPORT_BUFFER_BYTES,
-            sendBufferSize=TRANSPORT_BUFFER_BYTES,
-            recvBufferSize=TRANSPORT_BUFFER_BYTES,
-            bindAddress=config.raft_address,
-            logCompactionMinEntries=config.compaction_min_entries,
-            logCompactionMinTime=config.compaction_min_time_s,
-            logCompactionSplit=False,
-            logCompactionBatchSize=TRANSPORT_BUFFER_BYTES // 4,
-            fullDumpFile=str(raft_dir / "snapshot"),
-            journalFile=str(raft_dir / "journal"),
-            # Set so PySyncObj does not pickle this object at compaction; the serializer below is used.
-            serializer=_unused_hook,
-            deserializer=_unused_hook,
-            useFork=False,
-            dynamicMembershipChange=False,
-            commandsWaitLeader=True,
-            pollerType="auto",
-        )
-        with _SERIALIZER_SWAP:  # PySyncObj gets kq's serializer (raft/snapshot.py) instead of its own.
-            original = pysyncobj.syncobj.Serializer
-            pysyncobj.syncobj.Serializer = lambda *_args, **_kwargs: self._snapshots
-            try:
-                super().__init__(config.raft_address, list(config.peer_raft_addresses), conf)
-            finally:
-                pysyncobj.syncobj.Serializer = original
+        try:
+            peers = list(config.peer_raft_addresses)
+            super().__init__(config.raft_address, peers, _conf(config, raft_dir), self._snapshots)
+        except SyncObjException as error:  # Raised by PySyncObj's constructor only when it cannot bind.
+            raise RaftBindError(
+                f"cannot bind the Raft address {config.raft_address} ({BIND_ATTEMPTS_MAX} attempts)"
+            ) from error
         assert config.connection_timeout_s > 2 * KEEPALIVE_PERIOD_S
         self._keepalive_due = 0.0
         self.addOnTickCallback(self._send_keepalives)
 
+    # Lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the kq-raft-tick thread: from now on the node takes part in elections and commits."""
+        assert self._ticker is None, "started twice"
+        self._ticker = threading.Thread(target=self._tick, name=TICK_THREAD_NAME, daemon=True)
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        """The kq-raft-tick thread: PySyncObj's ticks until close()."""
+        while not self._stopping.is_set():
+            try:
+                self.doTick(TICK_WAIT_S)
+            except Exception:  # As PySyncObj's own tick thread: log, pause, carry on (apply fail-stops).
+                logger.exception("Raft tick failed")
+                self._stopping.wait(TICK_FAILED_PAUSE_S)
+
+    def close(self) -> None:
+        """Stops and joins the tick thread, then closes PySyncObj's sockets and journal and stops any
+        store copy; the store may be closed afterwards. Safe without start(), and twice."""
+        if self._stopping.is_set():
+            return  # Closed already.
+        self._stopping.set()
+        if self._ticker is not None:
+            self._ticker.join()  # One tick: at most TICK_WAIT_S plus the work it found.
+        self.destroy()  # With autoTick off PySyncObj destroys at once, on this thread.
+        self._snapshots.close()
+
     def _send_keepalives(self) -> None:
-        """Runs on PySyncObj's tick thread: one keepalive to every peer each KEEPALIVE_PERIOD_S."""
+        """A tick callback: one keepalive to every peer each KEEPALIVE_PERIOD_S."""
         now = time.monotonic()
         if now < self._keepalive_due:
             return
         self._keepalive_due = now + KEEPALIVE_PERIOD_S
-        transport = self._SyncObj__transport  # PySyncObj keeps its transport private.
-        for node in self._SyncObj__otherNodes:
-            transport.send(node, KEEPALIVE_MESSAGE)
+        self.send_to_peers(KEEPALIVE_MESSAGE)
+
+    # Proposals and apply ----------------------------------------------------------------------
+
+    def propose(self, data: bytes, callback: ProposalCallback) -> None:
+        """Queues `data` for replication; `callback(result, reason)` runs on the tick thread on commit
+        or failure."""
+        self._apply_entry(data, callback=callback)
 
     @replicated  # type: ignore[untyped-decorator]
     def _apply_entry(self, data: bytes) -> ApplyResult:
@@ -157,23 +217,23 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
             logging.shutdown()
             os._exit(EXIT_APPLY_FAILED)
         self._on_applied(index)
-        self._log_bytes += len(data)
+        self._log_bytes += PICKLED_BYTES_PER_BYTE_MAX * len(data)
         if self._log_bytes > self._log_bytes_max:
             self._log_bytes = 0
             self.forceLogCompaction()
         return result
 
-    # The log view the snapshot serializer reads (tick thread only) ---------------------------------
+    def status(self) -> dict[str, Any]:
+        """PySyncObj's status dictionary."""
+        return dict(self.getStatus())
 
-    def start(self) -> int:
-        """Index of the first entry in PySyncObj's log."""
-        return int(self._SyncObj__raftLog[0][1])
+    # The log view the snapshot serializer reads (tick thread only) ---------------------------------
 
     def window(self, index: int) -> RaftData:
         """PySyncObj's entries at `index + 1` and `index`, and the cluster: a snapshot header's content."""
-        entries = self._SyncObj__getEntries(index, 2)
+        entries = self.entries(index, 2)
         assert len(entries) == 2, f"no log entries at {index} and {index + 1}"
-        return entries[1], entries[0], self._SyncObj__otherNodes | {self._SyncObj__selfNode}
+        return entries[1], entries[0], self.cluster_nodes()
 
     def compaction_start(self, proposed: int) -> int:
         """`proposed`, or earlier while a connected follower still needs entries (within the bounds).
@@ -181,45 +241,29 @@ class RaftNode(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
         A match index of 0 means the leader has not heard where that follower is (just elected, or
         the follower just came back): nothing is kept for it; if it is far behind it gets a copy.
         """
-        if not self._isLeader():
+        if not self.is_leader():
             return proposed
-        connected = self._SyncObj__connectedNodes
-        match_index = self._SyncObj__raftMatchIndex
-        matches = [match_index.get(n, 0) for n in self._SyncObj__otherNodes if n in connected]
-        target = max(min([proposed, *(m for m in matches if m > 0)]), self.start())
+        matches = self.connected_match_indexes()
+        target = max(min([proposed, *(m for m in matches if m > 0)]), self.first_index())
         if target >= proposed or proposed - target > self._retain_entries_max:
             return proposed
-        retained = sum(len(entry[0]) for entry in self._SyncObj__getEntries(target, proposed - target))
+        retained = sum(len(entry[0]) for entry in self.entries(target, proposed - target))
         return target if retained <= COMPACTION_RETAIN_BYTES_MAX else proposed
 
-    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
-        """PySyncObj's message handler behind kq's three safety fixes (raft/inbound.py).
+    # Peer messages (tick thread) --------------------------------------------------------------
 
-        Runs on the tick thread, which owns every PySyncObj field it reads.
-        """
+    def peer_message(self, node: Any, message: Any) -> Any | None:
+        """kq's three safety fixes (raft/inbound.py) before PySyncObj handles a peer's message."""
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "apply_command":  # A proposal forwarded by a node that is not the leader.
             answer = refusal(message)
             if answer is not None:
-                self._SyncObj__transport.send(node, answer)
-            return
+                self.send_to(node, answer)
+            return None
         if kind == "append_entries":
             if "serialized" in message:
-                message = without_commit_advance(message, self._SyncObj__raftCommitIndex)
-            elif message.get("entries"):
-                trimmed = already_held(message, self._SyncObj__getEntries, self._SyncObj__raftLog[-1])
-                message = message if trimmed is None else trimmed
-        SyncObj._SyncObj__onMessageReceived(self, node, message)
-
-    def close(self) -> None:
-        """Stops the tick thread and any store copy; the store may be closed afterwards."""
-        self.destroy_synchronous()
-        self._snapshots.close()
-
-    def propose(self, data: bytes, callback: ProposalCallback) -> None:
-        """Queues `data` for replication; `callback(result, reason)` runs on commit or failure."""
-        self._apply_entry(data, callback=callback)
-
-    def status(self) -> dict[str, Any]:
-        """PySyncObj's status dictionary."""
-        return dict(self.getStatus())
+                return without_commit_advance(message, self.commit_index())
+            if message.get("entries"):
+                trimmed = already_held(message, self.entries, self.last_entry())
+                return message if trimmed is None else trimmed
+        return message

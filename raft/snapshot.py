@@ -18,8 +18,11 @@ File layout, a local snapshot and a transmitted one alike (integers big-endian):
 
 The object given to PySyncObj (`SnapshotSerializer`) implements the interface of its private
 `Serializer`: checkSerializing, serialize, deserialize, getTransmissionData, setTransmissionData,
-cancelTransmisstion. All of these run on PySyncObj's tick thread; the copy runs in the
-`kq-snapshot-copy` thread, which owns the scratch directory. While a transmission runs, compaction
+cancelTransmisstion. All of these run on PySyncObj's tick thread (`kq-raft-tick`). The constructor
+starts no thread: the tick thread starts `kq-snapshot-copy` when a follower first needs a copy (one
+at a time; followers that need one at once share it); it owns the copy's scratch directory and the
+read transaction, and sets the copy's `path` or `failed` under `_lock`. `close()` stops it between
+batches and joins it; after `close()` no copy starts. While a transmission runs, compaction
 waits (checkSerializing answers SERIALIZING), so the log entries the copy's header names stay in the
 leader's log until the follower has loaded it.
 """
@@ -65,7 +68,7 @@ RaftData = tuple[Any, Any, Any]  # PySyncObj's (entry at log start + 1, entry at
 class RaftLogView(Protocol):
     """What the serializer reads of PySyncObj's log (on the tick thread, which owns it)."""
 
-    def start(self) -> int:
+    def first_index(self) -> int:
         """Index of the first entry in the log."""
 
     def window(self, index: int) -> RaftData:
@@ -197,9 +200,12 @@ class SnapshotSerializer:
         """The next chunk of a store copy for `node`: (data, is_first, is_last), or None until ready."""
         transmission = self._transmissions.get(node)
         if transmission is None:
-            if time.monotonic() - self._copy_failed_s < COPY_RETRY_S:
+            if self._stopping.is_set() or time.monotonic() - self._copy_failed_s < COPY_RETRY_S:
                 return None
-            transmission = _Transmission(self._current_copy())
+            copy = self._current_copy()
+            if copy is None:
+                return None  # A dropped copy's thread is still finishing: one copy thread at a time.
+            transmission = _Transmission(copy)
             self._transmissions[node] = transmission
             logger.info(
                 "sending a copy of the store at applied index %d to %s", transmission.copy.applied_index, node
@@ -245,13 +251,16 @@ class SnapshotSerializer:
                 )
                 self._finish(node, transmission)
 
-    def _current_copy(self) -> _Copy:
-        """The copy being prepared or sent, shared by followers that need one at once; else a new one."""
+    def _current_copy(self) -> _Copy | None:
+        """The copy being prepared or sent, shared by followers that need one at once; else a new one,
+        or None while the thread of a dropped copy still runs (so at most one copies the store)."""
         if self._copy is not None and any(t.copy is self._copy for t in self._transmissions.values()):
             return self._copy
+        if self._thread is not None and self._thread.is_alive():
+            return None
         transaction = self._store.begin_snapshot()
         applied_index = self._store.applied_index_in(transaction)
-        copy = _Copy(_header(self._log.window(self._log.start()), applied_index), applied_index)
+        copy = _Copy(_header(self._log.window(self._log.first_index()), applied_index), applied_index)
         self._copy = copy
         self._thread = threading.Thread(
             target=self._write_copy, args=(copy, transaction), name="kq-snapshot-copy", daemon=True
@@ -275,7 +284,11 @@ class SnapshotSerializer:
                 output.write(_U32.pack(checksum) + END)
             shutil.rmtree(scratch / "store")
             with self._lock:
-                copy.path = section
+                dropped = copy.failed  # Its followers went away (or stopped) while it was written.
+                if not dropped:
+                    copy.path = section
+            if dropped:
+                shutil.rmtree(scratch, ignore_errors=True)
         except Exception as error:  # Disk full, or stopping: this copy is dropped; the follower asks again.
             if not self._stopping.is_set():
                 logger.warning("copying the store at applied index %d failed: %s", copy.applied_index, error)

@@ -45,6 +45,8 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
     batcher = Batcher(consensus, wall_clock_ms)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=[EdgeInterceptor()])
     coordinator = GroupCoordinator(store, consensus, wall_clock_ms)
+    batcher.start()
+    coordinator.start()
     service = BrokerService(
         Peer("1", "127.0.0.1:1", "127.0.0.1:2"), (), store, consensus, batcher, notifier, coordinator
     )

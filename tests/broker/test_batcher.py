@@ -64,6 +64,7 @@ def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> No
     apply(store, 1, create("t", 1))
     consensus = HeldConsensus(store)
     batcher = Batcher(consensus, lambda: 1_000)
+    batcher.start()
     request = commands.partition_append("t", 0, batch(b"v"), 1)
     with ThreadPoolExecutor(max_workers=16) as pool:
         first: list[Future[AppendOutcome]] = []
@@ -88,6 +89,7 @@ def test_a_request_is_answered_unavailable_when_nothing_commits(tmp_path: Path) 
     """A request whose entry never commits fails (retriably) at its timeout instead of hanging."""
     store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
     batcher = Batcher(HeldConsensus(store), lambda: 1_000)
+    batcher.start()
     try:
         batcher.append(kq_pb2.PartitionAppend(topic="t", records=batch(b"v"), record_count=1), 0.05)
     except Exception as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ class FakeLog:
         self.first = first
         self.retain_to: int | None = None
 
-    def start(self) -> int:
+    def first_index(self) -> int:
         return self.first
 
     def window(self, index: int) -> RaftData:
@@ -132,8 +133,37 @@ def test_a_damaged_copy_is_refused_and_the_store_left_alone(source: Store, tmp_p
 def test_close_stops_a_copy_and_leaves_no_scratch(source: Store, tmp_path: Path) -> None:
     """Shutdown while a copy is prepared: the thread ends, nothing is left behind, the store can close."""
     sender = serializer(source, tmp_path / "leader")
-    sender._stopping.set()  # As close() does, before the copy thread reaches its first batch.
-    sender.getTransmissionData("n")
+    sender.getTransmissionData("n")  # Starts kq-snapshot-copy.
     sender.close()
+    assert sender._thread is not None and not sender._thread.is_alive()
     assert not list((tmp_path / "leader").glob("snapshot-*"))
+    assert sender.getTransmissionData("n") is None  # After close() no copy starts.
+    assert [t for t in threading.enumerate() if t.name == "kq-snapshot-copy"] == []
     source.close()
+
+
+def test_the_serializer_starts_no_thread_until_a_follower_needs_a_copy(source: Store, tmp_path: Path) -> None:
+    """Construction and compaction run on the caller's thread; only a store copy has its own."""
+    before = set(threading.enumerate())
+    hooks = serializer(source, tmp_path / "raft")
+    hooks.serialize((None,), 3)
+    assert set(threading.enumerate()) == before
+    hooks.close()
+
+
+def test_one_copy_thread_at_a_time(source: Store, tmp_path: Path) -> None:
+    """A follower that leaves while its copy is written, then asks again, waits for that thread to end."""
+    sender = serializer(source, tmp_path / "leader")
+    sender.getTransmissionData("n")
+    first = sender._thread
+    sender.cancelTransmisstion("n")  # The copy is dropped; its thread may still be writing.
+    assert first is not None
+    answers = [sender.getTransmissionData("n")]
+    if first.is_alive():
+        assert answers[0] is None and sender._thread is first
+    first.join()
+    receiver = serializer(make_store(tmp_path / "wiped"), tmp_path / "follower")
+    stream(sender, receiver)  # A new copy, from a new thread, once the first ended.
+    assert not list((tmp_path / "leader").glob("snapshot-*"))  # The dropped copy cleaned up after itself.
+    sender.close()
+    receiver.close()

@@ -1,0 +1,120 @@
+"""The one place kq reaches inside PySyncObj. Pinned: pysyncobj==0.3.17 (pyproject.toml).
+
+kq uses PySyncObj's public API where it has one: `SyncObjConf`, `@replicated` (with `callback=`),
+`doTick`, `destroy`, `addOnTickCallback`, `forceLogCompaction`, `getStatus`, `isReady` and
+`raftLastApplied`. It never changes PySyncObj's modules: no attribute of `pysyncobj.*` is assigned,
+so its pickle protocol stays its own (2; DESIGN.md says what that costs) and its serializer class is
+never swapped.
+
+What PySyncObj keeps private, and kq needs, is read or written only by `PySyncObjAdapter` below.
+Every private member used, and why (a `_SyncObj__` name is a double-underscore member of `SyncObj`,
+as Python mangles it):
+
+- `_SyncObj__serializer`, written once, in the constructor: kq's `SnapshotSerializer`
+  (raft/snapshot.py) replaces the object PySyncObj builds from `fullDumpFile`, which pickles the
+  state machine (an LMDB store cannot be pickled). PySyncObj first uses it at its first tick, to
+  load the snapshot file; kq ticks PySyncObj itself (`autoTick=False`), so that is after this.
+- `_SyncObj__transport`, `_SyncObj__otherNodes`, read: keepalives to every peer, and the answer
+  to a refused forwarded proposal (raft/node.py).
+- `_SyncObj__selfNode`, read: the cluster's nodes, stored in a snapshot header.
+- `_SyncObj__raftLog`, read: the first entry's index (compaction, store copies) and the last entry
+  (resent appends).
+- `_SyncObj__getEntries`, called: entries by index (snapshot headers, retained bytes, resent appends).
+- `_SyncObj__connectedNodes`, `_SyncObj__raftMatchIndex`, read: which connected followers still
+  need entries before compacting.
+- `_SyncObj__raftCommitIndex`, read: a store-copy chunk may not raise it (raft/inbound.py).
+- `_SyncObj__onMessageReceived`, overridden: every peer message passes `peer_message` first (kq's
+  three inbound fixes).
+- `_isLeader`, `_getLeader`, called: the leader flag and address (PySyncObj's "protected" getters).
+
+All of these are PySyncObj's tick-thread state: they are read only on the tick thread (callbacks
+from `doTick`: apply, the serializer, tick callbacks, the message hook), except `_isLeader` and
+`_getLeader`, which read one reference each and are hints by nature. Upgrading PySyncObj means
+re-reading its `syncobj.py` for each item of this list; `tests/raft/test_node.py` fails if one is
+gone, or if any other kq module names a PySyncObj private or assigns to a `pysyncobj` module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pysyncobj import SyncObj, SyncObjConf
+
+Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
+
+
+class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
+    """A SyncObj that kq ticks itself, with its snapshot serializer and typed views of its internals.
+
+    The constructor binds the Raft port and starts no thread (`autoTick` must be False): the owner
+    calls `doTick` from its own thread, and `destroy()` closes the transport and the journal at once.
+    """
+
+    def __init__(
+        self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, serializer: Any
+    ) -> None:
+        assert not conf.autoTick, "kq ticks PySyncObj from its own thread"
+        super().__init__(self_address, peer_addresses, conf)
+        self._SyncObj__serializer = serializer  # Before the first tick: see the module docstring.
+
+    # Reads of PySyncObj's tick-thread state (call on the tick thread only) ------------------------
+
+    def first_index(self) -> int:
+        """Index of the first entry in PySyncObj's log."""
+        return int(self._SyncObj__raftLog[0][1])
+
+    def last_entry(self) -> Entry:
+        """The last entry in PySyncObj's log."""
+        entry: Entry = self._SyncObj__raftLog[-1]
+        return entry
+
+    def entries(self, index: int, count: int) -> list[Entry]:
+        """Up to `count` entries from `index` on (none if `index` was compacted away)."""
+        return list(self._SyncObj__getEntries(index, count))
+
+    def cluster_nodes(self) -> set[Any]:
+        """Every node of the cluster, this one included (PySyncObj's node objects)."""
+        return set(self._SyncObj__otherNodes | {self._SyncObj__selfNode})
+
+    def connected_match_indexes(self) -> list[int]:
+        """The match index of each connected follower (0: not heard yet); meaningful on the leader."""
+        connected = self._SyncObj__connectedNodes
+        match_index = self._SyncObj__raftMatchIndex
+        return [int(match_index.get(node, 0)) for node in self._SyncObj__otherNodes if node in connected]
+
+    def commit_index(self) -> int:
+        """This node's commit index."""
+        return int(self._SyncObj__raftCommitIndex)
+
+    def send_to_peers(self, message: dict[str, Any]) -> None:
+        """Sends `message` to every other node (PySyncObj ignores types it does not know)."""
+        transport = self._SyncObj__transport
+        for node in self._SyncObj__otherNodes:
+            transport.send(node, message)
+
+    def send_to(self, node: Any, message: dict[str, Any]) -> None:
+        """Sends `message` to one node."""
+        self._SyncObj__transport.send(node, message)
+
+    # Hints, safe from any thread ------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        """Whether this node is in the leader state (a hint: only a committed entry is proof)."""
+        return bool(self._isLeader())
+
+    def leader_address(self) -> str | None:
+        """The Raft address of the last leader this node heard of, if any."""
+        leader = self._getLeader()
+        return None if leader is None else str(leader.address)
+
+    # The message hook -----------------------------------------------------------------------------
+
+    def peer_message(self, node: Any, message: Any) -> Any | None:
+        """Runs on the tick thread before PySyncObj handles a peer's message: the message to handle
+        (rewritten or not), or None to drop it. Subclasses override it."""
+        return message
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802 - PySyncObj's name.
+        handled = self.peer_message(node, message)
+        if handled is not None:
+            SyncObj._SyncObj__onMessageReceived(self, node, handled)

@@ -1,0 +1,201 @@
+"""RaftNode in one process: three real nodes on loopback sockets, each ticked by its own kq-raft-tick thread.
+
+The constructor starts no thread, start() starts exactly one, close() joins it and frees the port; the
+largest incompressible entry replicates whole under PySyncObj's pickle protocol 2; a closed node
+restarts from its journal and store. Waits are on conditions with deadlines.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pysyncobj.pickle
+import pytest
+from pysyncobj import SyncObj
+
+from kq.proto.limits import ENTRY_BYTES_MAX
+from kq.raft import pysyncobj_adapter
+from kq.raft.node import (
+    APPEND_ENTRIES_BATCH_BYTES,
+    ENTRY_PICKLED_BYTES_MAX,
+    TICK_THREAD_NAME,
+    RaftBindError,
+    RaftConfig,
+    RaftNode,
+)
+from kq.raft.results import ApplyResult
+from kq.storage import Store
+from tests.raft.helpers import append, create
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+SOURCE_FOLDERS = ("proto", "storage", "raft", "broker", "client", "cli", "spark", "chaos", "bench", "deploy")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def tick_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == TICK_THREAD_NAME]
+
+
+class Cluster:
+    """Three RaftNodes with their stores, built (not started) in `tmp_path`."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        self.configs = [
+            RaftConfig(
+                raft_address=address,
+                peer_raft_addresses=tuple(a for a in self.addresses if a != address),
+                data_dir=tmp_path / f"node{number}",
+                password="secret",
+            )
+            for number, address in enumerate(self.addresses)
+        ]
+        self.stores = [Store.open(c.data_dir / "store", map_size_bytes=256 * 1024**2) for c in self.configs]
+        self.nodes = [
+            RaftNode(c, s, lambda index: None) for c, s in zip(self.configs, self.stores, strict=True)
+        ]
+
+    def leader(self) -> RaftNode:
+        wait_until(lambda: sum(node.is_leader() for node in self.nodes) == 1)
+        return next(node for node in self.nodes if node.is_leader())
+
+    def propose(self, data: bytes) -> int:
+        """Proposes `data` on the leader and waits for its commit; returns the leader's applied index."""
+        done = threading.Event()
+        outcome: list[tuple[ApplyResult | None, int]] = []
+
+        def on_result(result: ApplyResult | None, reason: int) -> None:
+            outcome.append((result, reason))
+            done.set()
+
+        leader = self.leader()
+        leader.propose(data, on_result)
+        assert done.wait(timeout=20)
+        result, reason = outcome[0]
+        assert reason == 0 and result is not None, outcome
+        return self.stores[self.nodes.index(leader)].applied_index()
+
+    def close(self) -> None:
+        for node, store in zip(self.nodes, self.stores, strict=True):
+            node.close()
+            store.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    local = Cluster(tmp_path)
+    try:
+        yield local
+    finally:
+        local.close()
+
+
+def test_threads_start_in_start_and_end_in_close(cluster: Cluster) -> None:
+    """No thread before start(); one kq-raft-tick per node after; none after close(), and the port is free."""
+    assert tick_threads() == []
+    for node in cluster.nodes:
+        node.start()
+    assert len(tick_threads()) == 3
+    cluster.propose(create("t", 1))
+    cluster.close()
+    assert tick_threads() == []
+    with socket.socket() as rebind:
+        rebind.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        host, port = cluster.addresses[0].split(":")
+        rebind.bind((host, int(port)))
+
+
+def test_the_largest_entries_replicate_whole(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """3 MB of bytes >= 0x80 (protocol 2's worst case: two bytes each) and 3 MB of random bytes (1.5):
+    each entry goes to the followers in one message and every store ends byte-identical."""
+    for node in cluster.nodes:
+        node.start()
+    cluster.propose(create("t", 1))
+    for values in ([b"\xff" * 1_000_000] * 3, [os.urandom(1_000_000) for _ in range(3)]):
+        entry = append("t", 0, *values)
+        assert len(entry) <= ENTRY_BYTES_MAX
+        assert len(pysyncobj.pickle.dumps((0, (entry,)))) > 4 * 1024 * 1024  # Past the old batch bound.
+        index = cluster.propose(entry)
+        wait_until(lambda: all(store.applied_index() >= index for store in cluster.stores))  # noqa: B023
+    dumps = [store.dump() for store in cluster.stores]
+    assert dumps[0] == dumps[1] == dumps[2]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []  # No cut entry.
+
+
+def test_a_closed_node_restarts_from_its_journal_and_store(cluster: Cluster) -> None:
+    """Close one follower, commit without it, build it again on the same directory: it catches up."""
+    for node in cluster.nodes:
+        node.start()
+    cluster.propose(create("t", 1))
+    follower = next(number for number, node in enumerate(cluster.nodes) if not node.is_leader())
+    cluster.nodes[follower].close()
+    index = cluster.propose(append("t", 0, b"while it was away"))
+    config = cluster.configs[follower]
+    cluster.nodes[follower] = RaftNode(config, cluster.stores[follower], lambda applied: None)
+    cluster.nodes[follower].start()
+    wait_until(lambda: cluster.stores[follower].applied_index() >= index)
+    assert cluster.stores[follower].dump() == cluster.stores[cluster.nodes.index(cluster.leader())].dump()
+
+
+def test_a_port_in_use_refuses_to_start(tmp_path: Path) -> None:
+    """A Raft address that cannot be bound raises RaftBindError (after the bounded retries)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        address = f"127.0.0.1:{holder.getsockname()[1]}"
+        config = RaftConfig(address, (), tmp_path / "node", "secret")
+        store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+        with pytest.raises(RaftBindError):
+            RaftNode(config, store, lambda index: None)
+        store.close()
+
+
+def test_every_entry_fits_one_append_message() -> None:
+    """The worst case for protocol 2 (every byte >= 0x80 costs two) stays below PySyncObj's batch bound,
+    so no entry takes its piecewise path, which cuts entries larger than their unpickled size."""
+    worst = 1 + len(pysyncobj.pickle.dumps((0, (b"\xff" * ENTRY_BYTES_MAX,))))
+    assert worst <= ENTRY_PICKLED_BYTES_MAX < APPEND_ENTRIES_BATCH_BYTES
+
+
+def test_pysyncobj_privates_are_touched_only_by_the_adapter_and_its_modules_never_patched() -> None:
+    """Outside raft/pysyncobj_adapter.py no kq module names a PySyncObj private or assigns to pysyncobj."""
+    offenders = []
+    patch = re.compile(r"setattr\(\s*pysyncobj|^\s*pysyncobj(\.\w+)+\s*=", re.MULTILINE)
+    for folder in SOURCE_FOLDERS:
+        for path in (REPOSITORY / folder).rglob("*.py"):
+            text = path.read_text()
+            if path.name != "pysyncobj_adapter.py" and ("_SyncObj__" in text or "._isLeader" in text):
+                offenders.append(str(path))
+            if patch.search(text):
+                offenders.append(f"{path} (patches pysyncobj)")
+    assert offenders == []
+
+
+def test_every_private_member_the_adapter_names_exists(cluster: Cluster) -> None:
+    """The adapter's docstring lists PySyncObj's privates it uses; each exists in the pinned version."""
+    names = set(re.findall(r"`(_SyncObj__\w+|_isLeader|_getLeader)`", pysyncobj_adapter.__doc__ or ""))
+    assert len(names) >= 10
+    own_fields = cluster.nodes[0].__dict__["_SyncObj__properies"]  # What SyncObj.__init__ itself set.
+    missing = [name for name in names if not hasattr(SyncObj, name) and name not in own_fields]
+    assert missing == []
