@@ -1,0 +1,377 @@
+"""`LocalCluster`: real `kq-node` processes on one machine, for tests, chaos, bench and run-cluster.sh.
+
+Each node gets its own LMDB data directory (`<base_dir>/node<id>`), its own log file
+(`<base_dir>/node<id>.log`, appended to across restarts) and, when asked, a PID file
+(`<base_dir>/node<id>.pid`) so that a later process can stop it. Ports come from the kernel (bind to
+port 0) just before the nodes start, unless fixed ports are given (`python -m kq.deploy` uses
+9101-9103 and 7101-7103 by default). The constructor starts nothing; `start()` does, and `stop()` (or
+leaving the `with` block) ends every process it started or adopted, by PID.
+
+"The leader" has one definition, `agreed_leader`: the node that says it leads, named as leader by a
+majority of the cluster's nodes in its own term. A paused or cut-off old leader still says "leader",
+but no majority follows it in that term, so it is never taken for the leader.
+
+`hosts` and `launcher` let the chaos runner put each node in its own network namespace
+(`kq.chaos.netns`); `node_command` lets a test run nodes from another installation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from kq.client import KqClient, KqClientError, NodeStatus
+from kq.deploy.processes import STOP_TIMEOUT_S, ProcessTable
+from kq.deploy.waiting import wait_for
+
+LOOPBACK_HOST = "127.0.0.1"
+DEFAULT_SECRET = "kq-local-secret"
+READY_TIMEOUT_S = 30.0
+APPLIED_TIMEOUT_S = 30.0
+STATUS_TIMEOUT_S = 1.0  # One node's ClusterStatus: on loopback it answers in milliseconds or is down.
+READY_POLL_S = 0.2
+
+Launcher = Callable[[str], Sequence[str]]  # node id -> command prefix, e.g. ["ip", "netns", "exec", ns].
+
+
+class NodeDiedError(RuntimeError):
+    """A node process this cluster expected to run has exited by itself (a crash, not a stop)."""
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on 127.0.0.1 right now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            handle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            handle.bind((LOOPBACK_HOST, 0))
+            sockets.append(handle)
+        return [handle.getsockname()[1] for handle in sockets]
+    finally:
+        for handle in sockets:
+            handle.close()
+
+
+def address_in_use(address: str) -> str | None:
+    """Why `host:port` cannot be bound now (e.g. 'Address already in use'), or None when it can."""
+    host, _, port = address.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # The nodes set SO_REUSEADDR too, so a port in TIME_WAIT after a restart counts as free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as error:
+            return error.strerror or str(error)
+    return None
+
+
+def default_node_command() -> tuple[str, ...]:
+    """`kq-node` of this interpreter's installation, or `python -m kq.broker` where it has none."""
+    script = Path(sys.executable).parent / "kq-node"
+    return (str(script),) if script.is_file() else (sys.executable, "-m", "kq.broker")
+
+
+def agreed_leader(statuses: Mapping[str, NodeStatus | None], cluster_size: int) -> str | None:
+    """The leader: a node whose status says it leads and that a majority of the cluster's
+    `cluster_size` nodes (itself included) name as their leader in its term; else None.
+
+    `statuses` is each node's own ClusterStatus (None for a node that did not answer). This is the
+    only definition of "the leader" in tests, chaos, bench and run-cluster.sh.
+    """
+    answered = [status for status in statuses.values() if status is not None]
+    for candidate in answered:
+        if candidate.role != "leader":
+            continue
+        followers = sum(
+            1
+            for status in answered
+            if status.leader_id == candidate.node_id and status.term == candidate.term
+        )
+        if followers > cluster_size // 2:
+            return candidate.node_id
+    return None
+
+
+def describe_statuses(statuses: Mapping[str, NodeStatus | None]) -> str:
+    """One line: each node's role, leader and term as it reported them (for timeout messages)."""
+    parts = []
+    for node_id, status in statuses.items():
+        if status is None:
+            parts.append(f"node {node_id} down")
+        else:
+            ready = "ready" if status.ready else "not ready"
+            parts.append(
+                f"node {node_id} {status.role}, leader {status.leader_id or '-'}, term {status.term}, {ready}"
+            )
+    return "; ".join(parts) or "no status yet"
+
+
+@contextmanager
+def work_dir(chosen: Path | None, prefix: str) -> Iterator[Path]:
+    """`chosen` (created if missing, kept afterwards), or a fresh temporary directory removed afterwards."""
+    if chosen is not None:
+        chosen.mkdir(parents=True, exist_ok=True)
+        yield chosen
+        return
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """Addresses and directory of one node."""
+
+    node_id: str
+    grpc_address: str
+    raft_address: str
+    data_dir: Path
+
+
+class LocalCluster:
+    """Starts, watches, kills and restarts the nodes of one cluster; `stop()` ends every one, by PID.
+
+    `hosts` (one per node, default 127.0.0.1 for all) are the addresses the nodes bind; `launcher`
+    gives a command prefix per node id, which must exec the node in place (as `ip netns exec` does) so
+    that the PID held here is the node's own. `grpc_ports`/`raft_ports` fix the ports (default: free
+    ones from the kernel). `record_pids` writes `node<id>.pid` files, and `detach` starts the nodes in
+    their own session, so they outlive this process (`python -m kq.deploy start`).
+    """
+
+    def __init__(
+        self,
+        base_dir: Path,
+        size: int = 3,
+        secret: str = DEFAULT_SECRET,
+        node_args: Sequence[str] = (),
+        *,
+        hosts: Sequence[str] | None = None,
+        launcher: Launcher | None = None,
+        node_command: Sequence[str] | None = None,
+        grpc_ports: Sequence[int] | None = None,
+        raft_ports: Sequence[int] | None = None,
+        record_pids: bool = False,
+        detach: bool = False,
+    ) -> None:
+        host_list = list(hosts) if hosts is not None else [LOOPBACK_HOST] * size
+        assert len(host_list) == size, "one host per node"
+        if grpc_ports is None or raft_ports is None:
+            ports = free_ports(2 * size)
+            grpc_ports, raft_ports = ports[:size], ports[size:]
+        assert len(grpc_ports) == len(raft_ports) == size, "one gRPC and one Raft port per node"
+        self.base_dir = base_dir
+        self.secret = secret
+        self.node_args = tuple(node_args)
+        self.launcher = launcher
+        self.node_command = tuple(node_command) if node_command is not None else default_node_command()
+        self.detach = detach
+        self.nodes = {
+            str(i + 1): NodeSpec(
+                str(i + 1),
+                f"{host_list[i]}:{grpc_ports[i]}",
+                f"{host_list[i]}:{raft_ports[i]}",
+                base_dir / f"node{i + 1}",
+            )
+            for i in range(size)
+        }
+        self._processes = ProcessTable(base_dir if record_pids else None, pid_prefix="node")
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # Addresses and files ----------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> list[str]:
+        """Every node's gRPC address."""
+        return [spec.grpc_address for spec in self.nodes.values()]
+
+    def peers_argument(self) -> str:
+        """The --peers value naming every node."""
+        return ",".join(f"{s.node_id}={s.raft_address}={s.grpc_address}" for s in self.nodes.values())
+
+    def log_path(self, node_id: str) -> Path:
+        """The node's log file (appended to across restarts)."""
+        return self.base_dir / f"node{node_id}.log"
+
+    def addresses_in_use(self, node_ids: Sequence[str]) -> list[str]:
+        """The gRPC and Raft addresses of `node_ids` that cannot be bound now, each with the reason."""
+        taken = []
+        for node_id in node_ids:
+            spec = self.nodes[node_id]
+            for address in (spec.grpc_address, spec.raft_address):
+                reason = address_in_use(address)
+                if reason is not None:
+                    taken.append(f"{address} ({reason})")
+        return taken
+
+    # Processes --------------------------------------------------------------------------------------
+
+    def node_command_line(self, node_id: str) -> list[str]:
+        """The command that runs one node (the secret travels in the environment, not in argv)."""
+        spec = self.nodes[node_id]
+        prefix = list(self.launcher(node_id)) if self.launcher is not None else []
+        return [
+            *prefix,
+            *self.node_command,
+            "--node-id",
+            node_id,
+            "--grpc-address",
+            spec.grpc_address,
+            "--raft-address",
+            spec.raft_address,
+            "--peers",
+            self.peers_argument(),
+            "--data-dir",
+            str(spec.data_dir),
+            *self.node_args,
+        ]
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Starts every node not running, waits until all are ready under one leader; returns the leader."""
+        for node_id in self.nodes:
+            if not self.running(node_id):
+                self.start_node(node_id)
+        return self.wait_ready(timeout_s)
+
+    def start_node(self, node_id: str) -> int:
+        """Starts one node process; returns its PID (it may not be ready yet: see `wait_ready`)."""
+        spec = self.nodes[node_id]
+        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path(node_id).open("a") as log:
+            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}: starting node {node_id} ===\n")
+        return self._processes.start(
+            node_id,
+            self.node_command_line(node_id),
+            self.log_path(node_id),
+            environment={**os.environ, "KQ_SECRET": self.secret},
+            detach=self.detach,
+        )
+
+    def adopt_running(self) -> dict[str, int]:
+        """Takes over the nodes a PID file names that still run on this cluster's data (by PID)."""
+        adopted = {}
+        for node_id, spec in self.nodes.items():
+            pid = self._processes.adopt(node_id, ["--data-dir", str(spec.data_dir)])
+            if pid is not None:
+                adopted[node_id] = pid
+        return adopted
+
+    def running(self, node_id: str) -> bool:
+        """Whether the node's process is alive."""
+        return self._processes.running(node_id)
+
+    def pid(self, node_id: str) -> int | None:
+        """The PID of a running node."""
+        return self._processes.pid(node_id)
+
+    def pids(self) -> dict[str, int]:
+        """The PID of every running node, by node id."""
+        return self._processes.pids()
+
+    def exit_code(self, node_id: str) -> int | None:
+        """How a node that ended by itself exited (70: an environment fault; negative: the signal)."""
+        return self._processes.exit_code(node_id)
+
+    def signal_node(self, node_id: str, signal_number: int) -> None:
+        """Sends a signal to one node by its PID (SIGSTOP and SIGCONT pause and resume it)."""
+        self._processes.signal(node_id, signal_number)
+
+    def kill_node(self, node_id: str) -> None:
+        """`kill -9` of one node; returns once the process is gone."""
+        self._processes.kill(node_id)
+
+    def stop_node(self, node_id: str, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM, then SIGKILL when the node does not exit within `timeout_s`."""
+        self._processes.stop([node_id], timeout_s)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stops every node this cluster started or adopted: SIGTERM to all at once, SIGKILL later."""
+        self._processes.stop(self._processes.names(), timeout_s)
+
+    # What the nodes say -----------------------------------------------------------------------------
+
+    def statuses(self) -> dict[str, NodeStatus | None]:
+        """Each node's own ClusterStatus, None for a node that is not running or does not answer."""
+        result: dict[str, NodeStatus | None] = {}
+        timeout_s = STATUS_TIMEOUT_S
+        with KqClient(self.bootstrap, retry_timeout_s=timeout_s, rpc_timeout_s=timeout_s) as client:
+            for node_id, spec in self.nodes.items():
+                try:
+                    result[node_id] = client.node_status(spec.grpc_address) if self.running(node_id) else None
+                except KqClientError:
+                    result[node_id] = None
+        return result
+
+    def leader_id(self) -> str | None:
+        """The leader now (see `agreed_leader`), or None."""
+        return agreed_leader(self.statuses(), len(self.nodes))
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, node_ids: Sequence[str] | None = None) -> str:
+        """Waits until there is a leader and the given nodes (default: every running one) are ready and
+        follow it; returns the leader. Raises `NodeDiedError` at once if a node exited by itself."""
+        seen: dict[str, NodeStatus | None] = {}
+
+        def ready_leader() -> str | None:
+            exited = self._processes.exited()
+            if exited:
+                raise NodeDiedError(f"node(s) {', '.join(exited)} exited; logs in {self.base_dir}")
+            seen.update(self.statuses())
+            leader = agreed_leader(seen, len(self.nodes))
+            wanted = node_ids if node_ids is not None else [n for n in self.nodes if self.running(n)]
+            if leader is None or not all(
+                (status := seen[node]) is not None and status.ready and status.leader_id == leader
+                for node in wanted
+            ):
+                return None
+            return leader
+
+        return wait_for(
+            ready_leader,
+            f"a leader with node(s) {', '.join(node_ids or self.nodes)} ready (logs in {self.base_dir})",
+            timeout_s,
+            poll_s=READY_POLL_S,
+            last_state=lambda: describe_statuses(seen),
+        )
+
+    def wait_applied(self, index: int, node_ids: Sequence[str], timeout_s: float = APPLIED_TIMEOUT_S) -> None:
+        """Waits until every given node has applied at least Raft index `index`."""
+        seen: dict[str, NodeStatus | None] = {}
+
+        def applied() -> bool:
+            seen.update(self.statuses())
+            return all(
+                (status := seen[node]) is not None and status.applied_index >= index for node in node_ids
+            )
+
+        wait_for(
+            applied,
+            f"node(s) {', '.join(node_ids)} to apply index {index}",
+            timeout_s,
+            poll_s=READY_POLL_S / 2,
+            last_state=lambda: ", ".join(
+                f"node {n} applied {s.applied_index if s is not None else 'nothing (down)'}"
+                for n, s in seen.items()
+            ),
+        )
