@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,26 +30,11 @@ from kq.bench.settings import (
     ScenarioCounts,
     standard_scenarios,
 )
+from kq.deploy.provenance import source_commit, source_dirty
 from kq.proto.limits import PARTITIONS_MAX, RECORD_BYTES_MAX
 
-GIT_TIMEOUT_S = 5.0
 REPORT_WIDTH = 160
 COUNT_MAX = 100_000_000  # Records (or sends) of one scenario run: far beyond ten minutes here.
-
-
-def _git(*args: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *args],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return done.stdout.strip()
 
 
 def _meta(stamp: str, started: float) -> dict[str, Any]:
@@ -60,8 +44,8 @@ def _meta(stamp: str, started: float) -> dict[str, Any]:
         "started_at_unix": started,
         "duration_s": time.time() - started,
         "command": sys.argv,
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "git_commit": source_commit(),
+        "git_dirty": source_dirty(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -13,10 +13,8 @@ import os
 import platform
 import shlex
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,6 @@ from typing import Any
 import click
 from rich.console import Console
 
-from kq.bench.cli import _git
 from kq.bench.compare_report import build_document, render, write
 from kq.bench.nats_cluster import NatsServerMissingError, find_nats_server
 from kq.bench.side_by_side import (
@@ -38,6 +35,8 @@ from kq.bench.side_by_side import (
     System,
     run_system,
 )
+from kq.deploy.cluster import work_dir
+from kq.deploy.provenance import source_commit, source_dirty
 
 REPORT_WIDTH = 160
 logger = logging.getLogger(__name__)
@@ -65,23 +64,13 @@ def _meta(started: float) -> dict[str, Any]:
         "started_at_unix": started,
         "duration_s": time.time() - started,
         "command": " ".join(["python -m kq.bench.compare", *map(shlex.quote, sys.argv[1:])]),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "git_commit": source_commit(),
+        "git_dirty": source_dirty(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         **_machine(),
     }
-
-
-@contextmanager
-def _base_dir(chosen: Path | None) -> Iterator[Path]:
-    if chosen is not None:
-        chosen.mkdir(parents=True, exist_ok=True)
-        yield chosen
-        return
-    with tempfile.TemporaryDirectory(prefix="kq-compare-") as directory:
-        yield Path(directory)
 
 
 def _system(name: str, settings: CompareSettings, base_dir: Path) -> AbstractContextManager[System]:
@@ -98,7 +87,7 @@ def _system(name: str, settings: CompareSettings, base_dir: Path) -> AbstractCon
 def run_comparison(settings: CompareSettings) -> dict[str, dict[str, Any]]:
     """Each system in turn: start its cluster, run every scenario, stop it (by PID, always)."""
     raws: dict[str, dict[str, Any]] = {}
-    with _base_dir(settings.base_dir) as base_dir:
+    with work_dir(settings.base_dir, "kq-compare-") as base_dir:
         for name in settings.systems:
             logger.info("starting %s", name)
             with _system(name, settings, base_dir) as system:

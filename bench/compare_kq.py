@@ -3,15 +3,15 @@
 Pipelined produce uses `client.Producer` (linger, batch size, requests in flight) from one
 thread; the extra send_batch scenarios use `KqClient.send_batch` from several threads, each with
 its own client and about `kq_batch_bytes` of values per request. Consume reads from a
-follower with 10,000 records per fetch. Failover kills the Raft leader (`LocalCluster.leader_id()`)
-with -9 under load.
+follower with 10,000 records per fetch. Failover kills the Raft leader (`LocalCluster.wait_ready()`,
+which returns the leader `kq.deploy.cluster.agreed_leader` defines) with -9 under load.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -36,16 +36,17 @@ from kq.bench.side_by_side import (
     SCENARIOS,
     CompareSettings,
 )
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, KqClientError, Producer
 from kq.client.producer import RecordFuture
+from kq.deploy.cluster import LocalCluster
+from kq.deploy.waiting import holds_within
 
 LATENCY_WARMUP_SENDS = 20
 TIME_CHECK_EVERY = 1024  # Sends between two looks at the clock.
 WRITER_RPC_TIMEOUT_S = 1.0  # Failover writers: one attempt; the client retries within the next bound.
 WRITER_RETRY_TIMEOUT_S = 5.0
 JOIN_GRACE_S = 30.0
-POLL_S = 0.01
+POLL_S = 0.01  # The failover's clock: how finely recovery is seen.
 TOPICS = {
     LATENCY: "cmp-latency",
     PRODUCE_SMALL: "cmp-100b",
@@ -67,9 +68,8 @@ class KqSystem:
         self._stack = ExitStack()
 
     def __enter__(self) -> KqSystem:
-        self._stack.callback(self.cluster.stop)
+        self._stack.enter_context(self.cluster)
         try:
-            self.cluster.start()
             with KqClient(self.cluster.bootstrap) as admin:
                 admin.create_topic(TOPICS[LATENCY], 1)
                 admin.create_topic(TOPICS[PRODUCE_SMALL], self.settings.partitions)
@@ -95,7 +95,7 @@ class KqSystem:
 
     def server_pids(self) -> dict[str, int]:
         """The PID of each running node."""
-        return {n: p.pid for n, p in self.cluster.processes.items() if p.poll() is None}
+        return self.cluster.pids()
 
     def describe(self) -> dict[str, Any]:
         """How kq was driven."""
@@ -114,7 +114,7 @@ class KqSystem:
             "send_batch_client": send_batch if settings.kq_send_batch else "not measured",
             "latency_client": "KqClient.send, one record in flight, partition 0 of a 1-partition topic",
             "consume_client": f"KqClient.fetch from a follower, max_records={FETCH_RECORDS_PER_REQUEST}",
-            "failover": "kill -9 of LocalCluster.leader_id(); writers: KqClient.send, one in flight each",
+            "failover": "kill -9 of the agreed leader; writers: KqClient.send, one in flight each",
             "partitions": settings.partitions,
         }
 
@@ -212,12 +212,12 @@ class KqSystem:
         for writer in writers:
             writer.start()
         try:
-            _wait_for(lambda: log.recovered_after(0.0), settings.scenario_time_cap_s)
+            holds_within(lambda: log.recovered_after(0.0), settings.scenario_time_cap_s, poll_s=POLL_S)
             time.sleep(counts.failover_load_before_s)  # Load, not synchronization.
             killed_at = time.monotonic()
             self.cluster.kill_node(leader)  # Returns once the process is reaped.
             dead_at = time.monotonic()
-            _wait_for(lambda: log.recovered_after(dead_at), settings.failover_window_s)
+            holds_within(lambda: log.recovered_after(dead_at), settings.failover_window_s, poll_s=POLL_S)
             time.sleep(counts.failover_load_after_s)
         finally:
             stop.set()
@@ -266,12 +266,3 @@ def _writer(bootstrap: Sequence[str], topic: str, partition: int, log: AckLog, s
             else:
                 log.ack(sent_at)
 
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
-    """Polls `condition()` until it holds or `timeout_s` passes; returns whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(POLL_S)
-    return False

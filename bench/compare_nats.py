@@ -17,8 +17,9 @@ hop), as kq's client sends to the Raft leader. The asyncio loop runs in the call
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +47,7 @@ from kq.bench.side_by_side import (
     SCENARIOS,
     CompareSettings,
 )
+from kq.deploy.waiting import holds_within
 
 STREAMS = {
     LATENCY: ("CMP_LATENCY", "cmp.latency"),
@@ -63,6 +65,7 @@ WRITER_PUBLISH_TIMEOUT_S = 0.5  # Failover writers: the resolution of the measur
 WRITER_ERROR_PAUSE_S = 0.01  # After a failed publish ("no responders" comes back at once).
 REPLICAS_CURRENT_TIMEOUT_S = 60.0
 POLL_S = 0.05
+RECOVERY_POLL_S = 0.01  # The failover's clock: how finely recovery is seen.
 Result = TypeVar("Result")
 
 
@@ -127,7 +130,7 @@ class NatsSystem:
     # Set-up and helpers -------------------------------------------------------------------------
 
     async def _connect(self, names: list[str] | None = None, **options: Any) -> NatsClient:
-        running = [n for n in self.cluster.nodes if self.cluster.processes[n].poll() is None]
+        running = [n for n in self.cluster.nodes if self.cluster.running(n)]
         urls = [self.cluster.nodes[n].url for n in (names if names is not None else running)]
         return await nats.connect(urls, connect_timeout=CONNECT_TIMEOUT_S, **options)
 
@@ -279,14 +282,22 @@ class NatsSystem:
             asyncio.ensure_future(_writer(nc.jetstream(), STREAMS[FAILOVER][1], log, stop))
             for _ in range(counts.failover_writers)
         ]
+        loop = asyncio.get_running_loop()
+
+        def recovered_after(moment: float, timeout_s: float) -> Awaitable[bool]:
+            """The harness's wait in a thread, so that the writers keep going meanwhile."""
+            condition = functools.partial(log.recovered_after, moment)
+            waiting = functools.partial(holds_within, condition, timeout_s, poll_s=RECOVERY_POLL_S)
+            return loop.run_in_executor(None, waiting)
+
         try:
-            await _wait_for(lambda: log.recovered_after(0.0), settings.scenario_time_cap_s)
+            await recovered_after(0.0, settings.scenario_time_cap_s)
             await asyncio.sleep(counts.failover_load_before_s)  # Load, not synchronization.
             killed_at = time.monotonic()
             # In a thread, so that the writers keep going; returns once the process is reaped.
-            await asyncio.get_running_loop().run_in_executor(None, self.cluster.kill_node, leader)
+            await loop.run_in_executor(None, self.cluster.kill_node, leader)
             dead_at = time.monotonic()
-            await _wait_for(lambda: log.recovered_after(dead_at), settings.failover_window_s)
+            await recovered_after(dead_at, settings.failover_window_s)
             await asyncio.sleep(counts.failover_load_after_s)
         finally:
             stop.set()
@@ -330,12 +341,3 @@ async def _writer(js: JetStreamContext, subject: str, log: AckLog, stop: asyncio
         else:
             log.ack(sent_at)
 
-
-async def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
-    """Polls `condition()` until it holds or `timeout_s` passes; returns whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        await asyncio.sleep(0.01)
-    return False

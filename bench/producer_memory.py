@@ -1,6 +1,6 @@
 """`python -m kq.bench.producer_memory`: does one `client.Producer`, sent to flat out, stay within its bound?
 
-A fresh three-node `LocalCluster` (in a temporary directory) gets a topic; one thread sends
+A fresh three-node `kq.deploy.cluster.LocalCluster` (in a temporary directory) gets a topic; one thread sends
 `--records` values of `--value-bytes` through one Producer as fast as `send` returns, keeping no
 handle but every `CHECKED_EVERY`-th, then flushes. Meanwhile a thread samples this process's VmRSS
 and `gc.callbacks` time every garbage collection. The report gives records/s, the peak client RSS
@@ -16,7 +16,6 @@ import gc
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -25,9 +24,9 @@ from types import TracebackType
 from typing import Any
 
 from kq.bench import procfs
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, Producer
 from kq.client.producer import BUFFER_BYTES_DEFAULT, PENDING_RECORDS_DEFAULT, RecordFuture
+from kq.deploy.cluster import LocalCluster, work_dir
 
 TOPIC = "producer-memory"
 PARTITIONS = 6
@@ -143,15 +142,13 @@ class PeakSampler(procfs.PeriodicSampler):
 
 def run(settings: MemorySettings) -> MemoryReport:
     """Starts a cluster in a temporary directory, runs the measurement, stops every node by PID."""
-    with tempfile.TemporaryDirectory(prefix="kq-producer-memory-") as base:
-        cluster = LocalCluster(Path(base) / "cluster")
-        try:
-            cluster.start()
-            with KqClient(cluster.bootstrap) as client:
-                client.create_topic(TOPIC, PARTITIONS)
-                return measure(client, settings)
-        finally:
-            cluster.stop()
+    with (
+        work_dir(None, "kq-producer-memory-") as base,
+        LocalCluster(base / "cluster") as cluster,
+        KqClient(cluster.bootstrap) as client,
+    ):
+        client.create_topic(TOPIC, PARTITIONS)
+        return measure(client, settings)
 
 
 def measure(client: KqClient, settings: MemorySettings) -> MemoryReport:

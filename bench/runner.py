@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -34,8 +31,8 @@ from kq.bench.settings import (
     Scenario,
     ScenarioKind,
 )
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, KqClientError
+from kq.deploy.cluster import LocalCluster, work_dir
 
 logger = logging.getLogger(__name__)
 
@@ -44,27 +41,15 @@ Sample = ThroughputSample | LatencySample
 
 def run_benchmark(settings: BenchSettings) -> dict[str, Any]:
     """Runs every scenario of `settings` and returns the raw measurements (see `report.summarize`)."""
-    with _base_dir(settings.base_dir) as base_dir:
-        cluster = LocalCluster(base_dir, node_args=settings.all_node_args())
-        try:
-            cluster.start()
-            return _run_on(cluster, settings)
-        finally:
-            cluster.stop()
-
-
-@contextmanager
-def _base_dir(chosen: Path | None) -> Iterator[Path]:
-    if chosen is not None:
-        chosen.mkdir(parents=True, exist_ok=True)
-        yield chosen
-        return
-    with tempfile.TemporaryDirectory(prefix="kq-bench-") as directory:
-        yield Path(directory)
+    with (
+        work_dir(settings.base_dir, "kq-bench-") as base_dir,
+        LocalCluster(base_dir, node_args=settings.all_node_args()) as cluster,
+    ):
+        return _run_on(cluster, settings)
 
 
 def _run_on(cluster: LocalCluster, settings: BenchSettings) -> dict[str, Any]:
-    pids = {node_id: process.pid for node_id, process in cluster.processes.items()}
+    pids = cluster.pids()
     with KqClient(cluster.bootstrap) as admin, procfs.PeakAnonSampler(pids) as peaks:
         admin.create_topic(THROUGHPUT_TOPIC, settings.partitions)
         admin.create_topic(LATENCY_TOPIC, 1)

@@ -1,7 +1,7 @@
 """`python -m kq.bench.soak`: a long run at a fixed produce rate that checks for leaks, stalls and drift.
 
-A fresh three-node `LocalCluster` (a temporary directory, or `--keep-dir`) takes `--rate` records
-per second through `client.Producer` for `--minutes`, while a plain consumer reads every partition
+A fresh three-node `LocalCluster` (kq.deploy; a temporary directory, or `--keep-dir`) takes `--rate`
+records per second through `client.Producer` for `--minutes`, while a plain consumer reads every partition
 from a follower and a group consumer commits offsets. Every `--sample-interval-s` the nodes'
 RssAnon and RssFile and the client counts are recorded. At the end production stops, the consumers
 catch up, every node's copy of the topic is hashed, and the node logs are scanned for snapshots and
@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -37,8 +35,9 @@ from kq.bench.soak_workload import (
     PlainConsumerLoop,
     node_digest,
 )
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, KqClientError
+from kq.deploy.cluster import LocalCluster, work_dir
+from kq.deploy.waiting import WaitTimeoutError
 
 TOPIC = "soak"
 GROUP = "soak-group"
@@ -179,7 +178,7 @@ def soak_loop(
     timeline: Timeline,
 ) -> list[str]:
     """Samples every interval until the time is up or a node dies; returns reasons to abort."""
-    pids = {node_id: process.pid for node_id, process in cluster.processes.items()}
+    pids = cluster.pids()
     started = time.monotonic()
     end = started + settings.minutes * 60
     ticker = threading.Event()  # Never set: its wait() paces the samples.
@@ -220,7 +219,7 @@ def finish(
     digests: dict[str, dict[str, Any]] = {}
     try:
         cluster.wait_applied(index, sorted(cluster.nodes), APPLIED_TIMEOUT_S)
-    except TimeoutError as error:
+    except WaitTimeoutError as error:
         print(f"warning: {error}", flush=True)
     for node_id, spec in sorted(cluster.nodes.items()):
         try:
@@ -237,9 +236,13 @@ def finish(
 
 
 def run(settings: SoakSettings) -> dict[str, Any]:
-    """Runs the soak and returns the report (verdict included)."""
-    base = Path(settings.keep_dir) if settings.keep_dir else Path(tempfile.mkdtemp(prefix="kq-soak-"))
-    base.mkdir(parents=True, exist_ok=True)
+    """Runs the soak in `--keep-dir` or a temporary directory (removed afterwards); returns the report."""
+    with work_dir(Path(settings.keep_dir) if settings.keep_dir else None, "kq-soak-") as base:
+        return _run_in(base, settings)
+
+
+def _run_in(base: Path, settings: SoakSettings) -> dict[str, Any]:
+    """The soak on a cluster in `base`; the report, verdict included."""
     cluster = LocalCluster(base / "cluster", node_args=settings.node_args)
     timeline = Timeline()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -264,8 +267,6 @@ def run(settings: SoakSettings) -> dict[str, Any]:
         cluster.stop()
     duration_s = time.monotonic() - started
     scans = {node_id: scan_log(_read_lines(cluster.log_path(node_id))) for node_id in cluster.nodes}
-    if not settings.keep_dir:
-        shutil.rmtree(base, ignore_errors=True)
     sending_s = max(producer.stopped_at - producer.started_at, 1e-9)
     report: dict[str, Any] = {
         "command": ["python", "-m", "kq.bench.soak", *sys.argv[1:]],

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kq.client import Consumer, ConsumerRecord, GroupConsumer, KqClient, KqClientError, Producer
+from kq.deploy.reading import PartitionReadError, read_partition
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,6 @@ CONSUMER_RECORDS_MAX = 2_000
 ERROR_KINDS_SHOWN_MAX = 5
 KEYS = 1_000  # Distinct keys, so murmur2 spreads records over every partition.
 SEQUENCE = struct.Struct(">Q")
-DIGEST_READ_RECORDS = 5_000
-DIGEST_READ_BYTES = 4 << 20
 DIGEST_RETRY_TIMEOUT_S = 10.0
 DIGEST_WAIT_MS = 200
 
@@ -323,25 +322,23 @@ def node_digest(address: str, topic: str, min_index: int, timeout_s: float) -> N
         offsets = client.list_offsets(topic, address)
         log_ends = {p: o.log_end_offset for p, o in sorted(offsets.items())}
         for partition, partition_offsets in sorted(offsets.items()):
-            offset = partition_offsets.log_start_offset
-            while offset < partition_offsets.log_end_offset:
-                batch = client.fetch(
-                    topic,
-                    partition,
-                    offset,
-                    max_records=DIGEST_READ_RECORDS,
-                    max_bytes=DIGEST_READ_BYTES,
-                    wait_ms=DIGEST_WAIT_MS,
-                    node=address,
-                    min_index=min_index,
-                )
-                if not batch.records:
-                    if time.monotonic() > deadline:
-                        raise DigestError(f"{address}: nothing at {topic}/{partition}@{offset} below its end")
-                    continue  # Not applied up to min_index yet: the fetch itself waited.
-                for record in batch.records:
-                    if record.offset < partition_offsets.log_end_offset:
-                        digest.update(record_bytes(record))
-                        records += 1
-                offset = batch.records[-1].offset + 1
+            start, end = partition_offsets.log_start_offset, partition_offsets.log_end_offset
+            remaining_s = max(0.0, deadline - time.monotonic())
+            reading = read_partition(
+                client,
+                topic,
+                partition,
+                address,
+                start,
+                end,
+                min_index=min_index,
+                wait_ms=DIGEST_WAIT_MS,
+                timeout_s=remaining_s,
+            )
+            try:
+                for record in reading:
+                    digest.update(record_bytes(record))
+                    records += 1
+            except PartitionReadError as error:
+                raise DigestError(f"{address}: {error}") from error
     return NodeDigest(digest.hexdigest(), records, log_ends)

@@ -7,7 +7,6 @@ import logging
 import os
 import platform
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,29 +19,14 @@ import click
 from kq.chaos.report import render, to_json, write_json
 from kq.chaos.runner import RunSettings, ScenarioReport, run_scenario
 from kq.chaos.scenarios import FULL_SET, SCENARIOS
+from kq.deploy.provenance import source_commit
 
-GIT_TIMEOUT_S = 5.0
 ROUNDS_MAX = 1_000
 RATE_MAX = 1_000.0
 PRODUCERS_MAX = 32
 PARTITIONS_MAX = 64
 GROUP_MEMBERS_MAX = 16
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-
-
-def _git_commit() -> str:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return done.stdout.strip()
 
 
 def _terminate_as_interrupt(signal_number: int, frame: FrameType | None) -> None:
@@ -171,7 +155,7 @@ def _meta(stamp: str, started: float, settings: RunSettings) -> dict[str, Any]:
         "timestamp": stamp,
         "duration_s": round(time.time() - started, 1),
         "command": sys.argv,
-        "git_commit": _git_commit(),
+        "git_commit": source_commit(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "settings": {

@@ -13,12 +13,16 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from kq.chaos.cluster import LocalCluster
 from kq.chaos.history import PROBE_PREFIX, Ack, History, resumed_ack
 from kq.chaos.netns import NetworkLab
 from kq.chaos.workload import Producer, ProducerKind, ProducerSpec
 from kq.client import KqClient, KqClientError
+from kq.deploy.cluster import LocalCluster, NodeDiedError
+from kq.deploy.waiting import WaitTimeoutError, wait_for
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -100,14 +104,27 @@ class ScenarioContext:
     def _timeout(self, timeout_s: float) -> float:
         return max(0.1, self._deadline(timeout_s) - time.monotonic())
 
+    def bounded(self, wait: Callable[[float], T], timeout_s: float) -> T:
+        """Runs one of the harness's waits with `timeout_s` capped by the scenario's deadline; its
+        timeout becomes a `LivenessError`, a node that exited by itself a `NodeExitedError`."""
+        try:
+            return wait(self._timeout(timeout_s))
+        except WaitTimeoutError as error:
+            raise LivenessError(str(error)) from error
+        except NodeDiedError as error:
+            raise NodeExitedError(str(error)) from error
+
+    def until(self, condition: Callable[[], T | None], what: str, timeout_s: float, poll_s: float) -> T:
+        """The harness's `wait_for` on `condition`, bounded like every wait here (see `bounded`)."""
+        return self.bounded(lambda bound_s: wait_for(condition, what, bound_s, poll_s=poll_s), timeout_s)
+
     def wait_healthy(self, timeout_s: float = HEALTHY_TIMEOUT_S) -> str:
         """Waits until every running node is ready and follows one leader; returns the leader."""
-        try:
-            return self.cluster.wait_ready(timeout_s=self._timeout(timeout_s))
-        except TimeoutError as error:
-            raise LivenessError(str(error)) from error
-        except RuntimeError as error:  # LocalCluster's report of a node that exited by itself.
-            raise NodeExitedError(str(error)) from error
+        return self.bounded(self.cluster.wait_ready, timeout_s)
+
+    def wait_applied(self, index: int, nodes: Sequence[str], timeout_s: float = HEALTHY_TIMEOUT_S) -> None:
+        """Waits until every one of `nodes` applied Raft index `index`."""
+        self.bounded(lambda bound_s: self.cluster.wait_applied(index, nodes, bound_s), timeout_s)
 
     def wait_acks(self, count: int, timeout_s: float = STEADY_TIMEOUT_S) -> None:
         """Waits until `count` more records are acknowledged."""
@@ -157,13 +174,12 @@ class ScenarioContext:
 
     def wait_leader_other_than(self, old: str, timeout_s: float = HEALTHY_TIMEOUT_S) -> str:
         """Waits until a majority follows a leader other than `old`; returns it."""
-        deadline_s = self._deadline(timeout_s)
-        while time.monotonic() < deadline_s:
+
+        def new_leader() -> str | None:
             leader = self.cluster.leader_id()
-            if leader is not None and leader != old:
-                return leader
-            time.sleep(LEADER_POLL_S)
-        raise LivenessError(f"no leader other than node {old} within {timeout_s:.0f} s")
+            return leader if leader != old else None
+
+        return self.until(new_leader, f"a leader other than node {old}", timeout_s, LEADER_POLL_S)
 
     def wait_group_caught_up(self, group: str, timeout_s: float = GROUP_CATCH_UP_TIMEOUT_S) -> None:
         """Waits until the group's committed offset of every partition of the topic is its log end.
@@ -171,18 +187,23 @@ class ScenarioContext:
         Call it once the producers stopped and every node applied their records: then every node's
         log ends are final, and a node that lags on the group's commits only makes the wait longer.
         """
-        deadline_s = self._deadline(timeout_s)
+        lagging: list[str] = []
+
+        def caught_up() -> bool:
+            lagging[:] = self._group_lag(client, group)
+            return not lagging
+
         with KqClient(self.cluster.bootstrap, retry_timeout_s=GROUP_DESCRIBE_RETRY_TIMEOUT_S) as client:
-            while True:
-                lagging = self._group_lag(client, group)
-                if not lagging:
-                    return
-                if time.monotonic() >= deadline_s:
-                    raise LivenessError(
-                        f"group {group} did not catch up with the log end within {timeout_s:.0f} s: "
-                        + "; ".join(lagging)
-                    )
-                time.sleep(GROUP_POLL_S)
+            self.bounded(
+                lambda bound_s: wait_for(
+                    caught_up,
+                    f"group {group} to catch up with the log end",
+                    bound_s,
+                    poll_s=GROUP_POLL_S,
+                    last_state=lambda: "; ".join(lagging),
+                ),
+                timeout_s,
+            )
 
     def _group_lag(self, client: KqClient, group: str) -> list[str]:
         """What keeps `group` from having caught up: partitions behind their log end (or an error)."""

@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 
-from kq.chaos.context import HEALTHY_TIMEOUT_S, LivenessError, ScenarioContext
+from kq.chaos.context import LivenessError, ScenarioContext
 
 logger = logging.getLogger(__name__)
 
@@ -86,18 +86,16 @@ def follower_snapshot(context: ScenarioContext) -> None:
 
 def _wait_compacted_past(context: ScenarioContext, leader: str, applied_index: int) -> None:
     """Waits until the leader's in-RAM Raft log starts beyond `applied_index` (it compacted past it)."""
-    deadline_s = time.monotonic() + COMPACTION_TIMEOUT_S
-    while time.monotonic() < min(deadline_s, context.deadline_s):
+
+    def compacted() -> bool:
         status = context.cluster.statuses().get(leader)
-        if (
+        return (
             status is not None
             and status.commit_index - status.raft_log_entries > applied_index + COMPACTION_MARGIN_ENTRIES
-        ):
-            return
-        time.sleep(COMPACTION_POLL_S)
-    raise LivenessError(
-        f"leader {leader} did not compact past index {applied_index} in {COMPACTION_TIMEOUT_S:.0f} s"
-    )
+        )
+
+    what = f"leader {leader} to compact past index {applied_index}"
+    context.until(compacted, what, COMPACTION_TIMEOUT_S, COMPACTION_POLL_S)
 
 
 def _wait_caught_up(context: ScenarioContext, node: str) -> None:
@@ -106,10 +104,7 @@ def _wait_caught_up(context: ScenarioContext, node: str) -> None:
     status = context.cluster.statuses().get(leader)
     if status is None:
         raise LivenessError(f"leader {leader} stopped answering")
-    try:
-        context.cluster.wait_applied(status.commit_index, [node], timeout_s=HEALTHY_TIMEOUT_S)
-    except TimeoutError as error:
-        raise LivenessError(str(error)) from error
+    context.wait_applied(status.commit_index, [node])
 
 
 def cold_restart(context: ScenarioContext) -> None:

@@ -25,6 +25,8 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from kq.deploy.processes import pid_alive
+
 logger = logging.getLogger(__name__)
 
 IP_TIMEOUT_S = 10.0
@@ -65,22 +67,12 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_labs() -> list[str]:
     """Removes namespaces and bridges left by chaos runs whose process is gone; returns their names."""
     removed: list[str] = []
     for name in _ip("netns", "list").split():
         match = _NAMESPACE_PATTERN.match(name)
-        if match is None or _pid_alive(int(match.group(1))):
+        if match is None or pid_alive(int(match.group(1))):
             continue
         _ip("netns", "del", name, check=False)
         _ip("link", "del", f"kqb{match.group(2)}", check=False)

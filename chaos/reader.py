@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kq.chaos.checker import NodeLogs, PartitionLog
-from kq.client import ConsumerRecord, KqClient
+from kq.client import KqClient
+from kq.deploy.reading import read_partition
 
-READ_BATCH_RECORDS = 5_000
-READ_BATCH_BYTES = 4 << 20
 READ_RETRY_TIMEOUT_S = 10.0
 
 
@@ -20,31 +19,12 @@ class _AfterIndexClient(KqClient):
         self._saw(min_index)  # Reads carry the highest index seen as their min_index.
 
 
-class ReadError(RuntimeError):
-    """A node returned no records below the log end it reported."""
-
-
-def read_partition(
-    client: KqClient, topic: str, partition: int, node: str, log_start: int, log_end: int
+def _partition_log(
+    client: KqClient, topic: str, partition: int, node: str, start: int, end: int
 ) -> PartitionLog:
-    """The records of one partition as `node` holds them, from `log_start` to `log_end`."""
-    records: list[ConsumerRecord] = []
-    offset = log_start
-    while offset < log_end:
-        batch = client.fetch(
-            topic,
-            partition,
-            offset,
-            max_records=READ_BATCH_RECORDS,
-            max_bytes=READ_BATCH_BYTES,
-            node=node,
-            min_index=0,
-        )
-        if not batch.records:
-            raise ReadError(f"node {node} returned nothing at offset {offset} below its log end {log_end}")
-        records += (record for record in batch.records if record.offset < log_end)
-        offset = batch.records[-1].offset + 1
-    return PartitionLog(log_start, log_end, tuple(records))
+    """The records of one partition as `node` holds them, from `start` to `end` (its log start and end)."""
+    records = read_partition(client, topic, partition, node, start, end, min_index=0)
+    return PartitionLog(start, end, tuple(records))
 
 
 def read_everything(topic: str, nodes: dict[str, str], partitions: Sequence[int] | None = None) -> NodeLogs:
@@ -55,7 +35,7 @@ def read_everything(topic: str, nodes: dict[str, str], partitions: Sequence[int]
             offsets = client.list_offsets(topic, address)
             chosen = partitions if partitions is not None else sorted(offsets)
             logs[node_id] = {
-                p: read_partition(
+                p: _partition_log(
                     client, topic, p, address, offsets[p].log_start_offset, offsets[p].log_end_offset
                 )
                 for p in chosen

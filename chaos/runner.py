@@ -19,15 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kq.chaos.checker import Anomaly, CheckResult, check
-from kq.chaos.cluster import LocalCluster
 from kq.chaos.context import HEALTHY_TIMEOUT_S, STEADY_ACKS, FaultEvent, LivenessError, ScenarioContext
 from kq.chaos.group_members import group_member_specs
 from kq.chaos.history import History
 from kq.chaos.netns import NetnsError, NetworkLab, unavailable_reason
-from kq.chaos.reader import ReadError, read_everything, read_group_offsets
+from kq.chaos.reader import read_everything, read_group_offsets
 from kq.chaos.scenarios import Scenario, Step
 from kq.chaos.workload import Workload, producer_specs
 from kq.client import KqClient, KqClientError
+from kq.deploy.cluster import LocalCluster
+from kq.deploy.reading import PartitionReadError
 
 logger = logging.getLogger(__name__)
 
@@ -224,11 +225,9 @@ def _converge(context: ScenarioContext, failures: list[Anomaly], what: str) -> b
         leader = context.wait_healthy()
         status = context.cluster.statuses().get(leader)
         target = max(status.commit_index if status else 0, context.history.index_max)
-        context.cluster.wait_applied(target, list(context.cluster.nodes), timeout_s=HEALTHY_TIMEOUT_S)
+        context.wait_applied(target, list(context.cluster.nodes))
     except LivenessError as error:
         failures.append(Anomaly(error.kind, f"{what}: {error}"))
-    except TimeoutError as error:
-        failures.append(Anomaly("liveness", f"{what}: {error}"))
     else:
         return True
     return False
@@ -250,7 +249,7 @@ def _read_and_check(
     try:
         logs = read_everything(TOPIC, addresses)
         group_offsets = {group: read_group_offsets(group, TOPIC, addresses) for group in groups}
-    except (KqClientError, ReadError) as error:
+    except (KqClientError, PartitionReadError) as error:
         result = CheckResult()
         result.add(Anomaly("unreadable", f"could not read every node after healing: {error}"))
     else:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from kq.chaos.cluster import LocalCluster
 from kq.cli.main import kq
 from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster
 
 CLI_RETRY_TIMEOUT_S = 10.0
 RunKq = Callable[..., Result]
@@ -25,12 +25,8 @@ _topic_numbers = itertools.count(1)
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """Three real `kq-node` processes on free loopback ports, stopped (by PID) after the last test."""
-    local = LocalCluster(Path(tmp_path_factory.mktemp("kq-cli-cluster")))
-    try:
-        local.start()
+    with LocalCluster(Path(tmp_path_factory.mktemp("kq-cli-cluster"))) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from click.testing import CliRunner, Result
 
-from kq.chaos.cluster import free_ports
 from kq.cli.main import kq
 from kq.client import KqClient, ProducerRecord
+from kq.deploy.cluster import free_ports
 
 RunKq = Callable[..., Result]
 STABLE_TOPIC = "cli-errors-stable"  # Three partitions holding records; no error case may change it.

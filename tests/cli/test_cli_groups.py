@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from click.testing import Result
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import GroupConsumer, KqClient, ProducerRecord
+from kq.deploy.cluster import LocalCluster
+from kq.deploy.waiting import wait_for
 
 RunKq = Callable[..., Result]
 MEMBER_TIMEOUT_S = 15.0  # Generous: a join needs a Raft round and, with two members, a rebalance.
@@ -142,11 +142,17 @@ class BackgroundMember:
 
     def wait_for_partitions(self, count: int) -> None:
         """Waits until the member owns `count` partitions."""
-        deadline = time.monotonic() + MEMBER_TIMEOUT_S
-        while len(self.consumer.assignment()) != count:
+
+        def owns_them() -> bool:
             assert self.failure is None, self.failure
-            assert time.monotonic() < deadline, f"member owns {self.consumer.assignment()}, not {count}"
-            time.sleep(0.05)
+            return len(self.consumer.assignment()) == count
+
+        wait_for(
+            owns_them,
+            f"the member to own {count} partitions",
+            MEMBER_TIMEOUT_S,
+            last_state=lambda: f"it owns {self.consumer.assignment()}",
+        )
 
     def stop(self) -> None:
         """Stops polling, leaves the group (committing nothing) and closes the client."""

@@ -14,8 +14,8 @@ from typing import IO
 
 import pytest
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, ProducerRecord
+from kq.deploy.cluster import LocalCluster
 
 KQ_SCRIPT = Path(sys.executable).parent / "kq"  # Installed by `pip install -e .` next to the interpreter.
 PROCESS_TIMEOUT_S = 30.0

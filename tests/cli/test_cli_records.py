@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, ProducerRecord
 from kq.client.partitioner import partition_for_key
+from kq.deploy.cluster import LocalCluster
 
 RunKq = Callable[..., Result]
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 from click.testing import Result
 
-from kq.chaos.cluster import LocalCluster, free_ports
 from kq.client import KqClient, ProducerRecord, TopicNotFoundError
+from kq.deploy.cluster import LocalCluster, free_ports
 
 RunKq = Callable[..., Result]
 

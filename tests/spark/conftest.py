@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from kq.chaos.cluster import LocalCluster
+from kq.deploy.cluster import LocalCluster
 from kq.spark.session import local_session
 
 if TYPE_CHECKING:
@@ -37,12 +37,8 @@ def spark_session() -> Iterator[SparkSession]:
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """Three real `kq-node` processes shared by the Spark tests that kill no node; stopped by PID."""
-    local = LocalCluster(Path(tmp_path_factory.mktemp("kq-spark-cluster")))
-    try:
-        local.start()
+    with LocalCluster(Path(tmp_path_factory.mktemp("kq-spark-cluster"))) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture

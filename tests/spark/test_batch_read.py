@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster
 from tests.spark.records import assert_rows_match, produce
 
 pytestmark = pytest.mark.system

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster
 
 pytestmark = pytest.mark.system
 

@@ -6,15 +6,15 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import Row, SparkSession
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster
+from kq.deploy.waiting import wait_for
 from tests.spark.records import assert_rows_match, produce
 
 pytestmark = pytest.mark.system
@@ -32,12 +32,8 @@ BYTES_SENT = re.compile(r"bytes_sent:(\d+)")
 @pytest.fixture
 def own_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """A cluster of its own, since this test kills one of its nodes."""
-    local = LocalCluster(tmp_path / "cluster")
-    try:
-        local.start()
+    with LocalCluster(tmp_path / "cluster") as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -61,12 +57,12 @@ def bytes_served(address: str) -> int:
 
 def wait_until_serving(address: str, reading: threading.Thread) -> None:
     """Returns once the node has sent a few fetch responses to the executors: the read is under way."""
-    deadline = time.monotonic() + READ_STARTED_TIMEOUT_S
-    while time.monotonic() < deadline and reading.is_alive():
-        if bytes_served(address) >= SERVED_BYTES_BEFORE_KILL:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{address} never served the read")
+
+    def serving() -> bool:
+        assert reading.is_alive(), f"the read ended before {address} served it"
+        return bytes_served(address) >= SERVED_BYTES_BEFORE_KILL
+
+    wait_for(serving, f"{address} to serve the read", READ_STARTED_TIMEOUT_S, poll_s=0.02)
 
 
 def test_killing_the_follower_being_read_loses_and_duplicates_nothing(

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster
 from kq.spark.jobs.demo_data import DEMO_KEYS, ensure_topic, produce_demo
 from kq.spark.jobs.key_minute_stats import run
 

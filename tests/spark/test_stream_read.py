@@ -9,8 +9,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster
 from tests.spark.records import assert_rows_match, produce
 
 pytestmark = pytest.mark.system

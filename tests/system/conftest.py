@@ -7,15 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kq.chaos.cluster import LocalCluster
+from kq.deploy.cluster import LocalCluster
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """A started three-node cluster."""
-    local = LocalCluster(tmp_path / "cluster")
-    try:
-        local.start()
+    with LocalCluster(tmp_path / "cluster") as local:
         yield local
-    finally:
-        local.stop()

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -19,8 +17,8 @@ from dataclasses import dataclass
 import grpc
 from google.protobuf.message import DecodeError
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, KqClientError
+from kq.deploy.cluster import LocalCluster
 from tests.system.fuzz_report import Findings, Suspect, describe_suspects, log_tail
 from tests.system.fuzz_requests import LEADER, RPCS, Case, parse_response
 from tests.system.fuzz_values import Known
@@ -184,7 +182,7 @@ class FuzzRun:
                     continue
                 self._dead.add(node_id)
                 suspects = self._suspects(window_s=3.0)
-            code = self.cluster.processes[node_id].returncode
+            code = self.cluster.exit_code(node_id)
             self.findings.deaths.append(
                 f"[death] node {node_id} exited with {code} at t={self._elapsed():.2f}s, noticed after "
                 f"{case.rpc} to node {node}: {case.label}; write requests just before:"
@@ -309,17 +307,3 @@ def _refused_at_edge(outcome: str) -> bool:
     """Whether an answer shows the request was never proposed (so it cannot have hurt apply)."""
     return outcome.startswith(EDGE_REFUSALS) or "not the leader" in outcome or "deserializ" in outcome
 
-
-def stop_quickly(cluster: LocalCluster, timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM to every node at once, SIGKILL by PID after `timeout_s`, then the cluster's own stop."""
-    for process in cluster.processes.values():
-        if process.poll() is None:
-            process.send_signal(signal.SIGCONT)
-            process.terminate()
-    deadline = time.monotonic() + timeout_s
-    for process in cluster.processes.values():
-        while process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-    cluster.stop()

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import ConsumerRecord, KqClient, ProducerRecord
+from kq.deploy.cluster import LocalCluster
 
 pytestmark = pytest.mark.system
 

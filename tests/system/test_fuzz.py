@@ -20,15 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, ProducerRecord
+from kq.deploy.cluster import LocalCluster
 from tests.system.fuzz_harness import (
     CANARY_DEADLINE_S,
     CANARY_TOPIC,
     STOP_TIMEOUT_S,
     UNARY_TIMEOUT_S,
     FuzzRun,
-    stop_quickly,
 )
 from tests.system.fuzz_report import Findings, log_problems
 from tests.system.fuzz_requests import RPCS, CaseGenerator
@@ -88,7 +87,7 @@ def test_fuzzed_requests_never_break_the_cluster(tmp_path: Path) -> None:
     finally:
         if run is not None:
             run.close()
-        stop_quickly(cluster)
+        cluster.stop(STOP_TIMEOUT_S)  # All nodes at once: SIGTERM, SIGKILL after STOP_TIMEOUT_S.
     bad_requests = run.bad_requests if run is not None else 0
     for node_id in sorted(cluster.nodes):
         findings.logs += log_problems(node_id, cluster.log_path(node_id), bad_requests)

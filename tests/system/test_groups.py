@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import GroupConsumer, KqClient, PreconditionFailedError, ProducerRecord, RebalanceError
 from kq.client.types import ConsumerRecord
+from kq.deploy.cluster import LocalCluster
+from kq.deploy.waiting import wait_for
 
 pytestmark = pytest.mark.system
 
 SESSION_MS = 3_000
 HEARTBEAT_MS = 500
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    """Polls `condition` until true; fails naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+WAIT_TIMEOUT_S = 60.0  # Rebalances and failovers take seconds; this bounds a stuck group.
 
 
 class Member:
@@ -100,13 +92,14 @@ def test_members_share_partitions_and_take_over_from_a_dead_one(cluster: LocalCl
     first, second = (Member(cluster, "workers", "shared", name) for name in ("a", "b"))
     members = [first, second]
     try:
-        wait_for(lambda: [m.owned() for m in members] == [3, 3], "3/3")
+        wait_for(lambda: [m.owned() for m in members] == [3, 3], "3/3", WAIT_TIMEOUT_S)
         third = Member(cluster, "workers", "shared", "c")
         members.append(third)
-        wait_for(lambda: sorted(m.owned() for m in members) == [2, 2, 2], "2/2/2")
+        wait_for(lambda: sorted(m.owned() for m in members) == [2, 2, 2], "2/2/2", WAIT_TIMEOUT_S)
         third.stop(leave=False)
         died = time.monotonic()
-        wait_for(lambda: [m.owned() for m in members[:2]] == [3, 3], "takeover after the silent death")
+        survivors = members[:2]
+        wait_for(lambda: [m.owned() for m in survivors] == [3, 3], "takeover after the death", WAIT_TIMEOUT_S)
         assert time.monotonic() - died < SESSION_MS / 1000 + 10
         stop_producing.set()
         time.sleep(0.2)
@@ -115,7 +108,7 @@ def test_members_share_partitions_and_take_over_from_a_dead_one(cluster: LocalCl
         def consumed() -> set[bytes | None]:
             return {r.value for m in members for r in m.records}
 
-        wait_for(lambda: expected <= consumed(), "every produced record consumed")
+        wait_for(lambda: expected <= consumed(), "every produced record consumed", WAIT_TIMEOUT_S)
         assert not any(m.errors for m in members), [m.errors for m in members]
     finally:
         stop_producing.set()
@@ -130,19 +123,20 @@ def test_group_survives_leader_failover_and_continues_from_its_commits(cluster: 
         admin.send_batch("durable", [ProducerRecord(f"{i}".encode(), partition=i % 3) for i in range(300)])
     member = Member(cluster, "survivors", "durable", "only", auto_commit_interval_ms=200)
     try:
-        wait_for(lambda: len(member.records) >= 300, "first 300 records")
+        wait_for(lambda: len(member.records) >= 300, "first 300 records", WAIT_TIMEOUT_S)
         with KqClient(cluster.bootstrap) as admin:
-            wait_for(lambda: sum(admin.committed_offsets("survivors").values()) == 300, "commits")
+            committed = admin.committed_offsets
+            wait_for(lambda: sum(committed("survivors").values()) == 300, "commits", WAIT_TIMEOUT_S)
             before = admin.describe_group("survivors")
         cluster.kill_node(cluster.wait_ready())
         with KqClient(cluster.bootstrap) as admin:
             admin.send_batch(
                 "durable", [ProducerRecord(f"{i}".encode(), partition=i % 3) for i in range(300, 600)]
             )
-            wait_for(lambda: len(member.records) >= 600, "records after the failover")
+            wait_for(lambda: len(member.records) >= 600, "records after the failover", WAIT_TIMEOUT_S)
             wait_for(
                 lambda: sum(admin.committed_offsets("survivors").values()) == 600, "commits after failover"
-            )
+            , WAIT_TIMEOUT_S)
             after = admin.describe_group("survivors")
         assert (after.generation, [m.member_id for m in after.members]) == (
             before.generation,
@@ -161,10 +155,10 @@ def test_stale_commits_and_resets_of_active_groups_are_refused(cluster: LocalClu
         admin.create_topic("guarded", partitions=2)
     first = Member(cluster, "guards", "guarded", "a")
     try:
-        wait_for(lambda: first.owned() == 2, "first member owns both partitions")
+        wait_for(lambda: first.owned() == 2, "first member owns both partitions", WAIT_TIMEOUT_S)
         old_generation, member_id = first.consumer.generation, first.consumer.member_id
         second = Member(cluster, "guards", "guarded", "b")
-        wait_for(lambda: first.owned() == 1 and second.owned() == 1, "1/1")
+        wait_for(lambda: first.owned() == 1 and second.owned() == 1, "1/1", WAIT_TIMEOUT_S)
         with KqClient(cluster.bootstrap) as admin:
             with pytest.raises(RebalanceError, match="stale generation"):
                 admin.commit_offsets(
@@ -187,7 +181,7 @@ def test_describe_reports_lag_before_and_after_consuming(cluster: LocalCluster) 
     assert before.total_lag == 500
     assert sum(p.log_end_offset for p in before.partitions) == 500
     member = Member(cluster, "readers", "lagging", "r")
-    wait_for(lambda: len(member.records) >= 500, "all 500 consumed")
+    wait_for(lambda: len(member.records) >= 500, "all 500 consumed", WAIT_TIMEOUT_S)
     member.stop()
     with KqClient(cluster.bootstrap) as admin:
         after = admin.describe_group("readers")

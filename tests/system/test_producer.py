@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, Producer
+from kq.deploy.cluster import LocalCluster
 from tests.system.checks import read_everywhere
 
 pytestmark = pytest.mark.system

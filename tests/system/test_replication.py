@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, ProducerRecord, RecordMetadata
+from kq.deploy.cluster import LocalCluster
+from kq.deploy.waiting import wait_for
 from tests.system.checks import read_everywhere
 
 pytestmark = pytest.mark.system
 
 RECORDS = 10_000
 BATCH_RECORDS = 500
+WAIT_TIMEOUT_S = 60.0  # Elections and compaction take seconds; this bounds a stuck cluster.
 
 
 def test_produce_through_a_follower_and_read_identical_records_from_every_node(cluster: LocalCluster) -> None:
@@ -75,11 +76,14 @@ def test_leader_kill_under_load_loses_and_duplicates_nothing(cluster: LocalClust
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        wait_for(lambda: len(acknowledged) >= 500, "records acknowledged before the kill")
+        wait_for(lambda: len(acknowledged) >= 500, "records acknowledged before the kill", WAIT_TIMEOUT_S)
         old_leader = cluster.wait_ready()
         cluster.kill_node(old_leader)
         killed_at = len(acknowledged)
-        wait_for(lambda: len(acknowledged) >= killed_at + 1_000 or bool(failures), "writes after the kill")
+        after_kill = killed_at + 1_000
+        wait_for(
+            lambda: len(acknowledged) >= after_kill or bool(failures), "writes after the kill", WAIT_TIMEOUT_S
+        )
         new_leader = cluster.leader_id()
         assert new_leader is not None and new_leader != old_leader
     finally:
@@ -116,7 +120,7 @@ def test_wiped_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
             leader_address = cluster.nodes[leader].grpc_address
             wait_for(
                 lambda: client.node_status(leader_address).raft_log_entries < 200, "leader log compaction"
-            )
+            , WAIT_TIMEOUT_S)
         shutil.rmtree(cluster.nodes[follower].data_dir)
         cluster.start_node(follower)
         cluster.wait_applied(sent[-1].index, list(cluster.nodes), timeout_s=60)
@@ -128,12 +132,3 @@ def test_wiped_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
     finally:
         cluster.stop()
 
-
-def wait_for(condition: object, what: str, timeout_s: float = 60.0) -> None:
-    """Polls `condition` until true; fails the test naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")

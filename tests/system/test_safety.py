@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kq.chaos.cluster import LocalCluster
 from kq.client import KqClient, ProducerRecord
+from kq.deploy.cluster import LocalCluster
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.compression import LZ4, ZSTD, compress
 from tests.system.checks import read_everywhere
@@ -23,15 +23,11 @@ LONG_NAME = "a" * 200 + "b"  # Against '(a+)+$' a backtracking engine takes ~2^2
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(Path(tmp_path_factory.mktemp("safety")) / "cluster")
-    try:
-        local.start()
+    with LocalCluster(Path(tmp_path_factory.mktemp("safety")) / "cluster") as local:
         with KqClient(local.bootstrap) as client:
             client.create_topic(TOPIC, 2)
             client.create_topic(LONG_NAME, 1)
         yield local
-    finally:
-        local.stop()
 
 
 def stubs(cluster: LocalCluster) -> Iterator[tuple[str, kq_pb2_grpc.BrokerStub, grpc.Channel]]:
