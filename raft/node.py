@@ -25,7 +25,7 @@ from pysyncobj import SyncObjConf, SyncObjException, replicated
 
 from kq.proto.limits import ENTRY_BYTES_MAX
 from kq.raft.inbound import already_held, refusal, without_commit_advance
-from kq.raft.pysyncobj_adapter import PySyncObjAdapter
+from kq.raft.pysyncobj_adapter import ENTRY_COMMAND_OVERHEAD_BYTES, PySyncObjAdapter
 from kq.raft.results import ApplyResult
 from kq.raft.snapshot import RaftData, SnapshotSerializer
 from kq.raft.state_machine import apply
@@ -38,14 +38,11 @@ TICK_THREAD_NAME = "kq-raft-tick"
 TICK_WAIT_S = 0.01
 TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own tick thread pauses.
 TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
-# PySyncObj pickles every entry with protocol 2, which stores bytes as latin-1 text in UTF-8: up to
-# two bytes per byte (random or compressed payloads: 1.5). The log in RAM holds entries so pickled.
-PICKLED_BYTES_PER_BYTE_MAX = 2
-ENTRY_PICKLED_BYTES_MAX = PICKLED_BYTES_PER_BYTE_MAX * ENTRY_BYTES_MAX + 1024
-# An entry at least this large is sent in pieces by a PySyncObj path that marks the last piece by
-# the unpickled size, so a follower unpickles a cut entry (EOFError, the 64 KiB default broke this
-# way). Every entry must stay below it: then append_entries carry whole entries only.
-APPEND_ENTRIES_BATCH_BYTES = 8 * 1024 * 1024
+# PySyncObj sends an entry at least this large in pieces, marking the last piece by the size of the
+# entry's command instead of its pickle: a follower unpickled a cut entry (EOFError; the 64 KiB default
+# broke this way). Every entry stays below it (raft/pysyncobj_adapter.py builds them), so messages
+# carry whole entries only.
+APPEND_ENTRIES_BATCH_BYTES = TRANSPORT_BUFFER_BYTES
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 EXIT_APPLY_FAILED = 70  # An environment fault in apply (disk full, I/O): stop rather than diverge.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
@@ -63,7 +60,7 @@ COMPACTION_RETAIN_BYTES_MAX = 32 * 1024 * 1024
 BIND_RETRY_S = 0.1  # A Raft port still held (a node restarted at once) is tried again this often,
 BIND_ATTEMPTS_MAX = 50  # this many times; then the node refuses to start.
 
-assert ENTRY_PICKLED_BYTES_MAX < APPEND_ENTRIES_BATCH_BYTES
+assert ENTRY_BYTES_MAX + ENTRY_COMMAND_OVERHEAD_BYTES < APPEND_ENTRIES_BATCH_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +137,7 @@ class RaftNode(PySyncObjAdapter):
         self._store = store
         self._on_applied = on_applied
         self._log_bytes_max = config.compaction_log_bytes_max
-        self._log_bytes = 0  # Upper bound of the entry bytes appended since the last forced compaction.
+        self._log_bytes = 0  # Entry bytes applied since the last forced compaction.
         self._retain_entries_max = int(config.compaction_min_entries * COMPACTION_RETAIN_SHARE)
         self._stopping = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -201,7 +198,9 @@ class RaftNode(PySyncObjAdapter):
     def propose(self, data: bytes, callback: ProposalCallback) -> None:
         """Queues `data` for replication; `callback(result, reason)` runs on the tick thread on commit
         or failure."""
-        self._apply_entry(data, callback=callback)
+        self.propose_call(
+            "_apply_entry", data, callback
+        )  # What `self._apply_entry(data, callback=...)` does.
 
     @replicated  # type: ignore[untyped-decorator]
     def _apply_entry(self, data: bytes) -> ApplyResult:
@@ -217,7 +216,7 @@ class RaftNode(PySyncObjAdapter):
             logging.shutdown()
             os._exit(EXIT_APPLY_FAILED)
         self._on_applied(index)
-        self._log_bytes += PICKLED_BYTES_PER_BYTE_MAX * len(data)
+        self._log_bytes += len(data)
         if self._log_bytes > self._log_bytes_max:
             self._log_bytes = 0
             self.forceLogCompaction()

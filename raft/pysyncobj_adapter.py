@@ -1,10 +1,18 @@
 """The one place kq reaches inside PySyncObj. Pinned: pysyncobj==0.3.17 (pyproject.toml).
 
-kq uses PySyncObj's public API where it has one: `SyncObjConf`, `@replicated` (with `callback=`),
-`doTick`, `destroy`, `addOnTickCallback`, `forceLogCompaction`, `getStatus`, `isReady` and
-`raftLastApplied`. It never changes PySyncObj's modules: no attribute of `pysyncobj.*` is assigned,
-so its pickle protocol stays its own (2; DESIGN.md says what that costs) and its serializer class is
-never swapped.
+kq uses PySyncObj's public API where it has one: `SyncObjConf`, `@replicated`, `doTick`, `destroy`,
+`addOnTickCallback`, `forceLogCompaction`, `getStatus`, `isReady` and `raftLastApplied`. It never
+changes PySyncObj's modules: no attribute of `pysyncobj.*` is assigned, its serializer class is not
+swapped, and its pickle protocol stays its own, 2.
+
+Protocol 2 has no bytes type: it stores bytes as latin-1 text in UTF-8, two bytes for each byte
+>= 0x80, and PySyncObj pickles an entry twice (the call, then the message that carries it), so a
+random or compressed payload cost 2.5 bytes on the wire per byte and five times the zlib work on the
+tick thread (DESIGN.md has the measurements: elections under load). kq therefore builds each entry
+itself, as `@replicated` would (`entry_command`: PySyncObj's REGULAR type byte, then the call pickled
+once, at protocol 5), and hands it to PySyncObj as `WireBytes`, a bytes subclass that any protocol
+pickles as one integer holding the same bytes: one byte per byte, whatever the payload. Entries read
+back from the journal after a restart are plain bytes again: correct, only bigger on the wire.
 
 What PySyncObj keeps private, and kq needs, is read or written only by `PySyncObjAdapter` below.
 Every private member used, and why (a `_SyncObj__` name is a double-underscore member of `SyncObj`,
@@ -26,21 +34,47 @@ as Python mangles it):
 - `_SyncObj__onMessageReceived`, overridden: every peer message passes `peer_message` first (kq's
   three inbound fixes).
 - `_isLeader`, `_getLeader`, called: the leader flag and address (PySyncObj's "protected" getters).
+- `_applyCommand`, `_methodToID`, `_getFuncName`, `pysyncobj.syncobj._COMMAND_TYPE.REGULAR`: what
+  `@replicated` itself calls to queue a call (`propose_call`), so that kq chooses the entry's bytes.
 
 All of these are PySyncObj's tick-thread state: they are read only on the tick thread (callbacks
 from `doTick`: apply, the serializer, tick callbacks, the message hook), except `_isLeader` and
 `_getLeader`, which read one reference each and are hints by nature. Upgrading PySyncObj means
 re-reading its `syncobj.py` for each item of this list; `tests/raft/test_node.py` fails if one is
-gone, or if any other kq module names a PySyncObj private or assigns to a `pysyncobj` module.
+gone, or if any other kq module names a PySyncObj private or assigns to a `pysyncobj` module, and
+measures the entry sizes above.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import pickle
+from collections.abc import Callable
+from typing import Any, SupportsIndex
 
 from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.syncobj import _COMMAND_TYPE
 
 Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
+ENTRY_COMMAND_OVERHEAD_BYTES = 64  # An entry command's bytes beyond its argument (a generous bound).
+
+
+class WireBytes(bytes):
+    """An entry's bytes that every pickle protocol carries byte for byte (as one LONG4 integer)."""
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        return (wire_bytes, (int.from_bytes(self, "little"), len(self)))
+
+
+def wire_bytes(value: int, length: int) -> WireBytes:
+    """Unpickles WireBytes (peers resolve this name: keep it)."""
+    return WireBytes(value.to_bytes(length, "little"))
+
+
+def entry_command(method_id: int, argument: bytes) -> WireBytes:
+    """The log entry of one call `method(argument)`: PySyncObj's layout, pickled once at protocol 5."""
+    return WireBytes(bytes([_COMMAND_TYPE.REGULAR]) + pickle.dumps((method_id, (argument,)), protocol=5))
 
 
 class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
@@ -56,6 +90,12 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         assert not conf.autoTick, "kq ticks PySyncObj from its own thread"
         super().__init__(self_address, peer_addresses, conf)
         self._SyncObj__serializer = serializer  # Before the first tick: see the module docstring.
+
+    def propose_call(self, method: str, argument: bytes, callback: Callable[[Any, int], None]) -> None:
+        """Queues the call `method(argument)` of a `@replicated` method, as `@replicated` does, with the
+        entry built by `entry_command`; `callback(result, reason)` runs on the tick thread."""
+        method_id = self._methodToID[self._getFuncName(method)]
+        self._applyCommand(entry_command(method_id, argument), callback)
 
     # Reads of PySyncObj's tick-thread state (call on the tick thread only) ------------------------
 

@@ -1,7 +1,7 @@
 """RaftNode in one process: three real nodes on loopback sockets, each ticked by its own kq-raft-tick thread.
 
 The constructor starts no thread, start() starts exactly one, close() joins it and frees the port; the
-largest incompressible entry replicates whole under PySyncObj's pickle protocol 2; a closed node
+largest entries replicate whole, one byte per byte under PySyncObj's pickle protocol 2; a closed node
 restarts from its journal and store. Waits are on conditions with deadlines.
 """
 
@@ -24,12 +24,12 @@ from kq.proto.limits import ENTRY_BYTES_MAX
 from kq.raft import pysyncobj_adapter
 from kq.raft.node import (
     APPEND_ENTRIES_BATCH_BYTES,
-    ENTRY_PICKLED_BYTES_MAX,
     TICK_THREAD_NAME,
     RaftBindError,
     RaftConfig,
     RaftNode,
 )
+from kq.raft.pysyncobj_adapter import ENTRY_COMMAND_OVERHEAD_BYTES, WireBytes, entry_command
 from kq.raft.results import ApplyResult
 from kq.storage import Store
 from tests.raft.helpers import append, create
@@ -127,17 +127,19 @@ def test_threads_start_in_start_and_end_in_close(cluster: Cluster) -> None:
 
 
 def test_the_largest_entries_replicate_whole(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
-    """3 MB of bytes >= 0x80 (protocol 2's worst case: two bytes each) and 3 MB of random bytes (1.5):
-    each entry goes to the followers in one message and every store ends byte-identical."""
+    """3 MB of bytes >= 0x80 (pickle protocol 2's worst case) and 3 MB of random bytes: each entry is
+    WireBytes in every node's log, goes out in one message, and every store ends byte-identical."""
     for node in cluster.nodes:
         node.start()
     cluster.propose(create("t", 1))
     for values in ([b"\xff" * 1_000_000] * 3, [os.urandom(1_000_000) for _ in range(3)]):
         entry = append("t", 0, *values)
         assert len(entry) <= ENTRY_BYTES_MAX
-        assert len(pysyncobj.pickle.dumps((0, (entry,)))) > 4 * 1024 * 1024  # Past the old batch bound.
         index = cluster.propose(entry)
         wait_until(lambda: all(store.applied_index() >= index for store in cluster.stores))  # noqa: B023
+        held = [node.entries(index, 1) for node in cluster.nodes]
+        assert all(type(entries[0][0]) is WireBytes for entries in held if entries)
+        assert all(len(entries[0][0]) < APPEND_ENTRIES_BATCH_BYTES for entries in held if entries)
     dumps = [store.dump() for store in cluster.stores]
     assert dumps[0] == dumps[1] == dumps[2]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []  # No cut entry.
@@ -171,11 +173,20 @@ def test_a_port_in_use_refuses_to_start(tmp_path: Path) -> None:
         store.close()
 
 
-def test_every_entry_fits_one_append_message() -> None:
-    """The worst case for protocol 2 (every byte >= 0x80 costs two) stays below PySyncObj's batch bound,
-    so no entry takes its piecewise path, which cuts entries larger than their unpickled size."""
-    worst = 1 + len(pysyncobj.pickle.dumps((0, (b"\xff" * ENTRY_BYTES_MAX,))))
-    assert worst <= ENTRY_PICKLED_BYTES_MAX < APPEND_ENTRIES_BATCH_BYTES
+def test_entries_cost_one_byte_per_byte_under_pysyncobjs_pickle() -> None:
+    """PySyncObj's protocol-2 pickle of a message carrying the largest entry of bytes >= 0x80 (its worst
+    case: two bytes each as plain bytes) is as long as the entry; every entry fits one append message."""
+    argument = b"\xff" * ENTRY_BYTES_MAX
+    command = entry_command(7, argument)
+    assert len(command) <= ENTRY_BYTES_MAX + ENTRY_COMMAND_OVERHEAD_BYTES < APPEND_ENTRIES_BATCH_BYTES
+    message = {"type": "append_entries", "entries": [(command, 12, 3)]}
+    wire = pysyncobj.pickle.dumps(message)
+    assert len(wire) < len(argument) + 1024
+    plain = pysyncobj.pickle.dumps({"type": "append_entries", "entries": [(bytes(command), 12, 3)]})
+    assert len(plain) > 1.9 * len(argument)  # What plain bytes cost.
+    received = pysyncobj.pickle.loads(wire)["entries"][0][0]
+    assert type(received) is WireBytes and received == command
+    assert pysyncobj.pickle.loads(received[1:]) == (7, (argument,))  # As PySyncObj's apply reads it.
 
 
 def test_pysyncobj_privates_are_touched_only_by_the_adapter_and_its_modules_never_patched() -> None:
