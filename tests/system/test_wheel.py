@@ -1,0 +1,111 @@
+"""The built wheel installs beside proto-plus and works from its own virtualenv.
+
+kq's packages used to be nine generic top-level modules (`proto` among them, the import name of
+proto-plus); the wheel must now hold `kq` alone, with `kq.spark.jobs` and the `.proto` file, and its
+scripts must run a node and the CLI without the checkout on the path.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kq.deploy.cluster import LocalCluster
+
+pytestmark = pytest.mark.system
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL_TIMEOUT_S = 600.0  # Dependencies come from PyPI (or pip's cache): minutes on a cold cache.
+COMMAND_TIMEOUT_S = 120.0
+
+
+def _run(command: list[str], cwd: Path, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+    """Runs `command` in `cwd` with an environment that does not point at the checkout; its stdout."""
+    environment = {
+        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KQ_BOOTSTRAP")
+    }
+    completed = subprocess.run(
+        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    assert completed.returncode == 0, (
+        f"{' '.join(command)} exited {completed.returncode}\n{completed.stdout}\n{completed.stderr}"
+    )
+    return completed.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from this checkout (with the build tools of the test's own environment)."""
+    out = tmp_path_factory.mktemp("wheel")
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
+        cwd=out,
+        timeout_s=INSTALL_TIMEOUT_S,
+    )
+    (built,) = out.glob("kq_broker-*.whl")
+    return built
+
+
+def test_the_wheel_holds_one_namespace_with_jobs_and_proto(wheel: Path) -> None:
+    """Every file is under `kq/` (or the dist-info); the Spark jobs, the .proto and the harness are in."""
+    names = zipfile.ZipFile(wheel).namelist()
+    top_levels = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top_levels == {"kq"}
+    for needed in (
+        "kq/proto/kq.proto",
+        "kq/proto/limits.py",
+        "kq/proto/errors.py",
+        "kq/spark/jobs/key_minute_stats.py",
+        "kq/deploy/cluster.py",
+        "kq/client/__init__.py",
+        "kq/py.typed",
+    ):
+        assert needed in names, f"{needed} is missing from the wheel"
+
+
+def test_the_wheel_installs_beside_proto_plus_and_serves(wheel: Path, tmp_path: Path) -> None:
+    """From a fresh virtualenv with proto-plus: kq --help, both imports, one produce and consume."""
+    venv = tmp_path / "venv"
+    outside = tmp_path / "elsewhere"  # Not the checkout: its kq/ folder must not be importable.
+    outside.mkdir()
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=outside)
+    bin_dir = venv / "bin"
+    _run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel), "proto-plus"],
+        cwd=outside,
+        timeout_s=INSTALL_TIMEOUT_S,
+    )
+    assert "topics" in _run([str(bin_dir / "kq"), "--help"], cwd=outside)
+    where = _run(
+        [
+            str(bin_dir / "python"),
+            "-c",
+            "import kq.client, proto; print(kq.client.__file__); print(proto.Message)",
+        ],
+        cwd=outside,
+    ).splitlines()
+    assert where[0].startswith(str(venv)), f"kq.client came from {where[0]}, not the wheel"
+    assert "proto.message.Message" in where[1]  # proto-plus's own `proto`, not a kq module.
+
+    with LocalCluster(tmp_path / "cluster", size=1, node_command=[str(bin_dir / "kq-node")]) as cluster:
+        bootstrap = ",".join(cluster.bootstrap)
+        kq = [str(bin_dir / "kq"), "--bootstrap", bootstrap]
+        _run([*kq, "topics", "create", "wheel", "--partitions", "1"], cwd=outside)
+        _run([*kq, "produce", "wheel", "from-the-wheel"], cwd=outside)
+        consumed = _run([*kq, "consume", "wheel", "--from-beginning", "--max", "1"], cwd=outside)
+    assert "from-the-wheel" in consumed
