@@ -48,9 +48,10 @@ class BrokerNode:
 
     Start: the Raft tick thread, the batcher, the group coordinator, then the gRPC server (so no
     request arrives before what serves it runs). Stop, the reverse: the gRPC server (new RPCs are
-    refused, running ones get SHUTDOWN_GRACE_S), the batcher (after proposing what was queued), the
-    coordinator, the Raft node (its tick thread joined, then its sockets, journal and any store copy
-    closed), and last the store, which no thread touches any more.
+    refused, running ones are cancelled after SHUTDOWN_GRACE_S) and its worker pool (joined: every
+    handler has returned), the batcher (after proposing what was queued), the coordinator, the Raft
+    node (its tick thread joined, then its sockets, journal and any store copy closed), and last the
+    store, which no thread touches any more.
     """
 
     def __init__(self, config: NodeConfig) -> None:
@@ -65,9 +66,9 @@ class BrokerNode:
         self.consensus = PySyncObjConsensus(self.raft, config.self_peer, config.peers)
         self.batcher = Batcher(self.consensus, wall_clock_ms)
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
-        workers = futures.ThreadPoolExecutor(config.grpc_workers, thread_name_prefix=GRPC_WORKER_PREFIX)
+        self.workers = futures.ThreadPoolExecutor(config.grpc_workers, thread_name_prefix=GRPC_WORKER_PREFIX)
         self.server = grpc.server(
-            workers,
+            self.workers,
             maximum_concurrent_rpcs=GRPC_CONCURRENT_RPCS_MAX,
             interceptors=[EdgeInterceptor()],
             options=[
@@ -118,6 +119,10 @@ class BrokerNode:
         stopped = self.server.stop(SHUTDOWN_GRACE_S)
         _name_grpc_threads(before)
         stopped.wait()
+        # A cancelled call's handler runs on until it returns (a proposal within PROPOSAL_TIMEOUT_S,
+        # which the batcher and Raft, still running, complete; a long-poll at its next wake-up):
+        # the store must outlive every handler.
+        self.workers.shutdown(wait=True)
         self.batcher.stop()
         self.coordinator.stop()
         self.raft.close()
@@ -144,10 +149,12 @@ def run_node(config: NodeConfig, log_level: str) -> None:
     node = BrokerNode(config)
     node.start()
     logger.info("serving gRPC on %s, Raft on %s", config.grpc_address, config.raft_address)
-    while not stopping.wait(HEALTH_POLL_S):
-        node.update_health()
-    logger.info("stopping")
-    node.stop()
+    try:
+        while not stopping.wait(HEALTH_POLL_S):
+            node.update_health()
+    finally:
+        logger.info("stopping")
+        node.stop()
 
 
 def _load_config_file(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
