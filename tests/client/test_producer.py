@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
 
 import pytest
 
@@ -18,8 +17,10 @@ from kq.client.producer import (
     RecordFuture,
 )
 from kq.client.types import ProducerRecord
+from kq.deploy.waiting import wait_for
 
 BLOCK_MS = 200  # How long a full buffer makes `send` wait in these tests.
+WAIT_S = 10.0  # A condition on the sender thread that has not held by then is a failure.
 
 
 class FakeClient(KqClient):
@@ -60,13 +61,6 @@ class FakeClient(KqClient):
         return [RecordMetadata(topic, partition, base + i) for i in range(len(records))]
 
 
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
-
-
 def values_sent(fake: FakeClient, partition: int) -> list[bytes]:
     return [record for _, p, records in fake.requests if p == partition for record in records]
 
@@ -95,7 +89,7 @@ def test_linger_holds_a_partial_batch_until_flush() -> None:
     producer = Producer(fake, linger_ms=60_000, batch_size=10 * record_bytes)
     for _ in range(95):
         producer.send("t", b"x" * 90)
-    wait_until(lambda: len(fake.requests) == 9)
+    wait_for(lambda: len(fake.requests) == 9, "nine full requests", WAIT_S, poll_s=0.005)
     assert [len(records) for _, _, records in fake.requests] == [10] * 9
     assert len(fake.requests) == 9  # The five-record remainder is still lingering.
     producer.flush()
@@ -110,7 +104,7 @@ def test_one_request_per_partition_and_max_in_flight_overall() -> None:
     producer = Producer(fake, linger_ms=0, max_in_flight=3)
     for i in range(200):
         producer.send("t", b"v", partition=i % 6)
-    wait_until(lambda: sum(fake.in_flight.values()) == 3)
+    wait_for(lambda: sum(fake.in_flight.values()) == 3, "three requests in flight", WAIT_S, poll_s=0.005)
     fake.release.set()
     producer.flush()
     assert fake.peak_in_flight == 3 and fake.peak_per_partition == 1
@@ -170,7 +164,7 @@ def test_a_blocked_send_goes_through_once_a_batch_completes() -> None:
     outcome: list[RecordFuture] = []
     waiter = threading.Thread(target=lambda: outcome.append(producer.send("t", b"late")))
     waiter.start()
-    wait_until(lambda: producer._blocked == 1)
+    wait_for(lambda: producer._blocked == 1, "the sender blocked", WAIT_S, poll_s=0.005)
     assert not outcome
     fake.release.set()
     waiter.join(timeout=10)
