@@ -28,6 +28,7 @@ from kq.broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
 from kq.broker.errors import InvalidArgumentError, KqError, ResourceExhaustedError, UnavailableError
 from kq.broker.validation import check_command
 from kq.proto import kq_pb2
+from kq.proto.errors import ErrorCode
 from kq.proto.limits import APPENDS_PER_ENTRY_MAX, ENTRY_BYTES_MAX
 from kq.raft import commands
 from kq.raft.results import AppendResult, ApplyResult, PartitionAppendResult, RejectedResult
@@ -67,7 +68,9 @@ def propose_and_wait(consensus: Consensus, command: kq_pb2.Command, timeout_s: f
 
 def refused(result: RejectedResult) -> InvalidArgumentError:
     """The error a proposer answers when every replica refused its committed entry."""
-    return InvalidArgumentError(f"the cluster refused the request (entry {result.index}): {result.reason}")
+    return InvalidArgumentError(
+        f"the cluster refused the request (entry {result.index}): {result.reason}", ErrorCode.INVALID_COMMAND
+    )
 
 
 def _wait(future: Future[T], timeout_s: float, consensus: Consensus) -> T:

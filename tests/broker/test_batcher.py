@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kq.broker.consensus import ConsensusStatus
 from kq.broker.proposals import PROPOSALS_IN_FLIGHT_MAX, AppendOutcome, Batcher
+from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2
 from kq.raft import commands
 from kq.raft.results import ApplyResult
 from kq.raft.state_machine import apply
 from kq.storage import Store
 from tests.raft.helpers import batch, create
+
+WAIT_S = 10.0  # A condition on the batcher thread that has not held by then is a failure.
 
 Callback = Callable[[ApplyResult | None, int], None]
 
@@ -47,13 +49,6 @@ class HeldConsensus:
         return ConsensusStatus("leader", "1", "", 1, 0, 0, {}, True, 0)
 
 
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
-
-
 def appends_in(data: bytes) -> int:
     return len(commands.decode(data).append.appends)
 
@@ -71,11 +66,11 @@ def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> No
         for slot in range(PROPOSALS_IN_FLIGHT_MAX):  # One at a time: each fills a slot alone.
             first.append(pool.submit(batcher.append, request, 10))
             proposed = slot + 1
-            wait_until(lambda: len(consensus.held) == proposed)  # noqa: B023 - used before the loop moves on.
+            wait_for(lambda: len(consensus.held) == proposed, "the entry proposed", WAIT_S, poll_s=0.005)  # noqa: B023
         queued = [pool.submit(batcher.append, request, 10) for _ in range(10)]
-        wait_until(lambda: batcher._queue.qsize() == 10)
+        wait_for(lambda: batcher._queue.qsize() == 10, "ten queued appends", WAIT_S, poll_s=0.005)
         consensus.commit_next()
-        wait_until(lambda: len(consensus.held) == PROPOSALS_IN_FLIGHT_MAX)
+        wait_for(lambda: len(consensus.held) == PROPOSALS_IN_FLIGHT_MAX, "full window", WAIT_S, poll_s=0.005)
         assert appends_in(consensus.held[-1][0]) == 10
         while consensus.held:
             consensus.commit_next()

@@ -11,8 +11,9 @@ import kq.raft.state_machine
 from kq.broker.edge import RateLimitedLog
 from kq.proto import kq_pb2
 from kq.proto.compression import LZ4, ZSTD, compress
+from kq.proto.errors import ErrorCode, code_from_metadata
 from kq.proto.limits import PATTERN_NESTING_MAX, TOPIC_PATTERN_LENGTH_MAX
-from tests.broker.conftest import Edge, expect, produce
+from tests.broker.conftest import Edge, expect, produce, status_of
 from tests.raft.helpers import batch
 
 
@@ -135,9 +136,12 @@ def test_an_entry_that_raises_in_apply_is_refused_and_the_log_moves_on(
     monkeypatch.setattr(kq.raft.state_machine, "_apply_delete_topic", explode)
     edge.stub.CreateTopic(kq_pb2.CreateTopicRequest(name="poison", partitions=1))
     before = edge.store.dump()
-    details = expect(
-        grpc.StatusCode.INVALID_ARGUMENT, edge.stub.DeleteTopic, kq_pb2.DeleteTopicRequest(name="poison")
-    )
+    with pytest.raises(grpc.RpcError) as caught:
+        edge.stub.DeleteTopic(kq_pb2.DeleteTopicRequest(name="poison"))
+    assert status_of(caught.value) == grpc.StatusCode.INVALID_ARGUMENT
+    # Refused by every replica after commit, not at the edge: the code says which.
+    assert code_from_metadata(caught.value.trailing_metadata()) == ErrorCode.INVALID_COMMAND
+    details = str(caught.value.details())
     assert "refused" in details and "planted invariant" in details
     with edge.store.read() as reader:
         assert reader.topic("poison") is not None and reader.rejected_entries() == 1
