@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from kq.proto.limits import FETCH_BYTES_MAX, FETCH_RECORDS_MAX
+
 
 class ScenarioKind(Enum):
     """The kind of work a scenario measures."""
@@ -37,8 +39,8 @@ VALUE_BYTES_DEFAULT = 100
 PARTITIONS_DEFAULT = 12
 COMPACTION_MIN_ENTRIES_DEFAULT = 5_000  # The node's own default (`kq-node --help`).
 SCENARIO_TIME_CAP_S = 60.0  # One run of one scenario never takes longer than this.
-FETCH_RECORDS_PER_REQUEST = 10_000  # The broker's FETCH_RECORDS_MAX.
-FETCH_BYTES_PER_REQUEST = 4 * 1024 * 1024  # The broker's FETCH_BYTES_MAX: 10,000 small records fit.
+FETCH_RECORDS_PER_REQUEST = FETCH_RECORDS_MAX
+FETCH_BYTES_PER_REQUEST = FETCH_BYTES_MAX  # 10,000 small records fit.
 THREADS_MAX = 256  # Client threads of one scenario (the node answers at most 256 RPCs at once).
 THROUGHPUT_TOPIC = "bench-throughput"
 LATENCY_TOPIC = "bench-latency"

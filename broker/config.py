@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kq.broker.consensus import Peer
+from kq.proto.limits import PEERS_MAX
 from kq.raft.node import RaftConfig
-
-PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
 
 
 class ConfigError(ValueError):

@@ -27,11 +27,10 @@ import grpc
 
 from kq.broker.errors import KqError, abort_with, abort_with_code
 from kq.proto.errors import ErrorCode
+from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX
 
 logger = logging.getLogger(__name__)
 
-LOG_INTERVAL_S = 10.0  # At most one line per method per interval for unexpected errors.
-REASON_CHARS_MAX = 200  # Characters of a decoder's message quoted back to the client.
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,20 +17,25 @@ from kq.broker.errors import (
     error_for_code,
 )
 from kq.broker.groups import GroupCoordinator
-from kq.broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
+from kq.broker.proposals import propose_and_wait, wall_clock_ms
 from kq.broker.service_base import AppliedNotifier, ServiceBase, stored_records
 from kq.broker.validation import check, check_group_name, check_topic_name
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
-from kq.proto.limits import HEARTBEAT_WAIT_MS_MAX, REBALANCE_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_DEFAULT
+from kq.proto.limits import (
+    HEARTBEAT_WAIT_MS_MAX,
+    JOIN_WAIT_S,
+    MEMBER_ID_PREFIX_MAX,
+    PROPOSAL_TIMEOUT_S,
+    REBALANCE_TIMEOUT_MS_DEFAULT,
+    SESSION_TIMEOUT_MS_DEFAULT,
+)
 from kq.raft import commands
 from kq.raft.results import ApplyResult, GroupResult
 from kq.raft.validation import assignor_problem, member_problem, offsets_problem
 from kq.storage import StoreReader
 
-MEMBER_ID_PREFIX_MAX = 64  # Characters of the client id kept in a new member id.
 NEW_MEMBER_PLACEHOLDER = "new-member"
-JOIN_WAIT_S = 5.0  # A join answers within this (below the client's RPC timeout), rebalanced or not.
 
 
 class GroupRpcs(ServiceBase):

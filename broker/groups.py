@@ -25,14 +25,13 @@ from collections.abc import Callable
 
 from kq.broker.consensus import Consensus
 from kq.proto import kq_pb2
+from kq.proto.limits import COORDINATOR_TICK_S, EXPIRY_RETRY_S
 from kq.raft import commands
 from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 
 THREAD_NAME = "kq-groups"
-COORDINATOR_TICK_S = 0.1
-EXPIRY_RETRY_S = 2.0  # An expiry proposal not applied by then is proposed again.
 
 MemberKey = tuple[str, str]  # (group, member id)
 

@@ -28,19 +28,16 @@ from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.service import BrokerService
 from kq.broker.service_base import AppliedNotifier
 from kq.proto import kq_pb2_grpc
-from kq.proto.limits import GRPC_MESSAGE_BYTES_MAX
+from kq.proto.limits import GRPC_CONCURRENT_RPCS_MAX, GRPC_MESSAGE_BYTES_MAX, HEALTH_POLL_S, SHUTDOWN_GRACE_S
 from kq.raft.node import RaftBindError, RaftConfig, RaftNode
 from kq.storage import Store
 
 logger = logging.getLogger("kq.node")
 
-GRPC_CONCURRENT_RPCS_MAX = 256  # Beyond this the server answers RESOURCE_EXHAUSTED.
 GRPC_WORKER_PREFIX = "kq-grpc"  # The pool's threads are kq-grpc_0, kq-grpc_1, ...
 # gRPC starts two Python threads of its own, unnamed (Python calls them "Thread-N (<target>)"):
 # its serving loop at server.start() and a timer at server.stop(grace). kq names them after start.
 GRPC_THREAD_NAMES = {"_serve": "kq-grpc-serve", "cancel_all_calls_after_grace": "kq-grpc-grace"}
-HEALTH_POLL_S = 0.2
-SHUTDOWN_GRACE_S = 2.0
 
 
 class BrokerNode:

@@ -29,7 +29,15 @@ from kq.broker.errors import InvalidArgumentError, KqError, ResourceExhaustedErr
 from kq.broker.validation import check_command
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
-from kq.proto.limits import APPENDS_PER_ENTRY_MAX, ENTRY_BYTES_MAX
+from kq.proto.limits import (
+    APPENDS_PER_ENTRY_MAX,
+    BATCHER_QUEUE_MAX,
+    ENTRY_BYTES_MAX,
+    ENTRY_OVERHEAD_BYTES,
+    LEADERSHIP_CHECK_S,
+    PROPOSAL_TIMEOUT_S,
+    PROPOSALS_IN_FLIGHT_MAX,
+)
 from kq.raft import commands
 from kq.raft.results import AppendResult, ApplyResult, PartitionAppendResult, RejectedResult
 
@@ -38,11 +46,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 THREAD_NAME = "kq-batcher"
-PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).
-LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
-BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
-PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queue up and get batched.
-ENTRY_OVERHEAD_BYTES = 64  # Envelope bytes outside the appends, a generous bound.
 
 
 def propose_and_wait(consensus: Consensus, command: kq_pb2.Command, timeout_s: float) -> ApplyResult:

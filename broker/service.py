@@ -15,10 +15,11 @@ from kq.broker.errors import (
     error_for_code,
 )
 from kq.broker.group_service import GroupRpcs
-from kq.broker.proposals import PROPOSAL_TIMEOUT_S, propose_and_wait, wall_clock_ms
+from kq.broker.proposals import propose_and_wait, wall_clock_ms
 from kq.broker.service_base import stored_records
 from kq.broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
 from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.proto.limits import FETCH_STREAM_S_MAX, PROPOSAL_TIMEOUT_S, STREAM_POLL_S
 from kq.proto.records import WireRecord
 from kq.raft import commands
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
@@ -26,8 +27,6 @@ from kq.storage import StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
 
-FETCH_STREAM_S_MAX = 600.0  # A stream ends after this; the client opens a new one from where it was.
-STREAM_POLL_S = 1.0  # A waiting stream checks this often whether its client went away.
 
 
 class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
@@ -142,7 +141,8 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                         f"offset {request.offset} is beyond the log end {response.log_end_offset}"
                     )
                 return response
-            self._notifier.wait_beyond(response.applied_index, remaining_s)
+            # In slices, so a caller that went away (or a node shutting down) frees this thread soon.
+            self._notifier.wait_beyond(response.applied_index, min(remaining_s, STREAM_POLL_S))
 
     def FetchStream(
         self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext

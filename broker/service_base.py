@@ -11,13 +11,12 @@ from kq.broker.groups import GroupCoordinator
 from kq.broker.proposals import Batcher
 from kq.proto.compression import decompress
 from kq.proto.errors import ErrorCode
-from kq.proto.limits import APPEND_BYTES_MAX, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
+from kq.proto.limits import APPEND_BYTES_MAX, CATCH_UP_WAIT_S, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
 from kq.proto.records import WireRecord, parse_batch
 from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
 
-CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.
 
 
 class AppliedNotifier:

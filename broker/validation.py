@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from kq.broker.errors import InvalidArgumentError
 from kq.proto import kq_pb2
-from kq.proto.limits import FETCH_BYTES_MAX, FETCH_RECORDS_MAX, FETCH_WAIT_MS_MAX
+from kq.proto.limits import (
+    FETCH_BYTES_DEFAULT,
+    FETCH_BYTES_MAX,
+    FETCH_RECORDS_DEFAULT,
+    FETCH_RECORDS_MAX,
+    FETCH_WAIT_MS_MAX,
+)
 from kq.raft import commands
 from kq.raft.validation import (
     append_problem,
@@ -16,9 +22,6 @@ from kq.raft.validation import (
     partition_count_problem,
     topic_name_problem,
 )
-
-FETCH_RECORDS_DEFAULT = 500
-FETCH_BYTES_DEFAULT = 1024 * 1024
 
 
 def check(problem: str | None) -> None:

@@ -75,3 +75,73 @@ SPARK_READ_STALL_TIMEOUT_S = 60.0  # No node made progress for this long: the re
 SPARK_ROUND_BACKOFF_S = 0.5  # Pause after every candidate node failed once in a row.
 SPARK_FETCH_DELAY_MS_MAX = 60_000  # kq.debug.fetchDelayMs: a debugging throttle, never minutes.
 SPARK_MIN_PARTITIONS_MAX = 100_000  # Input partitions one read may be split into.
+
+# Limits of the node's own machinery (moved here from the modules that use them, so every wait,
+# queue and size of kq is named in this one module).
+
+# broker/config.py
+PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
+
+# broker/edge.py
+LOG_INTERVAL_S = 10.0  # At most one line per method per interval for unexpected errors.
+REASON_CHARS_MAX = 200  # Characters of a decoder's message quoted back to the client.
+
+# broker/group_service.py
+MEMBER_ID_PREFIX_MAX = 64  # Characters of the client id kept in a new member id.
+JOIN_WAIT_S = 5.0  # A join answers within this (below the client's RPC timeout), rebalanced or not.
+
+# broker/groups.py
+COORDINATOR_TICK_S = 0.1
+EXPIRY_RETRY_S = 2.0  # An expiry proposal not applied by then is proposed again.
+
+# broker/main.py
+GRPC_CONCURRENT_RPCS_MAX = 256  # Beyond this the server answers RESOURCE_EXHAUSTED.
+HEALTH_POLL_S = 0.2
+SHUTDOWN_GRACE_S = 2.0
+
+# broker/proposals.py
+PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).
+LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
+BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
+PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queue up and get batched.
+ENTRY_OVERHEAD_BYTES = 64  # Envelope bytes outside the appends, a generous bound.
+
+# broker/service.py
+FETCH_STREAM_S_MAX = 600.0  # A stream ends after this; the client opens a new one from where it was.
+STREAM_POLL_S = 1.0  # A waiting fetch or stream checks this often whether its client went away.
+
+# broker/service_base.py
+CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.
+
+# broker/validation.py
+FETCH_RECORDS_DEFAULT = 500
+FETCH_BYTES_DEFAULT = 1024 * 1024
+
+# raft/node.py
+# A tick waits at most this long for socket events; a proposal wakes it at once (PySyncObj's pipe).
+TICK_WAIT_S = 0.01
+TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own tick thread pauses.
+TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
+COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
+# PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
+# to each other while a leader lives, so the first vote request after the leader dies was lost and
+# most elections needed a second round (measured: 11 of 12). A small message of a type PySyncObj
+# ignores keeps every connection warm.
+KEEPALIVE_PERIOD_S = 0.4
+# A connected follower that lags behind the compaction point keeps the entries it still needs, up to
+# these bounds (beyond them it is sent a copy of the store instead), so compaction does not turn
+# every short lag into a full copy. At most half the compaction trigger's entries are kept, so
+# the log left after compacting never re-triggers compaction by itself.
+COMPACTION_RETAIN_SHARE = 0.5
+COMPACTION_RETAIN_BYTES_MAX = 32 * 1024 * 1024
+BIND_RETRY_S = 0.1  # A Raft port still held (a node restarted at once) is tried again this often,
+BIND_ATTEMPTS_MAX = 50  # this many times; then the node refuses to start.
+
+# raft/pysyncobj_adapter.py
+ENTRY_COMMAND_OVERHEAD_BYTES = 64  # An entry command's bytes beyond its argument (a generous bound).
+
+# raft/snapshot.py
+COPY_CHUNK_BYTES = 1024 * 1024
+HEADER_BYTES_MAX = 16 * 1024 * 1024
+TRANSMISSION_TIMEOUT_S = 600.0  # A transmission not finished by then is dropped; compaction resumes.
+COPY_RETRY_S = 5.0  # After a failed copy (disk full?), the next one starts no sooner than this.

@@ -23,9 +23,21 @@ from typing import Any
 
 from pysyncobj import SyncObjConf, SyncObjException, replicated
 
-from kq.proto.limits import ENTRY_BYTES_MAX
+from kq.proto.limits import (
+    BIND_ATTEMPTS_MAX,
+    BIND_RETRY_S,
+    COMMANDS_QUEUE_MAX,
+    COMPACTION_RETAIN_BYTES_MAX,
+    COMPACTION_RETAIN_SHARE,
+    ENTRY_BYTES_MAX,
+    ENTRY_COMMAND_OVERHEAD_BYTES,
+    KEEPALIVE_PERIOD_S,
+    TICK_FAILED_PAUSE_S,
+    TICK_WAIT_S,
+    TRANSPORT_BUFFER_BYTES,
+)
 from kq.raft.inbound import already_held, refusal, without_commit_advance
-from kq.raft.pysyncobj_adapter import ENTRY_COMMAND_OVERHEAD_BYTES, PySyncObjAdapter
+from kq.raft.pysyncobj_adapter import PySyncObjAdapter
 from kq.raft.results import ApplyResult
 from kq.raft.snapshot import RaftData, SnapshotSerializer
 from kq.raft.state_machine import apply
@@ -34,31 +46,13 @@ from kq.storage import Store
 logger = logging.getLogger(__name__)
 
 TICK_THREAD_NAME = "kq-raft-tick"
-# A tick waits at most this long for socket events; a proposal wakes it at once (PySyncObj's pipe).
-TICK_WAIT_S = 0.01
-TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own tick thread pauses.
-TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
 # PySyncObj sends an entry at least this large in pieces, marking the last piece by the size of the
 # entry's command instead of its pickle: a follower unpickled a cut entry (EOFError; the 64 KiB default
 # broke this way). Every entry stays below it (raft/pysyncobj_adapter.py builds them), so messages
 # carry whole entries only.
 APPEND_ENTRIES_BATCH_BYTES = TRANSPORT_BUFFER_BYTES
-COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 EXIT_APPLY_FAILED = 70  # An environment fault in apply (disk full, I/O): stop rather than diverge.
-# PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
-# to each other while a leader lives, so the first vote request after the leader dies was lost and
-# most elections needed a second round (measured: 11 of 12). A small message of a type PySyncObj
-# ignores keeps every connection warm.
-KEEPALIVE_PERIOD_S = 0.4
 KEEPALIVE_MESSAGE = {"type": "kq_keepalive"}
-# A connected follower that lags behind the compaction point keeps the entries it still needs, up to
-# these bounds (beyond them it is sent a copy of the store instead), so compaction does not turn
-# every short lag into a full copy. At most half the compaction trigger's entries are kept, so
-# the log left after compacting never re-triggers compaction by itself.
-COMPACTION_RETAIN_SHARE = 0.5
-COMPACTION_RETAIN_BYTES_MAX = 32 * 1024 * 1024
-BIND_RETRY_S = 0.1  # A Raft port still held (a node restarted at once) is tried again this often,
-BIND_ATTEMPTS_MAX = 50  # this many times; then the node refuses to start.
 
 assert ENTRY_BYTES_MAX + ENTRY_COMMAND_OVERHEAD_BYTES < APPEND_ENTRIES_BATCH_BYTES
 

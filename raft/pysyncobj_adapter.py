@@ -55,7 +55,6 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.syncobj import _COMMAND_TYPE
 
 Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
-ENTRY_COMMAND_OVERHEAD_BYTES = 64  # An entry command's bytes beyond its argument (a generous bound).
 
 
 class WireBytes(bytes):

@@ -44,6 +44,7 @@ from typing import Any, BinaryIO, Protocol
 
 import crc32c as crc32c_module
 
+from kq.proto.limits import COPY_CHUNK_BYTES, COPY_RETRY_S, HEADER_BYTES_MAX, TRANSMISSION_TIMEOUT_S
 from kq.storage import SnapshotError, Store
 
 logger = logging.getLogger(__name__)
@@ -51,16 +52,12 @@ logger = logging.getLogger(__name__)
 MAGIC = b"KQSNAP02"
 MAGICS_READ = (MAGIC, b"KQSNAP01")  # 01: same layout, always with data (snapshots that copied the store).
 END = b"KQEND"
-COPY_CHUNK_BYTES = 1024 * 1024
-HEADER_BYTES_MAX = 16 * 1024 * 1024
-TRANSMISSION_TIMEOUT_S = 600.0  # A transmission not finished by then is dropped; compaction resumes.
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 # PySyncObj's SERIALIZER_STATE values (pysyncobj.config), restated to keep the import surface small.
 NOT_SERIALIZING, SERIALIZING, SUCCESS, FAILED = 0, 1, 2, 3
 
-COPY_RETRY_S = 5.0  # After a failed copy (disk full?), the next one starts no sooner than this.
 
 RaftData = tuple[Any, Any, Any]  # PySyncObj's (entry at log start + 1, entry at log start, cluster).
 

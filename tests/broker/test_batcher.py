@@ -8,9 +8,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kq.broker.consensus import ConsensusStatus
-from kq.broker.proposals import PROPOSALS_IN_FLIGHT_MAX, AppendOutcome, Batcher
+from kq.broker.proposals import AppendOutcome, Batcher
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2
+from kq.proto.limits import PROPOSALS_IN_FLIGHT_MAX
 from kq.raft import commands
 from kq.raft.results import ApplyResult
 from kq.raft.state_machine import apply

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kq.broker.groups import COORDINATOR_TICK_S, EXPIRY_RETRY_S, THREAD_NAME, GroupCoordinator
+from kq.broker.groups import THREAD_NAME, GroupCoordinator
 from kq.proto import kq_pb2
+from kq.proto.limits import COORDINATOR_TICK_S, EXPIRY_RETRY_S
 from kq.raft import commands
 from kq.raft.results import ApplyResult
 from kq.storage import Store

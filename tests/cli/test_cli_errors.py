@@ -11,10 +11,10 @@ from click.testing import CliRunner, Result
 from kq.cli.main import kq
 from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import free_ports
+from kq.proto.limits import RECORD_BYTES_MAX
 
 RunKq = Callable[..., Result]
 STABLE_TOPIC = "cli-errors-stable"  # Three partitions holding records; no error case may change it.
-RECORD_BYTES_MAX = 1024 * 1024  # The broker's limit on key + value + headers of one record.
 CONSUME_G = ["consume", STABLE_TOPIC, "--group", "g"]
 RESET_G = ["groups", "reset-offsets", "g", "--topic", STABLE_TOPIC]
 

@@ -20,7 +20,7 @@ import pysyncobj.pickle
 import pytest
 from pysyncobj import SyncObj
 
-from kq.proto.limits import ENTRY_BYTES_MAX
+from kq.proto.limits import ENTRY_BYTES_MAX, ENTRY_COMMAND_OVERHEAD_BYTES
 from kq.raft import pysyncobj_adapter
 from kq.raft.node import (
     APPEND_ENTRIES_BATCH_BYTES,
@@ -29,7 +29,7 @@ from kq.raft.node import (
     RaftConfig,
     RaftNode,
 )
-from kq.raft.pysyncobj_adapter import ENTRY_COMMAND_OVERHEAD_BYTES, WireBytes, entry_command
+from kq.raft.pysyncobj_adapter import WireBytes, entry_command
 from kq.raft.results import ApplyResult
 from kq.storage import Store
 from tests.raft.helpers import append, create

@@ -18,9 +18,9 @@ import lz4.frame
 import zstandard
 
 from kq.proto.compression import LZ4, NONE, ZSTD, compress
+from kq.proto.limits import APPEND_BYTES_MAX
 from kq.proto.records import encode_batch, encode_record
 
-APPEND_BYTES_MAX = 3 * 1024 * 1024  # raft/limits.py: encoded size of one produce request's records.
 RECORD_BYTES_MAX = 1024 * 1024
 RECORDS_PER_APPEND_MAX = 10_000
 HEADERS_PER_RECORD_MAX = 1_000

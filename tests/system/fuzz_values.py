@@ -2,7 +2,7 @@
 
 Values are drawn from a seeded `random.Random`, so a seed reproduces the same sequence of requests
 (up to which node leads). Pools mix legal values (to reach deep code paths) with the edges of every
-limit in raft/limits.py and with values no limit names (control characters, huge integers).
+limit in kq.proto.limits and with values no limit names (control characters, huge integers).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from kq.proto.limits import TOPIC_NAME_LENGTH_MAX
+
 Item = TypeVar("Item")
-NAME_LENGTH_MAX = 249  # raft/limits.py TOPIC_NAME_LENGTH_MAX, repeated so the edges of it are fuzzed.
 HUGE_TEXT_CHARACTERS = 1_000_000
 
 U32_EDGES = (0, 1, 2, 3, 7, 1_023, 1_024, 1_025, 10_000, 10_001, 2**31 - 1, 2**31, 2**32 - 1)
@@ -36,8 +37,8 @@ ODD_NAMES = (
     "-",
     "_",
     "a",
-    "a" * NAME_LENGTH_MAX,
-    "a" * (NAME_LENGTH_MAX + 1),
+    "a" * TOPIC_NAME_LENGTH_MAX,
+    "a" * (TOPIC_NAME_LENGTH_MAX + 1),
     "é" * 124,  # 248 bytes in UTF-8.
     "é" * 125,  # 250 bytes, 125 characters.
     "😀" * 62,
