@@ -8,6 +8,7 @@ scripts must run a node and the CLI without the checkout on the path.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,6 +23,8 @@ pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 600.0  # Dependencies come from PyPI (or pip's cache): minutes on a cold cache.
 COMMAND_TIMEOUT_S = 120.0
+# Not part of a source tree: environments, caches, earlier builds, run directories.
+SOURCE_IGNORED = (".git", ".venv", "build", "run", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis")
 
 
 def _run(command: list[str], cwd: Path, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
@@ -42,21 +45,12 @@ def _run(command: list[str], cwd: Path, timeout_s: float = COMMAND_TIMEOUT_S) ->
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel built from this checkout (with the build tools of the test's own environment)."""
     out = tmp_path_factory.mktemp("wheel")
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(out),
-            str(REPO),
-        ],
-        cwd=out,
-        timeout_s=INSTALL_TIMEOUT_S,
-    )
+    # Built from a copy: setuptools leaves build/ in the source tree, and a file deleted from the
+    # checkout but still in an old build/ would end up in the wheel.
+    source = out / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(*SOURCE_IGNORED))
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out)]
+    _run([*pip_wheel, str(source)], cwd=out, timeout_s=INSTALL_TIMEOUT_S)
     (built,) = out.glob("kq_broker-*.whl")
     return built
 
