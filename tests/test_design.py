@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
-import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -17,9 +15,13 @@ import pytest
 
 from kq.broker.config import NodeConfig
 from kq.broker.main import BrokerNode
+from kq.deploy.cluster import free_ports
+from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.raft.node import RaftConfig
 from tests.raft.helpers import batch
+
+WAIT_S = 20.0  # An in-process node electing itself and stopping, on a busy 2-core machine.
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 # The code of a node process and of the client library (the harnesses name their own threads).
@@ -126,33 +128,21 @@ def test_every_thread_the_code_creates_is_named_and_in_the_tables() -> None:
     assert [(where, name) for where, name in found if name is None or not in_table(name, names)] == []
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
-
-
 def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path) -> None:
     """A one-node cluster in this process: its constructor starts nothing; serving RPCs, every thread it
     runs has a name from the table; after stop() none is left."""
     before = set(threading.enumerate())
-    raft_address = f"127.0.0.1:{free_port()}"
+    (raft_port,) = free_ports(1)
+    raft_address = f"127.0.0.1:{raft_port}"
     raft = RaftConfig(raft_address, (), tmp_path / "node", "secret")
     config = NodeConfig("1", "127.0.0.1:0", raft_address, (), tmp_path / "node", "secret", 4, raft)
     node = BrokerNode(config)
     assert set(threading.enumerate()) == before
     node.start()
     try:
-        wait_until(lambda: node.consensus.is_leader() and node.consensus.status().ready)
+        wait_for(
+            lambda: node.consensus.is_leader() and node.consensus.status().ready, "a ready leader", WAIT_S
+        )
         with grpc.insecure_channel(f"127.0.0.1:{node.grpc_port}") as channel:
             stub = kq_pb2_grpc.BrokerStub(channel)
             stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=1), timeout=10)
@@ -175,7 +165,11 @@ def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path) -> None:
     for expected in ("kq-raft-tick", "kq-batcher", "kq-groups", "kq-grpc-serve"):
         assert expected in running
     assert any(name.startswith("kq-grpc_") for name in running)
-    wait_until(lambda: not [t for t in threading.enumerate() if t not in before and t.is_alive()])
+    wait_for(
+        lambda: not [t for t in threading.enumerate() if t not in before and t.is_alive()],
+        "the node's threads to end",
+        WAIT_S,
+    )
 
 
 @pytest.fixture(autouse=True)

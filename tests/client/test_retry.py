@@ -3,9 +3,8 @@ follows `kq-leader` within the hop limit, and gives up at its deadline."""
 
 from __future__ import annotations
 
-import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 
 import grpc
@@ -14,19 +13,12 @@ import pytest
 from kq.broker.errors import abort_with_code
 from kq.client import KqClient
 from kq.client.errors import CLASS_BY_CODE, UnavailableError
+from kq.deploy.cluster import free_ports
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.errors import ERROR_TABLE, ErrorCode
 from kq.proto.limits import CLIENT_REDIRECTS_MAX
 
 FAILING_CODES = [code for code in ErrorCode if code != ErrorCode.OK]
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (it was free a moment ago)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 class ScriptedBroker(kq_pb2_grpc.BrokerServicer):
@@ -77,38 +69,30 @@ def broker() -> Iterator[tuple[ScriptedBroker, str]]:
         server.stop(None)
 
 
+# One write and one read: each is retried when its failure's code is retriable, raised at once otherwise.
+OPERATIONS: dict[str, tuple[Callable[[KqClient], object], object]] = {
+    "write": (lambda client: client.create_topic("t", 1).name, "t"),
+    "read": (lambda client: client.list_topics(), []),
+}
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
 @pytest.mark.parametrize("code", FAILING_CODES, ids=lambda code: code.name)
-def test_a_write_retries_exactly_the_retriable_codes(
-    broker: tuple[ScriptedBroker, str], code: ErrorCode
+def test_calls_retry_exactly_the_retriable_codes(
+    broker: tuple[ScriptedBroker, str], code: ErrorCode, operation: str
 ) -> None:
-    """One failure with `code`: a retriable code is retried and the write succeeds; any other is raised."""
+    """One failure with `code`: a retriable code is retried and the call succeeds; any other is raised."""
     servicer, address = broker
     servicer.script = [code]
+    call, expected = OPERATIONS[operation]
     with KqClient([address], retry_timeout_s=5.0, rpc_timeout_s=2.0) as client:
         if ERROR_TABLE[code].retriable:
-            assert client.create_topic("t", 1).name == "t"
+            assert call(client) == expected
             assert servicer.calls == 2
         else:
             with pytest.raises(CLASS_BY_CODE[code]) as caught:
-                client.create_topic("t", 1)
+                call(client)
             assert caught.value.error_code == code
-            assert servicer.calls == 1
-
-
-@pytest.mark.parametrize("code", FAILING_CODES, ids=lambda code: code.name)
-def test_a_read_retries_exactly_the_retriable_codes(
-    broker: tuple[ScriptedBroker, str], code: ErrorCode
-) -> None:
-    """The same policy for reads: retried when retriable, raised at once otherwise."""
-    servicer, address = broker
-    servicer.script = [code]
-    with KqClient([address], retry_timeout_s=5.0, rpc_timeout_s=2.0) as client:
-        if ERROR_TABLE[code].retriable:
-            assert client.list_topics() == []
-            assert servicer.calls == 2
-        else:
-            with pytest.raises(CLASS_BY_CODE[code]):
-                client.list_topics()
             assert servicer.calls == 1
 
 
@@ -132,7 +116,7 @@ def test_redirects_are_bounded_and_the_loop_gives_up_at_its_deadline(
 def test_an_unreachable_node_is_retried_then_named(broker: tuple[ScriptedBroker, str]) -> None:
     """With a dead node first in the bootstrap list, the write moves on to the live one."""
     servicer, address = broker
-    dead = f"127.0.0.1:{closed_port()}"  # Nothing listens there.
+    dead = f"127.0.0.1:{free_ports(1)[0]}"  # Nothing listens there.
     with KqClient([dead, address], retry_timeout_s=5.0, rpc_timeout_s=1.0) as client:
         assert client.create_topic("t", 1).name == "t"
     with (

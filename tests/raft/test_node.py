@@ -12,14 +12,15 @@ import os
 import re
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pysyncobj.pickle
 import pytest
 from pysyncobj import SyncObj
 
+from kq.deploy.cluster import free_ports
+from kq.deploy.waiting import wait_for
 from kq.proto.limits import ENTRY_BYTES_MAX, ENTRY_COMMAND_OVERHEAD_BYTES
 from kq.raft import pysyncobj_adapter
 from kq.raft.node import (
@@ -34,23 +35,10 @@ from kq.raft.results import ApplyResult
 from kq.storage import Store
 from tests.raft.helpers import append, create
 
+WAIT_S = 20.0  # Elections and applies of in-process nodes on a busy 2-core machine.
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 SOURCE_FOLDERS = ("proto", "storage", "raft", "broker", "client", "cli", "spark", "chaos", "bench", "deploy")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 def tick_threads() -> list[threading.Thread]:
@@ -61,7 +49,7 @@ class Cluster:
     """Three RaftNodes with their stores, built (not started) in `tmp_path`."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        self.addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
         self.configs = [
             RaftConfig(
                 raft_address=address,
@@ -77,7 +65,7 @@ class Cluster:
         ]
 
     def leader(self) -> RaftNode:
-        wait_until(lambda: sum(node.is_leader() for node in self.nodes) == 1)
+        wait_for(lambda: sum(node.is_leader() for node in self.nodes) == 1, "one leader", WAIT_S)
         return next(node for node in self.nodes if node.is_leader())
 
     def propose(self, data: bytes) -> int:
@@ -136,7 +124,11 @@ def test_the_largest_entries_replicate_whole(cluster: Cluster, caplog: pytest.Lo
         entry = append("t", 0, *values)
         assert len(entry) <= ENTRY_BYTES_MAX
         index = cluster.propose(entry)
-        wait_until(lambda: all(store.applied_index() >= index for store in cluster.stores))  # noqa: B023
+        wait_for(
+            lambda: all(store.applied_index() >= index for store in cluster.stores),  # noqa: B023
+            "every store applied the entry",
+            WAIT_S,
+        )
         held = [node.entries(index, 1) for node in cluster.nodes]
         assert all(type(entries[0][0]) is WireBytes for entries in held if entries)
         assert all(len(entries[0][0]) < APPEND_ENTRIES_BATCH_BYTES for entries in held if entries)
@@ -156,7 +148,7 @@ def test_a_closed_node_restarts_from_its_journal_and_store(cluster: Cluster) -> 
     config = cluster.configs[follower]
     cluster.nodes[follower] = RaftNode(config, cluster.stores[follower], lambda applied: None)
     cluster.nodes[follower].start()
-    wait_until(lambda: cluster.stores[follower].applied_index() >= index)
+    wait_for(lambda: cluster.stores[follower].applied_index() >= index, "the follower applied it", WAIT_S)
     assert cluster.stores[follower].dump() == cluster.stores[cluster.nodes.index(cluster.leader())].dump()
 
 
