@@ -38,9 +38,10 @@ export KQ_RUN_DIR
 say() { printf 'kq: %s\n' "$*"; }
 die() { printf 'kq: error: %s\n' "$*" >&2; exit 1; }
 
-# Creates the virtualenv and installs kq into it (editable) when it has no kq-node yet.
+# Creates the virtualenv and installs kq into it (editable) when it has no kq yet (or one from before
+# the `kq` namespace, whose kq-node would not find kq.deploy).
 ensure_venv() {
-    [[ -x $VENV/bin/kq-node ]] && return 0
+    [[ -x $VENV/bin/kq-node ]] && "$VENV/bin/python" -c 'import kq.deploy' 2>/dev/null && return 0
     local python=${KQ_PYTHON:-python3} install_log="$KQ_RUN_DIR/install.log"
     command -v "$python" >/dev/null || die "$python not found; install Python 3.11 or newer (or set KQ_PYTHON)"
     "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
