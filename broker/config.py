@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kq.broker.consensus import Peer
-from kq.proto.limits import PEERS_MAX
+from kq.proto.limits import GRPC_WORKERS_DEFAULT, PEERS_MAX
 from kq.raft.node import RaftConfig
 
 
@@ -24,7 +24,7 @@ class NodeConfig:
     peers: tuple[Peer, ...]  # The other members.
     data_dir: Path
     secret: str
-    grpc_workers: int = 64
+    grpc_workers: int = GRPC_WORKERS_DEFAULT
     raft: RaftConfig | None = None
 
     @property

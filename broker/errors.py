@@ -66,6 +66,12 @@ class ResourceExhaustedError(KqError):
     default_code = ErrorCode.QUEUE_FULL
 
 
+class TooManyReadersError(KqError):
+    """The node, or the caller's connection, holds its maximum of waiting readers (broker/admission.py)."""
+
+    default_code = ErrorCode.TOO_MANY_READERS
+
+
 class SequenceError(KqError):
     """An idempotent producer's sequence is out of order or too old to deduplicate, or its id unknown."""
 

@@ -20,6 +20,7 @@ import click
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from kq.broker.admission import ReaderAdmission, reader_limits
 from kq.broker.config import ConfigError, NodeConfig, parse_address, parse_peers
 from kq.broker.consensus import PySyncObjConsensus
 from kq.broker.edge import EdgeInterceptor
@@ -28,7 +29,17 @@ from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.service import BrokerService
 from kq.broker.service_base import AppliedNotifier
 from kq.proto import kq_pb2_grpc
-from kq.proto.limits import GRPC_CONCURRENT_RPCS_MAX, GRPC_MESSAGE_BYTES_MAX, HEALTH_POLL_S, SHUTDOWN_GRACE_S
+from kq.proto.limits import (
+    GRPC_CONCURRENT_RPCS_MAX,
+    GRPC_MESSAGE_BYTES_MAX,
+    GRPC_WORKERS_DEFAULT,
+    GRPC_WORKERS_MAX,
+    GRPC_WORKERS_MIN,
+    HEALTH_POLL_S,
+    READERS_PEER_SHARE,
+    READERS_WORKERS_SHARE,
+    SHUTDOWN_GRACE_S,
+)
 from kq.raft.node import RaftBindError, RaftConfig, RaftNode
 from kq.storage import Store
 
@@ -53,6 +64,9 @@ class BrokerNode:
 
     def __init__(self, config: NodeConfig) -> None:
         assert config.raft is not None
+        # Waiting readers may hold only part of the workers (broker/admission.py); the rest serve the
+        # other calls. Derived before the store opens: too few workers refuse to start.
+        self.readers = ReaderAdmission.for_workers(config.grpc_workers)
         self.store = Store.open(config.data_dir / "store")
         self.notifier = AppliedNotifier(self.store.applied_index())
         try:
@@ -82,6 +96,7 @@ class BrokerNode:
             self.batcher,
             self.notifier,
             self.coordinator,
+            self.readers,
         )
         kq_pb2_grpc.add_BrokerServicer_to_server(service, self.server)
         self.health = health.HealthServicer()
@@ -145,7 +160,15 @@ def run_node(config: NodeConfig, log_level: str) -> None:
         signal.signal(signal_number, lambda *_: stopping.set())
     node = BrokerNode(config)
     node.start()
-    logger.info("serving gRPC on %s, Raft on %s", config.grpc_address, config.raft_address)
+    limits = node.readers.limits
+    logger.info(
+        "serving gRPC on %s (%d workers; at most %d waiting readers, %d per client connection), Raft on %s",
+        config.grpc_address,
+        limits.workers,
+        limits.readers_max,
+        limits.peer_readers_max,
+        config.raft_address,
+    )
     try:
         while not stopping.wait(HEALTH_POLL_S):
             node.update_health()
@@ -212,7 +235,15 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     type=click.IntRange(1, 65_536),
     help="Raft entry MiB kept in RAM before a snapshot compacts them.",
 )
-@click.option("--grpc-workers", default=64, type=click.IntRange(4, 1024))
+@click.option(
+    "--grpc-workers",
+    default=GRPC_WORKERS_DEFAULT,
+    type=click.IntRange(GRPC_WORKERS_MIN, GRPC_WORKERS_MAX),
+    help=(
+        "gRPC worker threads; waiting readers (streams, long-polls) may hold "
+        f"{READERS_WORKERS_SHARE:.0%} of them, one client connection {READERS_PEER_SHARE:.0%} of those."
+    ),
+)
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 def main(
     node_id: str,
@@ -240,6 +271,7 @@ def main(
             raise ConfigError("--election-timeout-min-ms must be below --election-timeout-max-ms")
         if not secret:
             raise ConfigError("--secret must not be empty")
+        reader_limits(grpc_workers)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     raft = RaftConfig(

@@ -128,37 +128,60 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         )
 
     def Fetch(self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext) -> kq_pb2.FetchResponse:
-        """Reads committed records from this node's store, long-polling up to `wait_ms` for new ones."""
+        """Reads committed records from this node's store, long-polling up to `wait_ms` for new ones.
+
+        Only the wait takes a reader slot (broker/admission.py): with none free it is refused at once.
+        """
         max_records, max_bytes, wait_ms = fetch_limits(request)
         deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            response, caught_up = self._read_records(request, request.offset, max_records, max_bytes)
-            remaining_s = deadline - time.monotonic()
-            found = bool(response.records or response.batches)
-            if found or remaining_s <= 0 or not context.is_active():
-                if not found and caught_up and request.offset > response.log_end_offset:
-                    raise OutOfRangeError(
-                        f"offset {request.offset} is beyond the log end {response.log_end_offset}"
-                    )
-                return response
-            # In slices, so a caller that went away (or a node shutting down) frees this thread soon.
-            self._notifier.wait_beyond(response.applied_index, min(remaining_s, STREAM_POLL_S))
+        response, answered = self._fetch_once(request, max_records, max_bytes, deadline, context)
+        if answered:
+            return response
+        # Nothing to answer yet: the wait holds this worker thread, so it needs a reader slot.
+        with self._readers.admitted(context.peer()):
+            while not answered:
+                # In slices, so a caller that went away (or a node shutting down) frees this thread soon.
+                remaining_s = deadline - time.monotonic()
+                self._notifier.wait_beyond(response.applied_index, min(remaining_s, STREAM_POLL_S))
+                response, answered = self._fetch_once(request, max_records, max_bytes, deadline, context)
+        return response
+
+    def _fetch_once(
+        self,
+        request: kq_pb2.FetchRequest,
+        max_records: int,
+        max_bytes: int,
+        deadline: float,
+        context: grpc.ServicerContext,
+    ) -> tuple[kq_pb2.FetchResponse, bool]:
+        """One read for Fetch, and whether it is the answer: records, the wait is over, or the caller left."""
+        response, caught_up = self._read_records(request, request.offset, max_records, max_bytes)
+        found = bool(response.records or response.batches)
+        if not found and time.monotonic() < deadline and context.is_active():
+            return response, False
+        if not found and caught_up and request.offset > response.log_end_offset:
+            raise OutOfRangeError(f"offset {request.offset} is beyond the log end {response.log_end_offset}")
+        return response, True
 
     def FetchStream(
         self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> Iterator[kq_pb2.FetchResponse]:
-        """Pushes batches from `offset` on as this node applies them, until cancelled or a time limit."""
+        """Pushes batches from `offset` on as this node applies them, until cancelled or a time limit.
+
+        The stream holds a reader slot for its whole life: it is refused at once when there is none.
+        """
         max_records, max_bytes, _ = fetch_limits(request)
         request.as_batches = True
         offset = request.offset
-        deadline = time.monotonic() + FETCH_STREAM_S_MAX
-        while context.is_active() and time.monotonic() < deadline:
-            response, _ = self._read_records(request, offset, max_records, max_bytes)
-            if response.batches:
-                offset = max(offset, response.batches[-1].base_offset + response.batches[-1].record_count)
-                yield response
-            else:
-                self._notifier.wait_beyond(response.applied_index, STREAM_POLL_S)
+        with self._readers.admitted(context.peer()):
+            deadline = time.monotonic() + FETCH_STREAM_S_MAX
+            while context.is_active() and time.monotonic() < deadline:
+                response, _ = self._read_records(request, offset, max_records, max_bytes)
+                if response.batches:
+                    offset = max(offset, response.batches[-1].base_offset + response.batches[-1].record_count)
+                    yield response
+                else:
+                    self._notifier.wait_beyond(response.applied_index, STREAM_POLL_S)
 
     def _read_records(
         self, request: kq_pb2.FetchRequest, offset: int, max_records: int, max_bytes: int

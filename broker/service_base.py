@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from kq.broker.admission import ReaderAdmission
 from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.groups import GroupCoordinator
@@ -55,6 +56,7 @@ class ServiceBase:
         batcher: Batcher,
         notifier: AppliedNotifier,
         coordinator: GroupCoordinator,
+        readers: ReaderAdmission,
     ) -> None:
         self._node = node
         self._peers = peers
@@ -63,6 +65,7 @@ class ServiceBase:
         self._batcher = batcher
         self._notifier = notifier
         self._coordinator = coordinator
+        self._readers = readers  # Slots for calls that wait for records (broker/admission.py).
 
     def _catch_up(self, min_index: int) -> None:
         """Read-your-writes for metadata reads: wait until `min_index` is applied, else UNAVAILABLE."""

@@ -14,13 +14,16 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from kq.client.connection import Connections
 from kq.client.errors import (
     InvalidRequestError,
     KqClientError,
+    TooManyReadersError,
     TopicNotFoundError,
+    UnavailableError,
 )
 from kq.client.groups_api import GroupsApi
 from kq.client.partitioner import partition_for_key
@@ -312,8 +315,10 @@ class KqClient(GroupsApi):
             min_index=self._index_seen if min_index is None else min_index,
             as_batches=True,
         )
-        timeout_s = self._connections.rpc_timeout_s + wait_ms / 1000
-        response = self._connections.read("Fetch", request, node, timeout_s)
+        if wait_ms:
+            response = self._waiting_fetch(request, node)
+        else:
+            response = self._connections.read("Fetch", request, node)
         self._saw(response.applied_index)
         records = _decode_batches(topic, partition, response.batches, offset, max_records)
         return FetchResult(
@@ -323,6 +328,35 @@ class KqClient(GroupsApi):
             response.served_by,
             response.applied_index,
         )
+
+    def _waiting_fetch(self, request: kq_pb2.FetchRequest, node: str | None) -> kq_pb2.FetchResponse:
+        """A Fetch that may wait `request.wait_ms`; refused a wait for that long, one that does not wait.
+
+        A node holding its maximum of waiting readers refuses the wait (TOO_MANY_READERS). The retries,
+        with backoff, for at most the wait may find a free slot, another node, or records (a fetch with
+        records to answer needs no slot); after that, a fetch that does not wait answers (no node
+        refuses it for want of slots), as a long-poll that found nothing would have. Any other
+        retriable failure keeps the client's whole retry policy, as for every read.
+        """
+        wait_s = request.wait_ms / 1000
+        timeout_s = self._connections.rpc_timeout_s + wait_s
+        retry_s = self._connections.retry_timeout_s
+        started = time.monotonic()
+        try:
+            response: kq_pb2.FetchResponse = self._connections.read(
+                "Fetch", request, node, timeout_s, retry_timeout_s=min(wait_s, retry_s)
+            )
+        except TooManyReadersError:
+            plain = kq_pb2.FetchRequest()
+            plain.CopyFrom(request)
+            plain.wait_ms = 0
+            response = self._connections.read("Fetch", plain, node)
+        except UnavailableError:
+            remaining_s = retry_s - (time.monotonic() - started)
+            if remaining_s <= 0:
+                raise
+            response = self._connections.read("Fetch", request, node, timeout_s, retry_timeout_s=remaining_s)
+        return response
 
     def stream(
         self,
@@ -335,10 +369,13 @@ class KqClient(GroupsApi):
     ) -> Iterator[ConsumerRecord]:
         """Yields the partition's records from `offset` on, forever; the node pushes batches as applied.
 
-        Reconnects (to another node unless `node` is pinned) from the next offset when a stream ends.
+        Reopens the stream from the next offset whenever it ends; after a retriable failure (a node
+        holding its maximum of readers, or down) on the next node unless `node` is pinned, with a
+        backoff growing to CLIENT_STREAM_BACKOFF_MAX_S (client/connection.py).
         """
-        while True:
-            request = kq_pb2.FetchRequest(
+
+        def next_request() -> kq_pb2.FetchRequest:
+            return kq_pb2.FetchRequest(
                 topic=topic,
                 partition=partition,
                 offset=offset,
@@ -346,11 +383,12 @@ class KqClient(GroupsApi):
                 max_bytes=max_bytes,
                 min_index=self._index_seen,
             )
-            for response in self._connections.stream("FetchStream", request, node):
-                self._saw(response.applied_index)
-                for record in _decode_batches(topic, partition, response.batches, offset):
-                    offset = record.offset + 1
-                    yield record
+
+        for response in self._connections.stream("FetchStream", next_request, node):
+            self._saw(response.applied_index)
+            for record in _decode_batches(topic, partition, response.batches, offset):
+                offset = record.offset + 1
+                yield record
 
     # Cluster ------------------------------------------------------------------------------------
 

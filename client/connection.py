@@ -4,7 +4,8 @@ The policy lives here once, and it asks each failure only two things (client/err
 leader hint, and whether it is `retriable`. Writes go to the known leader and follow a leader hint
 (at most CLIENT_REDIRECTS_MAX hops in a row); a retriable failure is retried across the bootstrap
 list with exponential backoff until `retry_timeout_s` passes; anything else is raised at once.
-Reads go to any node (or a chosen one) and retry the same way.
+Reads go to any node (or a chosen one) and retry the same way; a stream is reopened after a
+retriable failure with a growing backoff.
 
 Thread-safe: the channel cache, the known leader and the node rotation are guarded by one lock,
 held only to read or update them, never during a call.
@@ -17,7 +18,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -31,6 +32,7 @@ from kq.proto.limits import (
     CLIENT_REDIRECTS_MAX,
     CLIENT_RETRY_TIMEOUT_S,
     CLIENT_RPC_TIMEOUT_S,
+    CLIENT_STREAM_BACKOFF_MAX_S,
     GRPC_MESSAGE_BYTES_MAX,
 )
 
@@ -163,9 +165,20 @@ class Connections:
             self._set_leader(address)
             return response
 
-    def read(self, method: str, request: Any, node: str | None = None, timeout_s: float | None = None) -> Any:
-        """Calls `method` on `node`, or on any node (moving on after a retriable failure)."""
-        deadline = time.monotonic() + self.retry_timeout_s
+    def read(
+        self,
+        method: str,
+        request: Any,
+        node: str | None = None,
+        timeout_s: float | None = None,
+        retry_timeout_s: float | None = None,
+    ) -> Any:
+        """Calls `method` on `node`, or on any node (moving on after a retriable failure).
+
+        `retry_timeout_s` bounds all attempts of this call (default: the client's); past it, the last
+        failure is raised.
+        """
+        deadline = time.monotonic() + (self.retry_timeout_s if retry_timeout_s is None else retry_timeout_s)
         address = node or self.leader or self._next_address()
         backoff_s = CLIENT_BACKOFF_INITIAL_S
         while True:
@@ -179,16 +192,38 @@ class Connections:
                 if node is None:
                     address = self._next_address()
 
-    def stream(self, method: str, request: Any, node: str | None = None) -> Iterator[Any]:
-        """A server stream from `node` or any node; ends quietly when the stream ends or breaks retriably."""
+    def stream(self, method: str, next_request: Callable[[], Any], node: str | None = None) -> Iterator[Any]:
+        """The responses of a server stream from `node` or any node, forever: whenever the stream ends
+        it is opened again with `next_request()` (which carries on from where the last one was).
+
+        A retriable failure (a node holding its maximum of readers, a node down) is retried on the
+        next bootstrap node (unless `node` is pinned), after a backoff that doubles while attempts end
+        without a response, up to CLIENT_STREAM_BACKOFF_MAX_S; any other failure is raised. The call
+        is cancelled when the caller stops iterating, so the node frees the stream's reader slot soon.
+        """
         address = node or self.leader or self._next_address()
-        try:
-            yield from getattr(self.stub(address), method)(request)
-        except grpc.RpcError as rpc_error:
-            error = from_rpc_error(rpc_error, address)
-            if not error.retriable:
-                raise error from None
-            time.sleep(CLIENT_BACKOFF_INITIAL_S)
+        backoff_s = CLIENT_BACKOFF_INITIAL_S
+        while True:
+            call = getattr(self.stub(address), method)(next_request())
+            error: KqClientError | None = None
+            try:
+                for response in call:
+                    backoff_s = CLIENT_BACKOFF_INITIAL_S
+                    yield response
+            except grpc.RpcError as rpc_error:
+                error = from_rpc_error(rpc_error, address)
+            finally:
+                call.cancel()
+            if error is not None:
+                if not error.retriable:
+                    raise error from None
+                logger.debug("%s on %s failed (%s); reopening", method, address, type(error).__name__)
+                if node is None:
+                    address = self._next_address()
+            # Also after the node ended the stream (its time limit): a stream that keeps ending
+            # without a response must not turn into a busy loop.
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, CLIENT_STREAM_BACKOFF_MAX_S)
 
     def call_each(self, method: str, request: Any, timeout_s: float) -> list[tuple[str, Any | KqClientError]]:
         """Calls `method` once on every bootstrap node: (address, response or error)."""

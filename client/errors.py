@@ -128,6 +128,11 @@ class OverloadedError(UnavailableError):
     """The leader's produce queue is full; nothing was written."""
 
 
+class TooManyReadersError(UnavailableError):
+    """The node, or this client's connection to it, holds its maximum of waiting readers (streams and
+    waiting fetches); nothing was read. Another node, or the same one a little later, may admit it."""
+
+
 CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_TOPIC: TopicNotFoundError,
     ErrorCode.UNKNOWN_PARTITION: InvalidRequestError,
@@ -151,6 +156,7 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.NOT_CAUGHT_UP: NotCaughtUpError,
     ErrorCode.QUEUE_FULL: OverloadedError,
     ErrorCode.INTERNAL_ERROR: ServerError,
+    ErrorCode.TOO_MANY_READERS: TooManyReadersError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

@@ -2,8 +2,8 @@
 
 Where codes come from: `apply` decides the deterministic rejections (the same on every replica:
 UNKNOWN_TOPIC .. INVALID_COMMAND, values 1-15, returned inside results); the gRPC edge adds the
-conditions only a node can see (INVALID_REQUEST .. INTERNAL_ERROR, 16 and up: a malformed request,
-not the leader, no leader, a proposal that did not commit, a full queue, a bug).
+conditions only a node can see (INVALID_REQUEST and after, 16 and up: a malformed request, not the
+leader, no leader, a proposal that did not commit, a full queue, a bug, too many waiting readers).
 
 How they travel: every non-OK status the broker answers carries the trailing metadata
 `kq-error-code` with the code's number in decimal (numbers never change meaning; names may be
@@ -52,6 +52,7 @@ class ErrorCode(enum.IntEnum):
     NOT_CAUGHT_UP = 20  # This node has not applied the index the reader already saw (read-your-writes).
     QUEUE_FULL = 21  # The leader's produce queue is full.
     INTERNAL_ERROR = 22  # A bug in the node (logged there); nothing about the request is known to be wrong.
+    TOO_MANY_READERS = 23  # The node (or this client connection) holds its maximum of waiting readers.
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,10 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     ),
     ErrorCode.QUEUE_FULL: ErrorSpec(_S.RESOURCE_EXHAUSTED, 89, True, "the leader's produce queue is full"),
     ErrorCode.INTERNAL_ERROR: ErrorSpec(_S.INTERNAL, -1, False, "a bug in the node; see its log"),
+    # Kafka's THROTTLING_QUOTA_EXCEEDED: nothing was read; retry later, or on another node.
+    ErrorCode.TOO_MANY_READERS: ErrorSpec(
+        _S.RESOURCE_EXHAUSTED, 89, True, "the node holds its maximum of waiting readers (streams, long-polls)"
+    ),
 }
 
 

@@ -44,6 +44,7 @@ ASSIGNMENT_WORK_MAX = 2_000_000
 CLIENT_REDIRECTS_MAX = 5  # `kq-leader` redirects followed in a row before backing off and rotating nodes.
 CLIENT_BACKOFF_INITIAL_S = 0.05
 CLIENT_BACKOFF_MAX_S = 0.25  # Retries during an election are cheap; a short cap finds the new leader sooner.
+CLIENT_STREAM_BACKOFF_MAX_S = 1.0  # Longest pause before reopening a refused or broken stream.
 CLIENT_RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal within 5 s.
 CLIENT_RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
 CLIENT_STATUS_TIMEOUT_S = 2.0  # One ClusterStatus call to each bootstrap node.
@@ -78,6 +79,20 @@ SPARK_MIN_PARTITIONS_MAX = 100_000  # Input partitions one read may be split int
 
 # Limits of the node's own machinery (moved here from the modules that use them, so every wait,
 # queue and size of kq is named in this one module).
+
+# broker/admission.py, broker/main.py
+# A waiting reader (a FetchStream stream, or a Fetch that waits for records) holds one gRPC worker
+# thread (--grpc-workers) for its whole wait. Readers may hold at most this share of the workers, so
+# produce, metadata, status, group calls and redirects always find threads of their own; one more
+# reader is refused at once (TOO_MANY_READERS) instead of queueing behind the others.
+READERS_WORKERS_SHARE = 0.5
+# One client connection (one gRPC peer) may hold at most this share of the node's reader slots (at
+# least one), so a single client cannot take them all.
+READERS_PEER_SHARE = 0.25
+GRPC_WORKERS_RESERVED_MIN = 4  # Workers readers can never take: a produce, a status and redirects.
+GRPC_WORKERS_MIN = 8  # --grpc-workers' least value: its reader share leaves GRPC_WORKERS_RESERVED_MIN.
+GRPC_WORKERS_MAX = 1_024
+GRPC_WORKERS_DEFAULT = 64  # 32 reader slots, at most 8 per client connection.
 
 # broker/config.py
 PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.

@@ -18,6 +18,7 @@ from kq.broker.main import BrokerNode
 from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.proto.limits import GRPC_WORKERS_MIN
 from kq.raft.node import RaftConfig
 from tests.raft.helpers import batch
 
@@ -135,7 +136,8 @@ def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path) -> None:
     (raft_port,) = free_ports(1)
     raft_address = f"127.0.0.1:{raft_port}"
     raft = RaftConfig(raft_address, (), tmp_path / "node", "secret")
-    config = NodeConfig("1", "127.0.0.1:0", raft_address, (), tmp_path / "node", "secret", 4, raft)
+    workers = GRPC_WORKERS_MIN
+    config = NodeConfig("1", "127.0.0.1:0", raft_address, (), tmp_path / "node", "secret", workers, raft)
     node = BrokerNode(config)
     assert set(threading.enumerate()) == before
     node.start()

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from kq.broker.admission import ReaderAdmission
 from kq.broker.consensus import Peer
 from kq.broker.edge import EdgeInterceptor
 from kq.broker.groups import GroupCoordinator
@@ -29,12 +30,18 @@ def produce(topic: str, partition: int, *values: bytes) -> kq_pb2.ProduceRequest
     )
 
 
+EDGE_WORKERS = 8  # The in-process server's worker threads: 4 reader slots, 1 per client connection.
+
+
 @dataclass
 class Edge:
     stub: kq_pb2_grpc.BrokerStub
     consensus: FakeConsensus
     store: Store
     channel: grpc.Channel
+    address: str
+    readers: ReaderAdmission
+    server: grpc.Server
 
 
 @pytest.fixture
@@ -43,22 +50,26 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
     notifier = AppliedNotifier(0)
     consensus = FakeConsensus(store, notifier.notify)
     batcher = Batcher(consensus, wall_clock_ms)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=[EdgeInterceptor()])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=EDGE_WORKERS), interceptors=[EdgeInterceptor()]
+    )
+    readers = ReaderAdmission.for_workers(EDGE_WORKERS)
     coordinator = GroupCoordinator(store, consensus, wall_clock_ms)
     batcher.start()
     coordinator.start()
     service = BrokerService(
-        Peer("1", "127.0.0.1:1", "127.0.0.1:2"), (), store, consensus, batcher, notifier, coordinator
+        Peer("1", "127.0.0.1:1", "127.0.0.1:2"), (), store, consensus, batcher, notifier, coordinator, readers
     )
     kq_pb2_grpc.add_BrokerServicer_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 8 << 20)])
+    address = f"127.0.0.1:{port}"
+    channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 8 << 20)])
     stub = kq_pb2_grpc.BrokerStub(channel)
     stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=2))
     stub.Produce(produce("t", 0, b"v", b"v", b"v"))
     try:
-        yield Edge(stub, consensus, store, channel)
+        yield Edge(stub, consensus, store, channel, address, readers, server)
     finally:
         channel.close()
         server.stop(None)

@@ -53,6 +53,12 @@ def producer(edge: Edge) -> None:
     assert edge.stub.RegisterProducer(kq_pb2.RegisterProducerRequest()).producer_id == 1
 
 
+def readers_full(edge: Edge) -> None:
+    """Every reader slot of the node is taken (by other clients' waiting readers)."""
+    for number in range(edge.readers.limits.readers_max):
+        edge.readers.acquire(f"ipv4:10.0.0.{number}:1")
+
+
 def unapplied_reads_wait_briefly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kq.broker.service_base, "CATCH_UP_WAIT_S", 0.05)
 
@@ -119,6 +125,20 @@ CASES = [
     Case("Fetch", kq_pb2.FetchRequest(topic="t", partition=5), _S.INVALID_ARGUMENT, _E.UNKNOWN_PARTITION),
     Case("Fetch", kq_pb2.FetchRequest(topic="t", max_records=10**6), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
     Case("FetchStream", kq_pb2.FetchRequest(topic="missing"), _S.NOT_FOUND, _E.UNKNOWN_TOPIC),
+    Case(
+        "FetchStream",
+        kq_pb2.FetchRequest(topic="t"),
+        _S.RESOURCE_EXHAUSTED,
+        _E.TOO_MANY_READERS,
+        readers_full,
+    ),
+    Case(
+        "Fetch",
+        kq_pb2.FetchRequest(topic="t", partition=1, wait_ms=5_000),
+        _S.RESOURCE_EXHAUSTED,
+        _E.TOO_MANY_READERS,
+        readers_full,
+    ),
     Case("ListOffsets", kq_pb2.ListOffsetsRequest(topic="missing"), _S.NOT_FOUND, _E.UNKNOWN_TOPIC),
     Case(
         "DeleteRecords",
