@@ -56,6 +56,11 @@ def memory(pid: int) -> MemorySample:
     return MemorySample(values["VmRSS"], values["VmHWM"], values["RssAnon"], values["RssFile"])
 
 
+def thread_count(pid: int) -> int:
+    """The process's OS threads (entries of /proc/PID/task)."""
+    return sum(1 for _ in (PROC / str(pid) / "task").iterdir())
+
+
 def cpu_seconds_each(pids: Mapping[str, int]) -> dict[str, float]:
     """CPU seconds of each named process."""
     return {name: cpu_seconds(pid) for name, pid in pids.items()}

@@ -1,0 +1,57 @@
+"""The streams benchmark works: a --quick run measures every level and accounts for each stream."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kq.bench.streams import LEVELS_QUICK
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK_RUN_TIMEOUT_S = 120.0  # A quick run takes about 10 s; this only bounds a hung cluster.
+
+
+@pytest.mark.system
+def test_quick_run_measures_every_level(tmp_path: Path) -> None:
+    """`python -m kq.bench.streams --quick`: latency at every level, admitted + refused == requested."""
+    output = tmp_path / "streams.json"
+    finished = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kq.bench.streams",
+            "--quick",
+            "--json",
+            str(output),
+            "--base-dir",
+            str(tmp_path / "nodes"),
+        ],
+        cwd=REPO,
+        check=False,  # The output says more than the exit code alone.
+        timeout=QUICK_RUN_TIMEOUT_S,
+        capture_output=True,
+        text=True,
+    )
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    report = json.loads(output.read_text())
+    assert report["settings"]["levels"] == list(LEVELS_QUICK)
+    assert [level["streams"] for level in report["levels"]] == list(LEVELS_QUICK)
+    for level in report["levels"]:
+        counts = level["counts"]
+        assert level["sends"] > 0 and level["send_errors"] == 0
+        assert 0 < level["p50_ms"] <= level["p99_ms"]
+        assert counts["requested"] == level["streams"]
+        assert counts["admitted"] + counts["refused"] == counts["requested"], counts
+        assert counts["failed"] == 0
+        assert counts["delivered_caught_up"] == counts["admitted"], counts
+        assert sum(counts["admitted_by_node"].values()) == counts["admitted"]
+        assert set(level["nodes"]) == set(level["probes"]) == {"1", "2", "3"}
+        for node in level["nodes"].values():
+            assert node["rss_kib_max"] > 0 and node["threads_max"] > 0
+        for probe in level["probes"].values():
+            assert probe["calls"] >= 2 and probe["failures"] == 0
+    assert "| streams | admitted | refused |" in finished.stdout
