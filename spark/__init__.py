@@ -14,6 +14,15 @@ read with node failover), `schema` (Kafka's schema, Arrow batches), `source` (th
 `session` (a quiet local SparkSession), `jobs/` (example jobs). README.md says more.
 """
 
+import os
+
+# grpcio >= 1.81 runs its fork handlers in the child of every fork (grpc/grpc#43055): with gRPC
+# channels busy in the driver, the child PySpark forks (with preexec_fn) to exec the JVM died now and
+# then before exec ("Java gateway process exited": measured 4-5 of 300 forks). The driver forks only
+# to exec, so it needs no gRPC fork support; this must be set before kq.client imports grpc (a
+# program that imported grpc earlier sets it itself).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from kq.spark.options import DataLossError, KqSourceError
 from kq.spark.source import KqDataSource
 
