@@ -32,7 +32,6 @@ from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, slots=True)
 class Undecodable:
     """Stands for a request whose bytes did not parse; the handler answers INVALID_ARGUMENT."""

@@ -28,7 +28,6 @@ from kq.storage import StoredBatch, StoreReader, TopicMeta
 logger = logging.getLogger(__name__)
 
 
-
 class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
     """Implements every RPC of `kq.v1.Broker` (group RPCs in broker/group_service.py).
 

@@ -19,7 +19,6 @@ from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
 logger = logging.getLogger(__name__)
 
 
-
 class AppliedNotifier:
     """Wakes long-polling fetches when an entry is applied."""
 
