@@ -49,7 +49,6 @@ from kq.proto.limits import (
     GRPC_WORKERS_MAX,
     GRPC_WORKERS_MIN,
     PARTITIONS_MAX,
-    STREAM_POLL_S,
 )
 
 TOPIC = "bench-streams"
@@ -69,9 +68,9 @@ PROBE_DEADLINE_S = CLIENT_STATUS_TIMEOUT_S  # "Answers within 2 s".
 SAMPLE_PERIOD_S = 1.0
 DELIVERY_GRACE_S = 5.0  # After the last send, for the admitted streams to reach the log end.
 CLOSE_TIMEOUT_S = 10.0
-# A node frees a cancelled stream's reader slot when its handler next wakes, within STREAM_POLL_S:
-# the next level opens after this, or it would find the last level's slots still taken.
-RELEASE_WAIT_S = 2 * STREAM_POLL_S
+# A node frees a cancelled stream's reader slot as soon as the cancel reaches it: the next level opens
+# after this, so it never finds the last level's slots still taken.
+RELEASE_WAIT_S = 1.0
 SEND_RETRY_S = 5.0  # All attempts of one timed send, so a stuck send cannot carry a level past its cap.
 DURATION_S_MAX = SCENARIO_TIME_CAP_S - SETTLE_MAX_S - DELIVERY_GRACE_S - SEND_RETRY_S
 LOOP_STOP_TIMEOUT_S = 10.0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kq.broker.consensus import Peer
-from kq.proto.limits import GRPC_WORKERS_DEFAULT, PEERS_MAX
+from kq.proto.limits import GRPC_WORKERS_DEFAULT, PEERS_MAX, READERS_MAX, READERS_PER_CONNECTION_MAX
 from kq.raft.node import RaftConfig
 
 
@@ -26,6 +26,8 @@ class NodeConfig:
     secret: str
     grpc_workers: int = GRPC_WORKERS_DEFAULT
     raft: RaftConfig | None = None
+    max_readers: int = READERS_MAX  # Waiting calls the node admits (broker/admission.py).
+    max_readers_per_connection: int = READERS_PER_CONNECTION_MAX
 
     @property
     def self_peer(self) -> Peer:

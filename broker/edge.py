@@ -16,18 +16,21 @@ So every non-OK status a kq handler answers carries `kq-error-code` (proto/error
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from kq.broker.errors import KqError, abort_with, abort_with_code
+from kq.broker.errors import KqError, abort_async, abort_with
 from kq.proto.errors import ErrorCode
-from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX
+from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX, UNARY_CALLS_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -79,22 +82,39 @@ def safe_deserializer(deserializer: Callable[[bytes], Any] | None) -> Callable[[
 
 
 if TYPE_CHECKING:
-    _Interceptor = grpc.ServerInterceptor[Any, Any]
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+    _Context = grpc.aio.ServicerContext[Any, Any]
 else:
-    _Interceptor = grpc.ServerInterceptor
+    _Interceptor = grpc.aio.ServerInterceptor
+    _Context = grpc.aio.ServicerContext
 
 
 class EdgeInterceptor(_Interceptor):
-    """Wraps every unary-unary and unary-stream handler (kq has no client-streaming RPCs)."""
+    """Wraps every handler of the node's asyncio server (broker/front.py); runs on its loop.
 
-    def __init__(self, log: RateLimitedLog | None = None) -> None:
+    A handler that is a coroutine function runs on the loop. One that is a plain function (it
+    proposes and waits for the commit, or reads metadata: work that blocks) runs on `workers`; it
+    must not touch its context (that belongs to the loop). Those calls in progress are capped at
+    `unary_calls_max` (a count kept on the loop, so no lock): one more is answered QUEUE_FULL at
+    once instead of queueing in the pool without bound. Streams (kq has no client-streaming RPCs)
+    must be coroutine functions that write with `context.write`.
+    """
+
+    def __init__(
+        self, workers: Executor, log: RateLimitedLog | None = None, unary_calls_max: int = UNARY_CALLS_MAX
+    ) -> None:
+        self._workers = workers
         self._log = log or RateLimitedLog(LOG_INTERVAL_S)
+        self._unary_calls_max = unary_calls_max
+        self.unary_calls = 0  # Plain-function calls in progress (on the loop only).
 
-    def intercept_service(
-        self, continuation: Callable[[Any], Any], handler_call_details: grpc.HandlerCallDetails
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
         """The handler for this call, wrapped."""
-        handler = continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None:
             return None
         method = str(handler_call_details.method)
@@ -112,45 +132,62 @@ class EdgeInterceptor(_Interceptor):
             )
         return handler
 
-    def _unary(self, method: str, behavior: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-        def handle(request: Any, context: grpc.ServicerContext) -> Any:
-            _refuse_undecodable(request, context)
+    def _unary(self, method: str, behavior: Callable[[Any, Any], Any]) -> Callable[[Any, _Context], Any]:
+        if inspect.iscoroutinefunction(behavior):
+
+            async def handle_on_loop(request: Any, context: _Context) -> Any:
+                await _refuse_undecodable(request, context)
+                try:
+                    return await behavior(request, context)
+                except Exception as error:
+                    await self._fail(method, error, context)
+
+            return handle_on_loop
+
+        async def handle_in_pool(request: Any, context: _Context) -> Any:
+            await _refuse_undecodable(request, context)
+            if self.unary_calls >= self._unary_calls_max:
+                await abort_async(
+                    context,
+                    ErrorCode.QUEUE_FULL,
+                    f"this node has its maximum of {self._unary_calls_max} calls in progress; retry later",
+                )
+            self.unary_calls += 1
             try:
-                return behavior(request, context)
+                return await asyncio.get_running_loop().run_in_executor(
+                    self._workers, behavior, request, context
+                )
             except Exception as error:
-                self._fail(method, error, context)
+                await self._fail(method, error, context)
+            finally:
+                self.unary_calls -= 1
+
+        return handle_in_pool
+
+    def _stream(self, method: str, behavior: Callable[[Any, Any], Any]) -> Callable[[Any, _Context], Any]:
+        if not inspect.iscoroutinefunction(behavior):
+            raise TypeError(f"{method}: a stream handler must be a coroutine function using context.write")
+
+        async def handle(request: Any, context: _Context) -> None:
+            await _refuse_undecodable(request, context)
+            try:
+                await behavior(request, context)
+            except Exception as error:
+                await self._fail(method, error, context)
 
         return handle
 
-    def _stream(
-        self, method: str, behavior: Callable[[Any, Any], Iterator[Any]]
-    ) -> Callable[[Any, Any], Iterator[Any]]:
-        def handle(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            _refuse_undecodable(request, context)
-            try:
-                yield from behavior(request, context)
-            except Exception as error:
-                self._fail(method, error, context)
-
-        return handle
-
-    def _fail(self, method: str, error: Exception, context: grpc.ServicerContext) -> None:
+    async def _fail(self, method: str, error: Exception, context: _Context) -> None:
         """Answers `error`: its own status for a KqError, INTERNAL (and one log line) for a bug."""
-        if isinstance(error, KqError):
-            abort_with(context, error)
-        if _aborted(context):
+        if isinstance(error, grpc.aio.AbortError):
             raise error  # context.abort() raised it: the status is already set.
+        if isinstance(error, KqError):
+            await abort_with(context, error)
         debug = logger.isEnabledFor(logging.DEBUG)
         self._log.report(method, "%s failed: %s: %s", method, type(error).__name__, error, exc_info=debug)
-        abort_with_code(context, ErrorCode.INTERNAL_ERROR, "internal error; see the node's log")
+        await abort_async(context, ErrorCode.INTERNAL_ERROR, "internal error; see the node's log")
 
 
-def _refuse_undecodable(request: Any, context: grpc.ServicerContext) -> None:
+async def _refuse_undecodable(request: Any, context: _Context) -> None:
     if isinstance(request, Undecodable):
-        abort_with_code(context, ErrorCode.INVALID_REQUEST, f"undecodable request: {request.reason}")
-
-
-def _aborted(context: grpc.ServicerContext) -> bool:
-    """Whether the handler already chose a status (grpc's abort raises a bare Exception)."""
-    code = getattr(context, "code", None)
-    return callable(code) and code() is not None
+        await abort_async(context, ErrorCode.INVALID_REQUEST, f"undecodable request: {request.reason}")

@@ -8,7 +8,7 @@ kind of failure a default code and a name to raise and catch by.
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 
@@ -122,10 +122,21 @@ def abort_with_code(
     context.abort(spec_of(code).status, message)
 
 
-def abort_with(context: grpc.ServicerContext, error: KqError) -> NoReturn:
+async def abort_async(
+    context: grpc.aio.ServicerContext[Any, Any],
+    code: ErrorCode,
+    message: str,
+    leader_address: str | None = None,
+) -> NoReturn:
+    """`abort_with_code` for a call of the node's asyncio server (broker/front.py)."""
+    context.set_trailing_metadata(error_metadata(code, leader_address))
+    await context.abort(spec_of(code).status, message)
+
+
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: KqError) -> NoReturn:
     """Ends the RPC with `error`'s status and code (and the leader's address for a redirect)."""
     leader = error.leader_address if isinstance(error, NotLeaderError) else None
-    abort_with_code(context, error.code, str(error), leader)
+    await abort_async(context, error.code, str(error), leader)
 
 
 def error_for_code(code: ErrorCode, subject: str) -> KqError | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from typing import Any
 
 import grpc
 
@@ -18,8 +19,9 @@ from kq.broker.errors import (
 )
 from kq.broker.groups import GroupCoordinator
 from kq.broker.proposals import propose_and_wait, wall_clock_ms
-from kq.broker.service_base import AppliedNotifier, ServiceBase, stored_records
+from kq.broker.service_base import ServiceBase, stored_records
 from kq.broker.validation import check, check_group_name, check_topic_name
+from kq.broker.waiters import METADATA, AppliedNotifier
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
@@ -29,6 +31,7 @@ from kq.proto.limits import (
     PROPOSAL_TIMEOUT_S,
     REBALANCE_TIMEOUT_MS_DEFAULT,
     SESSION_TIMEOUT_MS_DEFAULT,
+    WAIT_RECHECK_S,
 )
 from kq.raft import commands
 from kq.raft.results import ApplyResult, GroupResult
@@ -62,10 +65,23 @@ class GroupRpcs(ServiceBase):
         state.ParseFromString(raw)
         return state
 
-    def JoinGroup(
-        self, request: kq_pb2.JoinGroupRequest, context: grpc.ServicerContext
+    async def JoinGroup(
+        self, request: kq_pb2.JoinGroupRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> kq_pb2.JoinGroupResponse:
-        """Joins (or rejoins) a group and waits until the rebalance gives this member its partitions."""
+        """Joins (or rejoins) a group and waits until the rebalance gives this member its partitions.
+
+        A coroutine: the proposals and reads run on worker threads, the wait on none (a reader slot).
+        """
+        member = await self._in_workers(self._join, request)
+        deadline = time.monotonic() + min(member.rebalance_timeout_ms / 1000, JOIN_WAIT_S)
+
+        async def step(last: bool) -> kq_pb2.JoinGroupResponse | None:
+            return await self._in_workers(self._join_step, request, member, last)
+
+        return await self._until_answered(context.peer(), step, lambda: METADATA, deadline, WAIT_RECHECK_S)
+
+    def _join(self, request: kq_pb2.JoinGroupRequest) -> kq_pb2.GroupMember:
+        """Checks a join and proposes it; the member (with its id) that joined."""
         self._require_leader()  # First: a follower may not have applied the topics yet.
         member = _checked_member(request, self._store_topics())
         if request.member_id:
@@ -81,75 +97,85 @@ class GroupRpcs(ServiceBase):
         self._coordinator.heard_from(request.group, member.member_id)
         command = commands.join_group(request.group, member, request.assignor, wall_clock_ms())
         self._propose_group(command, request.group)
-        deadline = time.monotonic() + min(member.rebalance_timeout_ms / 1000, JOIN_WAIT_S)
-        while True:
-            self._coordinator.heard_from(request.group, member.member_id)
-            with self._store.read() as reader:
-                applied_index = reader.applied_index()
-                state = self._group_state(reader, request.group)
-            mine = (
-                None
-                if state is None
-                else next((m for m in state.members if m.member_id == member.member_id), None)
+        return member
+
+    def _join_step(
+        self, request: kq_pb2.JoinGroupRequest, member: kq_pb2.GroupMember, last: bool
+    ) -> kq_pb2.JoinGroupResponse | None:
+        """The answer to a join once its group is stable (or, if `last`, that it is still rebalancing);
+        None to wait for the group to change."""
+        self._coordinator.heard_from(request.group, member.member_id)
+        with self._store.read() as reader:
+            applied_index = reader.applied_index()
+            state = self._group_state(reader, request.group)
+        mine = (
+            None
+            if state is None
+            else next((m for m in state.members if m.member_id == member.member_id), None)
+        )
+        if state is None or mine is None:
+            raise RebalanceError(
+                f"member {member.member_id} left group {request.group} while joining: join again",
+                ErrorCode.UNKNOWN_MEMBER,
             )
-            if state is None or mine is None:
-                raise RebalanceError(
-                    f"member {member.member_id} left group {request.group} while joining: join again",
-                    ErrorCode.UNKNOWN_MEMBER,
-                )
-            if state.phase == kq_pb2.GROUP_REBALANCING and not mine.rejoined:
-                # Another member's change began a new rebalance after ours: a waiting joiner rejoins.
-                self._propose_group(
-                    commands.join_group(request.group, member, "", wall_clock_ms()), request.group
-                )
-                continue
-            if state.phase == kq_pb2.GROUP_STABLE:
-                return kq_pb2.JoinGroupResponse(
-                    member_id=member.member_id,
-                    generation=state.generation,
-                    assignment=mine.assignment,
-                    assignor=state.assignor,
-                    index=applied_index,
-                    session_timeout_ms=member.session_timeout_ms,
-                )
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0 or not context.is_active():
-                # Bounded: the member learns its id and joins again with it (never a second identity).
-                return kq_pb2.JoinGroupResponse(
-                    member_id=member.member_id,
-                    generation=state.generation,
-                    index=applied_index,
-                    rebalancing=True,
-                )
-            self._notifier.wait_beyond(applied_index, min(remaining_s, 1.0))
+        if state.phase == kq_pb2.GROUP_REBALANCING and not mine.rejoined:
+            # Another member's change began a new rebalance after ours: a waiting joiner rejoins.
+            self._propose_group(
+                commands.join_group(request.group, member, "", wall_clock_ms()), request.group
+            )
+            return None
+        if state.phase == kq_pb2.GROUP_STABLE:
+            return kq_pb2.JoinGroupResponse(
+                member_id=member.member_id,
+                generation=state.generation,
+                assignment=mine.assignment,
+                assignor=state.assignor,
+                index=applied_index,
+                session_timeout_ms=member.session_timeout_ms,
+            )
+        if last:
+            # Bounded: the member learns its id and joins again with it (never a second identity).
+            return kq_pb2.JoinGroupResponse(
+                member_id=member.member_id, generation=state.generation, index=applied_index, rebalancing=True
+            )
+        return None
 
     def _store_topics(self) -> set[str]:
         with self._store.read() as reader:
             return {topic.name for topic in reader.topics()}
 
-    def Heartbeat(
-        self, request: kq_pb2.HeartbeatRequest, context: grpc.ServicerContext
+    async def Heartbeat(
+        self, request: kq_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> kq_pb2.HeartbeatResponse:
-        """Keeps a member alive; answers at once when its group starts rebalancing (long-poll)."""
+        """Keeps a member alive; answers at once when its group starts rebalancing (long-poll).
+
+        A coroutine, like JoinGroup: reads on worker threads, the wait on none.
+        """
         check_group_name(request.group)
         if request.wait_ms > HEARTBEAT_WAIT_MS_MAX:
             raise InvalidArgumentError(f"wait_ms is at most {HEARTBEAT_WAIT_MS_MAX}")
         self._require_leader()
+
+        async def step(last: bool) -> kq_pb2.HeartbeatResponse | None:
+            return await self._in_workers(self._heartbeat_step, request, last)
+
         deadline = time.monotonic() + request.wait_ms / 1000
-        while True:
-            self._coordinator.heard_from(request.group, request.member_id)
-            with self._store.read() as reader:
-                applied_index = reader.applied_index()
-                state = self._group_state(reader, request.group)
-            if state is None or all(m.member_id != request.member_id for m in state.members):
-                raise RebalanceError(
-                    f"unknown member of group {request.group}: rejoin", ErrorCode.UNKNOWN_MEMBER
-                )
-            rebalancing = state.phase == kq_pb2.GROUP_REBALANCING or state.generation != request.generation
-            remaining_s = deadline - time.monotonic()
-            if rebalancing or remaining_s <= 0 or not context.is_active() or not self._consensus.is_leader():
-                return kq_pb2.HeartbeatResponse(generation=state.generation, rebalancing=rebalancing)
-            self._notifier.wait_beyond(applied_index, min(remaining_s, 1.0))
+        return await self._until_answered(context.peer(), step, lambda: METADATA, deadline, WAIT_RECHECK_S)
+
+    def _heartbeat_step(
+        self, request: kq_pb2.HeartbeatRequest, last: bool
+    ) -> kq_pb2.HeartbeatResponse | None:
+        """The answer once the group rebalances, the wait is over (`last`) or this node stopped leading;
+        None to wait on."""
+        self._coordinator.heard_from(request.group, request.member_id)
+        with self._store.read() as reader:
+            state = self._group_state(reader, request.group)
+        if state is None or all(m.member_id != request.member_id for m in state.members):
+            raise RebalanceError(f"unknown member of group {request.group}: rejoin", ErrorCode.UNKNOWN_MEMBER)
+        rebalancing = state.phase == kq_pb2.GROUP_REBALANCING or state.generation != request.generation
+        if rebalancing or last or not self._consensus.is_leader():
+            return kq_pb2.HeartbeatResponse(generation=state.generation, rebalancing=rebalancing)
+        return None
 
     def LeaveGroup(
         self, request: kq_pb2.LeaveGroupRequest, context: grpc.ServicerContext

@@ -12,61 +12,47 @@ import signal
 import sys
 import threading
 import tomllib
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import click
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from kq.broker.admission import ReaderAdmission, reader_limits
+from kq.broker.admission import ReaderAdmission, ReaderLimits
 from kq.broker.config import ConfigError, NodeConfig, parse_address, parse_peers
 from kq.broker.consensus import PySyncObjConsensus
-from kq.broker.edge import EdgeInterceptor
+from kq.broker.front import FrontEnd, FrontEndError, Registration
 from kq.broker.groups import GroupCoordinator
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.service import BrokerService
-from kq.broker.service_base import AppliedNotifier
+from kq.broker.waiters import AppliedNotifier
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import (
-    GRPC_CONCURRENT_RPCS_MAX,
-    GRPC_MESSAGE_BYTES_MAX,
     GRPC_WORKERS_DEFAULT,
     GRPC_WORKERS_MAX,
     GRPC_WORKERS_MIN,
     HEALTH_POLL_S,
-    READERS_PEER_SHARE,
-    READERS_WORKERS_SHARE,
-    SHUTDOWN_GRACE_S,
+    READERS_MAX,
+    READERS_PER_CONNECTION_MAX,
 )
 from kq.raft.node import RaftBindError, RaftConfig, RaftNode
 from kq.storage import Store
 
 logger = logging.getLogger("kq.node")
 
-GRPC_WORKER_PREFIX = "kq-grpc"  # The pool's threads are kq-grpc_0, kq-grpc_1, ...
-# gRPC starts two Python threads of its own, unnamed (Python calls them "Thread-N (<target>)"):
-# its serving loop at server.start() and a timer at server.stop(grace). kq names them after start.
-GRPC_THREAD_NAMES = {"_serve": "kq-grpc-serve", "cancel_all_calls_after_grace": "kq-grpc-grace"}
-
 
 class BrokerNode:
     """One node's parts, built without starting a thread; `start()` and `stop()` run them in order.
 
-    Start: the Raft tick thread, the batcher, the group coordinator, then the gRPC server (so no
-    request arrives before what serves it runs). Stop, the reverse: the gRPC server (new RPCs are
-    refused, running ones are cancelled after SHUTDOWN_GRACE_S) and its worker pool (joined: every
-    handler has returned), the batcher (after proposing what was queued), the coordinator, the Raft
-    node (its tick thread joined, then its sockets, journal and any store copy closed), and last the
-    store, which no thread touches any more.
+    Start: the Raft tick thread, the batcher, the group coordinator, then the gRPC front end (so no
+    request arrives before what serves it runs). Stop, the reverse: the front end (NOT_SERVING, new
+    calls refused, running ones cancelled after SHUTDOWN_GRACE_S, its loop ended and its pools
+    joined: every handler has returned), the batcher (after proposing what was queued), the
+    coordinator, the Raft node (its tick thread joined, then its sockets, journal and any store copy
+    closed), and last the store, which no thread touches any more.
     """
 
     def __init__(self, config: NodeConfig) -> None:
         assert config.raft is not None
-        # Waiting readers may hold only part of the workers (broker/admission.py); the rest serve the
-        # other calls. Derived before the store opens: too few workers refuse to start.
-        self.readers = ReaderAdmission.for_workers(config.grpc_workers)
         self.store = Store.open(config.data_dir / "store")
         self.notifier = AppliedNotifier(self.store.applied_index())
         try:
@@ -77,17 +63,9 @@ class BrokerNode:
         self.consensus = PySyncObjConsensus(self.raft, config.self_peer, config.peers)
         self.batcher = Batcher(self.consensus, wall_clock_ms)
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
-        self.workers = futures.ThreadPoolExecutor(config.grpc_workers, thread_name_prefix=GRPC_WORKER_PREFIX)
-        self.server = grpc.server(
-            self.workers,
-            maximum_concurrent_rpcs=GRPC_CONCURRENT_RPCS_MAX,
-            interceptors=[EdgeInterceptor()],
-            options=[
-                ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
-                ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
+        self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
+        services: list[Registration] = []
+        self.front = FrontEnd(config.grpc_address, config.grpc_workers, self.notifier, services)
         service = BrokerService(
             config.self_peer,
             config.peers,
@@ -97,56 +75,39 @@ class BrokerNode:
             self.notifier,
             self.coordinator,
             self.readers,
+            self.front.workers,
+            self.front.reads,
         )
-        kq_pb2_grpc.add_BrokerServicer_to_server(service, self.server)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.grpc_port = self.server.add_insecure_port(config.grpc_address)
-        if self.grpc_port == 0:
-            self.raft.close()
-            self.store.close()
-            raise SystemExit(f"cannot bind gRPC address {config.grpc_address}")
+        services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
+        self.grpc_port = 0  # Bound by start().
 
     def start(self) -> None:
-        """Starts every thread of the node (the threads table of DESIGN.md)."""
+        """Starts every thread of the node (the threads table of DESIGN.md); SystemExit if the gRPC
+        address cannot be bound (after stopping what had started)."""
         self.raft.start()
         self.batcher.start()
         self.coordinator.start()
-        before = set(threading.enumerate())
-        self.server.start()
-        _name_grpc_threads(before)
+        try:
+            self.grpc_port = self.front.start()
+        except FrontEndError as error:
+            self._stop_behind_front()
+            raise SystemExit(str(error)) from error
 
     def update_health(self) -> None:
         """SERVING once this node is ready and knows a leader; NOT_SERVING otherwise."""
         status = self.consensus.status()
-        serving = status.ready and bool(status.leader_id)
-        self.health.set(
-            "",
-            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING,
-        )
+        self.front.set_serving(status.ready and bool(status.leader_id))
 
     def stop(self) -> None:
         """Stops every thread, in the order of the class docstring, then closes the store."""
-        before = set(threading.enumerate())
-        stopped = self.server.stop(SHUTDOWN_GRACE_S)
-        _name_grpc_threads(before)
-        stopped.wait()
-        # A cancelled call's handler runs on until it returns (a proposal within PROPOSAL_TIMEOUT_S,
-        # which the batcher and Raft, still running, complete; a long-poll at its next wake-up):
-        # the store must outlive every handler.
-        self.workers.shutdown(wait=True)
+        self.front.stop()
+        self._stop_behind_front()
+
+    def _stop_behind_front(self) -> None:
         self.batcher.stop()
         self.coordinator.stop()
         self.raft.close()
         self.store.close()
-
-
-def _name_grpc_threads(before: set[threading.Thread]) -> None:
-    """Names the threads gRPC started since `before` (see GRPC_THREAD_NAMES)."""
-    for thread in set(threading.enumerate()) - before:
-        for target, name in GRPC_THREAD_NAMES.items():
-            if thread.name.endswith(f" ({target})"):
-                thread.name = name
 
 
 def run_node(config: NodeConfig, log_level: str) -> None:
@@ -164,7 +125,7 @@ def run_node(config: NodeConfig, log_level: str) -> None:
     logger.info(
         "serving gRPC on %s (%d workers; at most %d waiting readers, %d per client connection), Raft on %s",
         config.grpc_address,
-        limits.workers,
+        config.grpc_workers,
         limits.readers_max,
         limits.peer_readers_max,
         config.raft_address,
@@ -240,9 +201,21 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     default=GRPC_WORKERS_DEFAULT,
     type=click.IntRange(GRPC_WORKERS_MIN, GRPC_WORKERS_MAX),
     help=(
-        "gRPC worker threads; waiting readers (streams, long-polls) may hold "
-        f"{READERS_WORKERS_SHARE:.0%} of them, one client connection {READERS_PEER_SHARE:.0%} of those."
+        "Threads for calls that block (proposals waiting for their commit, metadata reads); streams "
+        "and long-polls wait on none."
     ),
+)
+@click.option(
+    "--max-readers",
+    default=READERS_MAX,
+    type=click.IntRange(1, READERS_MAX),
+    help="Streams and long-polls this node serves at once; one more is refused (TOO_MANY_READERS).",
+)
+@click.option(
+    "--max-readers-per-connection",
+    default=READERS_PER_CONNECTION_MAX,
+    type=click.IntRange(1, READERS_MAX),
+    help="Of those, what one client connection may hold.",
 )
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 def main(
@@ -260,6 +233,8 @@ def main(
     compaction_min_time_s: int,
     compaction_log_mib: int,
     grpc_workers: int,
+    max_readers: int,
+    max_readers_per_connection: int,
     log_level: str,
 ) -> None:
     """Runs one kq node."""
@@ -271,7 +246,6 @@ def main(
             raise ConfigError("--election-timeout-min-ms must be below --election-timeout-max-ms")
         if not secret:
             raise ConfigError("--secret must not be empty")
-        reader_limits(grpc_workers)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     raft = RaftConfig(
@@ -287,6 +261,17 @@ def main(
         compaction_min_time_s=compaction_min_time_s,
         compaction_log_bytes_max=compaction_log_mib * 1024 * 1024,
     )
-    config = NodeConfig(node_id, grpc_address, raft_address, peer_list, data_dir, secret, grpc_workers, raft)
+    config = NodeConfig(
+        node_id,
+        grpc_address,
+        raft_address,
+        peer_list,
+        data_dir,
+        secret,
+        grpc_workers,
+        raft,
+        max_readers,
+        min(max_readers_per_connection, max_readers),
+    )
     run_node(config, log_level)
     sys.exit(0)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from typing import Any
 
 import grpc
 
@@ -13,13 +14,22 @@ from kq.broker.errors import (
     InvalidArgumentError,
     OutOfRangeError,
     error_for_code,
+    error_metadata,
 )
 from kq.broker.group_service import GroupRpcs
 from kq.broker.proposals import propose_and_wait, wall_clock_ms
 from kq.broker.service_base import stored_records
 from kq.broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
+from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
 from kq.proto import kq_pb2, kq_pb2_grpc
-from kq.proto.limits import FETCH_STREAM_S_MAX, PROPOSAL_TIMEOUT_S, STREAM_POLL_S
+from kq.proto.errors import spec_of
+from kq.proto.limits import (
+    FETCH_STREAM_S_MAX,
+    PROPOSAL_TIMEOUT_S,
+    READER_RECHECK_S,
+    STREAM_MESSAGE_BYTES_MAX,
+    STREAM_WRITE_TIMEOUT_S,
+)
 from kq.proto.records import WireRecord
 from kq.raft import commands
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
@@ -126,61 +136,67 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
             index=outcome.index,
         )
 
-    def Fetch(self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext) -> kq_pb2.FetchResponse:
+    async def Fetch(
+        self, request: kq_pb2.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> kq_pb2.FetchResponse:
         """Reads committed records from this node's store, long-polling up to `wait_ms` for new ones.
 
-        Only the wait takes a reader slot (broker/admission.py): with none free it is refused at once.
+        A coroutine: the wait holds no thread, and takes a reader slot (broker/admission.py) only
+        while it waits; the reads run on the read pool.
         """
         max_records, max_bytes, wait_ms = fetch_limits(request)
-        deadline = time.monotonic() + wait_ms / 1000
-        response, answered = self._fetch_once(request, max_records, max_bytes, deadline, context)
-        if answered:
+        caught_up = True
+
+        async def step(last: bool) -> kq_pb2.FetchResponse | None:
+            nonlocal caught_up
+            response, caught_up = await self._in_reads(
+                self._read_records, request, request.offset, max_records, max_bytes
+            )
+            found = bool(response.records or response.batches)
+            if not found and not last:
+                return None
+            if not found and caught_up and request.offset > response.log_end_offset:
+                raise OutOfRangeError(
+                    f"offset {request.offset} is beyond the log end {response.log_end_offset}"
+                )
             return response
-        # Nothing to answer yet: the wait holds this worker thread, so it needs a reader slot.
-        with self._readers.admitted(context.peer()):
-            while not answered:
-                # In slices, so a caller that went away (or a node shutting down) frees this thread soon.
-                remaining_s = deadline - time.monotonic()
-                self._notifier.wait_beyond(response.applied_index, min(remaining_s, STREAM_POLL_S))
-                response, answered = self._fetch_once(request, max_records, max_bytes, deadline, context)
-        return response
 
-    def _fetch_once(
-        self,
-        request: kq_pb2.FetchRequest,
-        max_records: int,
-        max_bytes: int,
-        deadline: float,
-        context: grpc.ServicerContext,
-    ) -> tuple[kq_pb2.FetchResponse, bool]:
-        """One read for Fetch, and whether it is the answer: records, the wait is over, or the caller left."""
-        response, caught_up = self._read_records(request, request.offset, max_records, max_bytes)
-        found = bool(response.records or response.batches)
-        if not found and time.monotonic() < deadline and context.is_active():
-            return response, False
-        if not found and caught_up and request.offset > response.log_end_offset:
-            raise OutOfRangeError(f"offset {request.offset} is beyond the log end {response.log_end_offset}")
-        return response, True
+        return await self._until_answered(
+            context.peer(),
+            step,
+            lambda: _watch_key(request, caught_up),
+            time.monotonic() + wait_ms / 1000,
+            READER_RECHECK_S,
+        )
 
-    def FetchStream(
-        self, request: kq_pb2.FetchRequest, context: grpc.ServicerContext
-    ) -> Iterator[kq_pb2.FetchResponse]:
+    async def FetchStream(  # type: ignore[override]  # grpc.aio's writer API, which the stub does not type.
+        self, request: kq_pb2.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
         """Pushes batches from `offset` on as this node applies them, until cancelled or a time limit.
 
         The stream holds a reader slot for its whole life: it is refused at once when there is none.
+        A message its client does not take within STREAM_WRITE_TIMEOUT_S ends it (SLOW_CONSUMER), so
+        a stuck consumer holds one message and one slot for a bounded time, and delays no one else.
         """
         max_records, max_bytes, _ = fetch_limits(request)
+        max_bytes = min(max_bytes, STREAM_MESSAGE_BYTES_MAX)
         request.as_batches = True
         offset = request.offset
+        caught_up = request.min_index <= self._notifier.applied_index()
         with self._readers.admitted(context.peer()):
             deadline = time.monotonic() + FETCH_STREAM_S_MAX
-            while context.is_active() and time.monotonic() < deadline:
-                response, _ = self._read_records(request, offset, max_records, max_bytes)
-                if response.batches:
-                    offset = max(offset, response.batches[-1].base_offset + response.batches[-1].record_count)
-                    yield response
-                else:
-                    self._notifier.wait_beyond(response.applied_index, STREAM_POLL_S)
+            while not self._past(deadline):
+                with self._notifier.watching(_watch_key(request, caught_up)) as woken:
+                    response, caught_up = await self._in_reads(
+                        self._read_records, request, offset, max_records, max_bytes
+                    )
+                    if not response.batches:
+                        await wait_for_wake(woken, min(deadline - time.monotonic(), READER_RECHECK_S))
+                        continue
+                last = response.batches[-1]
+                offset = max(offset, last.base_offset + last.record_count)
+                if not await _write_in_time(context, response):
+                    return
 
     def _read_records(
         self, request: kq_pb2.FetchRequest, offset: int, max_records: int, max_bytes: int
@@ -281,6 +297,28 @@ def _raise_for(result: TopicResult, subject: str) -> None:
     error = error_for_code(result.error, subject)
     if error is not None:
         raise error
+
+
+def _watch_key(request: kq_pb2.FetchRequest, caught_up: bool) -> WatchKey:
+    """What wakes a read of `request`: appends to its partition, or any entry while this node has not
+    applied the caller's `min_index` yet."""
+    return (request.topic, request.partition) if caught_up else EVERY
+
+
+async def _write_in_time(context: grpc.aio.ServicerContext[Any, Any], response: kq_pb2.FetchResponse) -> bool:
+    """Writes one stream message; False (and the stream's status set to SLOW_CONSUMER) if the client
+    has not taken it within STREAM_WRITE_TIMEOUT_S (HTTP/2 flow control holds it back)."""
+    try:
+        await asyncio.wait_for(context.write(response), STREAM_WRITE_TIMEOUT_S)
+    except TimeoutError:
+        context.set_trailing_metadata(error_metadata(ErrorCode.SLOW_CONSUMER))
+        context.set_code(spec_of(ErrorCode.SLOW_CONSUMER).status)
+        context.set_details(
+            f"the stream's client read nothing for {STREAM_WRITE_TIMEOUT_S:.0f} s; "
+            "reopen it from its next offset"
+        )
+        return False
+    return True
 
 
 def _check_partition(topic: TopicMeta, partition: int) -> None:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar
 
 from kq.broker.admission import ReaderAdmission
 from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.groups import GroupCoordinator
 from kq.broker.proposals import Batcher
+from kq.broker.waiters import AppliedNotifier, WatchKey, wait_for_wake
 from kq.proto.compression import decompress
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import APPEND_BYTES_MAX, CATCH_UP_WAIT_S, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
@@ -18,29 +24,7 @@ from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
 
-
-class AppliedNotifier:
-    """Wakes long-polling fetches when an entry is applied."""
-
-    def __init__(self, applied_index: int) -> None:
-        self._changed = threading.Condition()
-        self._applied_index = applied_index
-
-    def notify(self, index: int) -> None:
-        """Called by the Raft adapter after each applied entry (and after a snapshot restore)."""
-        with self._changed:
-            self._applied_index = max(self._applied_index, index)
-            self._changed.notify_all()
-
-    def wait_until(self, index: int, timeout_s: float) -> bool:
-        """Waits until `index` is applied, at most `timeout_s`; whether it is."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self._applied_index >= index, timeout=timeout_s)
-
-    def wait_beyond(self, index: int, timeout_s: float) -> None:
-        """Waits until an entry after `index` is applied, or `timeout_s` passes."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._applied_index > index, timeout=timeout_s)
+T = TypeVar("T")
 
 
 class ServiceBase:
@@ -56,6 +40,8 @@ class ServiceBase:
         notifier: AppliedNotifier,
         coordinator: GroupCoordinator,
         readers: ReaderAdmission,
+        workers: Executor,
+        reads: Executor,
     ) -> None:
         self._node = node
         self._peers = peers
@@ -64,7 +50,51 @@ class ServiceBase:
         self._batcher = batcher
         self._notifier = notifier
         self._coordinator = coordinator
-        self._readers = readers  # Slots for calls that wait for records (broker/admission.py).
+        self._readers = readers  # Slots for calls that wait (broker/admission.py).
+        self._workers = workers  # Blocking work of coroutine handlers: proposals, group reads.
+        self._reads = reads  # Record reads of coroutine handlers.
+
+    async def _in_workers(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` on a worker thread (it may block: a proposal, a catch-up wait)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._workers, functools.partial(function, *args)
+        )
+
+    async def _in_reads(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` on a read thread (an LMDB read transaction)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._reads, functools.partial(function, *args)
+        )
+
+    async def _until_answered(
+        self,
+        peer: str,
+        step: Callable[[bool], Awaitable[T | None]],
+        key: Callable[[], WatchKey],
+        deadline: float,
+        recheck_s: float,
+    ) -> T:
+        """A long-poll: `step(last)` until it answers; `last` is True past `deadline` (or when the node
+        stops), and then it must answer.
+
+        Between tries it waits, with no thread, for an entry concerning `key()` (or `recheck_s`): only
+        then does the call hold one of `peer`'s reader slots (broker/admission.py), so a call that
+        answers at once is never refused for want of one. The wait is registered before each try, so
+        an entry applied during the try is not missed (broker/waiters.py).
+        """
+        answer = await step(self._past(deadline))
+        if answer is not None:
+            return answer
+        with self._readers.admitted(peer):
+            while True:
+                with self._notifier.watching(key()) as woken:
+                    answer = await step(self._past(deadline))
+                    if answer is not None:
+                        return answer
+                    await wait_for_wake(woken, min(deadline - time.monotonic(), recheck_s))
+
+    def _past(self, deadline: float) -> bool:
+        return time.monotonic() >= deadline or self._notifier.closed
 
     def _catch_up(self, min_index: int) -> None:
         """Read-your-writes for metadata reads: wait until `min_index` is applied, else UNAVAILABLE."""

@@ -125,12 +125,17 @@ class NotCaughtUpError(UnavailableError):
 
 
 class OverloadedError(UnavailableError):
-    """The leader's produce queue is full; nothing was written."""
+    """The leader's produce queue, or the node's calls in progress, is full; nothing was done."""
 
 
 class TooManyReadersError(UnavailableError):
     """The node, or this client's connection to it, holds its maximum of waiting readers (streams and
     waiting fetches); nothing was read. Another node, or the same one a little later, may admit it."""
+
+
+class SlowConsumerError(UnavailableError):
+    """The node ended a stream whose records this client did not read in time (SLOW_CONSUMER); a new
+    stream from the next offset starts afresh."""
 
 
 CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
@@ -157,6 +162,7 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.QUEUE_FULL: OverloadedError,
     ErrorCode.INTERNAL_ERROR: ServerError,
     ErrorCode.TOO_MANY_READERS: TooManyReadersError,
+    ErrorCode.SLOW_CONSUMER: SlowConsumerError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

@@ -80,19 +80,29 @@ SPARK_MIN_PARTITIONS_MAX = 100_000  # Input partitions one read may be split int
 # Limits of the node's own machinery (moved here from the modules that use them, so every wait,
 # queue and size of kq is named in this one module).
 
-# broker/admission.py, broker/main.py
-# A waiting reader (a FetchStream stream, or a Fetch that waits for records) holds one gRPC worker
-# thread (--grpc-workers) for its whole wait. Readers may hold at most this share of the workers, so
-# produce, metadata, status, group calls and redirects always find threads of their own; one more
-# reader is refused at once (TOO_MANY_READERS) instead of queueing behind the others.
-READERS_WORKERS_SHARE = 0.5
-# One client connection (one gRPC peer) may hold at most this share of the node's reader slots (at
-# least one), so a single client cannot take them all.
-READERS_PEER_SHARE = 0.25
-GRPC_WORKERS_RESERVED_MIN = 4  # Workers readers can never take: a produce, a status and redirects.
-GRPC_WORKERS_MIN = 8  # --grpc-workers' least value: its reader share leaves GRPC_WORKERS_RESERVED_MIN.
+# broker/admission.py, broker/front.py, broker/main.py
+# A waiting call (a FetchStream stream, a Fetch, Heartbeat or JoinGroup that waits) is a coroutine on
+# the node's serving loop and holds no thread. It still costs memory (its call, at most one stream
+# message, STREAM_MESSAGE_BYTES_MAX, waiting to be written), so a node admits at most READERS_MAX of
+# them and one client connection (one gRPC peer) at most READERS_PER_CONNECTION_MAX; one more is
+# refused at once (TOO_MANY_READERS, retriable).
+READERS_MAX = 4_096
+READERS_PER_CONNECTION_MAX = 1_024
+# Plain-function handlers (proposals that wait for the commit, metadata reads) run on --grpc-workers
+# threads; at most UNARY_CALLS_MAX such calls are in progress (running or queued for a thread),
+# beyond it QUEUE_FULL at once.
+UNARY_CALLS_MAX = 4_096
+GRPC_WORKERS_MIN = 4
 GRPC_WORKERS_MAX = 1_024
-GRPC_WORKERS_DEFAULT = 64  # 32 reader slots, at most 8 per client connection.
+GRPC_WORKERS_DEFAULT = 64  # Threads start on demand: an idle node runs a few.
+READ_WORKERS = 4  # Threads reading records for waiting calls (LMDB read transactions).
+# gRPC's own cap on the calls of the server, a backstop above the two counted by the edge (the health
+# service's Watch streams are the only calls outside them).
+GRPC_CONCURRENT_RPCS_MAX = READERS_MAX + UNARY_CALLS_MAX + 1_024
+# Calls gRPC has accepted but not yet handed to a handler; beyond it gRPC cancels new ones, so it
+# must hold a burst of streams opened at once (its default, 1,000, cancelled some of 2,000).
+GRPC_PENDING_CALLS_MAX = READERS_MAX + UNARY_CALLS_MAX
+LOOP_CALL_TIMEOUT_S = 10.0  # A thread waiting for the serving loop to run a call (health changes).
 
 # broker/config.py
 PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
@@ -110,7 +120,6 @@ COORDINATOR_TICK_S = 0.1
 EXPIRY_RETRY_S = 2.0  # An expiry proposal not applied by then is proposed again.
 
 # broker/main.py
-GRPC_CONCURRENT_RPCS_MAX = 256  # Beyond this the server answers RESOURCE_EXHAUSTED.
 HEALTH_POLL_S = 0.2
 SHUTDOWN_GRACE_S = 2.0
 
@@ -123,7 +132,15 @@ ENTRY_OVERHEAD_BYTES = 64  # Envelope bytes outside the appends, a generous boun
 
 # broker/service.py
 FETCH_STREAM_S_MAX = 600.0  # A stream ends after this; the client opens a new one from where it was.
-STREAM_POLL_S = 1.0  # A waiting fetch or stream checks this often whether its client went away.
+# A waiting call is woken by the entries that concern it (broker/waiters.py) and ends at once when its
+# client cancels. A group wait also re-reads this often unwoken, to notice what no entry announces
+# (this node losing its leadership); a record wait, this much more rarely (a safety net only).
+WAIT_RECHECK_S = 1.0
+READER_RECHECK_S = 30.0
+# A stream whose client reads nothing for this long (its message cannot be written: HTTP/2 flow
+# control) is ended with SLOW_CONSUMER, freeing its reader slot.
+STREAM_WRITE_TIMEOUT_S = 30.0
+STREAM_MESSAGE_BYTES_MAX = 1024 * 1024  # A stream message's record bytes (the first batch may be larger).
 
 # broker/service_base.py
 CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.

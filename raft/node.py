@@ -126,7 +126,9 @@ def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
 class RaftNode(PySyncObjAdapter):
     """A Raft member whose state machine is the node's LMDB store."""
 
-    def __init__(self, config: RaftConfig, store: Store, on_applied: Callable[[int], None]) -> None:
+    def __init__(
+        self, config: RaftConfig, store: Store, on_applied: Callable[[int, ApplyResult | None], None]
+    ) -> None:
         """Opens the journal and binds the Raft port (RaftBindError if it cannot); starts no thread."""
         self._store = store
         self._on_applied = on_applied
@@ -138,7 +140,11 @@ class RaftNode(PySyncObjAdapter):
         raft_dir = config.data_dir / "raft"
         raft_dir.mkdir(parents=True, exist_ok=True)
         self._snapshots = SnapshotSerializer(
-            store, raft_dir / "snapshot", TRANSPORT_BUFFER_BYTES // 4, self, on_applied
+            store,
+            raft_dir / "snapshot",
+            TRANSPORT_BUFFER_BYTES // 4,
+            self,
+            lambda index: on_applied(index, None),
         )
         try:
             peers = list(config.peer_raft_addresses)
@@ -209,7 +215,7 @@ class RaftNode(PySyncObjAdapter):
             )
             logging.shutdown()
             os._exit(EXIT_APPLY_FAILED)
-        self._on_applied(index)
+        self._on_applied(index, result)
         self._log_bytes += len(data)
         if self._log_bytes > self._log_bytes_max:
             self._log_bytes = 0

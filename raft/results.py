@@ -46,6 +46,8 @@ class AppendResult:
 
     appends: tuple[PartitionAppendResult, ...]
     index: int
+    # (topic, partition) of each append, in order: whose waiting readers the node wakes (broker/waiters.py).
+    partitions: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,7 +183,7 @@ def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
 
 def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int) -> AppendResult:
     appends = tuple(_apply_partition_append(writer, command.timestamp_ms, a) for a in command.appends)
-    return AppendResult(appends, index)
+    return AppendResult(appends, index, tuple((a.topic, a.partition) for a in command.appends))
 
 
 def _apply_partition_append(

@@ -164,7 +164,7 @@ def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path) -> None:
         node.stop()
     names = thread_names()
     assert [name for name in running if not in_table(name, names)] == []
-    for expected in ("kq-raft-tick", "kq-batcher", "kq-groups", "kq-grpc-serve"):
+    for expected in ("kq-raft-tick", "kq-batcher", "kq-groups", "kq-grpc-loop"):
         assert expected in running
     assert any(name.startswith("kq-grpc_") for name in running)
     wait_for(

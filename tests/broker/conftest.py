@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 
-from kq.broker.admission import ReaderAdmission
+from kq.broker.admission import ReaderAdmission, ReaderLimits
 from kq.broker.consensus import Peer
-from kq.broker.edge import EdgeInterceptor
+from kq.broker.front import FrontEnd, Registration
 from kq.broker.groups import GroupCoordinator
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.service import BrokerService
-from kq.broker.service_base import AppliedNotifier
+from kq.broker.waiters import AppliedNotifier
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.storage import Store
 from tests.broker.fake_consensus import FakeConsensus
@@ -30,7 +29,8 @@ def produce(topic: str, partition: int, *values: bytes) -> kq_pb2.ProduceRequest
     )
 
 
-EDGE_WORKERS = 8  # The in-process server's worker threads: 4 reader slots, 1 per client connection.
+EDGE_WORKERS = 8  # The in-process server's worker threads.
+EDGE_READERS = ReaderLimits(readers_max=4, peer_readers_max=1)  # Small, so tests reach the limits.
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Edge:
     channel: grpc.Channel
     address: str
     readers: ReaderAdmission
-    server: grpc.Server
+    front: FrontEnd
 
 
 @pytest.fixture
@@ -50,29 +50,35 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
     notifier = AppliedNotifier(0)
     consensus = FakeConsensus(store, notifier.notify)
     batcher = Batcher(consensus, wall_clock_ms)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=EDGE_WORKERS), interceptors=[EdgeInterceptor()]
-    )
-    readers = ReaderAdmission.for_workers(EDGE_WORKERS)
+    readers = ReaderAdmission(EDGE_READERS)
     coordinator = GroupCoordinator(store, consensus, wall_clock_ms)
+    services: list[Registration] = []
+    front = FrontEnd("127.0.0.1:0", EDGE_WORKERS, notifier, services)
+    service = BrokerService(
+        Peer("1", "127.0.0.1:1", "127.0.0.1:2"),
+        (),
+        store,
+        consensus,
+        batcher,
+        notifier,
+        coordinator,
+        readers,
+        front.workers,
+        front.reads,
+    )
+    services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
     batcher.start()
     coordinator.start()
-    service = BrokerService(
-        Peer("1", "127.0.0.1:1", "127.0.0.1:2"), (), store, consensus, batcher, notifier, coordinator, readers
-    )
-    kq_pb2_grpc.add_BrokerServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    address = f"127.0.0.1:{port}"
+    address = f"127.0.0.1:{front.start()}"
     channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 8 << 20)])
     stub = kq_pb2_grpc.BrokerStub(channel)
     stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=2))
     stub.Produce(produce("t", 0, b"v", b"v", b"v"))
     try:
-        yield Edge(stub, consensus, store, channel, address, readers, server)
+        yield Edge(stub, consensus, store, channel, address, readers, front)
     finally:
         channel.close()
-        server.stop(None)
+        front.stop()
         batcher.stop()
         coordinator.stop()
         store.close()

@@ -8,34 +8,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kq.broker.admission import ReaderAdmission, ReaderLimits, reader_limits
-from kq.broker.config import ConfigError
+from kq.broker.admission import ReaderAdmission, ReaderLimits
 from kq.broker.errors import TooManyReadersError
 from kq.proto.errors import ErrorCode
-from kq.proto.limits import (
-    GRPC_WORKERS_DEFAULT,
-    GRPC_WORKERS_MAX,
-    GRPC_WORKERS_MIN,
-    GRPC_WORKERS_RESERVED_MIN,
-)
+from kq.proto.limits import READERS_MAX, READERS_PER_CONNECTION_MAX
 
 
-def test_limits_leave_workers_for_other_calls_and_too_few_workers_are_refused() -> None:
-    """Readers get half the workers, one peer a quarter of those; the flag's range always leaves a reserve."""
-    assert reader_limits(GRPC_WORKERS_DEFAULT) == ReaderLimits(64, 32, 8)
-    assert reader_limits(8) == ReaderLimits(8, 4, 1)
-    for workers in range(GRPC_WORKERS_MIN, GRPC_WORKERS_MAX + 1):
-        limits = reader_limits(workers)
-        assert workers - limits.readers_max >= GRPC_WORKERS_RESERVED_MIN
-        assert 1 <= limits.peer_readers_max < limits.readers_max or limits.readers_max == 1
-    for workers in (0, 1, 4, GRPC_WORKERS_MIN - 1):
-        with pytest.raises(ConfigError, match="too few"):
-            reader_limits(workers)
+def test_the_default_limits_admit_a_thousand_streams_a_node_and_bound_one_connection() -> None:
+    """The node admits READERS_MAX waiting calls (at least a thousand streams: issue 18), one
+    connection a share of them, so one client can never take every slot."""
+    limits = ReaderLimits()
+    assert (limits.readers_max, limits.peer_readers_max) == (READERS_MAX, READERS_PER_CONNECTION_MAX)
+    assert 1_000 <= READERS_PER_CONNECTION_MAX < READERS_MAX
 
 
 def test_the_node_limit_refuses_one_more_reader_and_a_release_admits_it() -> None:
     """At readers_max (from distinct peers) the next is refused with TOO_MANY_READERS naming the limit."""
-    admission = ReaderAdmission.for_workers(GRPC_WORKERS_DEFAULT)
+    admission = ReaderAdmission(ReaderLimits(readers_max=32, peer_readers_max=8))
     for peer in range(32):
         admission.acquire(f"ipv4:10.0.0.{peer}:5000")
     with pytest.raises(TooManyReadersError) as caught:
@@ -50,7 +39,7 @@ def test_the_node_limit_refuses_one_more_reader_and_a_release_admits_it() -> Non
 
 def test_one_peer_is_refused_at_its_share_while_others_are_admitted() -> None:
     """A single connection gets peer_readers_max slots; the rest stay for other clients."""
-    admission = ReaderAdmission.for_workers(GRPC_WORKERS_DEFAULT)
+    admission = ReaderAdmission(ReaderLimits(readers_max=32, peer_readers_max=8))
     for _ in range(8):
         admission.acquire("greedy")
     with pytest.raises(TooManyReadersError, match="this client connection holds its maximum of 8"):
@@ -64,7 +53,7 @@ def test_counts_follow_a_model_and_the_peer_map_holds_only_peers_with_a_slot(
     operations: list[tuple[bool, int]],
 ) -> None:
     """Any sequence of acquires and releases: counts match a model; the map never outgrows readers_max."""
-    admission = ReaderAdmission(ReaderLimits(workers=20, readers_max=10, peer_readers_max=3))
+    admission = ReaderAdmission(ReaderLimits(readers_max=10, peer_readers_max=3))
     held: dict[str, int] = {}
     for acquire, number in operations:
         peer = f"peer-{number}"
@@ -91,7 +80,7 @@ def test_counts_follow_a_model_and_the_peer_map_holds_only_peers_with_a_slot(
 
 def test_a_slot_is_released_on_an_exception_and_when_a_generator_is_closed() -> None:
     """`admitted` frees its slot when the block raises and when a suspended stream is closed (a cancel)."""
-    admission = ReaderAdmission(ReaderLimits(workers=2, readers_max=1, peer_readers_max=1))
+    admission = ReaderAdmission(ReaderLimits(readers_max=1, peer_readers_max=1))
     with pytest.raises(ValueError), admission.admitted("p"):
         raise ValueError("a handler failed")
     assert (admission.readers(), admission.peers()) == (0, 0)
@@ -114,6 +103,6 @@ def test_a_slot_is_released_on_an_exception_and_when_a_generator_is_closed() -> 
 
 def test_releasing_a_slot_never_taken_is_a_bug() -> None:
     """A release without its acquire would corrupt the counts: it fails loudly instead."""
-    admission = ReaderAdmission(ReaderLimits(workers=2, readers_max=1, peer_readers_max=1))
+    admission = ReaderAdmission(ReaderLimits(readers_max=1, peer_readers_max=1))
     with pytest.raises(AssertionError):
         admission.release("p")

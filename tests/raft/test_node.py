@@ -61,7 +61,7 @@ class Cluster:
         ]
         self.stores = [Store.open(c.data_dir / "store", map_size_bytes=256 * 1024**2) for c in self.configs]
         self.nodes = [
-            RaftNode(c, s, lambda index: None) for c, s in zip(self.configs, self.stores, strict=True)
+            RaftNode(c, s, lambda index, result: None) for c, s in zip(self.configs, self.stores, strict=True)
         ]
 
     def leader(self) -> RaftNode:
@@ -146,7 +146,7 @@ def test_a_closed_node_restarts_from_its_journal_and_store(cluster: Cluster) -> 
     cluster.nodes[follower].close()
     index = cluster.propose(append("t", 0, b"while it was away"))
     config = cluster.configs[follower]
-    cluster.nodes[follower] = RaftNode(config, cluster.stores[follower], lambda applied: None)
+    cluster.nodes[follower] = RaftNode(config, cluster.stores[follower], lambda applied, result: None)
     cluster.nodes[follower].start()
     wait_for(lambda: cluster.stores[follower].applied_index() >= index, "the follower applied it", WAIT_S)
     assert cluster.stores[follower].dump() == cluster.stores[cluster.nodes.index(cluster.leader())].dump()
@@ -161,7 +161,7 @@ def test_a_port_in_use_refuses_to_start(tmp_path: Path) -> None:
         config = RaftConfig(address, (), tmp_path / "node", "secret")
         store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
         with pytest.raises(RaftBindError):
-            RaftNode(config, store, lambda index: None)
+            RaftNode(config, store, lambda index, result: None)
         store.close()
 
 

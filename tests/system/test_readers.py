@@ -1,4 +1,4 @@
-"""Reader admission on real nodes started with --grpc-workers 8 (4 reader slots, 1 per connection)."""
+"""Reader admission on real nodes started with --max-readers 4 --max-readers-per-connection 1."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 import grpc
 import pytest
 
-from kq.broker.admission import reader_limits
 from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
@@ -22,9 +21,10 @@ from kq.proto.records import parse_batch
 
 pytestmark = pytest.mark.system
 
-WORKERS = 8
-STREAMS = 12  # More than the node has workers: unbounded, they would hold every thread.
-REFUSAL_S_MAX = 1.0  # "At once": far below a stream's first wait slice (STREAM_POLL_S).
+READERS_MAX = 4
+NODE_ARGS = ("--max-readers", str(READERS_MAX), "--max-readers-per-connection", "1")
+STREAMS = 12  # More than the node admits.
+REFUSAL_S_MAX = 1.0  # "At once": a refusal never waits.
 OTHER_CALL_S_MAX = 2.0
 RECORDS = 20
 
@@ -137,11 +137,11 @@ def slots_come_back(streams: Streams, readers_max: int, last: tuple[int, bytes])
 
 
 def test_a_node_full_of_readers_refuses_the_excess_at_once_and_keeps_answering(tmp_path: Path) -> None:
-    """More streams than workers against one node: the excess is refused at once (TOO_MANY_READERS),
+    """More streams than the node admits: the excess is refused at once (TOO_MANY_READERS),
     Produce, ListTopics and ClusterStatus on that node answer within 2 s, the admitted streams get the
     records, and cancelled streams give their slots back."""
-    readers_max = reader_limits(WORKERS).readers_max
-    with LocalCluster(tmp_path / "c", size=3, node_args=("--grpc-workers", str(WORKERS))) as cluster:
+    readers_max = READERS_MAX
+    with LocalCluster(tmp_path / "c", size=3, node_args=NODE_ARGS) as cluster:
         leader_id = cluster.wait_ready()
         leader = cluster.nodes[leader_id].grpc_address
         log = cluster.log_path(leader_id).read_text()

@@ -1,0 +1,166 @@
+"""The node's gRPC front end: one asyncio loop (grpc.aio) on its own thread, and two bounded pools.
+
+Why a loop: a call that waits for records (a stream, a long-polling Fetch, a waiting Heartbeat or
+JoinGroup) used to hold one of the node's worker threads for its whole wait, so a few dozen
+consumers took every thread and the node stopped answering anything else (issue 18). On the loop a
+waiting call is a coroutine and a future (`broker/waiters.py`): thousands cost memory, not threads,
+and the node's thread count does not depend on how many clients it serves.
+
+What runs where:
+- `kq-grpc-loop` runs the grpc.aio server and every handler's coroutine: the edge checks
+  (`broker/edge.py`), admission, the waits, writing stream messages.
+- `kq-grpc_<n>` (`--grpc-workers`) runs the handlers that are plain functions: everything that
+  proposes through Raft and waits for the commit (Produce, topic and group writes) or reads
+  metadata. They block a worker thread for a bounded time (PROPOSAL_TIMEOUT_S, CATCH_UP_WAIT_S);
+  the edge caps how many such calls may be in progress (UNARY_CALLS_MAX), beyond which it answers
+  QUEUE_FULL at once instead of queueing without bound.
+- `kq-read_<n>` (READ_WORKERS) runs the record reads of the waiting calls (LMDB read
+  transactions), so a burst of streams waking up never queues a produce behind it.
+
+Start builds the server on the loop (grpc.aio binds a server to the loop it is made on) and binds
+the port; stop marks the node NOT_SERVING, refuses new calls, lets running ones finish for
+SHUTDOWN_GRACE_S and cancels the rest, ends the loop, then joins both pools, so no handler is left
+running when the caller closes what they use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from kq.broker.edge import EdgeInterceptor
+from kq.broker.waiters import AppliedNotifier
+from kq.proto.limits import (
+    GRPC_CONCURRENT_RPCS_MAX,
+    GRPC_MESSAGE_BYTES_MAX,
+    GRPC_PENDING_CALLS_MAX,
+    LOOP_CALL_TIMEOUT_S,
+    READ_WORKERS,
+    SHUTDOWN_GRACE_S,
+)
+
+LOOP_THREAD = "kq-grpc-loop"
+POLLER_THREAD = "kq-grpc-poll"  # grpc.aio's completion-queue poller, unnamed ("Thread-N (_poll_wrapper)").
+WORKER_PREFIX = "kq-grpc"  # The pool's threads are kq-grpc_0, kq-grpc_1, ...
+READ_PREFIX = "kq-read"
+
+T = TypeVar("T")
+Registration = Callable[[grpc.aio.Server], None]
+
+
+class FrontEndError(Exception):
+    """The server could not start (its address cannot be bound)."""
+
+
+class FrontEnd:
+    """The gRPC server of one node; constructing it starts nothing, `start()` binds and serves."""
+
+    def __init__(
+        self, address: str, workers: int, notifier: AppliedNotifier, services: list[Registration]
+    ) -> None:
+        self.address = address
+        self.workers = futures.ThreadPoolExecutor(workers, thread_name_prefix=WORKER_PREFIX)
+        self.reads = futures.ThreadPoolExecutor(READ_WORKERS, thread_name_prefix=READ_PREFIX)
+        self.edge = EdgeInterceptor(self.workers)
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # Set at import, not typed.
+        self.port = 0  # Bound by start().
+        self._notifier = notifier
+        self._services = services
+        self._serving_health: bool | None = None
+        self._loop = asyncio.new_event_loop()
+        self._stop_requested: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=LOOP_THREAD, daemon=True)
+
+    def start(self) -> int:
+        """Starts the loop thread, binds the address and serves; the bound port. FrontEndError if the
+        address cannot be bound (the loop thread has then ended)."""
+        before = set(threading.enumerate())
+        self._thread.start()
+        self._ready.wait()
+        for thread in set(threading.enumerate()) - before:
+            if thread.name.endswith("(_poll_wrapper)"):
+                thread.name = POLLER_THREAD
+        if self._failure is not None:
+            self._thread.join()
+            self._close_pools()
+            raise FrontEndError(f"cannot serve gRPC on {self.address}: {self._failure}")
+        return self.port
+
+    def set_serving(self, serving: bool) -> None:
+        """The health service's overall status (from any thread; only a change reaches the loop)."""
+        if serving == self._serving_health or not self._thread.is_alive():
+            return
+        self._serving_health = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        self.call(self.health.set("", status))
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Runs `coroutine` on the loop from another thread and returns its result (bounded wait)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(LOOP_CALL_TIMEOUT_S)
+
+    def stop(self) -> None:
+        """Stops serving (see the module docstring) and joins the loop thread and both pools."""
+        if self._thread.is_alive() and self._stop_requested is not None:
+            self._loop.call_soon_threadsafe(self._stop_requested.set)
+            self._thread.join()
+        self._close_pools()
+        if not self._loop.is_closed():
+            self._loop.close()
+
+    def _close_pools(self) -> None:
+        # A cancelled call's function runs on until it returns (a proposal within PROPOSAL_TIMEOUT_S,
+        # which the batcher and Raft, still running, complete): the caller's store outlives it.
+        self.workers.shutdown(wait=True)
+        self.reads.shutdown(wait=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as error:  # Reported to start(); a failure after it is a bug: re-raised.
+            if self._ready.is_set():
+                raise
+            self._failure = error
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._stop_requested = asyncio.Event()
+        self._notifier.attach(self._loop)
+        server = grpc.aio.server(
+            interceptors=[self.edge],
+            maximum_concurrent_rpcs=GRPC_CONCURRENT_RPCS_MAX,
+            options=[
+                ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.so_reuseport", 0),
+                # Calls accepted but not yet given to a handler: a burst of new streams must wait here,
+                # not be cancelled (gRPC's default is far below the readers one node admits).
+                ("grpc.server.max_pending_requests", GRPC_PENDING_CALLS_MAX),
+                ("grpc.server.max_pending_requests_hard_limit", GRPC_PENDING_CALLS_MAX),
+            ],
+        )
+        for register in self._services:
+            register(server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        try:
+            self.port = server.add_insecure_port(self.address)
+        except RuntimeError as error:  # grpc.aio raises where the sync server answered port 0.
+            raise FrontEndError(str(error)) from error
+        if self.port == 0:
+            raise FrontEndError("the address is taken or not local")
+        await server.start()
+        self._ready.set()
+        await self._stop_requested.wait()
+        await self.health.enter_graceful_shutdown()
+        self._notifier.close()  # Waiting calls answer what they have instead of waiting on.
+        await server.stop(SHUTDOWN_GRACE_S)
