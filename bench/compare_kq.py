@@ -160,7 +160,7 @@ class KqSystem:
             )
             try:
                 producer.send(topic, value).result(timeout=settings.scenario_time_cap_s)  # Warm-up.
-                tally = _FutureTally()
+                tally = FutureTally()
                 started = time.monotonic()
                 deadline = started + settings.scenario_time_cap_s
                 for number in range(records):
@@ -230,7 +230,7 @@ class KqSystem:
         return sample
 
 
-class _FutureTally:
+class FutureTally:
     """Counts the outcomes of sends as their futures complete (the Producer bounds how many are pending)."""
 
     def __init__(self) -> None:

@@ -7,6 +7,8 @@ channel (`grpc.use_local_subchannel_pool`, so every channel is its own TCP conne
 client processes would be). Once refusals have settled, for `--duration-s` seconds:
 
 - one-record sends with one request in flight (`KqClient.send`, to the leader): p50/p99 latency;
+- then `Producer` throughput: PRODUCER_RECORDS records (at most PRODUCER_S_MAX seconds) through
+  `kq.client.Producer` with its defaults, records acknowledged per second;
 - streams admitted (still open) and refused (RESOURCE_EXHAUSTED: kq's TOO_MANY_READERS, or gRPC's
   own concurrent-RPC limit), and other failures;
 - every node's VmRSS and OS thread count (`bench/procfs.py`), sampled each second;
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import threading
@@ -35,9 +38,10 @@ from typing import Any
 import grpc
 
 from kq.bench import procfs
+from kq.bench.compare_kq import FutureTally
 from kq.bench.report import percentile
 from kq.bench.settings import SCENARIO_TIME_CAP_S
-from kq.client import KqClient
+from kq.client import KqClient, Producer
 from kq.deploy.cluster import LocalCluster, work_dir
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.errors import ERROR_CODE_METADATA_KEY, ErrorCode
@@ -58,7 +62,9 @@ LEVELS_QUICK = (0, 50)
 DURATION_S_DEFAULT = 10.0
 DURATION_S_QUICK = 2.0
 STREAMS_MAX = 5_000  # Streams of one level: a few thousand sockets and tasks in this one process.
-STREAMS_PER_CONNECTION_DEFAULT = 4  # Below the node's per-connection reader share (8 of 32 by default).
+STREAMS_PER_CONNECTION_DEFAULT = 8  # Far below the node's per-connection limit (READERS_PER_CONNECTION_MAX).
+PRODUCER_RECORDS = 20_000
+PRODUCER_S_MAX = 10.0
 VALUE = b"s" * 100
 SETTLE_QUIET_S = 1.0  # Refusals come at once; no new one for this long means the rest were admitted.
 SETTLE_MAX_S = 10.0
@@ -72,7 +78,7 @@ CLOSE_TIMEOUT_S = 10.0
 # after this, so it never finds the last level's slots still taken.
 RELEASE_WAIT_S = 1.0
 SEND_RETRY_S = 5.0  # All attempts of one timed send, so a stuck send cannot carry a level past its cap.
-DURATION_S_MAX = SCENARIO_TIME_CAP_S - SETTLE_MAX_S - DELIVERY_GRACE_S - SEND_RETRY_S
+DURATION_S_MAX = SCENARIO_TIME_CAP_S - SETTLE_MAX_S - DELIVERY_GRACE_S - SEND_RETRY_S - PRODUCER_S_MAX
 LOOP_STOP_TIMEOUT_S = 10.0
 CHANNEL_OPTIONS = [
     ("grpc.use_local_subchannel_pool", 1),
@@ -136,6 +142,8 @@ class LevelReport:
     client_cpu_s: float  # This process (sender, streams, probes) during the measured seconds.
     p50_ms: float | None
     p99_ms: float | None
+    producer_records_per_s: float  # Acknowledged records per second through Producer.
+    producer_errors: int
     counts: StreamCounts
     nodes: dict[str, NodeSample]
     probes: dict[str, ProbeResult]
@@ -376,6 +384,7 @@ def run_level(
                 continue
             latencies.append((time.perf_counter() - sent) * 1000)
         elapsed_s = time.monotonic() - measured_from
+        throughput, producer_errors = producer_throughput(sender)
         cpu_after, client_cpu_after = procfs.cpu_seconds_each(pids), procfs.own_cpu_seconds()
     ends = {p: o.log_end_offset for p, o in sender.list_offsets(TOPIC).items()}
     snapshot = list(streams.states)
@@ -398,6 +407,8 @@ def run_level(
         client_cpu_s=round(client_cpu_after - client_cpu_before, 2),
         p50_ms=round(percentile(latencies, 50), 2) if latencies else None,
         p99_ms=round(percentile(latencies, 99), 2) if latencies else None,
+        producer_records_per_s=round(throughput),
+        producer_errors=producer_errors,
         counts=counts,
         nodes={
             n: NodeSample(
@@ -407,6 +418,26 @@ def run_level(
         },
         probes=prober.results(),
     )
+
+
+def producer_throughput(client: KqClient) -> tuple[float, int]:
+    """Records per second `Producer` (its defaults) gets acknowledged, and how many sends were not
+    (failed, or unresolved when the flush ran out of time)."""
+    tally = FutureTally()
+    producer = Producer(client)
+    started = time.monotonic()
+    stop_at = started + PRODUCER_S_MAX
+    try:
+        for number in range(PRODUCER_RECORDS):
+            if number % 1_000 == 0 and time.monotonic() >= stop_at:
+                break
+            tally.watch(producer.send(TOPIC, VALUE))
+        with contextlib.suppress(TimeoutError):  # Counted below as not acknowledged.
+            producer.flush(timeout_s=max(0.0, stop_at - time.monotonic()) + SEND_RETRY_S)
+        elapsed_s = time.monotonic() - started
+    finally:
+        producer.close(timeout_s=SEND_RETRY_S)
+    return tally.acked / elapsed_s, tally.sent - tally.acked
 
 
 def stream_counts(states: Sequence[StreamState], ends: dict[int, int]) -> StreamCounts:
@@ -457,11 +488,11 @@ def run(settings: StreamsSettings) -> StreamsReport:
 
 
 HEADER = (
-    "| streams | admitted | refused | failed | caught up | sends | p50 ms | p99 ms "
+    "| streams | admitted | refused | failed | caught up | sends | p50 ms | p99 ms | Producer rec/s "
     "| RSS MiB (max per node) | threads (max per node) | node CPU s | client CPU s "
     "| probes slowest ms / failed |"
 )
-RULE = "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|"
+RULE = "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---|"
 
 
 def render_row(level: LevelReport) -> str:
@@ -477,7 +508,8 @@ def render_row(level: LevelReport) -> str:
     p99 = f"{level.p99_ms:.2f}" if level.p99_ms is not None else "-"
     return (
         f"| {level.streams:,} | {c.admitted:,} | {c.refused:,} | {c.failed:,} | {c.delivered_caught_up:,} "
-        f"| {level.sends:,} | {p50} | {p99} | {rss} | {threads} | {cpu} | {level.client_cpu_s:.1f} "
+        f"| {level.sends:,} | {p50} | {p99} | {level.producer_records_per_s:,.0f} "
+        f"| {rss} | {threads} | {cpu} | {level.client_cpu_s:.1f} "
         f"| {slowest:.0f} / {probe_failures} of {probe_calls} |"
     )
 

@@ -38,6 +38,8 @@ from kq.broker.edge import EdgeInterceptor
 from kq.broker.waiters import AppliedNotifier
 from kq.proto.limits import (
     GRPC_CONCURRENT_RPCS_MAX,
+    GRPC_KEEPALIVE_TIME_S,
+    GRPC_KEEPALIVE_TIMEOUT_S,
     GRPC_MESSAGE_BYTES_MAX,
     GRPC_PENDING_CALLS_MAX,
     LOOP_CALL_TIMEOUT_S,
@@ -147,6 +149,8 @@ class FrontEnd:
                 # not be cancelled (gRPC's default is far below the readers one node admits).
                 ("grpc.server.max_pending_requests", GRPC_PENDING_CALLS_MAX),
                 ("grpc.server.max_pending_requests_hard_limit", GRPC_PENDING_CALLS_MAX),
+                ("grpc.keepalive_time_ms", int(GRPC_KEEPALIVE_TIME_S * 1000)),
+                ("grpc.keepalive_timeout_ms", int(GRPC_KEEPALIVE_TIMEOUT_S * 1000)),
             ],
         )
         for register in self._services:

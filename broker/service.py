@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
@@ -14,7 +13,6 @@ from kq.broker.errors import (
     InvalidArgumentError,
     OutOfRangeError,
     error_for_code,
-    error_metadata,
 )
 from kq.broker.group_service import GroupRpcs
 from kq.broker.proposals import propose_and_wait, wall_clock_ms
@@ -22,13 +20,11 @@ from kq.broker.service_base import stored_records
 from kq.broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
 from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
 from kq.proto import kq_pb2, kq_pb2_grpc
-from kq.proto.errors import spec_of
 from kq.proto.limits import (
     FETCH_STREAM_S_MAX,
     PROPOSAL_TIMEOUT_S,
     READER_RECHECK_S,
     STREAM_MESSAGE_BYTES_MAX,
-    STREAM_WRITE_TIMEOUT_S,
 )
 from kq.proto.records import WireRecord
 from kq.raft import commands
@@ -175,8 +171,9 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         """Pushes batches from `offset` on as this node applies them, until cancelled or a time limit.
 
         The stream holds a reader slot for its whole life: it is refused at once when there is none.
-        A message its client does not take within STREAM_WRITE_TIMEOUT_S ends it (SLOW_CONSUMER), so
-        a stuck consumer holds one message and one slot for a bounded time, and delays no one else.
+        A client that stops reading stops the stream at its next write (HTTP/2 flow control): it then
+        holds one message (at most STREAM_MESSAGE_BYTES_MAX of records, or one batch) and its slot,
+        and delays no one else; it resumes where it was when the client reads again.
         """
         max_records, max_bytes, _ = fetch_limits(request)
         max_bytes = min(max_bytes, STREAM_MESSAGE_BYTES_MAX)
@@ -195,8 +192,7 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                         continue
                 last = response.batches[-1]
                 offset = max(offset, last.base_offset + last.record_count)
-                if not await _write_in_time(context, response):
-                    return
+                await context.write(response)
 
     def _read_records(
         self, request: kq_pb2.FetchRequest, offset: int, max_records: int, max_bytes: int
@@ -303,22 +299,6 @@ def _watch_key(request: kq_pb2.FetchRequest, caught_up: bool) -> WatchKey:
     """What wakes a read of `request`: appends to its partition, or any entry while this node has not
     applied the caller's `min_index` yet."""
     return (request.topic, request.partition) if caught_up else EVERY
-
-
-async def _write_in_time(context: grpc.aio.ServicerContext[Any, Any], response: kq_pb2.FetchResponse) -> bool:
-    """Writes one stream message; False (and the stream's status set to SLOW_CONSUMER) if the client
-    has not taken it within STREAM_WRITE_TIMEOUT_S (HTTP/2 flow control holds it back)."""
-    try:
-        await asyncio.wait_for(context.write(response), STREAM_WRITE_TIMEOUT_S)
-    except TimeoutError:
-        context.set_trailing_metadata(error_metadata(ErrorCode.SLOW_CONSUMER))
-        context.set_code(spec_of(ErrorCode.SLOW_CONSUMER).status)
-        context.set_details(
-            f"the stream's client read nothing for {STREAM_WRITE_TIMEOUT_S:.0f} s; "
-            "reopen it from its next offset"
-        )
-        return False
-    return True
 
 
 def _check_partition(topic: TopicMeta, partition: int) -> None:

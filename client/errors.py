@@ -133,11 +133,6 @@ class TooManyReadersError(UnavailableError):
     waiting fetches); nothing was read. Another node, or the same one a little later, may admit it."""
 
 
-class SlowConsumerError(UnavailableError):
-    """The node ended a stream whose records this client did not read in time (SLOW_CONSUMER); a new
-    stream from the next offset starts afresh."""
-
-
 CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_TOPIC: TopicNotFoundError,
     ErrorCode.UNKNOWN_PARTITION: InvalidRequestError,
@@ -162,7 +157,6 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.QUEUE_FULL: OverloadedError,
     ErrorCode.INTERNAL_ERROR: ServerError,
     ErrorCode.TOO_MANY_READERS: TooManyReadersError,
-    ErrorCode.SLOW_CONSUMER: SlowConsumerError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

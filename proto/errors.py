@@ -53,7 +53,6 @@ class ErrorCode(enum.IntEnum):
     QUEUE_FULL = 21  # The leader's produce queue (or the node's calls in progress) is full.
     INTERNAL_ERROR = 22  # A bug in the node (logged there); nothing about the request is known to be wrong.
     TOO_MANY_READERS = 23  # The node (or this client connection) holds its maximum of waiting readers.
-    SLOW_CONSUMER = 24  # The node ended a stream its client did not read for STREAM_WRITE_TIMEOUT_S.
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +128,6 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     # Kafka's THROTTLING_QUOTA_EXCEEDED: nothing was read; retry later, or on another node.
     ErrorCode.TOO_MANY_READERS: ErrorSpec(
         _S.RESOURCE_EXHAUSTED, 89, True, "the node holds its maximum of waiting readers (streams, long-polls)"
-    ),
-    # Kafka's REQUEST_TIMED_OUT: the stream's records were not read in time; reopen from the last offset.
-    ErrorCode.SLOW_CONSUMER: ErrorSpec(
-        _S.RESOURCE_EXHAUSTED, 7, True, "the stream's client read nothing for too long; the node ended it"
     ),
 }
 

@@ -137,9 +137,11 @@ FETCH_STREAM_S_MAX = 600.0  # A stream ends after this; the client opens a new o
 # (this node losing its leadership); a record wait, this much more rarely (a safety net only).
 WAIT_RECHECK_S = 1.0
 READER_RECHECK_S = 30.0
-# A stream whose client reads nothing for this long (its message cannot be written: HTTP/2 flow
-# control) is ended with SLOW_CONSUMER, freeing its reader slot.
-STREAM_WRITE_TIMEOUT_S = 30.0
+# HTTP/2 keepalive pings from the node on idle connections: a client that vanished (no FIN: a dead
+# host, a partition) is noticed within KEEPALIVE_TIME_S + KEEPALIVE_TIMEOUT_S and its calls end,
+# freeing their reader slots. A client that is there but reads nothing keeps its stream (and slot).
+GRPC_KEEPALIVE_TIME_S = 60.0
+GRPC_KEEPALIVE_TIMEOUT_S = 20.0
 STREAM_MESSAGE_BYTES_MAX = 1024 * 1024  # A stream message's record bytes (the first batch may be larger).
 
 # broker/service_base.py

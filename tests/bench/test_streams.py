@@ -43,10 +43,11 @@ def test_quick_run_measures_every_level(tmp_path: Path) -> None:
     for level in report["levels"]:
         counts = level["counts"]
         assert level["sends"] > 0 and level["send_errors"] == 0
+        assert level["producer_records_per_s"] > 0 and level["producer_errors"] == 0
         assert 0 < level["p50_ms"] <= level["p99_ms"]
         assert counts["requested"] == level["streams"]
         assert counts["admitted"] + counts["refused"] == counts["requested"], counts
-        assert counts["failed"] == 0
+        assert counts["failed"] == 0 and counts["refused"] == 0  # Far below the node's limits.
         assert counts["delivered_caught_up"] == counts["admitted"], counts
         assert sum(counts["admitted_by_node"].values()) == counts["admitted"]
         assert set(level["nodes"]) == set(level["probes"]) == {"1", "2", "3"}

@@ -22,6 +22,7 @@ from tests.broker.conftest import Edge, produce
 
 REFUSAL_S_MAX = 1.0  # "At once": a refusal never waits for a slot.
 OTHER_CALL_S_MAX = 2.0  # Produce, ListTopics and ClusterStatus must answer within this with readers waiting.
+STUCK_PRODUCE_REQUESTS = 8  # Of 1 MiB each: far more than the stuck client's 64 KiB HTTP/2 window.
 RELEASE_S_MAX = 5.0  # A cancel reaches the stream's coroutine at once; this only bounds a broken test.
 
 
@@ -234,3 +235,33 @@ def test_a_waiting_fetch_to_a_node_that_is_down_keeps_the_clients_retry_budget()
         with pytest.raises(UnavailableError):
             client.fetch("t", 0, 0, wait_ms=100)
         assert time.monotonic() - started >= 0.9
+
+
+def test_a_stuck_stream_holds_one_message_and_slows_no_one_and_resumes_when_read(
+    edge: Edge, channels: list[grpc.Channel]
+) -> None:
+    """A client that opens a stream and reads nothing: HTTP/2 flow control stops the node's writes to
+    it, while another stream on the node keeps receiving every record and Produce keeps answering;
+    when the stuck client reads at last, it gets every record, in order, none twice."""
+    # No BDP probing: the client's window stays at HTTP/2's 64 KiB (gRPC would otherwise grow it).
+    stuck_channel = grpc.insecure_channel(
+        edge.address, options=[("grpc.use_local_subchannel_pool", 1), ("grpc.http2.bdp_probe", 0)]
+    )
+    channels.append(stuck_channel)
+    stuck = open_stream(edge, channels, kq_pb2_grpc.BrokerStub(stuck_channel))  # Not read until the end.
+    reading = iter(open_stream(edge, channels))
+    wait_for(lambda: edge.readers.readers() == 2, "both streams to be admitted", timeout_s=5)
+    value = b"x" * (512 * 1024)
+    for number in range(STUCK_PRODUCE_REQUESTS):  # Far more than the stuck client's window.
+        started = time.monotonic()
+        edge.stub.Produce(produce("t", 1, value, value), timeout=OTHER_CALL_S_MAX)
+        assert time.monotonic() - started < OTHER_CALL_S_MAX
+        assert next(reading).batches[0].base_offset == 2 * number  # The other stream is served all along.
+    assert edge.readers.readers() == 2 and not stuck.done()
+    offsets: list[int] = []
+    for response in stuck:
+        for batch in response.batches:
+            offsets.extend(range(batch.base_offset, batch.base_offset + batch.record_count))
+        if len(offsets) >= 2 * STUCK_PRODUCE_REQUESTS:
+            break
+    assert offsets == list(range(2 * STUCK_PRODUCE_REQUESTS))
