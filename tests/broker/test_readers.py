@@ -18,6 +18,7 @@ from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.errors import ErrorCode, code_from_metadata
+from kq.proto.limits import UNARY_CALLS_MAX
 from tests.broker.conftest import Edge, produce
 
 REFUSAL_S_MAX = 1.0  # "At once": a refusal never waits for a slot.
@@ -265,3 +266,22 @@ def test_a_stuck_stream_holds_one_message_and_slows_no_one_and_resumes_when_read
         if len(offsets) >= 2 * STUCK_PRODUCE_REQUESTS:
             break
     assert offsets == list(range(2 * STUCK_PRODUCE_REQUESTS))
+
+
+def test_blocking_calls_past_their_cap_are_refused_with_queue_full_and_readers_are_not(edge: Edge) -> None:
+    """Calls that run on worker threads (Produce, metadata) are capped at UNARY_CALLS_MAX in progress:
+    one more is answered QUEUE_FULL at once instead of queueing; reads on the loop are not counted."""
+    edge.front.edge.unary_calls = UNARY_CALLS_MAX  # As if that many were in progress.
+    try:
+        for call in (
+            lambda: edge.stub.Produce(produce("t", 1, b"v"), timeout=REFUSAL_S_MAX),
+            lambda: edge.stub.ListTopics(kq_pb2.ListTopicsRequest(), timeout=REFUSAL_S_MAX),
+        ):
+            with pytest.raises(grpc.RpcError) as caught:
+                call()
+            assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert code_from_metadata(caught.value.trailing_metadata()) == ErrorCode.QUEUE_FULL
+        assert edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=0), timeout=REFUSAL_S_MAX).records
+    finally:
+        edge.front.edge.unary_calls = 0
+    assert edge.stub.Produce(produce("t", 1, b"v"), timeout=OTHER_CALL_S_MAX).base_offset == 0
