@@ -190,9 +190,12 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                     if not response.batches:
                         await wait_for_wake(woken, min(deadline - time.monotonic(), READER_RECHECK_S))
                         continue
-                last = response.batches[-1]
-                offset = max(offset, last.base_offset + last.record_count)
+                end = response.batches[-1].base_offset + response.batches[-1].record_count
+                offset = max(offset, end)
                 await context.write(response)
+                # Nothing may keep the sent message alive while the stream waits for the next entry (a
+                # protobuf sub-message would keep its whole parent: a MiB per idle stream).
+                del response
 
     def _read_records(
         self, request: kq_pb2.FetchRequest, offset: int, max_records: int, max_bytes: int
