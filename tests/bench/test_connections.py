@@ -1,0 +1,56 @@
+"""The connections benchmark works: a --quick run holds every level's connections and measures the node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kq.bench.connections import LEVELS_QUICK
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK_RUN_TIMEOUT_S = 120.0  # A quick run takes about 15 s; this only bounds a hung cluster.
+
+
+@pytest.mark.system
+def test_quick_run_holds_every_connection(tmp_path: Path) -> None:
+    """`python -m kq.bench.connections --quick`: every connection held and rechecked, the node answers."""
+    output = tmp_path / "connections.json"
+    finished = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kq.bench.connections",
+            "--quick",
+            "--json",
+            str(output),
+            "--base-dir",
+            str(tmp_path / "nodes"),
+        ],
+        cwd=REPO,
+        check=False,  # The output says more than the exit code alone.
+        timeout=QUICK_RUN_TIMEOUT_S,
+        capture_output=True,
+        text=True,
+    )
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    report = json.loads(output.read_text())
+    assert report["settings"]["levels"] == list(LEVELS_QUICK)
+    assert [level["connections"] for level in report["levels"]] == list(LEVELS_QUICK)
+    assert report["node_open_files_limit"] > max(LEVELS_QUICK)
+    for level in report["levels"]:
+        count = level["connections"]
+        assert level["held"] == count and level["open"]["failed"] == {}
+        assert level["recheck"] == {**level["recheck"], "ready": count, "answered": count, "failed": {}}
+        # One descriptor per client connection on each side, beyond the processes' own files.
+        assert level["node"]["fds"] >= count and level["client"]["fds"] >= count
+        assert level["node"]["rss_kib"] > 0 and level["node"]["threads"] > 0
+        assert level["sends"] > 0 and level["send_errors"] == 0
+        assert 0 < level["p50_ms"] <= level["p99_ms"]
+        assert set(level["probes"]) == {"ListTopics", "ClusterStatus"}
+        for probe in level["probes"].values():
+            assert probe["calls"] >= 2 and probe["failures"] == 0
+    assert "| connections | held |" in finished.stdout
