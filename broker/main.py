@@ -8,6 +8,7 @@ main thread, and stops it. DESIGN.md ("Concurrency model") names every thread an
 from __future__ import annotations
 
 import logging
+import resource
 import signal
 import sys
 import threading
@@ -110,6 +111,24 @@ class BrokerNode:
         self.store.close()
 
 
+def raise_open_files_limit() -> int:
+    """Raises this process's open-file soft limit to its hard limit; the limit now in force.
+
+    Every client connection is a file: at a shell's usual 1,024 a node stops accepting connections
+    (health probes included) after about a thousand clients (bench/README.md, "Many idle
+    connections"), while the hard limit (20,000 here; 65,536 under the systemd unit) allows far more.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if resource.RLIM_INFINITY in (hard, soft) or soft >= hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as error:  # A container may refuse: keep the soft limit, say so.
+        logger.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, error)
+        return soft
+    return hard
+
+
 def run_node(config: NodeConfig, log_level: str) -> None:
     """Runs the node until SIGTERM or SIGINT; the main thread handles signals and the health status."""
     logging.basicConfig(
@@ -119,15 +138,18 @@ def run_node(config: NodeConfig, log_level: str) -> None:
     stopping = threading.Event()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signal_number, lambda *_: stopping.set())
+    open_files = raise_open_files_limit()
     node = BrokerNode(config)
     node.start()
     limits = node.readers.limits
     logger.info(
-        "serving gRPC on %s (%d workers; at most %d waiting readers, %d per client connection), Raft on %s",
+        "serving gRPC on %s (%d workers; at most %d waiting readers, %d per client connection; "
+        "%d open files), Raft on %s",
         config.grpc_address,
         config.grpc_workers,
         limits.readers_max,
         limits.peer_readers_max,
+        open_files,
         config.raft_address,
     )
     try:
