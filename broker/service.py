@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -184,9 +185,7 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
             deadline = time.monotonic() + FETCH_STREAM_S_MAX
             while not self._past(deadline):
                 with self._notifier.watching(_watch_key(request, caught_up)) as woken:
-                    response, caught_up = await self._in_reads(
-                        self._read_records, request, offset, max_records, max_bytes
-                    )
+                    response, caught_up = await self._shared_read(request, offset, max_records, max_bytes)
                     if not response.batches:
                         await wait_for_wake(woken, min(deadline - time.monotonic(), READER_RECHECK_S))
                         continue
@@ -196,6 +195,31 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 # Nothing may keep the sent message alive while the stream waits for the next entry (a
                 # protobuf sub-message would keep its whole parent: a MiB per idle stream).
                 del response
+
+    async def _shared_read(
+        self, request: kq_pb2.FetchRequest, offset: int, max_records: int, max_bytes: int
+    ) -> tuple[kq_pb2.FetchResponse, bool]:
+        """`_read_records` for a stream, shared with every stream asking the same read meanwhile.
+
+        An append wakes all the streams tailing its partition in the same loop turn, and they read
+        the same batches from the same offset: one read on the read pool (and one response, which
+        no one changes) serves them all. A stream that is cancelled does not cancel the others' read.
+        """
+        key = (request.topic, request.partition, offset, max_records, max_bytes, request.min_index)
+        pending = self._reads_in_flight.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(
+                self._in_reads(self._read_records, request, offset, max_records, max_bytes)
+            )
+            self._reads_in_flight[key] = pending
+
+            def forget(done: asyncio.Future[Any]) -> None:
+                del self._reads_in_flight[key]
+                if not done.cancelled():
+                    done.exception()  # Retrieved: every stream that still waits gets it from `await`.
+
+            pending.add_done_callback(forget)
+        return await asyncio.shield(pending)
 
     def _read_records(
         self, request: kq_pb2.FetchRequest, offset: int, max_records: int, max_bytes: int

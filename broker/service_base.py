@@ -53,6 +53,8 @@ class ServiceBase:
         self._readers = readers  # Slots for calls that wait (broker/admission.py).
         self._workers = workers  # Blocking work of coroutine handlers: proposals, group reads.
         self._reads = reads  # Record reads of coroutine handlers.
+        # Stream reads on the read pool now, by what they read (loop only; one per waiting stream at most).
+        self._reads_in_flight: dict[tuple[str, int, int, int, int, int], asyncio.Future[Any]] = {}
 
     async def _in_workers(self, function: Callable[..., T], *args: Any) -> T:
         """`function(*args)` on a worker thread (it may block: a proposal, a catch-up wait)."""
