@@ -474,7 +474,7 @@ def run(settings: StreamsSettings) -> StreamsReport:
         KqClient(cluster.bootstrap) as client,
     ):
         cluster.wait_ready()
-        client.create_topic(TOPIC, settings.partitions)
+        sender.create_topic(TOPIC, settings.partitions)  # The sender reads the offsets next: its own write.
         streams = StreamLoop()
         print(f"{HEADER}\n{RULE}", flush=True)
         try:
