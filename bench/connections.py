@@ -44,7 +44,7 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 import grpc
 
 from kq.bench import procfs
+from kq.bench.background import BackgroundLoop, timed_sends
 from kq.bench.report import percentile
 from kq.bench.settings import SCENARIO_TIME_CAP_S
 from kq.client import KqClient
@@ -92,7 +93,6 @@ PROBE_DEADLINE_S = CLIENT_STATUS_TIMEOUT_S  # "Answers within 2 s".
 SAMPLE_PERIOD_S = 1.0
 SEND_RETRY_S = 5.0  # All attempts of one timed send.
 WARMUP_SENDS = 10  # Untimed sends before each level's clock (the sender's connection, the leader's caches).
-LOOP_STOP_TIMEOUT_S = 10.0
 # Open files beyond the connections: each process's own (libraries, the store, logs, Raft peers,
 # the prober's and sender's channels), with room to spare.
 FDS_SPARE = 500
@@ -371,31 +371,18 @@ class Connection:
     stub: kq_pb2_grpc.BrokerAsyncStub
 
 
-class ConnectionLoop:
+class ConnectionLoop(BackgroundLoop):
     """An asyncio loop in a background thread holding every idle connection of the run."""
 
     def __init__(self, address: str) -> None:
+        super().__init__("bench-connections-aio")
         self._address = address
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="bench-connections-aio", daemon=True
-        )
-        self._thread.start()
         self._held: list[Connection] = []
 
     @property
     def held(self) -> int:
         """Connections open and answered so far (read from another thread: a list's length)."""
         return len(self._held)
-
-    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float, what: str) -> T:
-        """Runs a coroutine on the loop and waits at most `timeout_s` for it (then cancels it)."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        try:
-            return future.result(timeout=timeout_s)
-        except TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"{what} took longer than {timeout_s} s") from None
 
     def resize(self, count: int) -> OpenResult:
         """Opens or closes connections until `count` are held."""
@@ -469,34 +456,10 @@ class ConnectionLoop:
             self.run(self._close(self._held), CLOSE_TIMEOUT_S, "closing every connection")
         finally:
             self._held = []
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=LOOP_STOP_TIMEOUT_S)
-            if not self._thread.is_alive():
-                self._loop.close()
+            self.stop_loop()
 
 
 # A level --------------------------------------------------------------------------------------------
-
-
-def timed_sends(sender: KqClient, duration_s: float) -> tuple[list[float], int]:
-    """One-record sends, one in flight, for `duration_s`: the latencies in ms and the errors."""
-    errors = 0
-    for _ in range(WARMUP_SENDS):
-        try:
-            sender.send(TOPIC, VALUE)
-        except Exception:  # Counted, as the timed ones are.
-            errors += 1
-    latencies: list[float] = []
-    until = time.monotonic() + duration_s
-    while time.monotonic() < until:
-        sent = time.perf_counter()
-        try:
-            sender.send(TOPIC, VALUE)
-        except Exception:  # Counted: the benchmark reports errors, never hides them.
-            errors += 1
-            continue
-        latencies.append((time.perf_counter() - sent) * 1000)
-    return latencies, errors
 
 
 def run_level(
@@ -527,7 +490,7 @@ def run_level(
         node_idle, client_idle = read_process(node_pid), read_process(os.getpid())
         node_cpu_active_from, client_cpu_active_from = procfs.cpu_seconds(node_pid), procfs.own_cpu_seconds()
         with Prober(cluster.nodes[node_id].grpc_address) as prober:
-            latencies, send_errors = timed_sends(sender, settings.duration_s)
+            latencies, send_errors = timed_sends(sender, TOPIC, VALUE, settings.duration_s, WARMUP_SENDS)
         node_active_cpu_s = procfs.cpu_seconds(node_pid) - node_cpu_active_from
         client_active_cpu_s = procfs.own_cpu_seconds() - client_cpu_active_from
         host_active = procfs.host_cpu()

@@ -38,6 +38,7 @@ from typing import Any
 import grpc
 
 from kq.bench import procfs
+from kq.bench.background import BackgroundLoop, timed_sends
 from kq.bench.compare_kq import FutureTally
 from kq.bench.report import percentile
 from kq.bench.settings import SCENARIO_TIME_CAP_S
@@ -79,7 +80,6 @@ CLOSE_TIMEOUT_S = 10.0
 RELEASE_WAIT_S = 1.0
 SEND_RETRY_S = 5.0  # All attempts of one timed send, so a stuck send cannot carry a level past its cap.
 DURATION_S_MAX = SCENARIO_TIME_CAP_S - SETTLE_MAX_S - DELIVERY_GRACE_S - SEND_RETRY_S - PRODUCER_S_MAX
-LOOP_STOP_TIMEOUT_S = 10.0
 CHANNEL_OPTIONS = [
     ("grpc.use_local_subchannel_pool", 1),
     ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
@@ -242,27 +242,21 @@ class Prober:
             self.probe_once()
 
 
-class StreamLoop:
+class StreamLoop(BackgroundLoop):
     """An asyncio loop in a background thread holding the consumer streams of one level."""
 
     def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="bench-streams-aio", daemon=True)
-        self._thread.start()
+        super().__init__("bench-streams-aio")
         self._channels: list[grpc.aio.Channel] = []
         self._calls: list[Any] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.states: list[StreamState] = []
         self.last_end = time.monotonic()
 
-    def run(self, coroutine: Any, timeout_s: float) -> Any:
-        """Runs a coroutine on the loop and waits at most `timeout_s` for it."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
-
     def open(self, states: list[StreamState], addresses: dict[str, str], per_channel: int) -> None:
         """Opens one stream per state, `per_channel` of the same node's streams on one channel."""
         self.states = states
-        self.run(self._open(addresses, per_channel), OPEN_TIMEOUT_S)
+        self.run(self._open(addresses, per_channel), OPEN_TIMEOUT_S, "opening the streams")
 
     async def _open(self, addresses: dict[str, str], per_channel: int) -> None:
         by_node: dict[str, list[StreamState]] = {}
@@ -309,14 +303,14 @@ class StreamLoop:
 
     def ended_count(self) -> int:
         """Streams that have ended so far."""
-        return self.run(self._ended(), CLOSE_TIMEOUT_S)  # type: ignore[no-any-return]
+        return self.run(self._ended(), CLOSE_TIMEOUT_S, "counting the ended streams")
 
     async def _ended(self) -> int:
         return sum(state.ended for state in self.states)
 
     def close(self) -> None:
         """Cancels every stream and closes every channel (bounded)."""
-        self.run(self._close(), CLOSE_TIMEOUT_S)
+        self.run(self._close(), CLOSE_TIMEOUT_S, "closing the streams")
 
     async def _close(self) -> None:
         for call in self._calls:
@@ -326,13 +320,6 @@ class StreamLoop:
         for channel in self._channels:
             await channel.close(None)
         self._calls, self._tasks, self._channels = [], [], []
-
-    def stop(self) -> None:
-        """Stops the loop and its thread."""
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=LOOP_STOP_TIMEOUT_S)
-        if not self._thread.is_alive():
-            self._loop.close()
 
 
 def settle(streams: StreamLoop, deadline: float) -> None:
@@ -366,8 +353,6 @@ def run_level(
     ]
     streams.open(states, addresses, settings.streams_per_connection)
     settle(streams, deadline)
-    latencies: list[float] = []
-    send_errors = 0
     pids = cluster.pids()
     with NodeSampler(pids) as sampler, Prober(addresses) as prober:
         cpu_before, client_cpu_before = procfs.cpu_seconds_each(pids), procfs.own_cpu_seconds()
@@ -375,14 +360,7 @@ def run_level(
             time.monotonic() + settings.duration_s, deadline - DELIVERY_GRACE_S - SEND_RETRY_S
         )
         measured_from = time.monotonic()
-        while time.monotonic() < measure_until:
-            sent = time.perf_counter()
-            try:
-                sender.send(TOPIC, VALUE)
-            except Exception:  # Counted: the benchmark reports errors, never hides them.
-                send_errors += 1
-                continue
-            latencies.append((time.perf_counter() - sent) * 1000)
+        latencies, send_errors = timed_sends(sender, TOPIC, VALUE, max(0.0, measure_until - measured_from))
         elapsed_s = time.monotonic() - measured_from
         throughput, producer_errors = producer_throughput(sender)
         cpu_after, client_cpu_after = procfs.cpu_seconds_each(pids), procfs.own_cpu_seconds()
@@ -483,7 +461,7 @@ def run(settings: StreamsSettings) -> StreamsReport:
                 report.levels.append(level)
                 print(render_row(level), flush=True)
         finally:
-            streams.stop()
+            streams.stop_loop()
     return report
 
 
