@@ -2,42 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kq.bench.connections import LEVELS_QUICK
+from tests.bench.quick import run_quick
 
-REPO = Path(__file__).resolve().parents[2]
 QUICK_RUN_TIMEOUT_S = 120.0  # A quick run takes about 15 s; this only bounds a hung cluster.
 
 
 @pytest.mark.system
 def test_quick_run_holds_every_connection(tmp_path: Path) -> None:
     """`python -m kq.bench.connections --quick`: every connection held and rechecked, the node answers."""
-    output = tmp_path / "connections.json"
-    finished = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kq.bench.connections",
-            "--quick",
-            "--json",
-            str(output),
-            "--base-dir",
-            str(tmp_path / "nodes"),
-        ],
-        cwd=REPO,
-        check=False,  # The output says more than the exit code alone.
-        timeout=QUICK_RUN_TIMEOUT_S,
-        capture_output=True,
-        text=True,
-    )
-    assert finished.returncode == 0, finished.stderr[-4000:]
-    report = json.loads(output.read_text())
+    report, printed = run_quick("kq.bench.connections", tmp_path, QUICK_RUN_TIMEOUT_S)
     assert report["settings"]["levels"] == list(LEVELS_QUICK)
     assert [level["connections"] for level in report["levels"]] == list(LEVELS_QUICK)
     assert report["node_open_files_limit"] > max(LEVELS_QUICK)
@@ -53,4 +31,4 @@ def test_quick_run_holds_every_connection(tmp_path: Path) -> None:
         assert set(level["probes"]) == {"ListTopics", "ClusterStatus"}
         for probe in level["probes"].values():
             assert probe["calls"] >= 2 and probe["failures"] == 0
-    assert "| connections | held |" in finished.stdout
+    assert "| connections | held |" in printed

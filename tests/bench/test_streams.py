@@ -2,42 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kq.bench.streams import LEVELS_QUICK
+from tests.bench.quick import run_quick
 
-REPO = Path(__file__).resolve().parents[2]
 QUICK_RUN_TIMEOUT_S = 120.0  # A quick run takes about 10 s; this only bounds a hung cluster.
 
 
 @pytest.mark.system
 def test_quick_run_measures_every_level(tmp_path: Path) -> None:
     """`python -m kq.bench.streams --quick`: latency at every level, admitted + refused == requested."""
-    output = tmp_path / "streams.json"
-    finished = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kq.bench.streams",
-            "--quick",
-            "--json",
-            str(output),
-            "--base-dir",
-            str(tmp_path / "nodes"),
-        ],
-        cwd=REPO,
-        check=False,  # The output says more than the exit code alone.
-        timeout=QUICK_RUN_TIMEOUT_S,
-        capture_output=True,
-        text=True,
-    )
-    assert finished.returncode == 0, finished.stderr[-4000:]
-    report = json.loads(output.read_text())
+    report, printed = run_quick("kq.bench.streams", tmp_path, QUICK_RUN_TIMEOUT_S)
     assert report["settings"]["levels"] == list(LEVELS_QUICK)
     assert [level["streams"] for level in report["levels"]] == list(LEVELS_QUICK)
     for level in report["levels"]:
@@ -55,4 +33,4 @@ def test_quick_run_measures_every_level(tmp_path: Path) -> None:
             assert node["rss_kib_max"] > 0 and node["threads_max"] > 0
         for probe in level["probes"].values():
             assert probe["calls"] >= 2 and probe["failures"] == 0
-    assert "| streams | admitted | refused |" in finished.stdout
+    assert "| streams | admitted | refused |" in printed

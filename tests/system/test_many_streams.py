@@ -10,9 +10,8 @@ for on, every record exactly once and in order.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ import grpc
 import pytest
 
 from kq.bench import procfs
+from kq.bench.background import BackgroundLoop
 from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
@@ -108,26 +108,20 @@ class StreamConsumer:
                 self.next_offset = max(self.next_offset, offset + 1)
 
 
-class StreamLoop:
+class StreamLoop(BackgroundLoop):
     """An asyncio loop in a background thread holding FetchStream consumers (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="test-streams-aio", daemon=True)
-        self._thread.start()
+        super().__init__("test-streams-aio")
         self._channels: list[grpc.aio.Channel] = []
         self._calls: list[Any] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._decoded: dict[tuple[str, int, int], tuple[bytes, list[bytes | None]]] = {}
         self.consumers: list[StreamConsumer] = []
 
-    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = LOOP_TIMEOUT_S) -> T:
-        """Runs a coroutine on the loop and waits at most `timeout_s` for it."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
-
     def open(self, topic: str, consumers: Sequence[StreamConsumer], per_channel: int) -> None:
         """Opens one stream per consumer, `per_channel` of the same node's consumers on one channel."""
-        self.run(self._open(topic, consumers, per_channel), OPEN_TIMEOUT_S)
+        self.run(self._open(topic, consumers, per_channel), OPEN_TIMEOUT_S, "opening the streams")
 
     async def _open(self, topic: str, consumers: Sequence[StreamConsumer], per_channel: int) -> None:
         by_address: dict[str, list[StreamConsumer]] = {}
@@ -182,14 +176,14 @@ class StreamLoop:
 
     def snapshot(self) -> list[tuple[int, str | None]]:
         """(next offset, how it ended) of every consumer, read on the loop's thread."""
-        return self.run(self._snapshot())
+        return self.run(self._snapshot(), LOOP_TIMEOUT_S, "reading the streams' positions")
 
     async def _snapshot(self) -> list[tuple[int, str | None]]:
         return [(consumer.next_offset, consumer.ended) for consumer in self.consumers]
 
     def close(self) -> None:
         """Cancels every stream and closes every channel (bounded)."""
-        self.run(self._close())
+        self.run(self._close(), LOOP_TIMEOUT_S, "closing the streams")
 
     async def _close(self) -> None:
         for call in self._calls:
@@ -199,13 +193,6 @@ class StreamLoop:
         for channel in self._channels:
             await channel.close(None)
         self._calls, self._tasks, self._channels = [], [], []
-
-    def stop(self) -> None:
-        """Stops the loop and joins its thread."""
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=LOOP_TIMEOUT_S)
-        if not self._thread.is_alive():
-            self._loop.close()
 
 
 @contextmanager
@@ -218,7 +205,7 @@ def stream_loop() -> Iterator[StreamLoop]:
         try:
             streams.close()
         finally:
-            streams.stop()
+            streams.stop_loop()
 
 
 def ended_streams(streams: StreamLoop) -> list[str]:

@@ -1,0 +1,29 @@
+"""Runs a benchmark module's `--quick` smoke run in a subprocess and returns its JSON report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_quick(module: str, tmp_path: Path, timeout_s: float) -> tuple[dict[str, Any], str]:
+    """`python -m <module> --quick --json … --base-dir …` from the checkout: its report and its
+    printed output; fails the test with its stderr's end if it exits non-zero."""
+    output = tmp_path / "report.json"
+    nodes = tmp_path / "nodes"
+    finished = subprocess.run(
+        [sys.executable, "-m", module, "--quick", "--json", str(output), "--base-dir", str(nodes)],
+        cwd=REPO,
+        check=False,  # The output says more than the exit code alone.
+        timeout=timeout_s,
+        capture_output=True,
+        text=True,
+    )
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    report: dict[str, Any] = json.loads(output.read_text())
+    return report, finished.stdout
