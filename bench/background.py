@@ -1,5 +1,6 @@
-"""What the many-clients benchmarks (bench/streams.py, bench/connections.py) share: an asyncio loop
-on a thread of its own that holds thousands of grpc.aio calls, and one-in-flight timed sends."""
+"""What the many-clients benchmarks (bench/streams.py, bench/connections.py) and their system test
+share: an asyncio loop on a thread of its own that holds thousands of grpc.aio calls, and
+one-in-flight timed sends."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import threading
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
+
+import grpc
 
 from kq.client import KqClient
 
@@ -39,6 +42,31 @@ class BackgroundLoop:
         self._thread.join(timeout=LOOP_STOP_TIMEOUT_S)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+class StreamHolder(BackgroundLoop):
+    """A BackgroundLoop holding grpc.aio streams: their channels, calls and consuming tasks, which
+    subclasses append to on the loop, and `close` cancels and closes together."""
+
+    def __init__(self, name: str, close_timeout_s: float) -> None:
+        super().__init__(name)
+        self._close_timeout_s = close_timeout_s
+        self._channels: list[grpc.aio.Channel] = []
+        self._calls: list[Any] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def close(self) -> None:
+        """Cancels every stream and closes every channel (bounded)."""
+        self.run(self._close(), self._close_timeout_s, "closing the streams")
+
+    async def _close(self) -> None:
+        for call in self._calls:
+            call.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=self._close_timeout_s / 2)
+        for channel in self._channels:
+            await channel.close(None)
+        self._calls, self._tasks, self._channels = [], [], []
 
 
 def timed_sends(

@@ -38,7 +38,7 @@ from typing import Any
 import grpc
 
 from kq.bench import procfs
-from kq.bench.background import BackgroundLoop, timed_sends
+from kq.bench.background import StreamHolder, timed_sends
 from kq.bench.compare_kq import FutureTally
 from kq.bench.report import percentile
 from kq.bench.settings import SCENARIO_TIME_CAP_S
@@ -242,14 +242,11 @@ class Prober:
             self.probe_once()
 
 
-class StreamLoop(BackgroundLoop):
+class StreamLoop(StreamHolder):
     """An asyncio loop in a background thread holding the consumer streams of one level."""
 
     def __init__(self) -> None:
-        super().__init__("bench-streams-aio")
-        self._channels: list[grpc.aio.Channel] = []
-        self._calls: list[Any] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        super().__init__("bench-streams-aio", CLOSE_TIMEOUT_S)
         self.states: list[StreamState] = []
         self.last_end = time.monotonic()
 
@@ -307,19 +304,6 @@ class StreamLoop(BackgroundLoop):
 
     async def _ended(self) -> int:
         return sum(state.ended for state in self.states)
-
-    def close(self) -> None:
-        """Cancels every stream and closes every channel (bounded)."""
-        self.run(self._close(), CLOSE_TIMEOUT_S, "closing the streams")
-
-    async def _close(self) -> None:
-        for call in self._calls:
-            call.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=CLOSE_TIMEOUT_S / 2)
-        for channel in self._channels:
-            await channel.close(None)
-        self._calls, self._tasks, self._channels = [], [], []
 
 
 def settle(streams: StreamLoop, deadline: float) -> None:

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from kq.bench import procfs
-from kq.bench.background import BackgroundLoop
+from kq.bench.background import StreamHolder
 from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
@@ -108,14 +108,11 @@ class StreamConsumer:
                 self.next_offset = max(self.next_offset, offset + 1)
 
 
-class StreamLoop(BackgroundLoop):
+class StreamLoop(StreamHolder):
     """An asyncio loop in a background thread holding FetchStream consumers (see the module docstring)."""
 
     def __init__(self) -> None:
-        super().__init__("test-streams-aio")
-        self._channels: list[grpc.aio.Channel] = []
-        self._calls: list[Any] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        super().__init__("test-streams-aio", LOOP_TIMEOUT_S)
         self._decoded: dict[tuple[str, int, int], tuple[bytes, list[bytes | None]]] = {}
         self.consumers: list[StreamConsumer] = []
 
@@ -180,19 +177,6 @@ class StreamLoop(BackgroundLoop):
 
     async def _snapshot(self) -> list[tuple[int, str | None]]:
         return [(consumer.next_offset, consumer.ended) for consumer in self.consumers]
-
-    def close(self) -> None:
-        """Cancels every stream and closes every channel (bounded)."""
-        self.run(self._close(), LOOP_TIMEOUT_S, "closing the streams")
-
-    async def _close(self) -> None:
-        for call in self._calls:
-            call.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=LOOP_TIMEOUT_S / 2)
-        for channel in self._channels:
-            await channel.close(None)
-        self._calls, self._tasks, self._channels = [], [], []
 
 
 @contextmanager
