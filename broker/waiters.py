@@ -109,10 +109,6 @@ class AppliedNotifier:
             if not futures and self._futures.get(key) is futures:
                 del self._futures[key]
 
-    def waiting(self) -> int:
-        """Futures registered now (on the loop only)."""
-        return sum(len(futures) for futures in self._futures.values())
-
     def close(self) -> None:
         """The node stops serving (on the loop only): every waiter is woken, and none waits again."""
         self.closed = True
