@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kq.broker.consensus import Peer
-from kq.proto.limits import GRPC_WORKERS_DEFAULT, PEERS_MAX, READERS_MAX, READERS_PER_CONNECTION_MAX
+from kq.proto.limits import (
+    GRPC_WORKERS_DEFAULT,
+    KAFKA_DEFAULT_PARTITIONS,
+    KAFKA_FRAME_BYTES_DEFAULT,
+    PEERS_MAX,
+    READERS_MAX,
+    READERS_PER_CONNECTION_MAX,
+)
 from kq.raft.node import RaftConfig
 
 
@@ -28,11 +35,24 @@ class NodeConfig:
     raft: RaftConfig | None = None
     max_readers: int = READERS_MAX  # Waiting calls the node admits (broker/admission.py).
     max_readers_per_connection: int = READERS_PER_CONNECTION_MAX
+    kafka: KafkaConfig | None = None  # None: no Kafka listener.
 
     @property
     def self_peer(self) -> Peer:
         """This node as a Peer."""
-        return Peer(self.node_id, self.raft_address, self.grpc_address)
+        return Peer(
+            self.node_id, self.raft_address, self.grpc_address, self.kafka.address if self.kafka else ""
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    """The node's Kafka listener (broker/kafka/)."""
+
+    address: str
+    frame_bytes_max: int = KAFKA_FRAME_BYTES_DEFAULT
+    default_partitions: int = KAFKA_DEFAULT_PARTITIONS
+    auto_create_topics: bool = True
 
 
 def parse_address(text: str, what: str) -> str:
@@ -44,17 +64,19 @@ def parse_address(text: str, what: str) -> str:
 
 
 def parse_peers(text: str, self_id: str) -> tuple[Peer, ...]:
-    """Parses `id=raft_host:port=grpc_host:port,...`; the entry for `self_id` (if listed) is dropped."""
+    """Parses `id=raft_host:port=grpc_host:port[=kafka_host:port],...`; the entry for `self_id` (if
+    listed) is dropped."""
     peers: list[Peer] = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         fields = item.split("=")
-        if len(fields) != 3 or not fields[0]:
-            raise ConfigError(f"peer {item!r} must be id=raft_host:port=grpc_host:port")
-        node_id, raft_address, grpc_address = fields
+        if len(fields) not in (3, 4) or not fields[0]:
+            raise ConfigError(f"peer {item!r} must be id=raft_host:port=grpc_host:port[=kafka_host:port]")
+        node_id, raft_address, grpc_address = fields[:3]
         peer = Peer(
             node_id,
             parse_address(raft_address, "peer raft address"),
             parse_address(grpc_address, "peer gRPC address"),
+            parse_address(fields[3], "peer Kafka address") if len(fields) == 4 else "",
         )
         if node_id != self_id:
             peers.append(peer)

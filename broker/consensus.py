@@ -14,11 +14,12 @@ PYSYNCOBJ_SUCCESS = 0  # pysyncobj.FAIL_REASON.SUCCESS
 
 @dataclass(frozen=True, slots=True)
 class Peer:
-    """A cluster member as configured: its id, Raft address and gRPC address."""
+    """A cluster member as configured: its id, Raft address, gRPC address and Kafka listener ("": none)."""
 
     node_id: str
     raft_address: str
     grpc_address: str
+    kafka_address: str = ""
 
 
 @dataclass(frozen=True, slots=True)

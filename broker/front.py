@@ -29,7 +29,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent import futures
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -56,6 +56,18 @@ T = TypeVar("T")
 Registration = Callable[[grpc.aio.Server], None]
 
 
+class Listener(Protocol):
+    """Another server on the loop (the Kafka listener): started after gRPC, stopped before it."""
+
+    address: str
+
+    async def start(self) -> int:
+        """Binds and serves; the bound port (OSError when it cannot bind)."""
+
+    async def stop(self) -> None:
+        """Stops serving and ends every connection."""
+
+
 class FrontEndError(Exception):
     """The server could not start (its address cannot be bound)."""
 
@@ -64,7 +76,12 @@ class FrontEnd:
     """The gRPC server of one node; constructing it starts nothing, `start()` binds and serves."""
 
     def __init__(
-        self, address: str, workers: int, notifier: AppliedNotifier, services: list[Registration]
+        self,
+        address: str,
+        workers: int,
+        notifier: AppliedNotifier,
+        services: list[Registration],
+        listeners: list[Listener] | None = None,
     ) -> None:
         self.address = address
         self.workers = futures.ThreadPoolExecutor(workers, thread_name_prefix=WORKER_PREFIX)
@@ -74,6 +91,8 @@ class FrontEnd:
         self.port = 0  # Bound by start().
         self._notifier = notifier
         self._services = services
+        self.listeners = listeners if listeners is not None else []
+        self.listener_ports: list[int] = []  # Bound by start(), in the order of `listeners`.
         self._serving_health: bool | None = None
         self._loop = asyncio.new_event_loop()
         self._stop_requested: asyncio.Event | None = None
@@ -93,6 +112,8 @@ class FrontEnd:
         if self._failure is not None:
             self._thread.join()
             self._close_pools()
+            if isinstance(self._failure, FrontEndError) and self.port:
+                raise self._failure
             raise FrontEndError(f"cannot serve gRPC on {self.address}: {self._failure}")
         return self.port
 
@@ -163,8 +184,16 @@ class FrontEnd:
         if self.port == 0:
             raise FrontEndError("the address is taken or not local")
         await server.start()
+        for listener in self.listeners:
+            try:
+                self.listener_ports.append(await listener.start())
+            except OSError as error:
+                await server.stop(None)
+                raise FrontEndError(f"cannot listen on {listener.address}: {error}") from error
         self._ready.set()
         await self._stop_requested.wait()
         await self.health.enter_graceful_shutdown()
         self._notifier.close()  # Waiting calls answer what they have instead of waiting on.
+        for listener in self.listeners:
+            await listener.stop()
         await server.stop(SHUTDOWN_GRACE_S)

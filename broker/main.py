@@ -19,10 +19,13 @@ from typing import Any
 import click
 
 from kq.broker.admission import ReaderAdmission, ReaderLimits
-from kq.broker.config import ConfigError, NodeConfig, parse_address, parse_peers
+from kq.broker.config import ConfigError, KafkaConfig, NodeConfig, parse_address, parse_peers
 from kq.broker.consensus import PySyncObjConsensus
-from kq.broker.front import FrontEnd, FrontEndError, Registration
+from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
 from kq.broker.groups import GroupCoordinator
+from kq.broker.kafka.apis import KafkaApis
+from kq.broker.kafka.listener import KafkaListener
+from kq.broker.kafka.settings import kafka_settings
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.service import BrokerService
 from kq.broker.waiters import AppliedNotifier
@@ -32,6 +35,10 @@ from kq.proto.limits import (
     GRPC_WORKERS_MAX,
     GRPC_WORKERS_MIN,
     HEALTH_POLL_S,
+    KAFKA_DEFAULT_PARTITIONS,
+    KAFKA_FRAME_BYTES_DEFAULT,
+    KAFKA_FRAME_BYTES_MIN,
+    PARTITIONS_MAX,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
 )
@@ -66,7 +73,8 @@ class BrokerNode:
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
-        self.front = FrontEnd(config.grpc_address, config.grpc_workers, self.notifier, services)
+        listeners: list[Listener] = []
+        self.front = FrontEnd(config.grpc_address, config.grpc_workers, self.notifier, services, listeners)
         service = BrokerService(
             config.self_peer,
             config.peers,
@@ -80,6 +88,9 @@ class BrokerNode:
             self.front.reads,
         )
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
+        if config.kafka is not None:
+            apis = KafkaApis(service, kafka_settings(config, config.kafka))
+            listeners.append(KafkaListener(config.kafka.address, apis.answer, config.kafka.frame_bytes_max))
         self.grpc_port = 0  # Bound by start().
 
     def start(self) -> None:
@@ -152,6 +163,8 @@ def run_node(config: NodeConfig, log_level: str) -> None:
         open_files,
         config.raft_address,
     )
+    if config.kafka is not None:
+        logger.info("serving Kafka on %s (broker id %s)", config.kafka.address, config.node_id)
     try:
         while not stopping.wait(HEALTH_POLL_S):
             node.update_health()
@@ -239,6 +252,28 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     type=click.IntRange(1, READERS_MAX),
     help="Of those, what one client connection may hold.",
 )
+@click.option(
+    "--kafka-address",
+    default="",
+    help="host:port of the Kafka protocol listener; empty: none (KQ_KAFKA_ADDRESS); needs integer node ids.",
+)
+@click.option(
+    "--kafka-frame-bytes-max",
+    default=KAFKA_FRAME_BYTES_DEFAULT,
+    type=click.IntRange(KAFKA_FRAME_BYTES_MIN, 1 << 30),
+    help="Largest Kafka request; a bigger frame closes its connection (Kafka's socket.request.max.bytes).",
+)
+@click.option(
+    "--default-partitions",
+    default=KAFKA_DEFAULT_PARTITIONS,
+    type=click.IntRange(1, PARTITIONS_MAX),
+    help="Partitions of topics a Kafka client creates without a count (auto-created ones included).",
+)
+@click.option(
+    "--auto-create-topics/--no-auto-create-topics",
+    default=True,
+    help="Create a topic when a Kafka client's Metadata request names an unknown one.",
+)
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 def main(
     node_id: str,
@@ -257,6 +292,10 @@ def main(
     grpc_workers: int,
     max_readers: int,
     max_readers_per_connection: int,
+    kafka_address: str,
+    kafka_frame_bytes_max: int,
+    default_partitions: int,
+    auto_create_topics: bool,
     log_level: str,
 ) -> None:
     """Runs one kq node."""
@@ -268,6 +307,14 @@ def main(
             raise ConfigError("--election-timeout-min-ms must be below --election-timeout-max-ms")
         if not secret:
             raise ConfigError("--secret must not be empty")
+        kafka = None
+        if kafka_address:
+            kafka = KafkaConfig(
+                parse_address(kafka_address, "--kafka-address"),
+                kafka_frame_bytes_max,
+                default_partitions,
+                auto_create_topics,
+            )
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     raft = RaftConfig(
@@ -294,6 +341,12 @@ def main(
         raft,
         max_readers,
         min(max_readers_per_connection, max_readers),
+        kafka,
     )
+    if kafka is not None:
+        try:
+            kafka_settings(config, kafka)
+        except ConfigError as error:
+            raise click.UsageError(str(error)) from error
     run_node(config, log_level)
     sys.exit(0)

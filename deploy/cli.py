@@ -41,6 +41,7 @@ class RunSettings:
     base_grpc_port: int
     base_raft_port: int
     ready_timeout_s: float
+    base_kafka_port: int
     program: str  # How the user called us, for the hints we print ("deploy/run-cluster.sh").
 
     def cluster(self) -> LocalCluster:
@@ -55,6 +56,7 @@ class RunSettings:
             "",
             grpc_ports=[self.base_grpc_port + n for n in range(1, size + 1)],
             raft_ports=[self.base_raft_port + n for n in range(1, size + 1)],
+            kafka_ports=[self.base_kafka_port + n for n in range(1, size + 1)],
             record_pids=True,
             detach=True,
         )
@@ -127,8 +129,8 @@ def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
     say(f"cluster is up; leader: node {leader} ({cluster.nodes[leader].grpc_address})")
     for node_id, spec in cluster.nodes.items():
         click.echo(
-            f"  node {node_id}  gRPC {spec.grpc_address}  Raft {spec.raft_address}  "
-            f"PID {cluster.pid(node_id) or '-'}  log {cluster.log_path(node_id)}"
+            f"  node {node_id}  gRPC {spec.grpc_address}  Kafka {spec.kafka_address}  "
+            f"Raft {spec.raft_address}  PID {cluster.pid(node_id) or '-'}  log {cluster.log_path(node_id)}"
         )
     bootstrap = ""
     if settings.base_grpc_port != 9100 or settings.nodes != 3:
@@ -143,6 +145,9 @@ def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
         f"  kq{bootstrap} produce demo hello world\n"
         f"  kq{bootstrap} consume demo --from-beginning --max 2\n"
         f"  kq{bootstrap} cluster status\n\n"
+        f"Kafka clients (kcat, confluent-kafka, kafka-python, ...):\n"
+        f"  bootstrap.servers={cluster.kafka_bootstrap}\n"
+        f"  kcat -b {cluster.kafka_bootstrap} -L\n\n"
         f"Failover demo:  {program} kill {leader}   (then: {program} status, {program} restart {leader})\n"
         f"Logs:           {program} logs [N] [--follow]\n"
         f"Stop:           {program} stop"
@@ -180,6 +185,13 @@ PORT_BASE = click.IntRange(1, 65535 - NODES_MAX)
     type=click.FloatRange(1, 3600),
     help="How long start, restart and kill wait for a leader.",
 )
+@click.option(
+    "--base-kafka-port",
+    envvar="KQ_BASE_KAFKA_PORT",
+    default=9091,
+    type=PORT_BASE,
+    help="Node N: Kafka listener this+N (9092, 9093, 9094 by default)",
+)
 @click.option("--program", default="python -m kq.deploy", hidden=True, help="Our name in printed hints.")
 @click.pass_context
 def main(
@@ -189,20 +201,24 @@ def main(
     base_grpc_port: int,
     base_raft_port: int,
     ready_timeout_s: float,
+    base_kafka_port: int,
     program: str,
 ) -> None:
     """A local kq cluster on 127.0.0.1 that keeps running after this command.
 
-    Options also come from KQ_RUN_DIR, KQ_NODES, KQ_BASE_GRPC_PORT, KQ_BASE_RAFT_PORT and
+    Options also come from KQ_RUN_DIR, KQ_NODES, KQ_BASE_GRPC_PORT, KQ_BASE_RAFT_PORT, KQ_BASE_KAFKA_PORT and
     KQ_READY_TIMEOUT_S; KQ_SECRET is the cluster's Raft secret (default: generated into the run
     directory). Other KQ_* variables reach kq-node as its options (e.g. KQ_LOG_LEVEL=debug).
     """
     grpc_ports = range(base_grpc_port + 1, base_grpc_port + nodes + 1)
     raft_ports = range(base_raft_port + 1, base_raft_port + nodes + 1)
-    if set(grpc_ports) & set(raft_ports):
-        raise click.BadParameter("the gRPC and Raft port ranges overlap", param_hint="--base-raft-port")
+    kafka_ports = range(base_kafka_port + 1, base_kafka_port + nodes + 1)
+    if set(grpc_ports) & set(raft_ports) or set(kafka_ports) & (set(grpc_ports) | set(raft_ports)):
+        raise click.BadParameter(
+            "the gRPC, Raft and Kafka port ranges overlap", param_hint="--base-raft-port"
+        )
     context.obj = RunSettings(
-        run_dir.absolute(), nodes, base_grpc_port, base_raft_port, ready_timeout_s, program
+        run_dir.absolute(), nodes, base_grpc_port, base_raft_port, ready_timeout_s, base_kafka_port, program
     )
 
 

@@ -137,6 +137,7 @@ class NodeSpec:
     grpc_address: str
     raft_address: str
     data_dir: Path
+    kafka_address: str = ""  # "": the node runs no Kafka listener.
 
 
 class LocalCluster:
@@ -161,6 +162,8 @@ class LocalCluster:
         node_command: Sequence[str] | None = None,
         grpc_ports: Sequence[int] | None = None,
         raft_ports: Sequence[int] | None = None,
+        kafka_ports: Sequence[int] | None = None,
+        kafka: bool = True,
         record_pids: bool = False,
         detach: bool = False,
     ) -> None:
@@ -170,6 +173,9 @@ class LocalCluster:
             ports = free_ports(2 * size)
             grpc_ports, raft_ports = ports[:size], ports[size:]
         assert len(grpc_ports) == len(raft_ports) == size, "one gRPC and one Raft port per node"
+        if kafka and kafka_ports is None:
+            kafka_ports = free_ports(size)
+        assert not kafka or (kafka_ports is not None and len(kafka_ports) == size), "one Kafka port per node"
         self.base_dir = base_dir
         self.secret = secret
         self.node_args = tuple(node_args)
@@ -182,6 +188,7 @@ class LocalCluster:
                 f"{host_list[i]}:{grpc_ports[i]}",
                 f"{host_list[i]}:{raft_ports[i]}",
                 base_dir / f"node{i + 1}",
+                f"{host_list[i]}:{kafka_ports[i]}" if kafka and kafka_ports is not None else "",
             )
             for i in range(size)
         }
@@ -207,9 +214,17 @@ class LocalCluster:
         """Every node's gRPC address."""
         return [spec.grpc_address for spec in self.nodes.values()]
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Every node's Kafka listener, as Kafka clients' `bootstrap.servers` ("" without listeners)."""
+        return ",".join(spec.kafka_address for spec in self.nodes.values() if spec.kafka_address)
+
     def peers_argument(self) -> str:
-        """The --peers value naming every node."""
-        return ",".join(f"{s.node_id}={s.raft_address}={s.grpc_address}" for s in self.nodes.values())
+        """The --peers value naming every node (with its Kafka listener, when it has one)."""
+        return ",".join(
+            "=".join(filter(None, (s.node_id, s.raft_address, s.grpc_address, s.kafka_address)))
+            for s in self.nodes.values()
+        )
 
     def log_path(self, node_id: str) -> Path:
         """The node's log file (appended to across restarts)."""
@@ -220,7 +235,7 @@ class LocalCluster:
         taken = []
         for node_id in node_ids:
             spec = self.nodes[node_id]
-            for address in (spec.grpc_address, spec.raft_address):
+            for address in filter(None, (spec.grpc_address, spec.raft_address, spec.kafka_address)):
                 reason = address_in_use(address)
                 if reason is not None:
                     taken.append(f"{address} ({reason})")
@@ -245,6 +260,7 @@ class LocalCluster:
             self.peers_argument(),
             "--data-dir",
             str(spec.data_dir),
+            *(("--kafka-address", spec.kafka_address) if spec.kafka_address else ()),
             *self.node_args,
         ]
 

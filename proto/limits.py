@@ -179,3 +179,12 @@ COPY_CHUNK_BYTES = 1024 * 1024
 HEADER_BYTES_MAX = 16 * 1024 * 1024
 TRANSMISSION_TIMEOUT_S = 600.0  # A transmission not finished by then is dropped; compaction resumes.
 COPY_RETRY_S = 5.0  # After a failed copy (disk full?), the next one starts no sooner than this.
+
+# The Kafka listener (broker/kafka/).
+KAFKA_FRAME_BYTES_DEFAULT = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes; --kafka-frame-bytes-max.
+KAFKA_FRAME_BYTES_MIN = 64 * 1024
+KAFKA_CONNECTIONS_MAX = 10_000  # Open Kafka client connections per node; one more is closed at once.
+KAFKA_IDLE_CONNECTION_S = 600.0  # Kafka's connections.max.idle.ms: a silent connection is closed.
+KAFKA_PARTITIONS_PER_REQUEST_MAX = 10_000  # Partitions named in one Produce, Fetch or ListOffsets.
+KAFKA_FETCH_WATCHED_PARTITIONS_MAX = 64  # A long-poll over more partitions wakes on every append.
+KAFKA_DEFAULT_PARTITIONS = 1  # Kafka's num.partitions: auto-created topics; --default-partitions.

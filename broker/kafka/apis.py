@@ -1,0 +1,122 @@
+"""The Kafka APIs a node serves, the versions of each, and the dispatch of one request frame.
+
+`KafkaApis.answer` is the listener's whole view of the protocol: it reads the request header,
+refuses an API or version it does not serve (UNSUPPORTED_VERSION where the response can say so;
+ApiVersions always can, in its v0 form, so a client learns what to use), decodes the body with kio,
+runs the handler and encodes its response. ApiVersions advertises exactly the table below.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kq.broker.edge import RateLimitedLog
+from kq.broker.kafka.base import NONE, UNSUPPORTED_VERSION
+from kq.broker.kafka.build import build, has_field, response_module
+from kq.broker.kafka.cluster import ClusterApis
+from kq.broker.kafka.framing import (
+    FrameError,
+    Request,
+    decode_request,
+    encode_response,
+    read_prefix,
+    request_schema,
+)
+from kq.broker.kafka.listener import CloseConnectionError, Connection
+from kq.proto.limits import LOG_INTERVAL_S
+
+logger = logging.getLogger(__name__)
+
+API_VERSIONS = 18
+Handler = Callable[[Request, Connection], Awaitable[Any]]
+
+
+class KafkaApis(ClusterApis):
+    """Every Kafka API kq serves, over the node's one broker layer."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._log = RateLimitedLog(LOG_INTERVAL_S)
+        # API key -> (lowest version, highest version, handler). ApiVersions advertises exactly these.
+        self.apis: dict[int, tuple[int, int, Handler]] = {
+            API_VERSIONS: (0, 3, self.api_versions),
+            3: (4, 12, self.metadata),
+            10: (0, 3, self.find_coordinator),
+            19: (2, 5, self.create_topics),
+            20: (1, 4, self.delete_topics),
+            22: (0, 4, self.init_producer_id),
+            32: (1, 4, self.describe_configs),
+            60: (0, 1, self.describe_cluster),
+        }
+
+    async def answer(self, frame: bytes, connection: Connection) -> bytes | None:
+        """The response frame to one request frame; None when the request wants none (acks=0).
+
+        Raises CloseConnectionError for a frame no response can answer."""
+        try:
+            prefix = read_prefix(frame)
+        except FrameError as error:
+            raise CloseConnectionError(str(error)) from error
+        served = self.apis.get(prefix.api_key)
+        if served is None:
+            raise CloseConnectionError(f"API key {prefix.api_key} is not served")
+        low, high, handler = served
+        if not low <= prefix.api_version <= high:
+            return self._unsupported_version(prefix.api_key, prefix.api_version, prefix.correlation_id)
+        schema = request_schema(prefix.api_key, prefix.api_version)
+        assert schema is not None, "every served version has a kio schema"
+        try:
+            request = decode_request(frame, schema)
+        except FrameError as error:
+            raise CloseConnectionError(str(error)) from error
+        try:
+            response = await handler(request, connection)
+        except CloseConnectionError:
+            raise
+        except Exception as error:  # A bug: logged (rate-limited), and only this connection ends.
+            self._log.report(
+                f"bug:{prefix.api_key}",
+                "Kafka API %d v%d failed: %s",
+                prefix.api_key,
+                prefix.api_version,
+                error,
+                exc_info=True,
+            )
+            raise CloseConnectionError(f"internal error in API {prefix.api_key}") from error
+        return None if response is None else encode_response(request.correlation_id, response)
+
+    def _unsupported_version(self, api_key: int, api_version: int, correlation_id: int) -> bytes:
+        """UNSUPPORTED_VERSION in a form the client can read; CloseConnectionError when none exists."""
+        if api_key == API_VERSIONS:
+            module = response_module(API_VERSIONS, 0)
+            return encode_response(correlation_id, self._versions_response(module, UNSUPPORTED_VERSION))
+        try:
+            module = response_module(api_key, api_version)
+        except Exception as error:  # kio has no such version: nothing can encode an answer.
+            raise CloseConnectionError(f"API {api_key} v{api_version} is not served") from error
+        cls = next(
+            (
+                getattr(module, name)
+                for name in dir(module)
+                if name.endswith("Response")
+                and getattr(getattr(module, name), "__type__", None) is not None
+                and str(getattr(module, name).__type__).endswith("response")
+            ),
+            None,
+        )
+        if cls is None or not has_field(cls, "error_code"):
+            raise CloseConnectionError(f"API {api_key} v{api_version} is not served")
+        return encode_response(correlation_id, build(cls, error_code=UNSUPPORTED_VERSION))
+
+    async def api_versions(self, request: Request, connection: Connection) -> Any:
+        """The APIs and versions this node serves."""
+        return self._versions_response(response_module(API_VERSIONS, request.api_version), NONE)
+
+    def _versions_response(self, module: Any, code: int) -> Any:
+        keys = tuple(
+            build(module.ApiVersion, api_key=key, min_version=low, max_version=high)
+            for key, (low, high, _) in sorted(self.apis.items())
+        )
+        return build(module.ApiVersionsResponse, error_code=code, api_keys=keys, throttle_time=0)

@@ -1,0 +1,130 @@
+"""What every Kafka API handler shares: the node's parts, the cluster as Kafka sees it, error codes.
+
+The Kafka handlers call the same broker layer as gRPC (`ServiceBase`'s parts and `BrokerService`'s
+operations), so produce, fetch, topics, offsets and groups have one implementation, and every
+request passes the same validation before anything reaches Raft. A `KqError` becomes the Kafka
+error code of its row in kq's one error table (proto/errors.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kq.broker.errors import KqError
+from kq.broker.service import BrokerService
+from kq.broker.service_base import ServiceBase
+from kq.proto.errors import ErrorCode, spec_of
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Kafka error codes the handlers answer themselves (kio.schema.errors.ErrorCode names them all).
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_TOPIC = 17
+INVALID_REQUIRED_ACKS = 21
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+UNSUPPORTED_VERSION = 35
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_CONFIG = 40
+NOT_CONTROLLER = 41
+INVALID_REQUEST = 42
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+UNSUPPORTED_COMPRESSION_TYPE = 76
+MEMBER_ID_REQUIRED = 79
+INVALID_RECORD = 87
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaBrokerInfo:
+    """One node as Kafka clients see it: a number and the address of its Kafka listener."""
+
+    broker_id: int
+    node_id: str
+    host: str
+    port: int
+    grpc_address: str
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """The listener's configuration (node flags)."""
+
+    brokers: tuple[KafkaBrokerInfo, ...]  # Every node of the cluster, this one included.
+    self_broker_id: int
+    cluster_id: str
+    auto_create_topics: bool
+    default_partitions: int
+
+
+def kafka_code(error: KqError, not_leader: int = NOT_LEADER_OR_FOLLOWER) -> int:
+    """The Kafka error code of a kq error; a write that reached a follower answers `not_leader`
+    (NOT_LEADER_OR_FOLLOWER for partitions, NOT_COORDINATOR for groups, NOT_CONTROLLER for topics)."""
+    if error.code == ErrorCode.NOT_LEADER:
+        return not_leader
+    if error.code == ErrorCode.LEADER_UNKNOWN:
+        return {NOT_COORDINATOR: COORDINATOR_NOT_AVAILABLE, NOT_CONTROLLER: NOT_CONTROLLER}.get(
+            not_leader, LEADER_NOT_AVAILABLE
+        )
+    return spec_of(error.code).kafka_code
+
+
+class KafkaBase(ServiceBase):
+    """The parts of one node, shared with its gRPC service, and the cluster's Kafka brokers."""
+
+    def __init__(self, service: BrokerService, settings: KafkaSettings) -> None:
+        super().__init__(
+            service._node,
+            service._peers,
+            service._store,
+            service._consensus,
+            service._batcher,
+            service._notifier,
+            service._coordinator,
+            service._readers,
+            service._workers,
+            service._reads,
+        )
+        self._service = service
+        self._settings = settings
+        self._by_node_id = {broker.node_id: broker for broker in settings.brokers}
+        self._by_grpc_address = {broker.grpc_address: broker for broker in settings.brokers}
+
+    def _leader_broker(self) -> KafkaBrokerInfo | None:
+        """The Kafka broker of the Raft leader this node knows of."""
+        if self._consensus.is_leader():
+            return self._by_node_id.get(self._node.node_id)
+        address = self._consensus.leader_grpc_address()
+        return None if address is None else self._by_grpc_address.get(address)
+
+    def _live_broker_ids(self) -> tuple[int, ...]:
+        """Brokers this node is connected to over Raft, and itself: the in-sync replicas it reports."""
+        connected = self._consensus.status().connected
+        return tuple(
+            broker.broker_id
+            for broker in self._settings.brokers
+            if broker.node_id == self._node.node_id or connected.get(broker.node_id, False)
+        )
+
+    async def _call(self, operation: Callable[..., T], *args: Any) -> T:
+        """A BrokerService operation (a gRPC handler that needs no call context) on a worker thread."""
+        return await self._in_workers(operation, *args)

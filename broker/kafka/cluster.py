@@ -1,0 +1,393 @@
+"""Kafka's cluster and topic APIs: Metadata, DescribeCluster, FindCoordinator, DescribeConfigs,
+CreateTopics, DeleteTopics and InitProducerId.
+
+kq has one Raft leader for every partition, so Metadata names it as every partition's leader (and
+the controller and every group's coordinator); every node is a replica, and the nodes this one hears
+over Raft are the in-sync ones. Leader epochs are -1 (unknown): clients then skip the epoch checks of
+KIP-320, whose OffsetForLeaderEpoch API kq does not serve. Writes that reach a follower answer the
+code that makes a Kafka client refresh its metadata and go to the leader.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kq.broker.errors import KqError
+from kq.broker.kafka.base import (
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_CONFIG,
+    INVALID_PARTITIONS,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_REQUEST,
+    INVALID_TOPIC,
+    LEADER_NOT_AVAILABLE,
+    NONE,
+    NOT_CONTROLLER,
+    TOPIC_ALREADY_EXISTS,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    KafkaBase,
+    KafkaBrokerInfo,
+    kafka_code,
+)
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.framing import Request
+from kq.broker.kafka.listener import Connection
+from kq.broker.validation import check_partition_count, check_topic_name
+from kq.proto import kq_pb2
+from kq.proto.limits import RECORD_BYTES_MAX
+from kq.raft.validation import partition_count_problem, topic_name_problem
+from kq.storage import TopicMeta
+
+METADATA, FIND_COORDINATOR, CREATE_TOPICS, DELETE_TOPICS = 3, 10, 19, 20
+INIT_PRODUCER_ID, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 22, 32, 60
+BROKERS_ENDPOINT = 1  # DescribeCluster v1's endpoint_type: the brokers (not the controllers).
+NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value of authorized-operations fields.
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+DEFAULT_CONFIG, STATIC_BROKER_CONFIG = 5, 4  # DescribeConfigs config_source values.
+CONFIG_TYPE = {"string": 2, "int": 3, "long": 5, "boolean": 1}
+
+
+class ClusterApis(KafkaBase):
+    """Metadata and administration over the Kafka protocol."""
+
+    # Metadata -----------------------------------------------------------------------------------
+
+    async def metadata(self, request: Request, connection: Connection) -> Any:
+        """Brokers, the controller, and the requested topics (all when the list is null)."""
+        body = request.body
+        module = response_module(METADATA, request.api_version)
+        names = None if body.topics is None else [topic.name for topic in body.topics]
+        auto_create = (
+            bool(getattr(body, "allow_auto_topic_creation", True)) and self._settings.auto_create_topics
+        )
+        topics = await self._in_reads(self._topics_for_metadata, names)
+        leader = self._leader_broker()
+        live = self._live_broker_ids()
+        answers = []
+        for name, found in topics:
+            topic, code = found, NONE
+            if topic is None and name is not None and auto_create and topic_name_problem(name) is None:
+                topic, code = await self._auto_create(name)
+            elif topic is None:
+                code = (
+                    INVALID_TOPIC
+                    if name is not None and topic_name_problem(name)
+                    else UNKNOWN_TOPIC_OR_PARTITION
+                )
+            answers.append(self._topic_metadata(module, name or "", topic, code, leader, live))
+        return build(
+            module.MetadataResponse,
+            throttle_time=0,
+            brokers=tuple(self._broker_metadata(module, broker) for broker in self._settings.brokers),
+            cluster_id=self._settings.cluster_id,
+            controller_id=leader.broker_id if leader else -1,
+            topics=tuple(answers),
+            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )
+
+    def _topics_for_metadata(self, names: list[str] | None) -> list[tuple[str | None, TopicMeta | None]]:
+        with self._store.read() as reader:
+            if names is None:
+                return [(topic.name, topic) for topic in reader.topics()]
+            return [(name, None if topic_name_problem(name) else reader.topic(name)) for name in names]
+
+    async def _auto_create(self, name: str) -> tuple[TopicMeta | None, int]:
+        """Creates a topic a client asked for by name (Kafka's auto.create.topics.enable)."""
+        request = kq_pb2.CreateTopicRequest(name=name, partitions=self._settings.default_partitions)
+        try:
+            await self._call(self._service.CreateTopic, request, None)
+        except KqError as error:
+            if kafka_code(error) != TOPIC_ALREADY_EXISTS:
+                return None, LEADER_NOT_AVAILABLE  # Retriable: the client asks again (maybe the leader).
+        with self._store.read() as reader:
+            topic = reader.topic(name)
+        return topic, (NONE if topic is not None else LEADER_NOT_AVAILABLE)
+
+    def _topic_metadata(
+        self,
+        module: Any,
+        name: str,
+        topic: TopicMeta | None,
+        code: int,
+        leader: KafkaBrokerInfo | None,
+        live: tuple[int, ...],
+    ) -> Any:
+        if topic is None:
+            return build(
+                module.MetadataResponseTopic,
+                error_code=code,
+                name=name,
+                partitions=(),
+                topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            )
+        replicas = tuple(broker.broker_id for broker in self._settings.brokers)
+        partitions = tuple(
+            build(
+                module.MetadataResponsePartition,
+                error_code=NONE if leader else LEADER_NOT_AVAILABLE,
+                partition_index=index,
+                leader_id=leader.broker_id if leader else -1,
+                leader_epoch=-1,
+                replica_nodes=replicas,
+                isr_nodes=live,
+                offline_replicas=tuple(r for r in replicas if r not in live),
+            )
+            for index in range(topic.partitions)
+        )
+        return build(
+            module.MetadataResponseTopic,
+            error_code=NONE,
+            name=topic.name,
+            topic_id=uuid.UUID(int=topic.topic_id),
+            is_internal=False,
+            partitions=partitions,
+            topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )
+
+    @staticmethod
+    def _broker_metadata(module: Any, broker: KafkaBrokerInfo) -> Any:
+        return build(
+            module.MetadataResponseBroker,
+            node_id=broker.broker_id,
+            host=broker.host,
+            port=broker.port,
+            rack=broker.rack,
+        )
+
+    async def describe_cluster(self, request: Request, connection: Connection) -> Any:
+        """The brokers and the controller (the Raft leader)."""
+        module = response_module(DESCRIBE_CLUSTER, request.api_version)
+        leader = self._leader_broker()
+        brokers = tuple(
+            build(module.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in self._settings.brokers
+        )
+        return build(
+            module.DescribeClusterResponse,
+            throttle_time=0,
+            error_code=NONE,
+            endpoint_type=BROKERS_ENDPOINT,
+            cluster_id=self._settings.cluster_id,
+            controller_id=leader.broker_id if leader else -1,
+            brokers=brokers,
+            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )
+
+    async def find_coordinator(self, request: Request, connection: Connection) -> Any:
+        """The coordinator of every group is the Raft leader (group state is replicated through it)."""
+        module = response_module(FIND_COORDINATOR, request.api_version)
+        leader = self._leader_broker()
+        if getattr(request.body, "key_type", 0) != 0:
+            return build(
+                module.FindCoordinatorResponse,
+                error_code=COORDINATOR_NOT_AVAILABLE,
+                error_message="transactions are not implemented",
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        if leader is None:
+            return build(
+                module.FindCoordinatorResponse,
+                error_code=COORDINATOR_NOT_AVAILABLE,
+                error_message="no leader is elected right now",
+                node_id=-1,
+                host="",
+                port=-1,
+            )
+        return build(
+            module.FindCoordinatorResponse,
+            error_code=NONE,
+            node_id=leader.broker_id,
+            host=leader.host,
+            port=leader.port,
+        )
+
+    # Configs ------------------------------------------------------------------------------------
+
+    async def describe_configs(self, request: Request, connection: Connection) -> Any:
+        """Topic and broker settings, read-only (kq's are fixed until topic configs exist)."""
+        module = response_module(DESCRIBE_CONFIGS, request.api_version)
+        results = []
+        for resource in request.body.resources:
+            code, message, configs = (
+                NONE,
+                None,
+                self._configs_of(resource.resource_type, resource.resource_name),
+            )
+            if configs is None:
+                code, message, configs = UNKNOWN_TOPIC_OR_PARTITION, "unknown resource", {}
+            wanted = resource.configuration_keys
+            entries = tuple(
+                build(
+                    module.DescribeConfigsResourceResult,
+                    name=name,
+                    value=value,
+                    read_only=True,
+                    is_default=True,
+                    config_source=DEFAULT_CONFIG
+                    if resource.resource_type == TOPIC_RESOURCE
+                    else STATIC_BROKER_CONFIG,
+                    is_sensitive=False,
+                    synonyms=(),
+                    config_type=CONFIG_TYPE[kind],
+                    documentation=None,
+                )
+                for name, (value, kind) in configs.items()
+                if wanted is None or name in wanted
+            )
+            results.append(
+                build(
+                    module.DescribeConfigsResult,
+                    error_code=code,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=entries,
+                )
+            )
+        return build(module.DescribeConfigsResponse, throttle_time=0, results=tuple(results))
+
+    def _configs_of(self, resource_type: int, name: str) -> dict[str, tuple[str, str]] | None:
+        if resource_type == TOPIC_RESOURCE:
+            with self._store.read() as reader:
+                if topic_name_problem(name) or reader.topic(name) is None:
+                    return None
+            return {
+                "cleanup.policy": ("delete", "string"),
+                "retention.ms": ("-1", "long"),
+                "retention.bytes": ("-1", "long"),
+                "max.message.bytes": (str(RECORD_BYTES_MAX), "int"),
+                "message.timestamp.type": ("CreateTime", "string"),
+                "compression.type": ("producer", "string"),
+                "min.insync.replicas": (str(len(self._settings.brokers) // 2 + 1), "int"),
+            }
+        if resource_type == BROKER_RESOURCE:
+            if name not in ("", str(self._settings.self_broker_id)):
+                return None
+            return {
+                "broker.id": (str(self._settings.self_broker_id), "int"),
+                "num.partitions": (str(self._settings.default_partitions), "int"),
+                "auto.create.topics.enable": (str(self._settings.auto_create_topics).lower(), "boolean"),
+                "message.max.bytes": (str(RECORD_BYTES_MAX), "int"),
+                "default.replication.factor": (str(len(self._settings.brokers)), "int"),
+            }
+        return None
+
+    # Topics -------------------------------------------------------------------------------------
+
+    async def create_topics(self, request: Request, connection: Connection) -> Any:
+        """Creates each topic through Raft (on the leader, the controller Metadata names)."""
+        module = response_module(CREATE_TOPICS, request.api_version)
+        results = []
+        for topic in request.body.topics:
+            partitions = (
+                topic.num_partitions if topic.num_partitions != -1 else self._settings.default_partitions
+            )
+            code, message = self._create_problem(topic, partitions)
+            if code == NONE and not request.body.validate_only:
+                code, message = await self._create(topic.name, partitions)
+            elif code == NONE:
+                code, message = await self._in_reads(self._exists_problem, topic.name)
+            results.append(
+                build(
+                    module.CreatableTopicResult,
+                    name=topic.name,
+                    error_code=code,
+                    error_message=message,
+                    num_partitions=partitions if code == NONE else -1,
+                    replication_factor=len(self._settings.brokers) if code == NONE else -1,
+                    configs=() if code == NONE else None,
+                )
+            )
+        return build(module.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
+
+    def _create_problem(self, topic: Any, partitions: int) -> tuple[int, str | None]:
+        problem = topic_name_problem(topic.name)
+        if problem:
+            return INVALID_TOPIC, problem
+        problem = partition_count_problem(partitions)
+        if problem:
+            return INVALID_PARTITIONS, problem
+        if not (
+            topic.replication_factor == -1 or 0 < topic.replication_factor <= len(self._settings.brokers)
+        ):
+            return INVALID_REPLICATION_FACTOR, (
+                f"every partition is on all {len(self._settings.brokers)} nodes; replication factor "
+                f"must be -1 or 1 to {len(self._settings.brokers)}"
+            )
+        if topic.assignments:
+            return (
+                INVALID_REQUEST,
+                "manual replica assignment is not supported: every node holds every partition",
+            )
+        if topic.configs:
+            return INVALID_CONFIG, f"topic configs are not supported yet (got {topic.configs[0].name})"
+        return NONE, None
+
+    def _exists_problem(self, name: str) -> tuple[int, str | None]:
+        with self._store.read() as reader:
+            if reader.topic(name) is not None:
+                return TOPIC_ALREADY_EXISTS, f"topic {name} already exists"
+        return NONE, None
+
+    async def _create(self, name: str, partitions: int) -> tuple[int, str | None]:
+        try:
+            check_topic_name(name)
+            check_partition_count(partitions)
+            await self._call(
+                self._service.CreateTopic, kq_pb2.CreateTopicRequest(name=name, partitions=partitions), None
+            )
+        except KqError as error:
+            return kafka_code(error, NOT_CONTROLLER), str(error)
+        return NONE, None
+
+    async def delete_topics(self, request: Request, connection: Connection) -> Any:
+        """Deletes each topic and its records through Raft."""
+        module = response_module(DELETE_TOPICS, request.api_version)
+        results = []
+        for name in request.body.topic_names:
+            try:
+                await self._call(self._service.DeleteTopic, kq_pb2.DeleteTopicRequest(name=name), None)
+                code, message = NONE, None
+            except KqError as error:
+                code, message = kafka_code(error, NOT_CONTROLLER), str(error)
+                if topic_name_problem(name):
+                    code = INVALID_TOPIC
+            results.append(
+                build(module.DeletableTopicResult, name=name, error_code=code, error_message=message)
+            )
+        return build(module.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
+
+    # Producers ----------------------------------------------------------------------------------
+
+    async def init_producer_id(self, request: Request, connection: Connection) -> Any:
+        """A new idempotent producer id (allocated through Raft), epoch 0; no transactions."""
+        module = response_module(INIT_PRODUCER_ID, request.api_version)
+        if request.body.transactional_id is not None:
+            return build(
+                module.InitProducerIdResponse,
+                throttle_time=0,
+                error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        try:
+            answer = await self._call(self._service.RegisterProducer, kq_pb2.RegisterProducerRequest(), None)
+        except KqError as error:
+            return build(
+                module.InitProducerIdResponse,
+                throttle_time=0,
+                error_code=kafka_code(error, COORDINATOR_NOT_AVAILABLE),
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        return build(
+            module.InitProducerIdResponse,
+            throttle_time=0,
+            error_code=NONE,
+            producer_id=answer.producer_id,
+            producer_epoch=0,
+        )

@@ -1,0 +1,112 @@
+"""Kafka's request and response frames, encoded and decoded by `kio` (generated from Kafka's schemas).
+
+A frame on the wire is `size int32` then `size` bytes. A request's bytes start with its header:
+
+    request_api_key      int16
+    request_api_version  int16
+    correlation_id       int32
+    client_id            nullable string (int16 length, even in flexible versions)
+    tagged fields        header v2 only (the request's version is flexible)
+
+then the request body of that API and version. A response is `correlation_id int32`, tagged fields
+when the response header is v1 (a flexible version; never for ApiVersions, whose response header is
+always v0 so that a client can read it before it knows which versions the broker speaks), then the
+body. `kio` knows which header each (API, version) uses and encodes and decodes every body,
+tagged fields included; this module only joins the pieces and turns every decoding failure into one
+exception type, so that the listener can answer or close without ever failing on a client's bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
+from kio.static.protocol import RequestPayload, ResponsePayload
+
+_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version.
+_SIZE = struct.Struct(">i")
+PREFIX_BYTES = _PREFIX.size
+
+
+class FrameError(ValueError):
+    """A request that cannot be decoded: the message says why, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPrefix:
+    """What every request header starts with, readable before the API and version are known good."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One decoded request: its header fields and its body (a kio dataclass of that API and version)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str
+    body: Any  # A kio RequestPayload; Any so handlers read their version's fields without casts.
+
+
+def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
+    """The API key, version and correlation id at the start of `frame`; FrameError if it is shorter."""
+    if len(frame) < PREFIX_BYTES:
+        raise FrameError(f"a request of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame, 0)
+    return RequestPrefix(api_key, api_version, correlation_id)
+
+
+def request_schema(api_key: int, api_version: int) -> type[RequestPayload] | None:
+    """kio's request class for this API and version, or None when kio has none."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except Exception:  # kio raises its own index errors, and import errors for gaps: all mean "none".
+        return None
+
+
+def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> Request:
+    """The request in `frame` (its header, then a body of `schema`); FrameError when it does not parse.
+
+    Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.x sends three extra
+    bytes after some Metadata v12 requests.
+    """
+    prefix = read_prefix(frame)
+    try:
+        header, header_bytes = entity_reader(schema.__header_schema__)(frame, 0)
+        body, _ = entity_reader(schema)(frame, header_bytes)
+    except Exception as error:  # kio's native reader raises several types for malformed input.
+        raise FrameError(
+            f"undecodable {schema.__name__} v{prefix.api_version}: {_first_line(error)}"
+        ) from error
+    return Request(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id or "", body)
+
+
+def encode_response(correlation_id: int, response: ResponsePayload) -> bytes:
+    """The whole response frame (size prefix, header for the response's version, body)."""
+    header_schema = type(response).__header_schema__
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    entity_writer(header_schema)(buffer, header_schema(correlation_id=i32(correlation_id)))
+    entity_writer(type(response))(buffer, response)
+    frame = buffer.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - _SIZE.size)
+    return bytes(frame)
+
+
+def response_schema(api_key: int, api_version: int) -> type[ResponsePayload]:
+    """kio's response class for an API and version the broker serves (it exists for every one)."""
+    return load_response_schema(api_key, api_version)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]
