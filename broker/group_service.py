@@ -360,7 +360,7 @@ def _reset_targets(
                 )
             offset = request.offset
         else:
-            found = _first_offset_at(
+            found = first_offset_at(
                 reader, topic.topic_id, partition, log.log_start_offset, request.timestamp_ms
             )
             offset = log.log_end_offset if found is None else found
@@ -368,7 +368,7 @@ def _reset_targets(
     return entries
 
 
-def _first_offset_at(
+def first_offset_at(
     reader: StoreReader, topic_id: int, partition: int, start: int, timestamp_ms: int
 ) -> int | None:
     """The first offset whose record timestamp is at or after `timestamp_ms` (a scan), or None."""

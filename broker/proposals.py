@@ -14,6 +14,7 @@ before it, then returns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import queue
@@ -88,14 +89,27 @@ def _wait(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
         try:
             return future.result(timeout=min(LEADERSHIP_CHECK_S, max(deadline - time.monotonic(), 0.0)))
         except TimeoutError:
-            if not consensus.is_leader():
-                raise UnavailableError(
-                    "this node lost its leadership; the write may still commit: retry"
-                ) from None
-            if time.monotonic() >= deadline:
-                raise UnavailableError(
-                    f"not committed within {timeout_s:.0f} s; it may still commit: retry"
-                ) from None
+            _check_still_waiting(deadline, timeout_s, consensus)  # Raises when it is time to give up.
+
+
+async def wait_async(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
+    """`_wait` for a coroutine on the front-end loop: the same answers, holding no thread."""
+    waited = asyncio.wrap_future(future)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            remaining_s = max(deadline - time.monotonic(), 0.0)
+            return await asyncio.wait_for(asyncio.shield(waited), min(LEADERSHIP_CHECK_S, remaining_s))
+        except TimeoutError:
+            _check_still_waiting(deadline, timeout_s, consensus)  # Raises when it is time to give up.
+
+
+def _check_still_waiting(deadline: float, timeout_s: float, consensus: Consensus) -> None:
+    """Raises UnavailableError when a waiting proposer must give up: it lost its leadership, or time."""
+    if not consensus.is_leader():
+        raise UnavailableError("this node lost its leadership; the write may still commit: retry")
+    if time.monotonic() >= deadline:
+        raise UnavailableError(f"not committed within {timeout_s:.0f} s; it may still commit: retry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,13 +149,22 @@ class Batcher:
 
     def append(self, append: kq_pb2.PartitionAppend, timeout_s: float) -> AppendOutcome:
         """Queues one produce request and waits for its result."""
+        return _wait(self.submit(append), timeout_s, self._consensus)
+
+    async def append_async(self, append: kq_pb2.PartitionAppend, timeout_s: float) -> AppendOutcome:
+        """`append` for a coroutine on the front-end loop (the Kafka listener): no thread waits."""
+        return await wait_async(self.submit(append), timeout_s, self._consensus)
+
+    def submit(self, append: kq_pb2.PartitionAppend) -> Future[AppendOutcome]:
+        """Queues one produce request; its future resolves when the entry carrying it is applied.
+        ResourceExhaustedError when the queue is full."""
         pending = _Pending(append, append.ByteSize(), Future())
         assert pending.size_bytes + ENTRY_OVERHEAD_BYTES <= ENTRY_BYTES_MAX, "the edge checks request size"
         try:
             self._queue.put_nowait(pending)
         except queue.Full as error:
             raise ResourceExhaustedError("produce queue is full; retry later") from error
-        return _wait(pending.future, timeout_s, self._consensus)
+        return pending.future
 
     def stop(self) -> None:
         """Stops the kq-batcher thread after proposing the requests already queued (call it once no

@@ -16,7 +16,7 @@ from kq.broker.errors import (
     error_for_code,
 )
 from kq.broker.group_service import GroupRpcs
-from kq.broker.proposals import propose_and_wait, wall_clock_ms
+from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
 from kq.broker.service_base import stored_records
 from kq.broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
 from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
@@ -113,12 +113,22 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         self, request: kq_pb2.ProduceRequest, context: grpc.ServicerContext
     ) -> kq_pb2.ProduceResponse:
         """Appends records to one partition through the batcher; answers after commit."""
+        append = self.prepared_append(request)
+        return self.produced(request, self._batcher.append(append, PROPOSAL_TIMEOUT_S))
+
+    def prepared_append(self, request: kq_pb2.ProduceRequest) -> kq_pb2.PartitionAppend:
+        """The checked append of a produce request, on the leader, for a partition that exists (gRPC
+        and Kafka produce both start here); raises KqError."""
         append = checked_append(request)
         self._require_leader()
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
-        outcome = self._batcher.append(append, PROPOSAL_TIMEOUT_S)
+        return append
+
+    @staticmethod
+    def produced(request: kq_pb2.ProduceRequest, outcome: AppendOutcome) -> kq_pb2.ProduceResponse:
+        """The answer to a committed produce request (gRPC and Kafka); raises KqError for a rejection."""
         if outcome.result.error == ErrorCode.INVALID_COMMAND:
             raise InvalidArgumentError(
                 f"the cluster refused the batch: {outcome.result.reason}", ErrorCode.INVALID_COMMAND
