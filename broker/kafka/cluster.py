@@ -236,7 +236,8 @@ class ClusterApis(KafkaBase):
                     documentation=None,
                 )
                 for name, (value, kind) in configs.items()
-                if wanted is None or name in wanted
+                if not wanted
+                or name in wanted  # Null or empty: all of them (kafka-python sends an empty list).
             )
             results.append(
                 build(
