@@ -12,6 +12,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, Ne
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
 
 from kq.broker.kafka.apis import API_VERSIONS
 from kq.deploy.cluster import LocalCluster
@@ -110,7 +111,7 @@ def test_metadata_names_the_raft_leader_and_every_node(cluster: LocalCluster) ->
         admin.create_topics([NewTopic("meta-t", num_partitions=3, replication_factor=1)])
         for node_id in cluster.nodes:
             request = MetadataRequest(
-                topics=(MetadataRequestTopic(topic_id=None, name="meta-t"),),
+                topics=(MetadataRequestTopic(topic_id=None, name=TopicName("meta-t")),),
                 allow_auto_topic_creation=False,
                 include_topic_authorized_operations=False,
             )
@@ -137,7 +138,7 @@ def test_metadata_auto_creates_a_named_topic(cluster: LocalCluster) -> None:
     """Metadata for an unknown topic with auto-creation allowed creates it with default partitions."""
     leader = cluster.wait_ready()
     request = MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name="auto-made"),),
+        topics=(MetadataRequestTopic(topic_id=None, name=TopicName("auto-made")),),
         allow_auto_topic_creation=True,
         include_topic_authorized_operations=False,
     )
@@ -145,7 +146,7 @@ def test_metadata_auto_creates_a_named_topic(cluster: LocalCluster) -> None:
     (topic,) = response.topics
     assert topic.error_code == 0 and len(topic.partitions) == 1
     invalid = MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name="bad name!"),),
+        topics=(MetadataRequestTopic(topic_id=None, name=TopicName("bad name!")),),
         allow_auto_topic_creation=True,
         include_topic_authorized_operations=False,
     )
