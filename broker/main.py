@@ -90,7 +90,9 @@ class BrokerNode:
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
             apis = KafkaApis(service, kafka_settings(config, config.kafka))
-            listeners.append(KafkaListener(config.kafka.address, apis.answer, config.kafka.frame_bytes_max))
+            listeners.append(
+                KafkaListener(config.kafka.address, apis.answer, config.kafka.frame_bytes_max, apis.close)
+            )
         self.grpc_port = 0  # Bound by start().
 
     def start(self) -> None:

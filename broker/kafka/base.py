@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kq.broker.errors import KqError
+from kq.broker.errors import KqError, UnavailableError
+from kq.broker.kafka.forward import LeaderForwarder
 from kq.broker.service import BrokerService
 from kq.broker.service_base import ServiceBase
 from kq.proto.errors import ErrorCode, spec_of
@@ -108,6 +109,7 @@ class KafkaBase(ServiceBase):
         self._settings = settings
         self._by_node_id = {broker.node_id: broker for broker in settings.brokers}
         self._by_grpc_address = {broker.grpc_address: broker for broker in settings.brokers}
+        self._forwarder = LeaderForwarder()
 
     def _leader_broker(self) -> KafkaBrokerInfo | None:
         """The Kafka broker of the Raft leader this node knows of."""
@@ -128,3 +130,16 @@ class KafkaBase(ServiceBase):
     async def _call(self, operation: Callable[..., T], *args: Any) -> T:
         """A BrokerService operation (a gRPC handler that needs no call context) on a worker thread."""
         return await self._in_workers(operation, *args)
+
+    async def _on_leader(self, method: str, request: Any) -> Any:
+        """BrokerService's `method` here when this node leads, else on the leader (forward.py)."""
+        if self._consensus.is_leader():
+            return await self._call(getattr(self._service, method), request, None)
+        leader = self._consensus.leader_grpc_address()
+        if leader is None:
+            raise UnavailableError("no leader is elected right now; retry", ErrorCode.LEADER_UNKNOWN)
+        return await self._forwarder.call(leader, method, request)
+
+    async def close(self) -> None:
+        """Closes the channels to the leader (on the loop, when the listener stops)."""
+        await self._forwarder.close()

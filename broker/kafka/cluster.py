@@ -97,7 +97,7 @@ class ClusterApis(KafkaBase):
         """Creates a topic a client asked for by name (Kafka's auto.create.topics.enable)."""
         request = kq_pb2.CreateTopicRequest(name=name, partitions=self._settings.default_partitions)
         try:
-            await self._call(self._service.CreateTopic, request, None)
+            await self._on_leader("CreateTopic", request)
         except KqError as error:
             if kafka_code(error) != TOPIC_ALREADY_EXISTS:
                 return None, LEADER_NOT_AVAILABLE  # Retriable: the client asks again (maybe the leader).
@@ -338,9 +338,7 @@ class ClusterApis(KafkaBase):
         try:
             check_topic_name(name)
             check_partition_count(partitions)
-            await self._call(
-                self._service.CreateTopic, kq_pb2.CreateTopicRequest(name=name, partitions=partitions), None
-            )
+            await self._on_leader("CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions))
         except KqError as error:
             return kafka_code(error, NOT_CONTROLLER), str(error)
         return NONE, None
@@ -351,7 +349,7 @@ class ClusterApis(KafkaBase):
         results = []
         for name in request.body.topic_names:
             try:
-                await self._call(self._service.DeleteTopic, kq_pb2.DeleteTopicRequest(name=name), None)
+                await self._on_leader("DeleteTopic", kq_pb2.DeleteTopicRequest(name=name))
                 code, message = NONE, None
             except KqError as error:
                 code, message = kafka_code(error, NOT_CONTROLLER), str(error)
@@ -376,7 +374,7 @@ class ClusterApis(KafkaBase):
                 producer_epoch=-1,
             )
         try:
-            answer = await self._call(self._service.RegisterProducer, kq_pb2.RegisterProducerRequest(), None)
+            answer = await self._on_leader("RegisterProducer", kq_pb2.RegisterProducerRequest())
         except KqError as error:
             return build(
                 module.InitProducerIdResponse,

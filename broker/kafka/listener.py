@@ -41,8 +41,15 @@ class Connection:
 class KafkaListener:
     """Accepts Kafka clients on `address`; `start` and `stop` run on the loop."""
 
-    def __init__(self, address: str, answer: Answer, frame_bytes_max: int) -> None:
+    def __init__(
+        self,
+        address: str,
+        answer: Answer,
+        frame_bytes_max: int,
+        on_stop: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.address = address
+        self._on_stop = on_stop
         self.port = 0  # Bound by start().
         self._answer = answer
         self._frame_bytes_max = frame_bytes_max
@@ -69,6 +76,8 @@ class KafkaListener:
             await asyncio.gather(*self._connections, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        if self._on_stop is not None:
+            await self._on_stop()
 
     @property
     def connections(self) -> int:
