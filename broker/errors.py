@@ -172,4 +172,8 @@ _REJECTIONS: dict[ErrorCode, tuple[type[KqError], str]] = {
         SequenceError,
         "producer sequence for {subject} is too old to deduplicate",
     ),
+    ErrorCode.INVALID_PRODUCER_EPOCH: (
+        SequenceError,
+        "producer epoch for {subject} is older than one that already wrote there: the producer is fenced",
+    ),
 }

@@ -378,8 +378,8 @@ def first_offset_at(
         if not batches:
             return None
         for batch in batches:
-            for position, record in enumerate(stored_records(batch)):
-                record_offset = batch.base_offset + position
-                if record_offset >= start and (record.timestamp_ms or batch.append_time_ms) >= timestamp_ms:
+            for record in stored_records(batch):
+                record_offset = batch.base_offset + record.offset_delta
+                if record_offset >= start and record.timestamp_ms >= timestamp_ms:
                     return record_offset
         offset = batches[-1].next_offset

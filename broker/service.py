@@ -27,7 +27,7 @@ from kq.proto.limits import (
     READER_RECHECK_S,
     STREAM_MESSAGE_BYTES_MAX,
 )
-from kq.proto.records import WireRecord
+from kq.proto.records import WireRecord, read_header
 from kq.raft import commands
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
 from kq.storage import StoredBatch, StoreReader, TopicMeta
@@ -369,7 +369,10 @@ def _partition_infos(reader: StoreReader, topic: TopicMeta) -> list[kq_pb2.Parti
 
 
 def _served_batches(batches: list[StoredBatch], offset: int, max_records: int) -> list[kq_pb2.RecordBatch]:
-    """Whole batches holding `offset` and after, until they hold `max_records` from it (at least one)."""
+    """Whole batches holding `offset` and after, until they hold `max_records` from it (at least one).
+
+    Each is the stored RecordBatch v2 byte for byte: nothing is decoded or re-encoded.
+    """
     served: list[kq_pb2.RecordBatch] = []
     records = 0
     for batch in batches:
@@ -377,11 +380,7 @@ def _served_batches(batches: list[StoredBatch], offset: int, max_records: int) -
             break
         served.append(
             kq_pb2.RecordBatch(
-                base_offset=batch.base_offset,
-                record_count=batch.record_count,
-                append_time_ms=batch.append_time_ms,
-                records=batch.records,
-                compression=batch.compression,  # type: ignore[arg-type]
+                base_offset=batch.base_offset, record_count=batch.record_count, data=batch.data
             )
         )
         records += batch.next_offset - max(offset, batch.base_offset)
@@ -395,24 +394,24 @@ def _records_from(
     result: list[kq_pb2.StoredRecord] = []
     total_bytes = 0
     for batch in batches:
-        wire_records = stored_records(batch)
-        for position, wire in enumerate(wire_records):
-            record_offset = batch.base_offset + position
+        log_append_time = bool(read_header(batch.data).log_append_time)
+        for wire in stored_records(batch):
+            record_offset = batch.base_offset + wire.offset_delta
             if record_offset < offset:
                 continue
             total_bytes += wire.size_bytes
             if len(result) >= max_records or (result and total_bytes > max_bytes):
                 return result
-            result.append(_stored_record(record_offset, wire, batch.append_time_ms))
+            result.append(_stored_record(record_offset, wire, log_append_time))
     return result
 
 
-def _stored_record(offset: int, record: WireRecord, append_time_ms: int) -> kq_pb2.StoredRecord:
-    created = record.timestamp_ms > 0
+def _stored_record(offset: int, record: WireRecord, log_append_time: bool) -> kq_pb2.StoredRecord:
+    """One record as the per-record answer carries it; its timestamp type is its batch's."""
     message = kq_pb2.StoredRecord(
         offset=offset,
-        timestamp_ms=record.timestamp_ms if created else append_time_ms,
-        timestamp_type=kq_pb2.CREATE_TIME if created else kq_pb2.LOG_APPEND_TIME,
+        timestamp_ms=record.timestamp_ms,
+        timestamp_type=kq_pb2.LOG_APPEND_TIME if log_append_time else kq_pb2.CREATE_TIME,
         headers=[kq_pb2.Header(name=name, value=value) for name, value in record.headers],
     )
     if record.key is not None:

@@ -16,9 +16,8 @@ from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.groups import GroupCoordinator
 from kq.broker.proposals import Batcher
 from kq.broker.waiters import AppliedNotifier, WatchKey, wait_for_wake
-from kq.proto.compression import decompress
 from kq.proto.errors import ErrorCode
-from kq.proto.limits import APPEND_BYTES_MAX, CATCH_UP_WAIT_S, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
+from kq.proto.limits import CATCH_UP_WAIT_S
 from kq.proto.records import WireRecord, parse_batch
 from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
 
@@ -122,11 +121,7 @@ class ServiceBase:
 
 
 def stored_records(batch: StoredBatch) -> list[WireRecord]:
-    """A stored batch's records, decompressed and decoded (the leader checked them when appended)."""
-    records = parse_batch(
-        decompress(batch.records, batch.compression, APPEND_BYTES_MAX),
-        RECORDS_PER_APPEND_MAX,
-        HEADERS_PER_RECORD_MAX,
-    )
+    """A stored batch's records, decoded (apply checked the batch with these limits when appending it)."""
+    records = parse_batch(batch.data)
     assert len(records) == batch.record_count, "a stored batch and its count disagree"
     return records

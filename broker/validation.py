@@ -53,21 +53,15 @@ def check_partition_count(partitions: int) -> None:
 def checked_append(request: kq_pb2.ProduceRequest) -> kq_pb2.PartitionAppend:
     """The produce request as the append apply will see, after apply's own check of it.
 
-    Every record is decoded here, on the leader (a compressed batch is expanded within
-    APPEND_BYTES_MAX first), so that an empty, truncated, count-lying or undecodable batch is
-    refused with a one-line reason and what is replicated and stored is always readable.
+    The record batch (one Kafka RecordBatch v2) is checked whole here, on any node, by the function
+    apply runs (`append_problem`, so proto/records.py `check_batch`: CRC32C, header, every record, a
+    compressed batch expanded within APPEND_BYTES_MAX first), so an empty, truncated, count-lying or
+    undecodable batch is refused with a one-line reason and what is replicated and stored is always
+    readable.
     """
     if not request.HasField("partition"):
         raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
-    append = commands.partition_append(
-        request.topic,
-        request.partition,
-        request.records,
-        request.record_count,
-        request.producer_id,
-        request.sequence,
-        request.compression,
-    )
+    append = commands.partition_append(request.topic, request.partition, request.records)
     check(append_problem(append))
     return append
 

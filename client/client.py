@@ -39,9 +39,8 @@ from kq.client.types import (
     TopicInfo,
 )
 from kq.proto import kq_pb2
-from kq.proto.compression import CODECS, compress, decompress
+from kq.proto.compression import CODECS
 from kq.proto.limits import (
-    APPEND_BYTES_MAX,
     CLIENT_PARTITION_LOCKS,
     CLIENT_PRODUCER_PARTITIONS_MAX,
     CLIENT_REQUEST_BYTES_MAX,
@@ -50,17 +49,31 @@ from kq.proto.limits import (
     CLIENT_STATUS_TIMEOUT_S,
     CLIENT_TOPICS_CACHED_MAX,
     FETCH_RECORDS_MAX,
-    HEADERS_PER_RECORD_MAX,
     RECORDS_PER_APPEND_MAX,
 )
-from kq.proto.records import encode_batch, encode_record, parse_batch
+from kq.proto.records import (
+    BatchBuilder,
+    NewRecord,
+    next_sequence,
+    parse_batch,
+    read_header,
+    record_size_max,
+    wall_clock_ms,
+)
+
+# The epoch this client's idempotent producer writes in every batch: it never bumps one (a failure
+# with an unknown outcome starts a new producer id instead, whose sequences start at 0).
+PRODUCER_EPOCH = 0
 
 
 class KqClient(GroupsApi):
     """A client of a kq cluster. Thread-safe (see the module docstring); one per process is enough.
 
     `bootstrap` lists some nodes as host:port; the leader is found from any of them. Produce is
-    idempotent by default: a retry after a timeout or failover never writes a record twice.
+    idempotent by default: a retry after a timeout or failover never writes a record twice. Records
+    travel as Kafka RecordBatch v2 (proto/records.py): one batch per produce request, stamped with
+    the producer id, epoch 0 and the partition's int32 sequence; a record without a timestamp gets
+    the client's clock when sent (CreateTime, as Kafka clients do).
     """
 
     def __init__(
@@ -206,10 +219,14 @@ class KqClient(GroupsApi):
         for position, record in enumerate(records):
             by_partition.setdefault(self._choose_partition(topic, record), []).append(position)
         results: list[RecordMetadata | None] = [None] * len(records)
+        now_ms = wall_clock_ms()  # The CreateTime of records without a timestamp, read once.
         for partition, positions in by_partition.items():
-            encoded = [_encode(records[i]) for i in positions]
-            for start, end in _chunks(encoded):
-                metadata = self._produce(topic, partition, encoded[start:end])
+            new_records = [new_record(records[i], now_ms) for i in positions]
+            for start, end in _chunks([record_size_max(pending) for pending in new_records]):
+                batch = BatchBuilder()
+                for pending in new_records[start:end]:
+                    batch.append(pending)
+                metadata = self._produce(topic, partition, batch)
                 for position, item in zip(positions[start:end], metadata, strict=True):
                     results[position] = item
         return [item for item in results if item is not None]
@@ -223,31 +240,28 @@ class KqClient(GroupsApi):
         with self._state_lock:
             return next(self._round_robin) % count
 
-    @staticmethod
-    def _encode_record(record: ProducerRecord) -> bytes:
-        return _encode(record)
-
     def _produce(
-        self, topic: str, partition: int, records: list[bytes], compression: str | None = None
+        self, topic: str, partition: int, batch: BatchBuilder, compression: str | None = None
     ) -> list[RecordMetadata]:
-        """Sends encoded records to one partition as one request; idempotent unless disabled."""
+        """Sends one batch's records to one partition as one request; idempotent unless disabled.
+
+        The batch's header gets the producer id, epoch and the partition's next sequence here, under
+        the partition's lock, so sequences follow the order the requests are sent in.
+        """
         codec = CODECS[compression or "none"]
-        request = kq_pb2.ProduceRequest(
-            topic=topic,
-            partition=partition,
-            records=compress(encode_batch(records), codec),
-            record_count=len(records),
-            compression=codec,  # type: ignore[arg-type]
-        )
+        count = batch.record_count
         if not self._idempotent:
+            request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=batch.build(codec))
             response = self._connections.write("Produce", request)
             self._saw(response.index)
-            return _metadata(topic, response, len(records))
+            return _metadata(topic, response, count)
         key = (topic, partition)
         # One request in flight per partition keeps its sequences in send order. Two partitions may
         # share a stripe; that only serializes them, it never reorders one.
         with self._partition_locks[hash(key) % len(self._partition_locks)]:
-            request.producer_id, request.sequence = self._next_sequence(key)
+            producer_id, sequence = self._next_sequence(key)
+            records = batch.build(codec, producer_id, PRODUCER_EPOCH, sequence)
+            request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=records)
             try:
                 response = self._connections.write("Produce", request)
             except (InvalidRequestError, TopicNotFoundError):
@@ -256,11 +270,11 @@ class KqClient(GroupsApi):
             except KqClientError:
                 # Any other failure leaves the outcome unknown: start a fresh producer so the next
                 # records can never be mistaken for retries of these.
-                self._reset_producer(request.producer_id)
+                self._reset_producer(producer_id)
                 raise
-            self._advance_sequence(key, request.producer_id, request.sequence + len(records))
+            self._advance_sequence(key, producer_id, next_sequence(sequence, count))
             self._saw(response.index)
-            return _metadata(topic, response, len(records))
+            return _metadata(topic, response, count)
 
     def _next_sequence(self, key: tuple[str, int]) -> tuple[int, int]:
         """(producer id, sequence) for the next request to `key`, registering a producer id if needed."""
@@ -413,22 +427,24 @@ class KqClient(GroupsApi):
         return self._connections.bootstrap
 
 
-def _chunks(encoded: list[bytes]) -> Iterable[tuple[int, int]]:
-    """(start, end) slices of `encoded` that fit one produce request."""
+def _chunks(sizes: list[int]) -> Iterable[tuple[int, int]]:
+    """(start, end) slices of records of `sizes` (encoded, at most) that fit one produce request."""
     start, size_bytes = 0, 0
-    for position, record in enumerate(encoded):
+    for position, size in enumerate(sizes):
         if position > start and (
-            position - start >= RECORDS_PER_APPEND_MAX or size_bytes + len(record) > CLIENT_REQUEST_BYTES_MAX
+            position - start >= RECORDS_PER_APPEND_MAX or size_bytes + size > CLIENT_REQUEST_BYTES_MAX
         ):
             yield start, position
             start, size_bytes = position, 0
-        size_bytes += len(record)
-    if start < len(encoded):
-        yield start, len(encoded)
+        size_bytes += size
+    if start < len(sizes):
+        yield start, len(sizes)
 
 
-def _encode(record: ProducerRecord) -> bytes:
-    return encode_record(record.key, record.value, record.headers, record.timestamp_ms or 0)
+def new_record(record: ProducerRecord, now_ms: int) -> NewRecord:
+    """`record` as the batch encoder takes it; without a timestamp it gets `now_ms` (CreateTime)."""
+    timestamp_ms = now_ms if record.timestamp_ms is None else record.timestamp_ms
+    return NewRecord(record.key, record.value, record.headers, timestamp_ms)
 
 
 def _metadata(topic: str, response: kq_pb2.ProduceResponse, count: int) -> list[RecordMetadata]:
@@ -453,26 +469,28 @@ def _offsets(partition: kq_pb2.PartitionInfo) -> PartitionOffsets:
 def _decode_batches(
     topic: str, partition: int, batches: Iterable[kq_pb2.RecordBatch], offset: int, limit: int = 1 << 62
 ) -> list[ConsumerRecord]:
-    """At most `limit` records of served batches from `offset` on (a first batch may start before it)."""
+    """At most `limit` records of served batches from `offset` on (a first batch may start before it).
+
+    Each batch is a stored RecordBatch v2, checked whole (its CRC32C included) as it is decoded;
+    parse_batch's default limits are those every stored batch passed.
+    """
     records: list[ConsumerRecord] = []
     for batch in batches:
         if len(records) >= limit:
             break
-        wire_records = parse_batch(
-            # A stored batch is one produce request: it is within the broker's limits on one append.
-            decompress(batch.records, batch.compression, APPEND_BYTES_MAX),
-            RECORDS_PER_APPEND_MAX,
-            HEADERS_PER_RECORD_MAX,
-        )
-        for position, wire in enumerate(wire_records[max(0, offset - batch.base_offset) :]):
-            created = wire.timestamp_ms > 0
+        header = read_header(batch.data)
+        timestamp_type = 1 if header.log_append_time else 0  # Kafka's numbers.
+        for wire in parse_batch(batch.data):
+            record_offset = header.base_offset + wire.offset_delta
+            if record_offset < offset:
+                continue
             records.append(
                 ConsumerRecord(
                     topic=topic,
                     partition=partition,
-                    offset=batch.base_offset + max(0, offset - batch.base_offset) + position,
-                    timestamp_ms=wire.timestamp_ms if created else batch.append_time_ms,
-                    timestamp_type=0 if created else 1,
+                    offset=record_offset,
+                    timestamp_ms=wire.timestamp_ms,
+                    timestamp_type=timestamp_type,
                     key=wire.key,
                     value=wire.value,
                     headers=wire.headers,

@@ -72,6 +72,11 @@ class ProducerSequenceError(PreconditionFailedError):
     starts a new producer id for the next records."""
 
 
+class ProducerFencedError(PreconditionFailedError):
+    """A newer epoch of this idempotent producer's id has written to the partition (Kafka's
+    INVALID_PRODUCER_EPOCH): this producer is fenced and its records are refused."""
+
+
 class GroupNotEmptyError(PreconditionFailedError):
     """The operation needs a group without active members (GROUP_HAS_MEMBERS)."""
 
@@ -157,6 +162,7 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.QUEUE_FULL: OverloadedError,
     ErrorCode.INTERNAL_ERROR: ServerError,
     ErrorCode.TOO_MANY_READERS: TooManyReadersError,
+    ErrorCode.INVALID_PRODUCER_EPOCH: ProducerFencedError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

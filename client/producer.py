@@ -1,20 +1,24 @@
 """`Producer`: an asynchronous, batching, idempotent producer (the kafka-python `KafkaProducer` idiom).
 
-`send` encodes the record, appends it to its partition's open batch and returns a `RecordFuture` at
-once. A sender thread (started by the first `send`, by `start()` or by `with`, never by the
-constructor) ships a partition's batch when it reaches `batch_size` bytes, when its oldest
-record has waited `linger_ms`, or on `flush`. At most one request is in flight per partition, which
-keeps the partition's records in send order and its idempotent sequence numbers contiguous; up to
-`max_in_flight` partitions are sent concurrently. While a partition's request is in flight its next
-batch keeps filling, so batches grow with load by themselves.
+`send` encodes the record into its partition's open batch (Kafka's RecordBatch v2: each record is
+encoded once, at its position, by proto/records.py `BatchBuilder`) and returns a `RecordFuture` at
+once; a record without a timestamp gets the clock at `send` (CreateTime). A sender thread (started
+by the first `send`, by `start()` or by `with`, never by the constructor) ships a partition's batch
+when it reaches `batch_size` bytes, when its oldest record has waited `linger_ms`, or on `flush`.
+At most one request is in flight per partition, which keeps the partition's records in send order
+and its idempotent sequence numbers contiguous; up to `max_in_flight` partitions are sent
+concurrently. While a partition's request is in flight its next batch keeps filling, so batches
+grow with load by themselves.
 
 Memory is bounded by what a pending record really costs, not only by its encoded bytes: each one
-is charged `RECORD_OVERHEAD_BYTES` on top (and each batch `BATCH_OVERHEAD_BYTES`) against
-`buffer_memory`, and at most `max_pending_records` may wait. `send` blocks up to `max_block_ms` for
-room, then raises `BufferFullError` naming the bound that was hit. A batch has one
-`concurrent.futures.Future`; a record's `RecordFuture` is two references into it, so a pending
-record costs about 130 B beyond its encoded bytes, where a Future per record cost ~1.8 KiB and
-filled the heap with locks and lists that every full garbage collection had to scan.
+is charged an upper bound of its encoded size (`record_size_max`: its position and timestamp delta
+are not known before it joins a batch) plus `RECORD_OVERHEAD_BYTES` (and each batch
+`BATCH_OVERHEAD_BYTES`) against `buffer_memory`, and at most `max_pending_records` may wait.
+`send` blocks up to `max_block_ms` for room, then raises `BufferFullError` naming the bound that
+was hit. A batch has one `concurrent.futures.Future`; a record's `RecordFuture` is two references
+into it, so a pending record costs about 130 B beyond its encoded bytes, where a Future per record
+cost ~1.8 KiB and filled the heap with locks and lists that every full garbage collection had to
+scan.
 """
 
 from __future__ import annotations
@@ -27,15 +31,17 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from kq.client.client import KqClient
+from kq.client.client import KqClient, new_record
 from kq.client.errors import KqClientError
 from kq.client.types import ProducerRecord, RecordMetadata
+from kq.proto.compression import CODECS
 from kq.proto.limits import (
     CLIENT_REQUEST_BYTES_MAX,
     PRODUCER_ACKED_PARTITIONS_MAX,
     PRODUCER_IN_FLIGHT_MAX,
     RECORDS_PER_APPEND_MAX,
 )
+from kq.proto.records import BatchBuilder, record_size_max, wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
@@ -179,9 +185,9 @@ class _Batch:
     """One partition's records sent together as one request, and the Future all their handles share."""
 
     opened: float
-    records: list[bytes] = field(default_factory=list)
+    records: BatchBuilder = field(default_factory=BatchBuilder)  # Each record encoded once, in order.
     future: Future[BatchMetadata] = field(default_factory=Future)
-    size_bytes: int = 0  # Encoded bytes: what `batch_size` limits.
+    size_bytes: int = 0  # Encoded bytes (upper bounds): what `batch_size` limits.
     cost_bytes: int = BATCH_OVERHEAD_BYTES  # Encoded bytes and overheads: what `buffer_memory` limits.
 
 
@@ -263,17 +269,18 @@ class Producer:
         """
         record = ProducerRecord(value, key, tuple(headers), timestamp_ms, partition)
         chosen = self._client._choose_partition(topic, record)
-        encoded = self._client._encode_record(record)
-        cost_bytes = len(encoded) + RECORD_OVERHEAD_BYTES
+        pending = new_record(record, wall_clock_ms())
+        size_bytes = record_size_max(pending)
+        cost_bytes = size_bytes + RECORD_OVERHEAD_BYTES
         with self._changed:
             if self._closed or not self._has_room(cost_bytes):
                 self._wait_for_room(cost_bytes)
             self._start_sender()
-            batch = self._batch_for((topic, chosen), len(encoded))
+            batch = self._batch_for((topic, chosen), size_bytes)
             was_short = batch.size_bytes < self._batch_bytes
-            position = len(batch.records)
-            batch.records.append(encoded)
-            batch.size_bytes += len(encoded)
+            position = batch.records.record_count
+            batch.records.append(pending)  # Encoded here, at its position in the batch.
+            batch.size_bytes += size_bytes
             batch.cost_bytes += cost_bytes
             self._pending_bytes += cost_bytes
             self._pending_records += 1
@@ -305,9 +312,9 @@ class Producer:
 
     def _full(self, batch: _Batch, adding_bytes: int) -> bool:
         """Whether `batch` is sealed: one more record would pass `batch_size` (or the request limits)."""
-        if not batch.records:
+        if not batch.records.record_count:
             return False
-        if len(batch.records) >= RECORDS_PER_APPEND_MAX:
+        if batch.records.record_count >= RECORDS_PER_APPEND_MAX:
             return True
         return batch.size_bytes + adding_bytes > self._batch_bytes
 
@@ -429,10 +436,11 @@ class Producer:
     def _ship(self, key: tuple[str, int], batch: _Batch) -> None:
         """Sends one batch and resolves its Future (so every record of it) with the outcome."""
         topic, partition = key
+        count = batch.records.record_count
         try:
             metadata = self._client._produce(topic, partition, batch.records, self._compression)
-            if len(metadata) != len(batch.records):
-                raise KqClientError(f"{len(metadata)} offsets returned for {len(batch.records)} records")
+            if len(metadata) != count:
+                raise KqClientError(f"{len(metadata)} offsets returned for {count} records")
         except Exception as error:  # Whatever went wrong must reach every record, or callers hang.
             batch.future.set_exception(error)
             if self._acks == "none":
@@ -443,7 +451,7 @@ class Producer:
             with self._changed:
                 self._in_flight.discard(key)
                 self._pending_bytes -= batch.cost_bytes
-                self._pending_records -= len(batch.records)
+                self._pending_records -= count
                 batch.records.clear()  # No longer charged, so no longer held, whoever still refers to it.
                 self._changed.notify_all()
 
@@ -460,5 +468,5 @@ def _validate(
         raise ValueError(f"max_in_flight must be 1..{PRODUCER_IN_FLIGHT_MAX}")
     if linger_ms < 0:
         raise ValueError("linger_ms must not be negative")
-    if compression not in (None, "none", "zstd", "lz4"):
-        raise ValueError("compression must be None, 'zstd' or 'lz4'")
+    if compression is not None and compression not in CODECS:
+        raise ValueError(f"compression must be None or one of {', '.join(map(repr, CODECS))}")

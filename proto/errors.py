@@ -1,9 +1,10 @@
 """kq's error codes and the one table that gives each its gRPC status, Kafka error code and retry policy.
 
 Where codes come from: `apply` decides the deterministic rejections (the same on every replica:
-UNKNOWN_TOPIC .. INVALID_COMMAND, values 1-15, returned inside results); the gRPC edge adds the
-conditions only a node can see (INVALID_REQUEST and after, 16 and up: a malformed request, not the
-leader, no leader, a proposal that did not commit, a full queue, a bug, too many waiting readers).
+UNKNOWN_TOPIC .. INVALID_COMMAND, values 1-15, and INVALID_PRODUCER_EPOCH, 24, returned inside
+results); the gRPC edge adds the conditions only a node can see (INVALID_REQUEST to TOO_MANY_READERS,
+16-23: a malformed request, not the leader, no leader, a proposal that did not commit, a full queue,
+a bug, too many waiting readers).
 
 How they travel: every non-OK status the broker answers carries the trailing metadata
 `kq-error-code` with the code's number in decimal (numbers never change meaning; names may be
@@ -27,7 +28,7 @@ LEADER_METADATA_KEY = "kq-leader"  # Trailing metadata of a NOT_LEADER answer: t
 
 
 class ErrorCode(enum.IntEnum):
-    """Why a request failed. 1-15 are decided inside apply (the same on every node); 16 on at the edge."""
+    """Why a request failed. 1-15 and 24 are decided in apply (the same on every node); 16-23 at the edge."""
 
     OK = 0
     UNKNOWN_TOPIC = 1
@@ -53,6 +54,7 @@ class ErrorCode(enum.IntEnum):
     QUEUE_FULL = 21  # The leader's produce queue (or the node's calls in progress) is full.
     INTERNAL_ERROR = 22  # A bug in the node (logged there); nothing about the request is known to be wrong.
     TOO_MANY_READERS = 23  # The node (or this client connection) holds its maximum of waiting readers.
+    INVALID_PRODUCER_EPOCH = 24  # Decided in apply: a newer epoch of this producer id wrote to the partition.
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,10 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     # Kafka's THROTTLING_QUOTA_EXCEEDED: nothing was read; retry later, or on another node.
     ErrorCode.TOO_MANY_READERS: ErrorSpec(
         _S.RESOURCE_EXHAUSTED, 89, True, "the node holds its maximum of waiting readers (streams, long-polls)"
+    ),
+    # Kafka's INVALID_PRODUCER_EPOCH: the producer was fenced by a newer epoch of its own id.
+    ErrorCode.INVALID_PRODUCER_EPOCH: ErrorSpec(
+        _S.FAILED_PRECONDITION, 47, False, "a newer epoch of this producer id has written to the partition"
     ),
 }
 

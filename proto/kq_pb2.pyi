@@ -23,24 +23,6 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class _Compression:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _CompressionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Compression.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    COMPRESSION_NONE: _Compression.ValueType  # 0
-    COMPRESSION_ZSTD: _Compression.ValueType  # 1
-    COMPRESSION_LZ4: _Compression.ValueType  # 2
-
-class Compression(_Compression, metaclass=_CompressionEnumTypeWrapper):
-    """How a record batch's bytes are compressed (as one frame; see proto/compression.py)."""
-
-COMPRESSION_NONE: Compression.ValueType  # 0
-COMPRESSION_ZSTD: Compression.ValueType  # 1
-COMPRESSION_LZ4: Compression.ValueType  # 2
-Global___Compression: _TypeAlias = Compression  # noqa: Y015
-
 class _TimestampType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -283,7 +265,9 @@ class AppendCommand(_message.Message):
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     APPENDS_FIELD_NUMBER: _builtins.int
     timestamp_ms: _builtins.int
-    """Leader's clock when the entry was proposed: the LogAppendTime of records without a create time."""
+    """The leader's clock when the entry was proposed. Stored batches keep the timestamps their producer
+    wrote (CreateTime, or a LogAppendTime batch's maxTimestamp), so apply reads nothing from it today.
+    """
     @_builtins.property
     def appends(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionAppend]: ...
     def __init__(
@@ -306,35 +290,23 @@ class PartitionAppend(_message.Message):
 
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITION_FIELD_NUMBER: _builtins.int
-    PRODUCER_ID_FIELD_NUMBER: _builtins.int
-    SEQUENCE_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
-    RECORD_COUNT_FIELD_NUMBER: _builtins.int
-    COMPRESSION_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    producer_id: _builtins.int
-    """0 = not idempotent. Otherwise the producer id from RegisterProducer."""
-    sequence: _builtins.int
-    """Sequence number of the first record of this append, per (producer, topic, partition)."""
     records: _builtins.bytes
-    """A record batch (layout in proto/records.py), exactly as the producer sent it, checked by the leader."""
-    record_count: _builtins.int
-    compression: Global___Compression.ValueType
+    """One Kafka RecordBatch v2 (proto/records.py), exactly as the producer sent it. Its header carries
+    the record count, the compression, and the producer id (-1: not idempotent), epoch and base sequence.
+    """
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
-        producer_id: _builtins.int = ...,
-        sequence: _builtins.int = ...,
         records: _builtins.bytes = ...,
-        record_count: _builtins.int = ...,
-        compression: Global___Compression.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compression", b"compression", "partition", b"partition", "producer_id", b"producer_id", "record_count", b"record_count", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -905,36 +877,26 @@ class ProduceRequest(_message.Message):
 
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITION_FIELD_NUMBER: _builtins.int
-    PRODUCER_ID_FIELD_NUMBER: _builtins.int
-    SEQUENCE_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
-    RECORD_COUNT_FIELD_NUMBER: _builtins.int
-    COMPRESSION_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     """Required. The client library chooses it when its user does not: keyed records go to
     murmur2(key) % partitions like Kafka's default partitioner, unkeyed ones round-robin.
     """
-    producer_id: _builtins.int
-    sequence: _builtins.int
     records: _builtins.bytes
-    """A record batch: the records' encoding is in proto/records.py; compressed when `compression` says so."""
-    record_count: _builtins.int
-    compression: Global___Compression.ValueType
+    """One Kafka RecordBatch v2 (proto/records.py), base offset 0. An idempotent producer puts its
+    producer id (from RegisterProducer), epoch and base sequence in the batch header; -1: not idempotent.
+    """
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int | None = ...,
-        producer_id: _builtins.int = ...,
-        sequence: _builtins.int = ...,
         records: _builtins.bytes = ...,
-        record_count: _builtins.int = ...,
-        compression: Global___Compression.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "compression", b"compression", "partition", b"partition", "producer_id", b"producer_id", "record_count", b"record_count", "records", b"records", "sequence", b"sequence", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partition", b"_partition", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__partition: _TypeAlias = _typing.Literal["partition"]  # noqa: Y015
     _WhichOneofArgType__partition: _TypeAlias = _typing.Literal["_partition", b"_partition"]  # noqa: Y015
@@ -1017,35 +979,30 @@ Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 
 @_typing.final
 class RecordBatch(_message.Message):
-    """A stored batch as served: the records exactly as produced (proto/records.py), from base_offset.
-    The first batch of a response may start before the requested offset; readers skip those records.
+    """A stored batch as served: `data` is the stored Kafka RecordBatch v2 (proto/records.py), byte for
+    byte, its base offset stamped; base_offset and record_count repeat its header's, for readers that
+    only count. The first batch of a response may start before the requested offset; readers skip
+    those records.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     BASE_OFFSET_FIELD_NUMBER: _builtins.int
     RECORD_COUNT_FIELD_NUMBER: _builtins.int
-    APPEND_TIME_MS_FIELD_NUMBER: _builtins.int
-    RECORDS_FIELD_NUMBER: _builtins.int
-    COMPRESSION_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
     base_offset: _builtins.int
     record_count: _builtins.int
-    append_time_ms: _builtins.int
-    """The timestamp of records whose producer gave none (LogAppendTime)."""
-    records: _builtins.bytes
-    compression: Global___Compression.ValueType
+    data: _builtins.bytes
     def __init__(
         self,
         *,
         base_offset: _builtins.int = ...,
         record_count: _builtins.int = ...,
-        append_time_ms: _builtins.int = ...,
-        records: _builtins.bytes = ...,
-        compression: Global___Compression.ValueType = ...,
+        data: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_time_ms", b"append_time_ms", "base_offset", b"base_offset", "compression", b"compression", "record_count", b"record_count", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "data", b"data", "record_count", b"record_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

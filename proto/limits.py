@@ -7,7 +7,10 @@ TOPICS_MAX = 10_000
 PARTITIONS_MAX = 1_024
 RECORD_BYTES_MAX = 1024 * 1024  # Key + value + headers of one record.
 RECORDS_PER_APPEND_MAX = 10_000  # Records in one produce request.
-APPEND_BYTES_MAX = 3 * 1024 * 1024  # Encoded size of one produce request's records.
+APPEND_BYTES_MAX = 3 * 1024 * 1024  # One produce request's record batch, and its records once expanded.
+# Blocks of one xerial-framed snappy batch (snappy-java writes 32 KiB blocks: ~100 for a full batch).
+# Each costs a step of a Python loop, so a stream of empty blocks cannot make a check slow.
+SNAPPY_XERIAL_BLOCKS_MAX = 4_096
 ENTRY_BYTES_MAX = 3 * 1024 * 1024 + 512 * 1024  # One Raft entry: under the 4 MiB transport buffers.
 HEADERS_PER_RECORD_MAX = 1_000
 HEADER_NAME_BYTES_MAX = 1_024

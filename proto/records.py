@@ -1,218 +1,652 @@
-"""The record batch: how a produce request carries its records, and how they are stored and replicated.
+"""Kafka's RecordBatch v2, the one record-batch format of kq: what a producer sends (over gRPC or the
+Kafka protocol), what a Raft entry carries, what LMDB stores and what a fetch returns.
 
-A batch is the concatenation of records; each record (integers big-endian):
+Layout (https://kafka.apache.org/documentation/#recordbatch; integers big-endian, positions in bytes
+from the start of the batch):
 
-    length        u32   bytes after this field
-    attributes    u8    bit 0: key present, bit 1: value present (other bits must be 0)
-    timestamp_ms  i64   producer's create time; 0 means "the leader's append time"
-    key_length    u32   then `key_length` bytes (0 when the key is absent)
-    value_length  u32   then `value_length` bytes (0 when the value is absent)
-    header_count  u16   then per header: name_length u16, name (UTF-8), value_length u32, value
+     0  baseOffset            int64   offset of the first record: producers send 0, the leader stamps it
+     8  batchLength           int32   bytes after this field: the batch is 12 + batchLength bytes
+    12  partitionLeaderEpoch  int32   producers send -1; kq stores what was sent
+    16  magic                 int8    2 (at the same place in Kafka's older message formats, which kq refuses)
+    17  crc                   uint32  CRC32C (Castagnoli) of bytes 21 to the end: not of the three fields
+                                      above, so stamping the base offset keeps it valid
+    21  attributes            int16   bits 0-2 compression (proto/compression.py: 0 none, 1 gzip,
+                                      2 snappy, 3 lz4, 4 zstd), bit 3 timestamp type (0 CreateTime,
+                                      1 LogAppendTime), bit 4 transactional, bit 5 control; kq refuses
+                                      transactional and control batches and any higher bit
+    23  lastOffsetDelta       int32   record count - 1
+    27  baseTimestamp         int64   the first record's timestamp (-1: none)
+    35  maxTimestamp          int64   the largest record timestamp; for LogAppendTime, every record's
+    43  producerId            int64   -1: not idempotent
+    51  producerEpoch         int16   -1 when not idempotent
+    53  baseSequence          int32   the first record's sequence (-1 when not idempotent); record i has
+                                      baseSequence + i, wrapping from 2**31 - 1 to 0 (next_sequence)
+    57  recordsCount          int32
+    61  records               the records; when compressed, everything from here on is one compressed
+                              stream of them
 
-The client encodes a batch once; the leader checks it (`parse_batch`) and the bytes then travel
-unchanged through Raft into every node's store, so no node re-encodes a record. Only the standard
-library is used: the client, the broker and the state machine all read this one definition.
+Each record ("varint" is a zigzag-encoded LEB128 int32 of at most 5 bytes, "varlong" an int64 of at
+most 10):
+
+    length          varint   bytes of the record after this field
+    attributes      int8     unused (Kafka ignores it, and so does kq)
+    timestampDelta  varlong  the record's timestamp - baseTimestamp
+    offsetDelta     varint   the record's offset - baseOffset: record i says i
+    keyLength       varint   -1: a null key
+    key             keyLength bytes
+    valueLength     varint   -1: a null value
+    value           valueLength bytes
+    headersCount    varint
+    headers         per header: keyLength varint, key (UTF-8), valueLength varint (-1: null), value
+
+`check_batch` is the one validation of a batch: the gRPC edge, the Kafka listener and `apply` (through
+raft/validation.py `append_problem`) all run it, so it is pure, deterministic, and bounded in time
+and memory for any input: a compressed batch is expanded at most to a bound, and every record is
+walked once. `parse_batch` decodes what `check_batch` accepts, with the same checks.
+
+The codec is written here by hand (struct and a zigzag varint walk): kio's record readers, chosen by
+the project for Kafka's protocol schemas, truncate timestamps to whole seconds and know no
+compression, and kq needs millisecond timestamps and all of Kafka's codecs on both sides.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-_LENGTH = struct.Struct(">I")
-_FIXED = struct.Struct(">Bq")  # attributes, timestamp_ms
-_SHORT = struct.Struct(">H")
-KEY_PRESENT = 0x01
-VALUE_PRESENT = 0x02
-_KNOWN_ATTRIBUTES = KEY_PRESENT | VALUE_PRESENT
-# length + attributes + timestamp + key length + value length + header count.
-RECORD_OVERHEAD_BYTES = _LENGTH.size + _FIXED.size + 2 * _LENGTH.size + _SHORT.size
+import crc32c as crc32c_module
+
+from kq.proto.compression import CODEC_NAMES, NONE, CompressionError, compress, decompress
+from kq.proto.limits import (
+    APPEND_BYTES_MAX,
+    HEADER_NAME_BYTES_MAX,
+    HEADERS_PER_RECORD_MAX,
+    RECORD_BYTES_MAX,
+    RECORDS_PER_APPEND_MAX,
+)
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # Every field from baseOffset to recordsCount.
+_BEFORE_CRC = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc.
+_FROM_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordsCount: the start of what the CRC covers.
+_BASE_OFFSET = struct.Struct(">q")
+BATCH_HEADER_BYTES = 61
+LENGTH_PREFIX_BYTES = 12  # baseOffset and batchLength: what batchLength does not count.
+CRC_START = 21  # The CRC covers the batch from its attributes on.
+MAGIC = 2
+
+COMPRESSION_MASK = 0x07
+LOG_APPEND_TIME_FLAG = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+_KNOWN_ATTRIBUTES = COMPRESSION_MASK | LOG_APPEND_TIME_FLAG | TRANSACTIONAL_FLAG | CONTROL_FLAG
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+SEQUENCE_MODULUS = 2**31  # Sequences are the non-negative int32s, wrapping (Kafka's incrementSequence).
+INT64_MAX = 2**63 - 1
+VARINT_BYTES_MAX = 5
+VARLONG_BYTES_MAX = 10
+# attributes, then five one-byte varints (timestampDelta, offsetDelta, keyLength, valueLength, headersCount).
+_RECORD_BYTES_MIN = 6
+_MINUS_ONE = b"\x01"  # -1 as a zigzag varint: a null key, value or header value.
+_SMALL_VARINTS = tuple(bytes([raw]) for raw in range(0x80))
 
 
 class MalformedBatchError(ValueError):
-    """A batch that does not follow the layout; the message says where."""
+    """A batch that does not follow the layout or a limit; the one-line message says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The 61-byte header of a RecordBatch v2, field by field (names as in the layout, units last)."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp_ms: int
+    max_timestamp_ms: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def compression(self) -> int:
+        """The codec of the records (proto/compression.py), from attribute bits 0-2."""
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether every record's timestamp is maxTimestamp (LogAppendTime) rather than its own."""
+        return bool(self.attributes & LOG_APPEND_TIME_FLAG)
+
+    @property
+    def is_transactional(self) -> bool:
+        """Whether the batch belongs to a transaction (kq refuses it: no transactions)."""
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        """Whether the batch is a transaction marker (kq refuses it)."""
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def total_bytes(self) -> int:
+        """The whole batch's size: baseOffset and batchLength, then batchLength bytes."""
+        return LENGTH_PREFIX_BYTES + self.batch_length
 
 
 @dataclass(frozen=True, slots=True)
 class WireRecord:
     """One record of a batch, decoded."""
 
-    timestamp_ms: int
+    offset_delta: int  # The record's offset minus the batch's base offset.
+    timestamp_ms: int  # Absolute; for a LogAppendTime batch, the batch's maxTimestamp. -1: none.
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-    size_bytes: int  # Key + value + header names and values: what the record size limit counts.
+    headers: tuple[tuple[str, bytes], ...]  # A null header value reads as b"".
+    size_bytes: int  # Key + value + header names and values: what RECORD_BYTES_MAX counts.
 
 
-def encode_record(
-    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = (), timestamp_ms: int = 0
-) -> bytes:
-    """One record in batch layout (length prefix included); batches are concatenations of these."""
-    attributes = (KEY_PRESENT if key is not None else 0) | (VALUE_PRESENT if value is not None else 0)
-    key_bytes = key or b""
-    value_bytes = value or b""
-    parts = [
-        _FIXED.pack(attributes, timestamp_ms),
-        _LENGTH.pack(len(key_bytes)),
-        key_bytes,
-        _LENGTH.pack(len(value_bytes)),
-        value_bytes,
-        _SHORT.pack(len(headers)),
-    ]
-    for name, header_value in headers:
-        name_bytes = name.encode()
-        parts += (_SHORT.pack(len(name_bytes)), name_bytes, _LENGTH.pack(len(header_value)), header_value)
-    body = b"".join(parts)
-    return _LENGTH.pack(len(body)) + body
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A record to encode; a None timestamp gets the encoder's clock (CreateTime, as Kafka clients do)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp_ms: int | None = None
 
 
-def encode_batch(records: Iterable[bytes]) -> bytes:
-    """Concatenates records made by `encode_record`."""
-    return b"".join(records)
+# Reading ------------------------------------------------------------------------------------------
 
 
-def count_records(batch: bytes) -> int:
-    """Number of records, walking only the length prefixes; raises MalformedBatchError."""
-    count, position, end = 0, 0, len(batch)
-    while position < end:
-        if position + _LENGTH.size > end:
-            raise MalformedBatchError(f"record {count} has a cut-short length prefix")
-        (length,) = _LENGTH.unpack_from(batch, position)
-        position += _LENGTH.size + length
-        count += 1
-    if position != end:
-        raise MalformedBatchError(f"record {count - 1} runs past the end of the batch")
-    return count
+def read_header(data: bytes | memoryview) -> BatchHeader:
+    """The header of `data`, which must be exactly one batch; raises MalformedBatchError.
 
-
-def validate_batch(
-    batch: bytes, records_max: int, headers_max: int, record_bytes_max: int, header_name_bytes_max: int
-) -> int:
-    """Checks every record's layout and limits without copying anything; returns the record count.
-
-    This is the leader's check of each produce request (the hot path), so it only walks offsets;
-    `parse_batch` is the decoder. Raises MalformedBatchError naming the record and the problem.
+    Only the header is checked (length, magic, batchLength against len(data)): `check_batch` checks
+    the rest.
     """
-    count, position, end = 0, 0, len(batch)
-    while position < end:
-        if count >= records_max:
-            raise MalformedBatchError(f"more than {records_max} records in one batch")
-        if position + _LENGTH.size > end:
-            raise MalformedBatchError(f"record {count}: cut-short length prefix")
-        (length,) = _LENGTH.unpack_from(batch, position)
-        start = position + _LENGTH.size
-        position = start + length
-        if position > end:
-            raise MalformedBatchError(f"record {count}: runs past the end of the batch")
-        problem = _record_problem(
-            batch, start, position, headers_max, record_bytes_max, header_name_bytes_max
-        )
-        if problem is not None:
-            raise MalformedBatchError(f"record {count}: {problem}")
-        count += 1
-    return count
+    header = _unpack_header(data, 0, len(data))
+    if header.total_bytes != len(data):
+        raise MalformedBatchError(f"batchLength says {header.total_bytes} bytes; the batch has {len(data)}")
+    return header
 
 
-def _record_problem(
-    batch: bytes, start: int, stop: int, headers_max: int, record_bytes_max: int, header_name_bytes_max: int
-) -> str | None:
-    """What is wrong with the record in batch[start:stop], or None."""
-    if stop - start < RECORD_OVERHEAD_BYTES - _LENGTH.size:
-        return "shorter than its fixed fields"
-    attributes, timestamp_ms = _FIXED.unpack_from(batch, start)
-    if attributes & ~_KNOWN_ATTRIBUTES:
-        return f"unknown attribute bits {attributes:#x}"
-    if timestamp_ms < 0:
-        return "negative timestamp"
-    (key_length,) = _LENGTH.unpack_from(batch, start + _FIXED.size)
-    position = start + _FIXED.size + _LENGTH.size + key_length
-    if position + _LENGTH.size > stop or (key_length and not attributes & KEY_PRESENT):
-        return "bad key length"
-    (value_length,) = _LENGTH.unpack_from(batch, position)
-    position += _LENGTH.size + value_length
-    if position + _SHORT.size > stop or (value_length and not attributes & VALUE_PRESENT):
-        return "bad value length"
-    (header_count,) = _SHORT.unpack_from(batch, position)
-    position += _SHORT.size
-    if header_count > headers_max:
-        return f"more than {headers_max} headers"
-    size_bytes = key_length + value_length
-    for _ in range(header_count):
-        if position + _SHORT.size > stop:
-            return "cut-short header"
-        (name_length,) = _SHORT.unpack_from(batch, position)
-        position += _SHORT.size
-        if name_length > header_name_bytes_max or position + name_length + _LENGTH.size > stop:
-            return f"header name over {header_name_bytes_max} bytes or cut short"
+def _unpack_header(data: bytes | memoryview, position: int, end: int) -> BatchHeader:
+    """The header at `position`, checked for its length, magic and the smallest batchLength."""
+    if end - position < BATCH_HEADER_BYTES:
+        raise MalformedBatchError(f"{end - position} bytes: less than a {BATCH_HEADER_BYTES}-byte header")
+    header = BatchHeader(*_HEADER.unpack_from(data, position))
+    if header.magic != MAGIC:
+        raise MalformedBatchError(f"magic byte {header.magic}: kq reads only RecordBatch v2 (magic 2)")
+    if header.total_bytes < BATCH_HEADER_BYTES:
+        raise MalformedBatchError(f"batchLength {header.batch_length} is shorter than the header")
+    return header
+
+
+def split_batches(data: bytes | memoryview) -> list[memoryview]:
+    """The batches of a Kafka `records` field (batches back to back), each exactly one batch.
+
+    Each batch's magic and batchLength are checked, and the last one must end exactly at the end of
+    `data` (Kafka's producers never send a partial batch); `check_batch` checks each one's content.
+    """
+    view = memoryview(data)
+    batches: list[memoryview] = []
+    position = 0
+    while position < len(view):
         try:
-            batch[position : position + name_length].decode()
-        except UnicodeDecodeError:
-            return "header name is not UTF-8"
-        (header_length,) = _LENGTH.unpack_from(batch, position + name_length)
-        position += name_length + _LENGTH.size + header_length
-        size_bytes += name_length + header_length
-    if position != stop:
-        return "its fields do not add up to its length"
-    if size_bytes > record_bytes_max:
-        return f"{size_bytes} bytes; the limit is {record_bytes_max} (key, value and headers)"
-    return None
-
-
-def parse_batch(batch: bytes, records_max: int, headers_max: int) -> list[WireRecord]:
-    """Every record of `batch`, each fully checked; raises MalformedBatchError naming the record."""
-    records: list[WireRecord] = []
-    position, end = 0, len(batch)
-    view = memoryview(batch)
-    while position < end:
-        if len(records) >= records_max:
-            raise MalformedBatchError(f"more than {records_max} records in one batch")
-        try:
-            (length,) = _LENGTH.unpack_from(view, position)
-            start = position + _LENGTH.size
-            if start + length > end:
-                raise MalformedBatchError(f"record {len(records)} runs past the end of the batch")
-            records.append(_parse_record(view[start : start + length], headers_max))
-        except (struct.error, UnicodeDecodeError) as error:
-            raise MalformedBatchError(f"record {len(records)} is malformed: {error}") from error
+            header = _unpack_header(view, position, len(view))
         except MalformedBatchError as error:
-            raise MalformedBatchError(f"record {len(records)}: {error}") from error
-        position = start + length
-    return records
+            raise MalformedBatchError(f"batch {len(batches)}: {error}") from None
+        end = position + header.total_bytes
+        if end > len(view):
+            remain = len(view) - position
+            raise MalformedBatchError(
+                f"batch {len(batches)}: batchLength says {header.total_bytes} bytes; {remain} remain"
+            )
+        batches.append(view[position:end])
+        position = end
+    return batches
 
 
-def _parse_record(body: memoryview, headers_max: int) -> WireRecord:
-    attributes, timestamp_ms = _FIXED.unpack_from(body, 0)
-    if attributes & ~_KNOWN_ATTRIBUTES:
-        raise MalformedBatchError(f"unknown attribute bits {attributes:#x}")
-    if timestamp_ms < 0:
-        raise MalformedBatchError("negative timestamp")
-    key, position = _blob(body, _FIXED.size, bool(attributes & KEY_PRESENT))
-    value, position = _blob(body, position, bool(attributes & VALUE_PRESENT))
-    (header_count,) = _SHORT.unpack_from(body, position)
-    position += _SHORT.size
-    if header_count > headers_max:
-        raise MalformedBatchError(f"more than {headers_max} headers")
-    headers: list[tuple[str, bytes]] = []
-    size_bytes = len(key or b"") + len(value or b"")
-    for _ in range(header_count):
-        (name_length,) = _SHORT.unpack_from(body, position)
-        position += _SHORT.size
-        name = bytes(body[position : position + name_length]).decode()
-        position += name_length
-        header_value, position = _blob(body, position, True)
-        headers.append((name, header_value or b""))
-        size_bytes += name_length + len(header_value or b"")
-    if position != len(body):
-        raise MalformedBatchError(f"{len(body) - position} bytes after the last field")
-    return WireRecord(timestamp_ms, key, value, tuple(headers), size_bytes)
+def check_batch(
+    data: bytes | memoryview,
+    records_max: int,
+    headers_max: int,
+    record_bytes_max: int,
+    header_name_bytes_max: int,
+    expanded_bytes_max: int,
+) -> BatchHeader:
+    """Checks that `data` is exactly one whole, valid batch kq may store; returns its header.
+
+    Checked: magic 2; the CRC32C; no transactional or control batch and no unknown attribute bit; a
+    known codec, expanded within `expanded_bytes_max` (a bomb is refused before it is expanded in
+    full); 1 to `records_max` records, as many as the header says, lastOffsetDelta = count - 1;
+    timestamps and producer fields in range; then every record walked once: lengths consistent,
+    varints at most 5 (int32) or 10 (int64) bytes, record i's offsetDelta = i, header names UTF-8
+    within `header_name_bytes_max` and at most `headers_max` of them, key + value + headers within
+    `record_bytes_max`, no byte left over. maxTimestamp need not be the largest record timestamp
+    (clients differ). Raises MalformedBatchError with a one-line reason naming the record.
+    """
+    header = read_header(data)
+    _check_header(header, data, records_max)
+    records, start, end = _records_region(data, header, expanded_bytes_max)
+    _walk(records, start, end, header, (headers_max, record_bytes_max, header_name_bytes_max), None)
+    return header
 
 
-def _blob(body: memoryview, position: int, present: bool) -> tuple[bytes | None, int]:
-    (length,) = _LENGTH.unpack_from(body, position)
-    position += _LENGTH.size
-    if position + length > len(body):
-        raise MalformedBatchError("a length runs past the end of the record")
-    if not present and length:
-        raise MalformedBatchError("an absent key or value has a non-zero length")
-    return (bytes(body[position : position + length]) if present else None), position + length
+def parse_batch(
+    data: bytes | memoryview,
+    *,
+    records_max: int = RECORDS_PER_APPEND_MAX,
+    headers_max: int = HEADERS_PER_RECORD_MAX,
+    record_bytes_max: int = RECORD_BYTES_MAX,
+    header_name_bytes_max: int = HEADER_NAME_BYTES_MAX,
+    expanded_bytes_max: int = APPEND_BYTES_MAX,
+) -> list[WireRecord]:
+    """Every record of one batch, decoded after the same checks as `check_batch` (the CRC included).
+
+    The defaults are the limits every stored batch passed, so a stored or served batch parses with
+    them. Raises MalformedBatchError naming the record.
+    """
+    header = read_header(data)
+    _check_header(header, data, records_max)
+    records, start, end = _records_region(data, header, expanded_bytes_max)
+    decoded: list[WireRecord] = []
+    _walk(records, start, end, header, (headers_max, record_bytes_max, header_name_bytes_max), decoded)
+    return decoded
+
+
+def _check_header(header: BatchHeader, data: bytes | memoryview, records_max: int) -> None:
+    """Everything about a batch its header alone decides (the CRC covers the rest)."""
+    computed = crc32c_module.crc32c(memoryview(data)[CRC_START:])
+    if computed != header.crc:
+        raise MalformedBatchError(
+            f"CRC32C mismatch: the header says {header.crc:#010x}, the bytes {computed:#010x}"
+        )
+    unknown = header.attributes & ~_KNOWN_ATTRIBUTES & 0xFFFF
+    if unknown:
+        raise MalformedBatchError(f"unknown attribute bits {unknown:#06x}")
+    if header.is_transactional or header.is_control:
+        kind = "transactional" if header.is_transactional else "control"
+        raise MalformedBatchError(f"a {kind} batch: kq does not implement transactions")
+    if header.compression not in CODEC_NAMES:
+        raise MalformedBatchError(f"unknown compression codec {header.compression}")
+    if not 0 < header.record_count <= records_max:
+        raise MalformedBatchError(f"{header.record_count} records; a batch holds 1 to {records_max}")
+    if header.last_offset_delta != header.record_count - 1:
+        raise MalformedBatchError(
+            f"lastOffsetDelta {header.last_offset_delta} with {header.record_count} records"
+            f" (must be {header.record_count - 1})"
+        )
+    if header.base_timestamp_ms < NO_TIMESTAMP or header.max_timestamp_ms < NO_TIMESTAMP:
+        raise MalformedBatchError("a negative baseTimestamp or maxTimestamp other than -1")
+    if header.producer_id < NO_PRODUCER_ID:
+        raise MalformedBatchError(f"producer id {header.producer_id} (-1 means none)")
+    if header.producer_id != NO_PRODUCER_ID and (header.producer_epoch < 0 or header.base_sequence < 0):
+        raise MalformedBatchError(
+            f"idempotent batch (producer id {header.producer_id}) with epoch {header.producer_epoch}"
+            f" and base sequence {header.base_sequence}: both must be >= 0"
+        )
+
+
+def _records_region(
+    data: bytes | memoryview, header: BatchHeader, expanded_bytes_max: int
+) -> tuple[bytes | memoryview, int, int]:
+    """(buffer, start, end) of the records: in `data` itself, or expanded within the bound."""
+    codec = header.compression
+    if codec == NONE:
+        if len(data) - BATCH_HEADER_BYTES > expanded_bytes_max:
+            size_bytes = len(data) - BATCH_HEADER_BYTES
+            raise MalformedBatchError(f"records of {size_bytes} bytes exceed {expanded_bytes_max}")
+        return data, BATCH_HEADER_BYTES, len(data)
+    try:
+        expanded = decompress(memoryview(data)[BATCH_HEADER_BYTES:], codec, expanded_bytes_max)
+    except CompressionError as error:
+        raise MalformedBatchError(f"{CODEC_NAMES[codec]} records: {error}") from None
+    return expanded, 0, len(expanded)
+
+
+def _walk(
+    buffer: bytes | memoryview,
+    position: int,
+    end: int,
+    header: BatchHeader,
+    limits: tuple[int, int, int],
+    decoded: list[WireRecord] | None,
+) -> None:
+    """Walks every record once (decoding each into `decoded` when given); raises MalformedBatchError."""
+    append_time_ms = header.max_timestamp_ms if header.log_append_time else None
+    for index in range(header.record_count):
+        try:
+            position = _walk_record(
+                buffer, position, end, index, header.base_timestamp_ms, append_time_ms, limits, decoded
+            )
+        except MalformedBatchError as error:
+            raise MalformedBatchError(f"record {index}: {error}") from None
+    if position != end:
+        raise MalformedBatchError(f"{end - position} bytes after the last of {header.record_count} records")
+
+
+def _walk_record(
+    buffer: bytes | memoryview,
+    position: int,
+    end: int,
+    index: int,
+    base_timestamp_ms: int,
+    append_time_ms: int | None,
+    limits: tuple[int, int, int],
+    decoded: list[WireRecord] | None,
+) -> int:
+    """Checks (and decodes) the record at `position`; returns the position after it.
+
+    This runs for every record of every batch, at the edge and in apply on every node, so a varint of
+    one byte (most of them) is read inline; `_varint` reads the others. A call per field cost a third
+    of the walk.
+    """
+    headers_max, record_bytes_max, header_name_bytes_max = limits
+    if position < end and (byte := buffer[position]) < 0x80:
+        length, position = (byte >> 1) ^ -(byte & 1), position + 1
+    else:
+        length, position = _varint(buffer, position, end, VARINT_BYTES_MAX)
+    stop = position + length
+    if length < _RECORD_BYTES_MIN or stop > end:
+        raise MalformedBatchError(f"length {length} is shorter than a record or runs past the records")
+    position += 1  # The record's attributes: unused. The length leaves at least five bytes after them.
+    if (byte := buffer[position]) < 0x80:
+        timestamp_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+    else:
+        timestamp_delta, position = _varint(buffer, position, stop, VARLONG_BYTES_MAX)
+    if position < stop and (byte := buffer[position]) < 0x80:
+        offset_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+    else:
+        offset_delta, position = _varint(buffer, position, stop, VARINT_BYTES_MAX)
+    if offset_delta != index:
+        raise MalformedBatchError(f"offsetDelta {offset_delta} (must be {index})")
+    timestamp_ms = base_timestamp_ms + timestamp_delta if append_time_ms is None else append_time_ms
+    if not NO_TIMESTAMP <= timestamp_ms <= INT64_MAX:
+        raise MalformedBatchError(f"timestamp {timestamp_ms} is negative (other than -1) or past int64")
+    key_start, key_length, position = _blob(buffer, position, stop, "key")
+    value_start, value_length, position = _blob(buffer, position, stop, "value")
+    if position < stop and (byte := buffer[position]) < 0x80:
+        header_count, position = (byte >> 1) ^ -(byte & 1), position + 1
+    else:
+        header_count, position = _varint(buffer, position, stop, VARINT_BYTES_MAX)
+    if not 0 <= header_count <= headers_max:
+        raise MalformedBatchError(f"{header_count} headers; a record has 0 to {headers_max}")
+    size_bytes = (key_length if key_length > 0 else 0) + (value_length if value_length > 0 else 0)
+    headers: list[tuple[str, bytes]] | None = [] if decoded is not None else None
+    if header_count:
+        position, headers_bytes = _walk_headers(
+            buffer, position, stop, header_count, header_name_bytes_max, headers
+        )
+        size_bytes += headers_bytes
+    if position != stop:
+        raise MalformedBatchError(f"its fields take {position - stop + length} bytes; its length is {length}")
+    if size_bytes > record_bytes_max:
+        raise MalformedBatchError(
+            f"{size_bytes} bytes of key, value and headers; the limit is {record_bytes_max}"
+        )
+    if decoded is not None:
+        key = None if key_length < 0 else bytes(buffer[key_start : key_start + key_length])
+        value = None if value_length < 0 else bytes(buffer[value_start : value_start + value_length])
+        decoded.append(WireRecord(offset_delta, timestamp_ms, key, value, tuple(headers or ()), size_bytes))
+    return stop
+
+
+def _walk_headers(
+    buffer: bytes | memoryview,
+    position: int,
+    stop: int,
+    count: int,
+    name_bytes_max: int,
+    headers: list[tuple[str, bytes]] | None,
+) -> tuple[int, int]:
+    """Checks (and decodes into `headers`) a record's headers: (position after them, their bytes)."""
+    size_bytes = 0
+    for _ in range(count):
+        name_length, position = _varint(buffer, position, stop, VARINT_BYTES_MAX)
+        if not 0 <= name_length <= name_bytes_max or position + name_length > stop:
+            raise MalformedBatchError(
+                f"header name of {name_length} bytes (0 to {name_bytes_max}, within the record)"
+            )
+        try:
+            name = str(buffer[position : position + name_length], "utf-8")
+        except UnicodeDecodeError:
+            raise MalformedBatchError("a header name is not UTF-8") from None
+        value_start, value_length, position = _blob(buffer, position + name_length, stop, "header value")
+        value_length = value_length if value_length > 0 else 0
+        size_bytes += name_length + value_length
+        if headers is not None:
+            headers.append((name, bytes(buffer[value_start : value_start + value_length])))
+    return position, size_bytes
+
+
+def _blob(buffer: bytes | memoryview, position: int, stop: int, what: str) -> tuple[int, int, int]:
+    """A length-prefixed key, value or header value: (its start, its length (-1: null), position after)."""
+    if position < stop and (byte := buffer[position]) < 0x80:
+        length, position = (byte >> 1) ^ -(byte & 1), position + 1
+    else:
+        length, position = _varint(buffer, position, stop, VARINT_BYTES_MAX)
+    if length < -1 or position + length > stop:
+        raise MalformedBatchError(f"{what} length {length} is below -1 or runs past the record")
+    return position, length, position + length if length > 0 else position
+
+
+def _varint(buffer: bytes | memoryview, position: int, stop: int, bytes_max: int) -> tuple[int, int]:
+    """The zigzag varint of at most `bytes_max` bytes at `position` (before `stop`): (value, next position).
+
+    Refuses a varint that runs past `stop`, is longer than `bytes_max` or is outside int32 (5 bytes) or
+    int64 (10 bytes); one byte, the common case, is read first.
+    """
+    if position < stop:
+        byte = buffer[position]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), position + 1
+    raw, shift, start = 0, 0, position
+    while position < stop and position - start < bytes_max:
+        byte = buffer[position]
+        position += 1
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if raw >> (32 if bytes_max == VARINT_BYTES_MAX else 64):
+                raise MalformedBatchError(f"a varint beyond int{32 if bytes_max == VARINT_BYTES_MAX else 64}")
+            return (raw >> 1) ^ -(raw & 1), position
+        shift += 7
+    if position - start >= bytes_max:
+        raise MalformedBatchError(f"a varint longer than {bytes_max} bytes")
+    raise MalformedBatchError("cut short inside a varint")
+
+
+# Writing ------------------------------------------------------------------------------------------
+
+
+def wall_clock_ms() -> int:
+    """The wall clock in milliseconds: the CreateTime of records whose producer gave no timestamp."""
+    return time.time_ns() // 1_000_000
+
+
+def encode_batch(
+    records: Sequence[NewRecord],
+    compression: int = NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    base_timestamp_ms: int | None = None,
+) -> bytes:
+    """One batch of `records` (base offset 0, partitionLeaderEpoch -1, CreateTime, CRC computed).
+
+    `base_timestamp_ms` is the batch's clock: the timestamp of records that have none, and the
+    header's baseTimestamp. None reads the wall clock once for the records without a timestamp and
+    takes the first record's timestamp as baseTimestamp (as Kafka's clients do).
+    """
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    now_ms = wall_clock_ms() if base_timestamp_ms is None else base_timestamp_ms
+    builder = BatchBuilder(base_timestamp_ms)
+    for record in records:
+        builder.append(record, now_ms)
+    return builder.build(compression, producer_id, producer_epoch, base_sequence)
+
+
+class BatchBuilder:
+    """A batch whose records are encoded one at a time, each once, as they are added.
+
+    What the client's Producer fills while a batch lingers: a record's bytes depend on its position
+    (offsetDelta) and on the batch's baseTimestamp (the first record's), both known when it is added,
+    so `build` only joins them, compresses and writes the header. Not thread-safe.
+    """
+
+    __slots__ = ("_base_timestamp_ms", "_encoded", "_max_timestamp_ms")
+
+    def __init__(self, base_timestamp_ms: int | None = None) -> None:
+        self._encoded: list[bytes] = []
+        self._base_timestamp_ms = base_timestamp_ms  # None: the first record's timestamp.
+        self._max_timestamp_ms = NO_TIMESTAMP
+
+    @property
+    def record_count(self) -> int:
+        """Records added so far."""
+        return len(self._encoded)
+
+    def append(self, record: NewRecord, now_ms: int | None = None) -> int:
+        """Encodes `record` at the next offsetDelta; returns its encoded size in bytes.
+
+        A record without a timestamp gets `now_ms` (None: the wall clock).
+        """
+        timestamp_ms = record.timestamp_ms
+        if timestamp_ms is None:
+            timestamp_ms = wall_clock_ms() if now_ms is None else now_ms
+        if self._base_timestamp_ms is None:
+            self._base_timestamp_ms = timestamp_ms
+        self._max_timestamp_ms = max(self._max_timestamp_ms, timestamp_ms)
+        encoded = encode_record(record, len(self._encoded), timestamp_ms - self._base_timestamp_ms)
+        self._encoded.append(encoded)
+        return len(encoded)
+
+    def build(
+        self,
+        compression: int = NONE,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        base_sequence: int = NO_SEQUENCE,
+    ) -> bytes:
+        """The batch of the records added so far (at least one), compressed with `compression`."""
+        if not self._encoded or self._base_timestamp_ms is None:
+            raise ValueError("a batch holds at least one record")
+        return assemble_batch(
+            b"".join(self._encoded),
+            len(self._encoded),
+            self._base_timestamp_ms,
+            self._max_timestamp_ms,
+            compression,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+        )
+
+    def clear(self) -> None:
+        """Drops the encoded records (a sent batch no longer holds their memory)."""
+        self._encoded.clear()
+
+
+def assemble_batch(
+    records: bytes,
+    record_count: int,
+    base_timestamp_ms: int,
+    max_timestamp_ms: int,
+    compression: int = NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    attributes: int = 0,
+) -> bytes:
+    """A batch around already encoded `records` (back to back): compressed, header written, CRC computed.
+
+    `attributes` adds flag bits to the codec's (tests use it to build batches kq must refuse).
+    """
+    payload = compress(records, compression)
+    tail = _FROM_CRC.pack(
+        compression | attributes,
+        record_count - 1,
+        base_timestamp_ms,
+        max_timestamp_ms,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    )
+    crc = crc32c_module.crc32c(payload, crc32c_module.crc32c(tail))
+    batch_length = BATCH_HEADER_BYTES - LENGTH_PREFIX_BYTES + len(payload)
+    head = _BEFORE_CRC.pack(0, batch_length, NO_PARTITION_LEADER_EPOCH, MAGIC, crc)
+    return b"".join((head, tail, payload))
+
+
+def encode_record(record: NewRecord, offset_delta: int, timestamp_delta_ms: int) -> bytes:
+    """One record, its length prefix included; batches hold these back to back."""
+    parts = [b"\x00", _varint_bytes(timestamp_delta_ms), _varint_bytes(offset_delta)]
+    for blob in (record.key, record.value):
+        if blob is None:
+            parts.append(_MINUS_ONE)
+        else:
+            parts += (_varint_bytes(len(blob)), blob)
+    parts.append(_varint_bytes(len(record.headers)))
+    for name, header_value in record.headers:
+        name_bytes = name.encode()
+        parts += (_varint_bytes(len(name_bytes)), name_bytes, _varint_bytes(len(header_value)), header_value)
+    body = b"".join(parts)
+    return _varint_bytes(len(body)) + body
+
+
+def record_size_max(record: NewRecord) -> int:
+    """An upper bound of `record`'s encoded size at any position and timestamp (deltas at their widest).
+
+    What the client's Producer charges a record against its batch and buffer limits before the
+    record's position in a batch is known (like Kafka's estimateSizeInBytesUpperBound).
+    """
+    body = 1 + VARLONG_BYTES_MAX + VARINT_BYTES_MAX
+    for blob in (record.key, record.value):
+        body += 1 if blob is None else _varint_size(len(blob)) + len(blob)
+    body += _varint_size(len(record.headers))
+    for name, header_value in record.headers:
+        name_bytes = len(name.encode())
+        body += _varint_size(name_bytes) + name_bytes + _varint_size(len(header_value)) + len(header_value)
+    return _varint_size(body) + body
+
+
+def _varint_bytes(value: int) -> bytes:
+    """`value` (an int64) as a zigzag LEB128 varint."""
+    raw = (value << 1) ^ (value >> 63)
+    if raw < 0x80:
+        return _SMALL_VARINTS[raw]
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def _varint_size(value: int) -> int:
+    """Bytes of the zigzag varint of a non-negative `value`."""
+    return max(1, ((value << 1).bit_length() + 6) // 7)
+
+
+def with_base_offset(data: bytes | memoryview, base_offset: int) -> bytes:
+    """`data` with its baseOffset set (the first 8 bytes only: the CRC does not cover them)."""
+    return _BASE_OFFSET.pack(base_offset) + bytes(data[_BASE_OFFSET.size :])
+
+
+def next_sequence(sequence: int, increment: int) -> int:
+    """The sequence `increment` records after `sequence`, wrapping from 2**31 - 1 to 0 like Kafka."""
+    return (sequence + increment) % SEQUENCE_MODULUS

@@ -66,25 +66,9 @@ def append(timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend]) -> kq_p
     )
 
 
-def partition_append(
-    topic: str,
-    partition: int,
-    records: bytes,
-    record_count: int,
-    producer_id: int = 0,
-    sequence: int = 0,
-    compression: int = 0,
-) -> kq_pb2.PartitionAppend:
-    """One produce request's share of an AppendCommand: a record batch (proto/records.py)."""
-    return kq_pb2.PartitionAppend(
-        topic=topic,
-        partition=partition,
-        producer_id=producer_id,
-        sequence=sequence,
-        records=records,
-        record_count=record_count,
-        compression=compression,  # type: ignore[arg-type]
-    )
+def partition_append(topic: str, partition: int, records: bytes) -> kq_pb2.PartitionAppend:
+    """One produce request's share of an AppendCommand: one Kafka RecordBatch v2 (proto/records.py)."""
+    return kq_pb2.PartitionAppend(topic=topic, partition=partition, records=records)
 
 
 def trim(topic: str, partition: int, before_offset: int) -> kq_pb2.Command:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# ErrorCode lives in the one error table (proto/errors.py); apply returns its codes 1-15 in results.
+# ErrorCode lives in the one error table (proto/errors.py); apply returns its codes 1-15 and 24 in results.
 from kq.proto.errors import ErrorCode
 from kq.storage import TopicMeta
 

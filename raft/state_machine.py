@@ -19,6 +19,7 @@ import lmdb
 
 from kq.proto import kq_pb2
 from kq.proto.limits import ENTRY_BYTES_MAX, TOPICS_MAX
+from kq.proto.records import NO_PRODUCER_ID, SEQUENCE_MODULUS, BatchHeader, next_sequence, read_header
 from kq.raft import commands, groups
 from kq.raft.results import (
     AppendResult,
@@ -182,52 +183,60 @@ def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
 
 
 def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int) -> AppendResult:
-    appends = tuple(_apply_partition_append(writer, command.timestamp_ms, a) for a in command.appends)
+    appends = tuple(_apply_partition_append(writer, a) for a in command.appends)
     return AppendResult(appends, index, tuple((a.topic, a.partition) for a in command.appends))
 
 
-def _apply_partition_append(
-    writer: StoreWriter, timestamp_ms: int, append: kq_pb2.PartitionAppend
-) -> PartitionAppendResult:
+def _apply_partition_append(writer: StoreWriter, append: kq_pb2.PartitionAppend) -> PartitionAppendResult:
     problem = append_problem(append)  # The very check the edge ran: never an assert here.
     if problem is not None:
         return PartitionAppendResult(ErrorCode.INVALID_COMMAND, reason=problem)
+    header = read_header(append.records)  # Checked whole above: the header is sound.
     topic = writer.topic(append.topic)
     if topic is None:
         return PartitionAppendResult(ErrorCode.UNKNOWN_TOPIC)
     if append.partition >= topic.partitions:
         return PartitionAppendResult(ErrorCode.UNKNOWN_PARTITION)
-    if append.producer_id:
-        verdict = _check_sequence(writer, topic.topic_id, append)
+    idempotent = header.producer_id != NO_PRODUCER_ID
+    if idempotent:
+        verdict = _check_sequence(writer, topic.topic_id, append.partition, header)
         if verdict is not None:
             return verdict
-    base_offset = writer.append(
-        topic.topic_id,
-        append.partition,
-        append.records,
-        append.record_count,
-        timestamp_ms,
-        append.compression,
-    )
-    if append.producer_id:
-        remembered = ProducerAppend(append.sequence, append.record_count, base_offset)
-        writer.remember_producer_append(append.producer_id, topic.topic_id, append.partition, remembered)
+    base_offset = writer.append(topic.topic_id, append.partition, append.records)
+    if idempotent:
+        remembered = ProducerAppend(header.base_sequence, header.record_count, base_offset)
+        writer.remember_producer_append(
+            header.producer_id, topic.topic_id, append.partition, header.producer_epoch, remembered
+        )
     return PartitionAppendResult(ErrorCode.OK, base_offset)
 
 
 def _check_sequence(
-    writer: StoreWriter, topic_id: int, append: kq_pb2.PartitionAppend
+    writer: StoreWriter, topic_id: int, partition: int, header: BatchHeader
 ) -> PartitionAppendResult | None:
-    """None when the append is the producer's next one; otherwise the duplicate or error result."""
-    if not writer.producer_id_allocated(append.producer_id):
+    """None when the batch is the producer's next one on the partition; else the duplicate or error result.
+
+    Kafka's rules, with its int32 sequences that wrap from 2**31 - 1 to 0: a producer's first batch on
+    a partition, and its first in a new (higher) epoch, start at sequence 0; an older epoch is fenced;
+    a retry of one of the last PRODUCER_APPENDS_KEPT appends answers its original base offset; a gap is
+    out of order, and a sequence behind those remembered is too old to deduplicate.
+    """
+    if not writer.producer_id_allocated(header.producer_id):
         return PartitionAppendResult(ErrorCode.UNKNOWN_PRODUCER)
-    window = writer.producer_appends(append.producer_id, topic_id, append.partition)
-    expected = window[-1].first_sequence + window[-1].record_count if window else 0
-    if append.sequence == expected:
+    window = writer.producer_window(header.producer_id, topic_id, partition)
+    sequence = header.base_sequence
+    if window is None or header.producer_epoch > window.epoch:
+        return None if sequence == 0 else PartitionAppendResult(ErrorCode.OUT_OF_ORDER_SEQUENCE)
+    if header.producer_epoch < window.epoch:
+        return PartitionAppendResult(ErrorCode.INVALID_PRODUCER_EPOCH)
+    last = window.appends[-1]
+    expected = next_sequence(last.first_sequence, last.record_count)
+    if sequence == expected:
         return None
-    if append.sequence > expected:
-        return PartitionAppendResult(ErrorCode.OUT_OF_ORDER_SEQUENCE)
-    for earlier in window:
-        if earlier.first_sequence == append.sequence and earlier.record_count == append.record_count:
+    for earlier in window.appends:
+        if earlier.first_sequence == sequence and earlier.record_count == header.record_count:
             return PartitionAppendResult(ErrorCode.OK, earlier.base_offset, duplicate=True)
+    # Ahead of the expected sequence by less than half the sequence space is a gap; the rest is behind.
+    if (sequence - expected) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2:
+        return PartitionAppendResult(ErrorCode.OUT_OF_ORDER_SEQUENCE)
     return PartitionAppendResult(ErrorCode.DUPLICATE_SEQUENCE)

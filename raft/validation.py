@@ -8,8 +8,9 @@ committed entry and turns a problem into a deterministic rejection (a result cod
 exception, so an entry the edge let through by mistake, or one written by another version, cannot
 stop a replica.
 
-Every check here is pure and bounded by the limits in `raft.limits`: a compressed batch is expanded
-at most to APPEND_BYTES_MAX, every record is walked once, a topic pattern is compiled by RE2 within
+Every check here is pure and bounded by the limits in `kq.proto.limits`: a record batch (Kafka's
+RecordBatch v2) is checked by proto/records.py `check_batch`, which expands a compressed one at most
+to APPEND_BYTES_MAX and walks every record once, a topic pattern is compiled by RE2 within
 its memory bound (raft/patterns.py). Each function returns a one-line reason, or None when valid.
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import re
 
 from kq.proto import kq_pb2
-from kq.proto.compression import CompressionError, decompress
 from kq.proto.limits import (
     APPEND_BYTES_MAX,
     APPENDS_PER_ENTRY_MAX,
@@ -38,12 +38,11 @@ from kq.proto.limits import (
     SUBSCRIBED_TOPICS_MAX,
     TOPIC_NAME_LENGTH_MAX,
 )
-from kq.proto.records import MalformedBatchError, validate_batch
+from kq.proto.records import MalformedBatchError, check_batch
 from kq.raft.assignors import ASSIGNORS
 from kq.raft.patterns import pattern_problem
 
 TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")  # A fixed, linear pattern: not user input.
-COMPRESSIONS = (kq_pb2.COMPRESSION_NONE, kq_pb2.COMPRESSION_ZSTD, kq_pb2.COMPRESSION_LZ4)
 
 
 def topic_name_problem(name: str, what: str = "topic") -> str | None:
@@ -67,33 +66,31 @@ def partition_count_problem(partitions: int) -> str | None:
 
 
 def append_problem(append: kq_pb2.PartitionAppend) -> str | None:
-    """Why one produce request's batch cannot be appended: empty, malformed, lying or over a limit.
+    """Why one produce request's batch cannot be appended: not one valid RecordBatch v2, or over a limit.
 
-    A compressed batch is expanded (within APPEND_BYTES_MAX) and checked like a plain one, so a batch
-    that expands to nothing, to garbage, or to a different count than it claims is refused.
+    `check_batch` (proto/records.py) checks the whole batch: its CRC32C, attributes, producer fields
+    and every record, a compressed one expanded within APPEND_BYTES_MAX first; so a batch that expands
+    to nothing, to garbage, or to a different count than its header claims is refused. An entry
+    written in kq's batch layout before RecordBatch v2 is refused here too (its bytes are no v2 batch).
     """
     problem = topic_name_problem(append.topic)
     if problem is not None:
         return problem
-    if append.compression not in COMPRESSIONS:
-        return f"unknown compression {append.compression}"
     if not append.records:
-        return "a produce request needs at least one record"
+        return "a produce request needs a record batch"
     if len(append.records) > APPEND_BYTES_MAX:
-        return f"request of {len(append.records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
-    if not 0 < append.record_count <= RECORDS_PER_APPEND_MAX:
-        return f"record_count must be 1 to {RECORDS_PER_APPEND_MAX}, got {append.record_count}"
+        return f"record batch of {len(append.records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
     try:
-        records = decompress(append.records, append.compression, APPEND_BYTES_MAX)
-        count = validate_batch(
-            records, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX, RECORD_BYTES_MAX, HEADER_NAME_BYTES_MAX
+        check_batch(
+            append.records,
+            RECORDS_PER_APPEND_MAX,
+            HEADERS_PER_RECORD_MAX,
+            RECORD_BYTES_MAX,
+            HEADER_NAME_BYTES_MAX,
+            APPEND_BYTES_MAX,
         )
-    except (CompressionError, MalformedBatchError) as error:
+    except MalformedBatchError as error:
         return f"bad record batch: {error}"
-    if count == 0:
-        return "the record batch holds no records"
-    if count != append.record_count:
-        return f"record_count says {append.record_count}; the batch holds {count}"
     return None
 
 

@@ -12,11 +12,16 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
     partitions  key: topic_id u64 | partition u32                                           (12 bytes)
                 value: log_start_offset u64 | log_end_offset u64 | size_bytes u64           (24 bytes)
     records     key: topic_id u64 | partition u32 | base_offset u64                         (20 bytes)
-                value: one appended batch with its CRC32C (layout in storage/records.py); the
-                       batch holds offsets base_offset .. base_offset + record_count - 1
+                value: one appended batch: Kafka's RecordBatch v2 exactly as the producer sent it,
+                       its baseOffset (bytes 0-7) stamped to the key's base_offset, nothing added;
+                       it carries its record count and its own CRC32C, verified on every read
+                       (storage/records.py; the whole layout in proto/records.py). The batch holds
+                       offsets base_offset .. base_offset + recordsCount - 1
     producers   key: producer_id u64 | topic_id u64 | partition u32                         (20 bytes)
-                value: count u8, then `count` x (first_sequence u64 | record_count u32 | base_offset u64),
-                       oldest first; the last PRODUCER_APPENDS_KEPT appends of that producer there.
+                value: epoch u16 | count u8, then `count` x
+                       (first_sequence u32 | record_count u32 | base_offset u64)   (3 + 16 x count bytes)
+                       the producer's epoch on that partition and its last PRODUCER_APPENDS_KEPT
+                       appends there, oldest first; a higher epoch starts a new list
     groups      key: group name (UTF-8)
                 value: the group's state, serialized by raft/ (a `GroupState` protobuf, deterministic)
     offsets     key: name_length u16 | group name | topic_id u64 | partition u32
@@ -28,12 +33,21 @@ entry's index in `applied_index`: state and index move together or not at all.
 
 from kq.storage.errors import CorruptRecordError, SnapshotError, StorageError
 from kq.storage.records import StoredBatch
-from kq.storage.store import PartitionState, ProducerAppend, Store, StoreReader, StoreWriter, TopicMeta
+from kq.storage.store import (
+    PartitionState,
+    ProducerAppend,
+    ProducerWindow,
+    Store,
+    StoreReader,
+    StoreWriter,
+    TopicMeta,
+)
 
 __all__ = [
     "CorruptRecordError",
     "PartitionState",
     "ProducerAppend",
+    "ProducerWindow",
     "SnapshotError",
     "StorageError",
     "Store",

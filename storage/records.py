@@ -1,18 +1,22 @@
-"""The stored form of one appended batch, with a CRC32C that is verified on every read.
+"""The stored form of one appended batch: Kafka's RecordBatch v2 as the producer sent it, its base offset
+stamped, with the CRC32C it carries verified on every read.
 
-Layout of a stored batch value (integers big-endian):
+The stored value holds nothing else: the v2 header has the record count, the timestamps and its own
+CRC32C (over everything after the CRC field, so stamping the base offset, which it does not cover,
+keeps it valid). The fields storage reads (integers big-endian, positions in bytes; the whole
+layout is in proto/records.py):
 
-    crc32c          u32   over every byte after this field
-    base_offset     u64   offset of the first record (also in the LMDB key; a mismatch is corruption)
-    record_count    u32   records in the batch; they hold offsets base_offset .. base_offset+count-1
-    append_time_ms  i64   the leader's clock when it proposed the entry: the timestamp of records
-                          whose producer gave none (Kafka's LogAppendTime)
-    compression     u8    0 none, 1 zstd, 2 lz4 (proto/compression.py)
-    records               the records exactly as the producer's batch carried them (layout in
-                          proto/records.py, compressed as `compression` says; opaque to storage)
+     0  baseOffset       int64   the offset of the first record; equal to the LMDB key's (else corrupt)
+     8  batchLength      int32   bytes after this field: the value is 12 + batchLength bytes
+    16  magic            int8    2
+    17  crc              uint32  CRC32C of bytes 21 to the end (compressed records included)
+    23  lastOffsetDelta  int32   record count - 1
+    35  maxTimestamp     int64   the largest record timestamp (or the LogAppendTime)
+    57  recordsCount     int32   the batch holds offsets baseOffset .. baseOffset + recordsCount - 1
+    61  records          as the producer sent them (compressed or not; opaque to storage)
 
-Each record is therefore covered by its batch's checksum, and carries its offset (base + position),
-timestamp, key, value and headers.
+storage imports nothing of kq, so it reads these few fields itself rather than through proto/records.py;
+tests/storage/test_records.py checks that the two readings agree.
 """
 
 from __future__ import annotations
@@ -24,19 +28,28 @@ import crc32c as crc32c_module
 
 from kq.storage.errors import CorruptRecordError
 
-_HEADER = struct.Struct(">IQIqB")  # crc, base offset, record count, append time, compression
-HEADER_BYTES = _HEADER.size
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # baseOffset .. recordsCount, as in proto/records.py.
+_BASE_OFFSET = struct.Struct(">q")
+_RECORD_COUNT = struct.Struct(">i")
+HEADER_BYTES = _HEADER.size  # 61
+_RECORD_COUNT_AT = 57
+_LENGTH_PREFIX_BYTES = 12
+_CRC_START = 21
+_MAGIC = 2
 
 
 @dataclass(frozen=True, slots=True)
 class StoredBatch:
-    """A batch read back from a partition log, checksum verified."""
+    """A batch read back from a partition log, its CRC32C and base offset verified.
+
+    `data` is the stored RecordBatch v2, byte for byte what a fetch serves (and what a Kafka Fetch
+    response carries verbatim).
+    """
 
     base_offset: int
     record_count: int
-    append_time_ms: int
-    records: bytes
-    compression: int = 0
+    max_timestamp_ms: int
+    data: bytes
 
     @property
     def next_offset(self) -> int:
@@ -44,23 +57,42 @@ class StoredBatch:
         return self.base_offset + self.record_count
 
 
-def encode_batch(
-    base_offset: int, record_count: int, append_time_ms: int, records: bytes, compression: int = 0
-) -> bytes:
-    """The stored value of a batch."""
-    assert record_count > 0
-    head = _HEADER.pack(0, base_offset, record_count, append_time_ms, compression)[4:]
-    checksum = crc32c_module.crc32c(records, crc32c_module.crc32c(head))
-    return struct.pack(">I", checksum) + head + records
+def record_count_of(batch: bytes | memoryview) -> int:
+    """The recordsCount field of a batch's header (the caller knows the batch is whole)."""
+    return int(_RECORD_COUNT.unpack_from(batch, _RECORD_COUNT_AT)[0])
+
+
+def stamp_base_offset(batch: bytes, base_offset: int) -> bytes:
+    """The stored value of `batch` at `base_offset`: only its first 8 bytes change."""
+    return _BASE_OFFSET.pack(base_offset) + batch[_BASE_OFFSET.size :]
 
 
 def decode_batch(raw: bytes | memoryview, expected_base_offset: int) -> StoredBatch:
-    """Decodes a stored batch, verifying its checksum and offset; raises CorruptRecordError."""
+    """Decodes a stored batch, verifying its layout, CRC32C and base offset; raises CorruptRecordError."""
+    where = f"batch stored at offset {expected_base_offset}"
     if len(raw) < HEADER_BYTES:
-        raise CorruptRecordError(f"batch at offset {expected_base_offset} is shorter than its header")
-    checksum, base_offset, record_count, append_time_ms, compression = _HEADER.unpack_from(raw, 0)
-    if crc32c_module.crc32c(memoryview(raw)[4:]) != checksum:
-        raise CorruptRecordError(f"CRC32C mismatch in batch at offset {expected_base_offset}")
+        raise CorruptRecordError(f"{where} is shorter than its header")
+    (
+        base_offset,
+        batch_length,
+        _,
+        magic,
+        crc,
+        _,
+        last_offset_delta,
+        _,
+        max_timestamp_ms,
+        _,
+        _,
+        _,
+        record_count,
+    ) = _HEADER.unpack_from(raw, 0)
+    if magic != _MAGIC or _LENGTH_PREFIX_BYTES + batch_length != len(raw):
+        raise CorruptRecordError(f"{where}: magic {magic}, batchLength {batch_length} for {len(raw)} bytes")
+    if crc32c_module.crc32c(memoryview(raw)[_CRC_START:]) != crc:
+        raise CorruptRecordError(f"CRC32C mismatch in {where}")
     if base_offset != expected_base_offset:
-        raise CorruptRecordError(f"batch stored under offset {expected_base_offset} says {base_offset}")
-    return StoredBatch(base_offset, record_count, append_time_ms, bytes(raw[HEADER_BYTES:]), compression)
+        raise CorruptRecordError(f"{where} says its base offset is {base_offset}")
+    if record_count <= 0 or last_offset_delta != record_count - 1:
+        raise CorruptRecordError(f"{where}: {record_count} records, lastOffsetDelta {last_offset_delta}")
+    return StoredBatch(base_offset, record_count, max_timestamp_ms, bytes(raw))

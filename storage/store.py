@@ -13,7 +13,7 @@ from typing import Any
 import lmdb
 
 from kq.storage.errors import StorageError
-from kq.storage.records import StoredBatch, decode_batch, encode_batch
+from kq.storage.records import StoredBatch, decode_batch, record_count_of, stamp_base_offset
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
 MAX_DATABASES = 8
@@ -28,7 +28,8 @@ _PARTITION_KEY = struct.Struct(">QI")
 _PARTITION_STATE = struct.Struct(">QQQ")
 _RECORD_KEY = struct.Struct(">QIQ")
 _PRODUCER_KEY = struct.Struct(">QQI")
-_PRODUCER_APPEND = struct.Struct(">QIQ")
+_PRODUCER_EPOCH = struct.Struct(">HB")  # epoch, count of the appends that follow
+_PRODUCER_APPEND = struct.Struct(">IIQ")  # first sequence, record count, base offset
 
 _APPLIED_INDEX = b"applied_index"
 _NEXT_TOPIC_ID = b"next_topic_id"
@@ -63,9 +64,17 @@ class PartitionState:
 class ProducerAppend:
     """One remembered append of an idempotent producer to one partition."""
 
-    first_sequence: int
+    first_sequence: int  # A batch's baseSequence: a non-negative int32.
     record_count: int
     base_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerWindow:
+    """What one partition remembers of an idempotent producer: its epoch there and its last appends."""
+
+    epoch: int
+    appends: tuple[ProducerAppend, ...]  # Oldest first; at most PRODUCER_APPENDS_KEPT, at least one.
 
 
 class Store:
@@ -230,16 +239,19 @@ class StoreReader:
         raw = self._transaction.get(_PARTITION_KEY.pack(topic_id, partition), db=self._partitions)
         return None if raw is None else PartitionState(*_PARTITION_STATE.unpack(raw))
 
-    def producer_appends(self, producer_id: int, topic_id: int, partition: int) -> list[ProducerAppend]:
-        """The producer's remembered appends to this partition, oldest first."""
+    def producer_window(self, producer_id: int, topic_id: int, partition: int) -> ProducerWindow | None:
+        """The producer's epoch and remembered appends on this partition, or None if it never appended."""
         raw = self._transaction.get(_PRODUCER_KEY.pack(producer_id, topic_id, partition), db=self._producers)
         if raw is None:
-            return []
+            return None
         raw = bytes(raw)
-        return [
-            ProducerAppend(*_PRODUCER_APPEND.unpack_from(raw, 1 + i * _PRODUCER_APPEND.size))
-            for i in range(raw[0])
-        ]
+        epoch, count = _PRODUCER_EPOCH.unpack_from(raw, 0)
+        start = _PRODUCER_EPOCH.size
+        appends = tuple(
+            ProducerAppend(*_PRODUCER_APPEND.unpack_from(raw, start + i * _PRODUCER_APPEND.size))
+            for i in range(count)
+        )
+        return ProducerWindow(epoch, appends)
 
     def batches(self, topic_id: int, partition: int, offset: int, max_bytes: int) -> list[StoredBatch]:
         """Batches from the one holding `offset` on, stopping once `max_bytes` of them are read.
@@ -374,20 +386,19 @@ class StoreWriter(StoreReader):
             db=self._partitions,
         )
 
-    def append(
-        self,
-        topic_id: int,
-        partition: int,
-        records: bytes,
-        record_count: int,
-        append_time_ms: int,
-        compression: int = 0,
-    ) -> int:
-        """Appends a batch of `record_count` records at the partition's end; returns its base offset."""
+    def append(self, topic_id: int, partition: int, batch: bytes) -> int:
+        """Appends a RecordBatch v2 at the partition's end, its base offset stamped; returns that offset.
+
+        The base offset is the partition's log end: a pure function of the store's state, so every
+        replica stamps the same one. `batch` passed proto/records.py `check_batch` (apply runs it
+        first), so its header's record count is at least one.
+        """
         state = self.partition(topic_id, partition)
         assert state is not None, "append to a partition that does not exist"
         base_offset = state.log_end_offset
-        value = encode_batch(base_offset, record_count, append_time_ms, records, compression)
+        record_count = record_count_of(batch)
+        assert record_count > 0, "apply appends only checked batches"
+        value = stamp_base_offset(batch, base_offset)
         added = self._transaction.put(
             _RECORD_KEY.pack(topic_id, partition, base_offset), value, db=self._records, overwrite=False
         )
@@ -414,7 +425,7 @@ class StoreWriter(StoreReader):
         freed_bytes = 0
         if cursor.set_range(prefix):
             while bytes(cursor.key()[:12]) == prefix:
-                _, _, record_count = struct.unpack_from(">IQI", cursor.value())
+                record_count = record_count_of(cursor.value())  # From the stored v2 header.
                 if _RECORD_KEY.unpack(cursor.key())[2] + record_count > before_offset:
                     break
                 freed_bytes += len(cursor.value())
@@ -444,11 +455,17 @@ class StoreWriter(StoreReader):
         self._transaction.put(key, _COMMITTED.pack(offset, commit_time_ms), db=self._offsets)
 
     def remember_producer_append(
-        self, producer_id: int, topic_id: int, partition: int, append: ProducerAppend
+        self, producer_id: int, topic_id: int, partition: int, epoch: int, append: ProducerAppend
     ) -> None:
-        """Adds `append` to the producer's window for the partition, dropping the oldest beyond the limit."""
-        window = [*self.producer_appends(producer_id, topic_id, partition), append][-PRODUCER_APPENDS_KEPT:]
-        raw = bytes([len(window)]) + b"".join(
-            _PRODUCER_APPEND.pack(a.first_sequence, a.record_count, a.base_offset) for a in window
+        """Adds `append` to the producer's window for the partition, dropping the oldest beyond the limit.
+
+        An epoch other than the remembered one starts a new window (apply only lets a higher one through:
+        a producer's new epoch starts its sequences again at 0, as in Kafka).
+        """
+        window = self.producer_window(producer_id, topic_id, partition)
+        earlier = window.appends if window is not None and window.epoch == epoch else ()
+        appends = [*earlier, append][-PRODUCER_APPENDS_KEPT:]
+        raw = _PRODUCER_EPOCH.pack(epoch, len(appends)) + b"".join(
+            _PRODUCER_APPEND.pack(a.first_sequence, a.record_count, a.base_offset) for a in appends
         )
         self._transaction.put(_PRODUCER_KEY.pack(producer_id, topic_id, partition), raw, db=self._producers)
