@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from kq.proto.records import encode_batch, encode_record
-from kq.storage import CorruptRecordError, StorageError, Store
+from kq.proto.records import NewRecord, encode_batch, parse_batch, with_base_offset
+from kq.storage import CorruptRecordError, ProducerAppend, StorageError, Store
 
 
-def batch(*values: bytes) -> bytes:
-    return encode_batch(encode_record(None, value) for value in values)
+def batch(*values: bytes, timestamp_ms: int = 100) -> bytes:
+    """A RecordBatch v2 of `values`, as a producer sends it (base offset 0)."""
+    return encode_batch([NewRecord(None, value, (), timestamp_ms) for value in values])
 
 
 @pytest.fixture
@@ -20,22 +21,25 @@ def store(tmp_path: Path) -> Store:
     store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
     with store.write() as writer:
         topic = writer.create_topic("t", 2, 5)
-        writer.append(topic.topic_id, 0, batch(b"a", b"b"), 2, 100)
-        writer.append(topic.topic_id, 1, batch(b"c"), 1, 101)
-        writer.append(topic.topic_id, 0, batch(b"d"), 1, 102)
+        writer.append(topic.topic_id, 0, batch(b"a", b"b", timestamp_ms=100))
+        writer.append(topic.topic_id, 1, batch(b"c", timestamp_ms=101))
+        writer.append(topic.topic_id, 0, batch(b"d", timestamp_ms=102))
     return store
 
 
 def test_batches_come_back_in_order_per_partition(store: Store) -> None:
-    """Batches keep their base offsets, counts, append times and bytes, partition by partition."""
+    """Batches come back as sent but for their stamped base offset, with counts and max timestamps."""
     with store.read() as reader:
         zero = reader.batches(1, 0, 0, 1 << 20)
         one = reader.batches(1, 1, 0, 1 << 20)
         state = reader.partition(1, 0)
-    assert [(b.base_offset, b.record_count, b.append_time_ms) for b in zero] == [(0, 2, 100), (2, 1, 102)]
-    assert zero[0].records == batch(b"a", b"b")
-    assert [(b.base_offset, b.records) for b in one] == [(0, batch(b"c"))]
+    assert [(b.base_offset, b.record_count, b.max_timestamp_ms) for b in zero] == [(0, 2, 100), (2, 1, 102)]
+    assert zero[0].data == batch(b"a", b"b")  # Base offset 0: byte for byte what the producer sent.
+    assert zero[1].data == with_base_offset(batch(b"d", timestamp_ms=102), 2)
+    assert [r.value for r in parse_batch(zero[1].data)] == [b"d"]
+    assert [(b.base_offset, b.data) for b in one] == [(0, batch(b"c", timestamp_ms=101))]
     assert state is not None and (state.log_start_offset, state.log_end_offset) == (0, 3)
+    assert state.size_bytes == len(zero[0].data) + len(zero[1].data)
 
 
 def test_read_starts_at_the_batch_holding_the_offset(store: Store) -> None:
@@ -73,6 +77,19 @@ def test_corrupted_stored_batch_is_never_served(store: Store) -> None:
         transaction.put(key, bytes(raw), db=records_db)
     with store.read() as reader, pytest.raises(CorruptRecordError):
         reader.batches(1, 0, 0, 1 << 20)
+
+
+def test_producer_windows_keep_the_last_appends_of_one_epoch(store: Store) -> None:
+    """A partition remembers a producer's last five appends in its epoch; a new epoch starts over."""
+    with store.write() as writer:
+        for sequence in range(7):
+            writer.remember_producer_append(3, 1, 0, 0, ProducerAppend(sequence, 1, 10 + sequence))
+        window = writer.producer_window(3, 1, 0)
+        assert window is not None and window.epoch == 0
+        assert [a.first_sequence for a in window.appends] == [2, 3, 4, 5, 6]
+        writer.remember_producer_append(3, 1, 0, 1, ProducerAppend(0, 4, 20))
+        assert writer.producer_window(3, 1, 0) == type(window)(1, (ProducerAppend(0, 4, 20),))
+        assert writer.producer_window(3, 1, 1) is None
 
 
 def test_copy_replaces_another_store_exactly(store: Store, tmp_path: Path) -> None:
