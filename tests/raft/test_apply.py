@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kq.proto import kq_pb2
 from kq.proto.records import parse_batch
 from kq.raft import commands
 from kq.raft.results import (
@@ -20,7 +22,7 @@ from kq.raft.results import (
     TrimResult,
 )
 from kq.raft.state_machine import apply
-from kq.storage import Store
+from kq.storage import ProducerAppend, Store
 from tests.raft.helpers import append, create
 
 
@@ -70,7 +72,7 @@ def test_offsets_are_contiguous_per_partition(store: Store) -> None:
         topic = reader.topic("t")
         assert topic is not None
         batches = reader.batches(topic.topic_id, 0, 0, 1 << 20)
-    values = [r.value for b in batches for r in parse_batch(b.records, 100, 100)]
+    values = [r.value for b in batches for r in parse_batch(b.data)]
     assert values == [b"a", b"b", b"d"]
     assert [b.base_offset for b in batches] == [0, 2]
 
@@ -118,6 +120,91 @@ def test_sequence_gaps_and_unknown_producers_are_result_codes(store: Store) -> N
     assert [row for row in store.dump() if row[1] != b"applied_index"] == [
         row for row in before if row[1] != b"applied_index"
     ]
+
+
+def test_a_new_epoch_restarts_sequences_and_fences_the_old_one(store: Store) -> None:
+    """Kafka's epochs: a higher epoch starts at sequence 0 with a new window; the lower one is fenced."""
+    run(store, [create("t", 1), commands.encode(commands.register_producer(1))])
+    entries = [
+        (append("t", 0, b"a", producer_id=1, sequence=0), ErrorCode.OK, False),
+        (append("t", 0, b"b", producer_id=1, sequence=1), ErrorCode.OK, False),
+        (append("t", 0, b"c", producer_id=1, sequence=3, epoch=1), ErrorCode.OUT_OF_ORDER_SEQUENCE, False),
+        (append("t", 0, b"c", producer_id=1, sequence=0, epoch=1), ErrorCode.OK, False),
+        (append("t", 0, b"d", producer_id=1, sequence=2, epoch=0), ErrorCode.INVALID_PRODUCER_EPOCH, False),
+        (append("t", 0, b"b", producer_id=1, sequence=1, epoch=0), ErrorCode.INVALID_PRODUCER_EPOCH, False),
+        (append("t", 0, b"c", producer_id=1, sequence=0, epoch=1), ErrorCode.OK, True),
+        (append("t", 0, b"e", producer_id=1, sequence=1, epoch=1), ErrorCode.OK, False),
+    ]
+    for index, (entry, expected, duplicate) in enumerate(entries, start=3):
+        result = apply(store, index, entry)
+        assert isinstance(result, AppendResult)
+        assert (result.appends[0].error, result.appends[0].duplicate) == (expected, duplicate), index
+    with store.read() as reader:
+        window = reader.producer_window(1, 1, 0)
+        topic = reader.topic("t")
+        assert topic is not None
+        values = [r.value for b in reader.batches(topic.topic_id, 0, 0, 1 << 20) for r in parse_batch(b.data)]
+    assert window is not None and window.epoch == 1 and [a.first_sequence for a in window.appends] == [0, 1]
+    assert values == [b"a", b"b", b"c", b"e"]
+
+
+def test_sequences_wrap_from_the_int32_maximum_to_zero(store: Store) -> None:
+    """A window ending at 2**31 - 1 expects 0 next; a batch may cross the wrap; retries still match."""
+    run(store, [create("t", 1), commands.encode(commands.register_producer(1))])
+    with store.write() as writer:  # A producer that has sent 2**31 - 2 records there already.
+        writer.remember_producer_append(1, 1, 0, 0, ProducerAppend(2**31 - 4, 2, 0))
+    cases = [
+        (append("t", 0, b"x", b"y", producer_id=1, sequence=2**31 - 2), ErrorCode.OK, False),  # ... 2**31 - 1
+        (append("t", 0, b"z", producer_id=1, sequence=5), ErrorCode.OUT_OF_ORDER_SEQUENCE, False),
+        (append("t", 0, b"z", b"w", producer_id=1, sequence=0), ErrorCode.OK, False),  # 0 .. 1
+        (append("t", 0, b"x", b"y", producer_id=1, sequence=2**31 - 2), ErrorCode.OK, True),
+        (append("t", 0, b"old", producer_id=1, sequence=2**31 - 100), ErrorCode.DUPLICATE_SEQUENCE, False),
+        (append("t", 0, b"v", producer_id=1, sequence=2), ErrorCode.OK, False),
+    ]
+    for index, (entry, expected, duplicate) in enumerate(cases, start=3):
+        result = apply(store, index, entry)
+        assert isinstance(result, AppendResult)
+        assert (result.appends[0].error, result.appends[0].duplicate) == (expected, duplicate), index
+
+
+def test_an_entry_in_the_old_batch_layout_is_refused_alike(tmp_path: Path) -> None:
+    """An append written by kq before RecordBatch v2 (its own layout, fields 3, 4, 6 and 7 set) decodes,
+    and every replica refuses it with the same result: nothing is written, nothing raises."""
+    old_record = struct.pack(">IBqI", 1 + 8 + 4 + 4 + 1 + 2, 0x02, 0, 0) + struct.pack(">I", 1) + b"v" + b"\x00\x00"
+    old_append = b"".join(
+        (
+            field(1, b"t"),
+            varint_field(2, 0),
+            varint_field(3, 1),  # producer_id
+            varint_field(4, 0),  # sequence
+            field(5, old_record),
+            varint_field(6, 1),  # record_count
+            varint_field(7, 0),  # compression
+        )
+    )
+    entry = commands.encode(commands.append(1, [kq_pb2.PartitionAppend.FromString(old_append)]))
+    results, dumps = [], []
+    for name in ("left", "right"):
+        replica = Store.open(tmp_path / name, map_size_bytes=16 * 1024**2)
+        run(replica, [create("t", 1)])
+        before = replica.dump()
+        results.append(apply(replica, 2, entry))
+        dumps.append([row for row in replica.dump() if row[1] != b"applied_index"])
+        assert dumps[-1] == [row for row in before if row[1] != b"applied_index"]
+    assert results[0] == results[1] and dumps[0] == dumps[1]
+    result = results[0]
+    assert isinstance(result, AppendResult) and result.appends[0].error == ErrorCode.INVALID_COMMAND
+    assert "bad record batch" in result.appends[0].reason
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (payloads here are under 128 bytes)."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def varint_field(number: int, value: int) -> bytes:
+    """A varint protobuf field of a small value."""
+    return bytes([number << 3, value])
 
 
 def test_delete_topic_removes_records_and_the_name_can_be_reused(store: Store) -> None:

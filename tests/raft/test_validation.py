@@ -17,9 +17,9 @@ import kq.raft.groups
 import kq.raft.patterns
 import kq.raft.state_machine
 from kq.proto import kq_pb2
-from kq.proto.compression import LZ4, ZSTD, compress
+from kq.proto.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
 from kq.proto.limits import PATTERN_PROGRAM_SIZE_MAX, TOPIC_NAME_LENGTH_MAX
-from kq.proto.records import count_records, encode_batch, encode_record
+from kq.proto.records import NewRecord, assemble_batch, encode_batch, with_base_offset
 from kq.raft import commands
 from kq.raft.patterns import compile_pattern, pattern_problem
 from kq.raft.results import ErrorCode, GroupResult, RejectedResult, SkippedResult
@@ -38,30 +38,37 @@ patterns = st.one_of(
     st.text(max_size=30),
 )
 uint32 = st.integers(0, 2**32 - 1)
-valid_batch = st.lists(st.binary(max_size=20), min_size=0, max_size=4).map(
-    lambda values: encode_batch(encode_record(None, value) for value in values)
-)
+# (producer id, epoch, base sequence): none, a registered producer (from history()) in and out of
+# sequence, an unregistered one, and idempotent fields check_batch refuses.
+producers = st.sampled_from([(-1, -1, -1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (99, 0, 0), (1, -1, 0), (-2, 0, 0)])
 
 
 @st.composite
-def batches(draw: st.DrawFn) -> tuple[bytes, int, int]:
-    """(records, record_count, compression): valid, compressed, truncated, lying or garbage."""
-    records = draw(valid_batch)
-    count = count_records(records)
-    codec = draw(st.sampled_from([0, 0, ZSTD, LZ4, 9]))
-    if codec in (ZSTD, LZ4):
-        records = compress(records, codec)
-    mutation = draw(st.sampled_from(["none", "none", "truncate", "lie", "garbage", "flip"]))
-    if mutation == "truncate" and records:
-        records = records[: draw(st.integers(0, len(records) - 1))]
-    elif mutation == "lie":
-        count = draw(uint32)
+def batches(draw: st.DrawFn) -> bytes:
+    """A RecordBatch v2: valid (any codec, idempotent or not), truncated, count-lying, empty, garbage,
+    a byte flipped, its base offset stamped, or a bomb."""
+    values = draw(st.lists(st.binary(max_size=20), min_size=1, max_size=4))
+    codec = draw(st.sampled_from([NONE, NONE, GZIP, SNAPPY, LZ4, ZSTD]))
+    records = [NewRecord(None, value) for value in values]
+    data = encode_batch(records, codec, *draw(producers), base_timestamp_ms=1)
+    mutation = draw(st.sampled_from(["none", "none", "truncate", "lie", "empty", "garbage", "flip", "stamp"]))
+    if mutation == "truncate":
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif mutation == "lie":  # The header claims another count; the CRC is right.
+        encoded = encode_batch(records, NONE, base_timestamp_ms=1)[61:]
+        data = assemble_batch(encoded, draw(st.integers(-1, 20_000)), 1, 1, codec)
+    elif mutation == "empty":  # A compressed stream of nothing claiming a record: the historical bomb.
+        data = assemble_batch(b"", 1, 1, 1, codec)
     elif mutation == "garbage":
-        records = draw(st.binary(max_size=40))
-    elif mutation == "flip" and records:
-        position = draw(st.integers(0, len(records) - 1))
-        records = records[:position] + bytes([records[position] ^ 0xFF]) + records[position + 1 :]
-    return records, count, codec
+        data = draw(st.binary(max_size=80))
+    elif mutation == "flip":
+        position = draw(st.integers(0, len(data) - 1))
+        data = data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1 :]
+    elif mutation == "stamp":
+        data = with_base_offset(data, draw(st.integers(0, 2**63 - 1)))
+    if draw(st.integers(0, 30)) == 0:  # Rarely, a bomb: 8 MiB of zeros, compressed, behind a valid header.
+        data = assemble_batch(b"\x00" * (8 << 20), 1, 1, 1, codec or ZSTD)
+    return data
 
 
 @st.composite
@@ -89,10 +96,7 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
     if kind == "append":
         appends = []
         for _ in range(draw(st.integers(0, 3))):
-            records, count, codec = draw(batches())
-            appends.append(
-                commands.partition_append(draw(names), draw(st.integers(0, 3)), records, count, 0, 0, codec)
-            )
+            appends.append(commands.partition_append(draw(names), draw(st.integers(0, 3)), draw(batches())))
         return commands.append(1, appends)
     if kind == "trim":
         return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)))
@@ -119,11 +123,13 @@ def history() -> list[kq_pb2.Command]:
     other = kq_pb2.GroupMember(
         member_id="m2", topic_pattern="t.*", session_timeout_ms=10_000, rebalance_timeout_ms=30_000
     )
-    one = encode_batch([encode_record(b"k", b"v")])
+    one = encode_batch([NewRecord(b"k", b"v")], base_timestamp_ms=1)
+    idempotent = encode_batch([NewRecord(b"k", b"v")], NONE, 1, 0, 0, base_timestamp_ms=1)
     return [
         commands.create_topic("t", 2, 1),
         commands.create_topic("t.x", 1, 1),
-        commands.append(1, [commands.partition_append("t", 0, one, 1)]),
+        commands.register_producer(1),
+        commands.append(1, [commands.partition_append("t", 0, one), commands.partition_append("t", 1, idempotent)]),
         commands.join_group("g", member, "range", 2),
         commands.join_group("g", other, "", 3),
         commands.commit_offsets("g", "", 0, [kq_pb2.OffsetEntry(topic="t", partition=0, offset=1)], 4),
@@ -216,8 +222,8 @@ def test_a_full_disk_stops_apply_without_recording_anything(tmp_path: Path) -> N
     """An environment fault (LMDB map full) raises EnvironmentFaultError; the index does not move."""
     store = Store.open(tmp_path / "small", map_size_bytes=1024 * 1024)
     apply(store, 1, commands.encode(commands.create_topic("t", 1, 1)))
-    big = encode_batch([encode_record(None, b"x" * 1_000_000)] * 2)
-    data = commands.encode(commands.append(1, [commands.partition_append("t", 0, big, 2)]))
+    big = encode_batch([NewRecord(None, b"x" * 1_000_000)] * 2)
+    data = commands.encode(commands.append(1, [commands.partition_append("t", 0, big)]))
     with pytest.raises(EnvironmentFaultError, match="MapFullError"):
         apply(store, 2, data)
     assert store.applied_index() == 1
