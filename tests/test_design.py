@@ -149,7 +149,7 @@ def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path) -> None:
             stub = kq_pb2_grpc.BrokerStub(channel)
             stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=1), timeout=10)
             stub.Produce(
-                kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v"), record_count=1), timeout=10
+                kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")), timeout=10
             )
             stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=0, offset=0, max_records=10), timeout=10)
             joined = stub.JoinGroup(

@@ -22,11 +22,11 @@ from tests.broker.fake_consensus import FakeConsensus
 from tests.raft.helpers import batch
 
 
-def produce(topic: str, partition: int, *values: bytes) -> kq_pb2.ProduceRequest:
-    """A produce request for `values` (no producer id)."""
-    return kq_pb2.ProduceRequest(
-        topic=topic, partition=partition, records=batch(*values), record_count=len(values)
-    )
+def produce(
+    topic: str, partition: int, *values: bytes, producer: tuple[int, int, int] = (-1, -1, -1)
+) -> kq_pb2.ProduceRequest:
+    """A produce request for `values` (idempotent when `producer` gives an id, epoch and sequence)."""
+    return kq_pb2.ProduceRequest(topic=topic, partition=partition, records=batch(*values, producer=producer))
 
 
 EDGE_WORKERS = 8  # The in-process server's worker threads.

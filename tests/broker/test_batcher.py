@@ -61,7 +61,7 @@ def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> No
     consensus = HeldConsensus(store)
     batcher = Batcher(consensus, lambda: 1_000)
     batcher.start()
-    request = commands.partition_append("t", 0, batch(b"v"), 1)
+    request = commands.partition_append("t", 0, batch(b"v"))
     with ThreadPoolExecutor(max_workers=16) as pool:
         first: list[Future[AppendOutcome]] = []
         for slot in range(PROPOSALS_IN_FLIGHT_MAX):  # One at a time: each fills a slot alone.
@@ -87,7 +87,7 @@ def test_a_request_is_answered_unavailable_when_nothing_commits(tmp_path: Path) 
     batcher = Batcher(HeldConsensus(store), lambda: 1_000)
     batcher.start()
     try:
-        batcher.append(kq_pb2.PartitionAppend(topic="t", records=batch(b"v"), record_count=1), 0.05)
+        batcher.append(kq_pb2.PartitionAppend(topic="t", records=batch(b"v")), 0.05)
     except Exception as error:
         assert type(error).__name__ == "UnavailableError"
     else:

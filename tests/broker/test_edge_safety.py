@@ -10,43 +10,38 @@ import pytest
 import kq.raft.state_machine
 from kq.broker.edge import RateLimitedLog
 from kq.proto import kq_pb2
-from kq.proto.compression import LZ4, ZSTD, compress
+from kq.proto.compression import GZIP, LZ4, SNAPPY, ZSTD
 from kq.proto.errors import ErrorCode, code_from_metadata
 from kq.proto.limits import PATTERN_NESTING_MAX, TOPIC_PATTERN_LENGTH_MAX
 from tests.broker.conftest import Edge, expect, produce, status_of
-from tests.raft.helpers import batch
+from kq.proto.records import NewRecord, assemble_batch, encode_batch
 
 
-def compressed(records: bytes, codec: int, count: int) -> kq_pb2.ProduceRequest:
-    return request_of(compress(records, codec), count, codec)
-
-
-def request_of(records: bytes, count: int, codec: int) -> kq_pb2.ProduceRequest:
-    request = kq_pb2.ProduceRequest(topic="t", partition=0, records=records, record_count=count)
-    request.compression = codec  # type: ignore[assignment]  # Unknown values are what some cases test.
-    return request
+def request_of(records: bytes) -> kq_pb2.ProduceRequest:
+    return kq_pb2.ProduceRequest(topic="t", partition=0, records=records)
 
 
 def test_compressed_batches_that_hold_nothing_or_lie_are_refused(edge: Edge) -> None:
-    """Zero-record, truncated, count-lying and garbage compressed batches: INVALID_ARGUMENT, not proposed."""
+    """Zero-record, truncated, count-lying, garbage, bomb and unknown-codec batches: INVALID_ARGUMENT,
+    one line each, nothing proposed."""
     before, proposals = edge.store.dump(), edge.consensus.proposals
-    two = batch(b"a", b"b")
+    two = encode_batch([NewRecord(None, b"a"), NewRecord(None, b"b")])[61:]  # Two encoded records.
     cases = []
-    for codec in (ZSTD, LZ4):
+    for codec in (GZIP, SNAPPY, LZ4, ZSTD):
         cases += [
-            compressed(b"", codec, 0),  # The 23-byte request that once killed every node.
-            compressed(b"", codec, 1),
-            compressed(two, codec, 3),
-            compressed(two[:-1], codec, 2),
-            request_of(b"\x28\xb5\x2f\xfd" + b"\x00" * 12, 1, codec),
+            assemble_batch(b"", 0, 1, 1, codec),  # Like the 23-byte request that once killed every node.
+            assemble_batch(b"", 1, 1, 1, codec),
+            assemble_batch(two, 3, 1, 1, codec),
+            assemble_batch(two[:-1], 2, 1, 1, codec),
+            assemble_batch(b"\x00" * (8 << 20), 1, 1, 1, codec),  # A bomb: 8 MiB of zeros.
+            encode_batch([NewRecord(None, b"a")], codec)[:-1],
         ]
-    cases.append(kq_pb2.ProduceRequest(topic="t", partition=0, records=two, record_count=0))
-    cases.append(request_of(two, 2, 7))
-    for request in cases:
-        details = expect(grpc.StatusCode.INVALID_ARGUMENT, edge.stub.Produce, request)
-        assert details
+    cases += [assemble_batch(two, 0, 1, 1), assemble_batch(two, 2, 1, 1, attributes=7), b"\x28\xb5\x2f\xfd" * 20]
+    for records in cases:
+        details = expect(grpc.StatusCode.INVALID_ARGUMENT, edge.stub.Produce, request_of(records))
+        assert details and "\n" not in details
     assert edge.store.dump() == before and edge.consensus.proposals == proposals
-    assert edge.stub.Produce(compressed(two, ZSTD, 2)).base_offset == 3  # The log moves on.
+    assert edge.stub.Produce(request_of(assemble_batch(two, 2, 1, 1, ZSTD))).base_offset == 3  # Moves on.
 
 
 def join(pattern: str) -> kq_pb2.JoinGroupRequest:

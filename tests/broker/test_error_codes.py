@@ -53,6 +53,12 @@ def producer(edge: Edge) -> None:
     assert edge.stub.RegisterProducer(kq_pb2.RegisterProducerRequest()).producer_id == 1
 
 
+def fenced_producer(edge: Edge) -> None:
+    """Producer id 1 exists and has written in epoch 1, fencing its epoch 0."""
+    producer(edge)
+    edge.stub.Produce(_produce_as(1, 0, epoch=1))
+
+
 def readers_full(edge: Edge) -> None:
     """Every reader slot of the node is taken (by other clients' waiting readers)."""
     for number in range(edge.readers.limits.readers_max):
@@ -72,10 +78,8 @@ class Case:
     setup: Callable[[Edge], None] | None = None
 
 
-def _produce_as(producer_id: int, sequence: int) -> kq_pb2.ProduceRequest:
-    request = produce("t", 0, b"v")
-    request.producer_id, request.sequence = producer_id, sequence
-    return request
+def _produce_as(producer_id: int, sequence: int, epoch: int = 0) -> kq_pb2.ProduceRequest:
+    return produce("t", 0, b"v", producer=(producer_id, epoch, sequence))
 
 
 _AHEAD = 10**9  # A Raft index no node of the test has applied.
@@ -116,6 +120,7 @@ CASES = [
     Case("Produce", produce("t", 0, b"v"), _S.UNAVAILABLE, _E.LEADER_UNKNOWN, leaderless),
     Case("Produce", _produce_as(7, 0), _S.FAILED_PRECONDITION, _E.UNKNOWN_PRODUCER),
     Case("Produce", _produce_as(1, 5), _S.FAILED_PRECONDITION, _E.OUT_OF_ORDER_SEQUENCE, producer),
+    Case("Produce", _produce_as(1, 1), _S.FAILED_PRECONDITION, _E.INVALID_PRODUCER_EPOCH, fenced_producer),
     Case(
         "Fetch",
         kq_pb2.FetchRequest(topic="t", partition=0, offset=9),

@@ -10,8 +10,9 @@ import pytest
 
 import kq.client.client
 import kq.client.connection
-from kq.client import GroupConsumer, KqClient, NotCommittedError, Producer
+from kq.client import GroupConsumer, KqClient, NotCommittedError, Producer, ProducerRecord
 from kq.proto import kq_pb2
+from kq.proto.records import parse_batch, read_header
 
 
 class FakeConnections:
@@ -40,8 +41,10 @@ class FakeConnections:
             self.hold[partition].wait(5)
         if partition in self.fail:
             raise NotCommittedError("injected")
+        header = read_header(request.records)  # The producer id and sequence travel in the batch header.
+        assert header.producer_epoch == 0 and header.record_count == len(parse_batch(request.records))
         with self._lock:
-            self.produced.append((partition, request.producer_id, request.sequence))
+            self.produced.append((partition, header.producer_id, header.base_sequence))
         return kq_pb2.ProduceResponse(partition=partition, base_offset=0, index=1)
 
     def close(self) -> None:
@@ -94,6 +97,16 @@ def test_sequences_are_bounded_by_starting_a_new_producer_id(monkeypatch: pytest
         client.send("t", b"v", partition=partition)
     assert fake.produced == [(0, 1, 0), (1, 1, 0), (0, 1, 1), (2, 2, 0), (2, 2, 1)]
     assert len(client._sequences) <= 2
+
+
+def test_sequences_wrap_from_the_int32_maximum_to_zero() -> None:
+    """Like Kafka's producer: after 2**31 - 1 a partition's next sequence is 0."""
+    client, fake = fake_client()
+    client.send("t", b"first", partition=0)
+    client._sequences[("t", 0)] = 2**31 - 1  # As if 2**31 - 1 records had been sent there.
+    client.send_batch("t", [ProducerRecord(b"a", partition=0), ProducerRecord(b"b", partition=0)])
+    client.send("t", b"c", partition=0)
+    assert fake.produced[1:] == [(0, 1, 2**31 - 1), (0, 1, 1)]
 
 
 def test_concurrent_sends_to_one_partition_use_contiguous_sequences() -> None:

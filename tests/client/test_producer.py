@@ -18,17 +18,18 @@ from kq.client.producer import (
 )
 from kq.client.types import ProducerRecord
 from kq.deploy.waiting import wait_for
+from kq.proto.records import BatchBuilder, NewRecord, encode_record, parse_batch, record_size_max
 
 BLOCK_MS = 200  # How long a full buffer makes `send` wait in these tests.
 WAIT_S = 10.0  # A condition on the sender thread that has not held by then is a failure.
 
 
 class FakeClient(KqClient):
-    """Records every request instead of sending it; can hold requests or fail them."""
+    """Records every request (its records' values) instead of sending it; can hold requests or fail them."""
 
     def __init__(self) -> None:
         super().__init__(["127.0.0.1:1"])
-        self.requests: list[tuple[str, int, list[bytes]]] = []
+        self.requests: list[tuple[str, int, list[bytes | None]]] = []
         self.release = threading.Event()
         self.release.set()
         self.fail = False
@@ -43,8 +44,9 @@ class FakeClient(KqClient):
         return record.partition or 0
 
     def _produce(
-        self, topic: str, partition: int, records: list[bytes], compression: str | None = None
+        self, topic: str, partition: int, batch: BatchBuilder, compression: str | None = None
     ) -> list[RecordMetadata]:
+        records = [record.value for record in parse_batch(batch.build())]
         with self.lock:
             self.in_flight[partition] = self.in_flight.get(partition, 0) + 1
             self.peak_per_partition = max(self.peak_per_partition, self.in_flight[partition])
@@ -55,13 +57,13 @@ class FakeClient(KqClient):
             self.attempts += 1
             if self.fail:
                 raise UnavailableError("injected")
-            self.requests.append((topic, partition, list(records)))
+            self.requests.append((topic, partition, records))
             base = self.next_offset.get((topic, partition), 0)
             self.next_offset[(topic, partition)] = base + len(records)
         return [RecordMetadata(topic, partition, base + i) for i in range(len(records))]
 
 
-def values_sent(fake: FakeClient, partition: int) -> list[bytes]:
+def values_sent(fake: FakeClient, partition: int) -> list[bytes | None]:
     return [record for _, p, records in fake.requests if p == partition for record in records]
 
 
@@ -75,17 +77,13 @@ def test_flush_delivers_everything_in_send_order_per_partition() -> None:
     for partition in range(3):
         offsets = [f.result().offset for i, f in enumerate(futures) if i % 3 == partition]
         assert offsets == list(range(len(offsets)))
-        encoded = values_sent(fake, partition)
-        assert len(encoded) == len(offsets)
-        assert encoded == [
-            fake._encode_record(ProducerRecord(f"{i}".encode())) for i in range(partition, 1_000, 3)
-        ]
+        assert values_sent(fake, partition) == [f"{i}".encode() for i in range(partition, 1_000, 3)]
 
 
 def test_linger_holds_a_partial_batch_until_flush() -> None:
     """With a long linger only full batches go out; the partial one waits for flush."""
     fake = FakeClient()
-    record_bytes = len(fake._encode_record(ProducerRecord(b"x" * 90)))
+    record_bytes = record_size_max(NewRecord(None, b"x" * 90))  # What `batch_size` counts per record.
     producer = Producer(fake, linger_ms=60_000, batch_size=10 * record_bytes)
     for _ in range(95):
         producer.send("t", b"x" * 90)
@@ -131,8 +129,8 @@ def test_send_after_close_is_refused() -> None:
 
 
 def record_cost(fake: FakeClient, value: bytes) -> int:
-    """What one record of `value` is charged against buffer_memory."""
-    return len(fake._encode_record(ProducerRecord(value))) + RECORD_OVERHEAD_BYTES
+    """What one record of `value` is charged against buffer_memory: its largest encoding and overhead."""
+    return record_size_max(NewRecord(None, value)) + RECORD_OVERHEAD_BYTES
 
 
 def test_send_blocks_then_raises_when_max_pending_records_is_reached() -> None:
@@ -210,7 +208,7 @@ def test_record_overhead_bytes_covers_what_a_pending_record_allocates() -> None:
     fake.release.clear()
     producer = Producer(fake, linger_ms=60_000, batch_size=1_000_000)
     value, count = b"x" * 100, 2_000
-    encoded_bytes = len(fake._encode_record(ProducerRecord(value)))
+    encoded_bytes = len(encode_record(NewRecord(None, value), 0, 0))  # What the batch holds per record.
     producer.send("t", value)  # The partition's queue exists before measuring.
     tracemalloc.start()
     try:
