@@ -143,21 +143,24 @@ def _unsnappy(data: bytes | memoryview, size_max: int) -> bytes:
         start = position + _XERIAL_BLOCK_LENGTH.size
         if not 0 < length <= len(data) - start:
             raise CompressionError(f"xerial snappy block of {length} bytes does not fit the stream")
-        part = _raw_snappy(data[start : start + length], size_max - expanded_bytes)
+        part = _raw_snappy(data[start : start + length], size_max - expanded_bytes, size_max)
         parts.append(part)
         expanded_bytes += len(part)
         position = start + length
     return b"".join(parts)
 
 
-def _raw_snappy(data: bytes | memoryview, size_max: int) -> bytes:
-    """One raw snappy block: its declared length is read and checked before anything is expanded."""
+def _raw_snappy(data: bytes | memoryview, size_max: int, bound_bytes: int | None = None) -> bytes:
+    """One raw snappy block: its declared length is read and checked before anything is expanded.
+
+    `size_max` is what is left of the bound, `bound_bytes` the whole bound (for the message).
+    """
     try:
         declared = int(cramjam.snappy.decompress_raw_len(bytes(data)))
     except cramjam.DecompressionError as error:
         raise CompressionError(f"corrupt snappy block: {error}") from error
     if declared > size_max:
-        raise CompressionError(f"snappy block expands beyond {size_max} bytes")
+        raise CompressionError(f"snappy stream expands beyond {bound_bytes or size_max} bytes")
     output = bytearray(declared)
     try:
         written = int(cramjam.snappy.decompress_raw_into(bytes(data), output))
