@@ -148,9 +148,7 @@ def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{node.grpc_port}") as channel:
             stub = kq_pb2_grpc.BrokerStub(channel)
             stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=1), timeout=10)
-            stub.Produce(
-                kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")), timeout=10
-            )
+            stub.Produce(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")), timeout=10)
             stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=0, offset=0, max_records=10), timeout=10)
             joined = stub.JoinGroup(
                 kq_pb2.JoinGroupRequest(group="g", topics=["t"], client_id="c"), timeout=10

@@ -13,8 +13,8 @@ from kq.proto import kq_pb2
 from kq.proto.compression import GZIP, LZ4, SNAPPY, ZSTD
 from kq.proto.errors import ErrorCode, code_from_metadata
 from kq.proto.limits import PATTERN_NESTING_MAX, TOPIC_PATTERN_LENGTH_MAX
-from tests.broker.conftest import Edge, expect, produce, status_of
 from kq.proto.records import NewRecord, assemble_batch, encode_batch
+from tests.broker.conftest import Edge, expect, produce, status_of
 
 
 def request_of(records: bytes) -> kq_pb2.ProduceRequest:
@@ -36,7 +36,11 @@ def test_compressed_batches_that_hold_nothing_or_lie_are_refused(edge: Edge) -> 
             assemble_batch(b"\x00" * (8 << 20), 1, 1, 1, codec),  # A bomb: 8 MiB of zeros.
             encode_batch([NewRecord(None, b"a")], codec)[:-1],
         ]
-    cases += [assemble_batch(two, 0, 1, 1), assemble_batch(two, 2, 1, 1, attributes=7), b"\x28\xb5\x2f\xfd" * 20]
+    cases += [
+        assemble_batch(two, 0, 1, 1),
+        assemble_batch(two, 2, 1, 1, attributes=7),
+        b"\x28\xb5\x2f\xfd" * 20,
+    ]
     for records in cases:
         details = expect(grpc.StatusCode.INVALID_ARGUMENT, edge.stub.Produce, request_of(records))
         assert details and "\n" not in details

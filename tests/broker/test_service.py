@@ -47,7 +47,10 @@ def test_bad_produce_requests_are_rejected_without_proposing(edge: Edge) -> None
         (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", partition=0)),
         (grpc.StatusCode.INVALID_ARGUMENT, produce("t", 0, b"x" * (RECORD_BYTES_MAX + 1))),
         (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", partition=0, records=one[:-1])),
-        (grpc.StatusCode.INVALID_ARGUMENT, kq_pb2.ProduceRequest(topic="t", partition=0, records=b"\xff" * 9)),
+        (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            kq_pb2.ProduceRequest(topic="t", partition=0, records=b"\xff" * 9),
+        ),
     ]
     for code, request in cases:
         expect(code, edge.stub.Produce, request)

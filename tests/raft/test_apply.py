@@ -170,7 +170,9 @@ def test_sequences_wrap_from_the_int32_maximum_to_zero(store: Store) -> None:
 def test_an_entry_in_the_old_batch_layout_is_refused_alike(tmp_path: Path) -> None:
     """An append written by kq before RecordBatch v2 (its own layout, fields 3, 4, 6 and 7 set) decodes,
     and every replica refuses it with the same result: nothing is written, nothing raises."""
-    old_record = struct.pack(">IBqI", 1 + 8 + 4 + 4 + 1 + 2, 0x02, 0, 0) + struct.pack(">I", 1) + b"v" + b"\x00\x00"
+    old_record = (
+        struct.pack(">IBqI", 1 + 8 + 4 + 4 + 1 + 2, 0x02, 0, 0) + struct.pack(">I", 1) + b"v" + b"\x00\x00"
+    )
     old_append = b"".join(
         (
             field(1, b"t"),

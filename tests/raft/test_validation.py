@@ -17,7 +17,7 @@ import kq.raft.groups
 import kq.raft.patterns
 import kq.raft.state_machine
 from kq.proto import kq_pb2
-from kq.proto.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
+from kq.proto.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from kq.proto.limits import PATTERN_PROGRAM_SIZE_MAX, TOPIC_NAME_LENGTH_MAX
 from kq.proto.records import NewRecord, assemble_batch, encode_batch, with_base_offset
 from kq.raft import commands
@@ -40,7 +40,9 @@ patterns = st.one_of(
 uint32 = st.integers(0, 2**32 - 1)
 # (producer id, epoch, base sequence): none, a registered producer (from history()) in and out of
 # sequence, an unregistered one, and idempotent fields check_batch refuses.
-producers = st.sampled_from([(-1, -1, -1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (99, 0, 0), (1, -1, 0), (-2, 0, 0)])
+producers = st.sampled_from(
+    [(-1, -1, -1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (99, 0, 0), (1, -1, 0), (-2, 0, 0)]
+)
 
 
 @st.composite
@@ -129,7 +131,9 @@ def history() -> list[kq_pb2.Command]:
         commands.create_topic("t", 2, 1),
         commands.create_topic("t.x", 1, 1),
         commands.register_producer(1),
-        commands.append(1, [commands.partition_append("t", 0, one), commands.partition_append("t", 1, idempotent)]),
+        commands.append(
+            1, [commands.partition_append("t", 0, one), commands.partition_append("t", 1, idempotent)]
+        ),
         commands.join_group("g", member, "range", 2),
         commands.join_group("g", other, "", 3),
         commands.commit_offsets("g", "", 0, [kq_pb2.OffsetEntry(topic="t", partition=0, offset=1)], 4),

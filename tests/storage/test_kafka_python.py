@@ -93,7 +93,12 @@ def test_kafka_python_reads_what_kq_writes(codec: int, batch: list[NewRecord]) -
     data = with_base_offset(encode_batch(batch, codec, 7, 0, 5), 1_000)
     read = DefaultRecordBatch(bytearray(data))
     assert read.validate_crc()
-    assert (read.compression_type, read.producer_id, read.producer_epoch, read.base_sequence) == (codec, 7, 0, 5)
+    assert (read.compression_type, read.producer_id, read.producer_epoch, read.base_sequence) == (
+        codec,
+        7,
+        0,
+        5,
+    )
     assert [(r.offset, r.key, r.value, tuple(r.headers), r.timestamp) for r in read] == [
         (1_000 + i, r.key, r.value, r.headers, r.timestamp_ms) for i, r in enumerate(batch)
     ]

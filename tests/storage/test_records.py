@@ -23,7 +23,6 @@ from kq.proto.records import (
     BatchBuilder,
     MalformedBatchError,
     NewRecord,
-    assemble_batch,
     check_batch,
     encode_batch,
     encode_record,
@@ -100,8 +99,15 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def fields(record: NewRecord, now_ms: int) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]:
-    return record.key, record.value, record.headers, now_ms if record.timestamp_ms is None else record.timestamp_ms
+def fields(
+    record: NewRecord, now_ms: int
+) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]:
+    return (
+        record.key,
+        record.value,
+        record.headers,
+        now_ms if record.timestamp_ms is None else record.timestamp_ms,
+    )
 
 
 @given(new_records, codecs, st.data())
@@ -112,12 +118,22 @@ def test_round_trip_keeps_every_field(records: list[NewRecord], codec: int, data
     batch = encode_batch(records, codec, producer_id, epoch, sequence, base_timestamp_ms=NOW_MS)
     header = check_batch(batch, *LIMITS)
     decoded = parse_batch(batch)
-    assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in decoded] == [fields(r, NOW_MS) for r in records]
+    assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in decoded] == [
+        fields(r, NOW_MS) for r in records
+    ]
     assert [r.offset_delta for r in decoded] == list(range(len(records)))
-    assert (header.record_count, header.last_offset_delta, header.compression) == (len(records), len(records) - 1, codec)
+    assert (header.record_count, header.last_offset_delta, header.compression) == (
+        len(records),
+        len(records) - 1,
+        codec,
+    )
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (producer_id, epoch, sequence)
-    assert header.base_timestamp_ms == NOW_MS and header.max_timestamp_ms == max(r.timestamp_ms for r in decoded)
-    assert header.total_bytes == len(batch) and header.base_offset == 0 and header.partition_leader_epoch == -1
+    assert header.base_timestamp_ms == NOW_MS and header.max_timestamp_ms == max(
+        r.timestamp_ms for r in decoded
+    )
+    assert (
+        header.total_bytes == len(batch) and header.base_offset == 0 and header.partition_leader_epoch == -1
+    )
 
 
 def test_records_without_a_timestamp_get_the_encoders_clock() -> None:
@@ -235,7 +251,10 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
     "more records than said": (forge(good_records(3), 2), "bytes after the last of 2 records"),
     "record too short": (forge(raw_record(b"\x00" * 5), 1), "record 0: length 5 is shorter"),
     "record past the end": (forge(varint(50) + one_record(), 1), "record 0: length 50"),
-    "offsetDelta": (forge(raw_record(one_record(offset=varint(3))), 1), "record 0: offsetDelta 3 (must be 0)"),
+    "offsetDelta": (
+        forge(raw_record(one_record(offset=varint(3))), 1),
+        "record 0: offsetDelta 3 (must be 0)",
+    ),
     "record timestamp": (forge(raw_record(one_record(timestamp=varint(-NOW_MS - 2))), 1), "timestamp -2"),
     "key length": (forge(raw_record(one_record(key=varint(-2))), 1), "key length -2"),
     "value past the record": (forge(raw_record(one_record(value=varint(90) + b"v")), 1), "value length 90"),
@@ -254,9 +273,18 @@ MALFORMED: dict[str, tuple[bytes, str]] = {
         "header value length -3",
     ),
     "trailing bytes in a record": (forge(raw_record(one_record() + b"\x00"), 1), "its fields take"),
-    "varint too long": (forge(raw_record(one_record(offset=b"\x80" * 5 + b"\x00")), 1), "longer than 5 bytes"),
-    "varint beyond int32": (forge(raw_record(one_record(key=b"\xff\xff\xff\xff\x7f" + b"k")), 1), "beyond int32"),
-    "varlong too long": (forge(raw_record(one_record(timestamp=b"\x80" * 10 + b"\x00")), 1), "longer than 10"),
+    "varint too long": (
+        forge(raw_record(one_record(offset=b"\x80" * 5 + b"\x00")), 1),
+        "longer than 5 bytes",
+    ),
+    "varint beyond int32": (
+        forge(raw_record(one_record(key=b"\xff\xff\xff\xff\x7f" + b"k")), 1),
+        "beyond int32",
+    ),
+    "varlong too long": (
+        forge(raw_record(one_record(timestamp=b"\x80" * 10 + b"\x00")), 1),
+        "longer than 10",
+    ),
     "record too big": (
         forge(raw_record(one_record(value=varint(1 << 20) + b"v" * (1 << 20))), 1),
         "1048579 bytes of key, value and headers",
@@ -281,7 +309,7 @@ def test_every_malformed_batch_is_refused_with_its_reason(case: str) -> None:
 
 
 def test_a_flipped_bit_anywhere_the_crc_covers_is_refused() -> None:
-    """The CRC32C covers the batch from its attributes on: any change there is refused before anything else."""
+    """The CRC32C covers the batch from its attributes on: any change there is refused before all else."""
     batch = encode_batch([NewRecord(b"k", b"v" * 50, (("h", b"x"),))], base_timestamp_ms=NOW_MS)
     for position in range(21, len(batch)):
         damaged = bytearray(batch)
@@ -291,7 +319,7 @@ def test_a_flipped_bit_anywhere_the_crc_covers_is_refused() -> None:
 
 
 def test_a_batch_cut_anywhere_is_refused() -> None:
-    """Any prefix of a batch is refused (its batchLength no longer matches, or it is shorter than a header)."""
+    """Any prefix of a batch is refused (its batchLength no longer matches, or it is not even a header)."""
     batch = encode_batch([NewRecord(b"k", b"v"), NewRecord(None, b"w")], GZIP, base_timestamp_ms=NOW_MS)
     for cut in range(len(batch)):
         with pytest.raises(MalformedBatchError):
@@ -366,9 +394,13 @@ VALID = encode_batch(
 
 
 @settings(max_examples=400)
-@given(st.one_of(mutations(VALID), st.binary(max_size=200), st.binary(min_size=61, max_size=200).map(
-    lambda raw: raw[:16] + b"\x02" + raw[17:]
-)))
+@given(
+    st.one_of(
+        mutations(VALID),
+        st.binary(max_size=200),
+        st.binary(min_size=61, max_size=200).map(lambda raw: raw[:16] + b"\x02" + raw[17:]),
+    )
+)
 def test_fuzzed_batches_are_refused_or_accepted_alike_by_check_and_parse(data: bytes) -> None:
     """Random and mutated bytes only ever raise MalformedBatchError; check and parse agree on each."""
     checked = outcome(lambda: check(data))
@@ -384,7 +416,9 @@ def test_mutated_compressed_streams_only_raise_malformed(
     """A compressed stream with bytes changed (CRC kept valid) is refused or accepted, never anything else."""
     damaged = bytearray(encode_batch(records, codec, base_timestamp_ms=NOW_MS))
     for _ in range(data.draw(st.integers(1, 3))):
-        damaged[data.draw(st.integers(BATCH_HEADER_BYTES, len(damaged) - 1))] ^= data.draw(st.integers(1, 255))
+        damaged[data.draw(st.integers(BATCH_HEADER_BYTES, len(damaged) - 1))] ^= data.draw(
+            st.integers(1, 255)
+        )
     struct.pack_into(">I", damaged, 17, crc32c.crc32c(bytes(damaged[21:])))
     assert outcome(lambda: check(bytes(damaged))) == outcome(lambda: parse(bytes(damaged)))
 

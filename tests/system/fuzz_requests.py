@@ -117,19 +117,10 @@ def _delete_topic(h: Hostile) -> Message:
 
 
 def _produce(h: Hostile) -> Message:
-    batch = batch_case(h.rng, large=h.huge())
-    request = kq_pb2.ProduceRequest(
-        topic=h.topic(),
-        producer_id=h.producer_id(),
-        sequence=h.rng.randrange(4) if h.chance(0.6) else h.u64(),
-        records=batch.records,
-        record_count=batch.record_count,
-        compression=batch.compression,  # type: ignore[arg-type]
-    )
+    batch = batch_case(h.rng, large=h.huge(), producer=h.producer())
+    request = kq_pb2.ProduceRequest(topic=h.topic(), records=batch.records)
     if h.chance(0.9):
         request.partition = h.partition()
-    if h.chance(0.1):
-        request.compression = h.enum(3)  # type: ignore[assignment]
     return request
 
 
@@ -285,15 +276,11 @@ class CaseGenerator:
 
     def _batch_case(self) -> Case:
         """A produce request to a partition that exists, so the batch itself is what gets checked."""
-        batch = batch_case(self.rng, large=self.hostile.huge())
+        batch = batch_case(self.rng, large=self.hostile.huge(), producer=self.hostile.producer())
         request = kq_pb2.ProduceRequest(
-            topic=self.rng.choice(["fz-a", "fz-b"]),
-            partition=0,
-            records=batch.records,
-            record_count=batch.record_count,
-            compression=batch.compression,  # type: ignore[arg-type]
+            topic=self.rng.choice(["fz-a", "fz-b"]), partition=0, records=batch.records
         )
-        label = f"topic={request.topic} partition=0 records: {batch.label}, record_count={batch.record_count}"
+        label = f"topic={request.topic} partition=0 records: {batch.label}"
         return Case(
             "Produce", request.SerializeToString(), label, LEADER if self.rng.random() < 0.8 else self._node()
         )

@@ -13,7 +13,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from kq.proto import kq_pb2
-from tests.system.fuzz_batches import batch_case
+from tests.system.fuzz_batches import NOT_IDEMPOTENT, batch_case
 from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile
 
 VALID_PATTERNS = ("fz-.*", "fz-[ab]", "a+-", "(a+)+-", "(a|a)*-", "(a|aa)+-", "(.*a){20}-", "a*a*a*a*a*a*b")
@@ -22,22 +22,19 @@ FUZZ_TOPICS = tuple(f"fz-{number}" for number in range(40))  # Created and delet
 
 
 def _produce(h: Hostile) -> Message:
-    batch = batch_case(h.rng, large=False)
-    while not batch.label.startswith("valid"):
-        batch = batch_case(h.rng, large=False)
-    request = kq_pb2.ProduceRequest(
-        topic=h.rng.choice(["fz-a", "fz-b"]),
-        partition=0,
-        records=batch.records,
-        record_count=batch.record_count,
-        compression=batch.compression,  # type: ignore[arg-type]
-    )
     with h.known.lock:
         producer_ids = list(h.known.producer_ids)
-    if producer_ids and h.chance(0.3):  # Idempotent, with sequences up to where they overflow.
-        request.producer_id = h.rng.choice(producer_ids)
-        request.sequence = h.rng.choice([0, 0, 1, 5, 2**31 - 1, 2**32 - 1, 2**63 - 1, 2**64 - 2, 2**64 - 1])
-    return request
+    producer = NOT_IDEMPOTENT
+    if producer_ids and h.chance(0.3):  # Idempotent, in and out of sequence, up to where it wraps.
+        producer = (
+            h.rng.choice(producer_ids),
+            h.rng.choice([0, 0, 1]),
+            h.rng.choice([0, 0, 1, 5, 2**31 - 1]),
+        )
+    batch = batch_case(h.rng, large=False, producer=producer)
+    while not batch.label.startswith("valid"):
+        batch = batch_case(h.rng, large=False, producer=producer)
+    return kq_pb2.ProduceRequest(topic=h.rng.choice(["fz-a", "fz-b"]), partition=0, records=batch.records)
 
 
 def _fetch(h: Hostile) -> Message:

@@ -210,16 +210,21 @@ class Hostile:
         member_id = self.rng.choice(["", "member-1", self.text(), "x" * 256, "\x00"])
         return self.group(), member_id, self.u32()
 
-    def producer_id(self) -> int:
-        """0 (not idempotent), a registered id, or a hostile one."""
+    def producer(self) -> tuple[int, int, int]:
+        """(producer id, epoch, base sequence) of a batch header: none (-1s), a registered id, or hostile
+        values within the header's int64, int16 and int32 fields."""
         with self.known.lock:
             registered = list(self.known.producer_ids)
         roll = self.rng.random()
         if roll < 0.5:
-            return 0
+            return -1, -1, -1
         if roll < 0.8 and registered:
-            return self.rng.choice(registered)
-        return self.u64()
+            producer_id = self.rng.choice(registered)
+        else:
+            producer_id = self.rng.choice([0, -2, 2**63 - 1, self.rng.getrandbits(63)])
+        epoch = self.rng.choice([0, 0, 1, -1, 2**15 - 1, -(2**15)])
+        sequence = self.rng.randrange(4) if self.chance(0.6) else self.rng.choice([-1, 2**31 - 2, 2**31 - 1])
+        return producer_id, epoch, sequence
 
     def partition(self) -> int:
         """Mostly a partition that exists (fz-b has three), else an edge."""

@@ -26,16 +26,12 @@ from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
-from kq.proto.compression import decompress
 from kq.proto.errors import LEADER_METADATA_KEY, ErrorCode, code_from_metadata, metadata_value
 from kq.proto.limits import (
-    APPEND_BYTES_MAX,
     FETCH_RECORDS_MAX,
     GRPC_MESSAGE_BYTES_MAX,
-    HEADERS_PER_RECORD_MAX,
-    RECORDS_PER_APPEND_MAX,
 )
-from kq.proto.records import encode_batch, encode_record, parse_batch
+from kq.proto.records import NewRecord, encode_batch, parse_batch
 
 pytestmark = pytest.mark.system
 
@@ -162,13 +158,10 @@ class StreamLoop(StreamHolder):
             return [None] * batch.record_count
         key = (topic, consumer.partition, batch.base_offset)
         cached = self._decoded.get(key)
-        if cached is not None and cached[0] == batch.records:
+        if cached is not None and cached[0] == batch.data:
             return cached[1]
-        data = decompress(batch.records, batch.compression, APPEND_BYTES_MAX)
-        values = [
-            record.value for record in parse_batch(data, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX)
-        ]
-        self._decoded[key] = (batch.records, values)
+        values = [record.value for record in parse_batch(batch.data)]
+        self._decoded[key] = (batch.data, values)
         return values
 
     def snapshot(self) -> list[tuple[int, str | None]]:
@@ -292,10 +285,7 @@ class Calls:
         """A produce sent to the follower: it answers NOT_LEADER naming the leader, which takes it.
         The record's offset."""
         request = kq_pb2.ProduceRequest(
-            topic=TOPIC,
-            partition=partition,
-            records=encode_batch([encode_record(None, value)]),
-            record_count=1,
+            topic=TOPIC, partition=partition, records=encode_batch([NewRecord(None, value)])
         )
         started = time.monotonic()
         try:

@@ -41,7 +41,7 @@ def test_producer_keeps_order_and_exactly_once_through_a_leader_kill(cluster: Lo
         assert offsets == [r.offset for r in held[nodes[0]][partition]]
 
 
-@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches_round_trip_through_every_node(cluster: LocalCluster, codec: str) -> None:
     """Batches sent compressed are stored compressed and read back identically from every node."""
     with KqClient(cluster.bootstrap) as client:

@@ -14,9 +14,7 @@ from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
-from kq.proto.compression import decompress
 from kq.proto.errors import ErrorCode, code_from_metadata
-from kq.proto.limits import APPEND_BYTES_MAX, HEADERS_PER_RECORD_MAX, RECORDS_PER_APPEND_MAX
 from kq.proto.records import parse_batch
 
 pytestmark = pytest.mark.system
@@ -73,9 +71,8 @@ def streamed_values(call: Any, count: int) -> list[tuple[int, bytes | None]]:
     values: list[tuple[int, bytes | None]] = []
     for response in call:
         for batch in response.batches:
-            data = decompress(batch.records, batch.compression, APPEND_BYTES_MAX)
-            records = parse_batch(data, RECORDS_PER_APPEND_MAX, HEADERS_PER_RECORD_MAX)
-            values += [(batch.base_offset + i, record.value) for i, record in enumerate(records)]
+            records = parse_batch(batch.data)
+            values += [(batch.base_offset + record.offset_delta, record.value) for record in records]
         if len(values) >= count:
             return values[:count]
     return values

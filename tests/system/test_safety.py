@@ -12,7 +12,8 @@ import pytest
 from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
 from kq.proto import kq_pb2, kq_pb2_grpc
-from kq.proto.compression import LZ4, ZSTD, compress
+from kq.proto.compression import GZIP, LZ4, SNAPPY, ZSTD
+from kq.proto.records import assemble_batch
 from tests.system.checks import read_everywhere
 
 pytestmark = pytest.mark.system
@@ -74,24 +75,22 @@ def refused(call: object, request: object) -> str:
 
 
 def test_compressed_batches_of_zero_records_are_refused(cluster: LocalCluster) -> None:
-    """Item 1: the 23-byte zstd (and lz4) batch of nothing answers INVALID_ARGUMENT; nobody exits."""
+    """Item 1: a zstd (and lz4, gzip, snappy) batch of nothing answers INVALID_ARGUMENT; nobody exits."""
     for node_id, stub, _ in stubs(cluster):
-        for codec in (ZSTD, LZ4):
+        for codec in (ZSTD, LZ4, GZIP, SNAPPY):
             request = kq_pb2.ProduceRequest(
-                topic=TOPIC, partition=0, records=compress(b"", codec), record_count=0
+                topic=TOPIC, partition=0, records=assemble_batch(b"", 1, 1, 1, codec)
             )
-            request.compression = codec  # type: ignore[assignment]
             details = refused(stub.Produce, request)
             assert "record" in details or "leader" in details, (node_id, details)
     leader = cluster.leader_id()
     assert leader is not None
     with grpc.insecure_channel(cluster.nodes[leader].grpc_address) as channel:
         stub = kq_pb2_grpc.BrokerStub(channel)
-        for codec in (ZSTD, LZ4):
+        for codec in (ZSTD, LZ4, GZIP, SNAPPY):
             request = kq_pb2.ProduceRequest(
-                topic=TOPIC, partition=0, records=compress(b"", codec), record_count=0
+                topic=TOPIC, partition=0, records=assemble_batch(b"", 1, 1, 1, codec)
             )
-            request.compression = codec  # type: ignore[assignment]
             with pytest.raises(grpc.RpcError) as caught:
                 stub.Produce(request)
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
