@@ -394,7 +394,7 @@ def _records_from(
     result: list[kq_pb2.StoredRecord] = []
     total_bytes = 0
     for batch in batches:
-        log_append_time = bool(read_header(batch.data).log_append_time)
+        log_append_time = read_header(batch.data).log_append_time
         for wire in stored_records(batch):
             record_offset = batch.base_offset + wire.offset_delta
             if record_offset < offset:

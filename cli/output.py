@@ -6,7 +6,7 @@ Nothing here does I/O except `print_table` and `print_json`; everything else ret
 A consumed record in JSON is one object per line:
 
     {"topic": "t", "partition": 0, "offset": 7, "timestamp_ms": 1700000000000,
-     "timestamp_type": "LogAppendTime", "key": "k", "key_base64": false,
+     "timestamp_type": "CreateTime", "key": "k", "key_base64": false,
      "value": "hello", "value_base64": false, "headers": [{"name": "h", "value": "v", "value_base64": false}]}
 
 Bytes that are valid UTF-8 are written as text; other bytes as base64, with the `*_base64` flag
