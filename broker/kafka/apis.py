@@ -16,6 +16,7 @@ from kq.broker.edge import RateLimitedLog
 from kq.broker.kafka.base import NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster import ClusterApis
+from kq.broker.kafka.fetch import FetchApis
 from kq.broker.kafka.framing import (
     FrameError,
     Request,
@@ -25,6 +26,7 @@ from kq.broker.kafka.framing import (
     request_schema,
 )
 from kq.broker.kafka.listener import CloseConnectionError, Connection
+from kq.broker.kafka.produce import ProduceApis
 from kq.proto.limits import LOG_INTERVAL_S
 
 logger = logging.getLogger(__name__)
@@ -33,7 +35,7 @@ API_VERSIONS = 18
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis):
+class KafkaApis(ClusterApis, ProduceApis, FetchApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -41,6 +43,9 @@ class KafkaApis(ClusterApis):
         self._log = RateLimitedLog(LOG_INTERVAL_S)
         # API key -> (lowest version, highest version, handler). ApiVersions advertises exactly these.
         self.apis: dict[int, tuple[int, int, Handler]] = {
+            0: (3, 9, self.produce),
+            1: (4, 12, self.fetch),
+            2: (1, 7, self.list_offsets),
             API_VERSIONS: (0, 3, self.api_versions),
             3: (4, 12, self.metadata),
             10: (0, 3, self.find_coordinator),

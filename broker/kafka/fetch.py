@@ -1,0 +1,253 @@
+"""Kafka Fetch and ListOffsets, served by any node from its own store.
+
+Fetch returns the stored RecordBatch v2 bytes as they are (their base offsets were stamped when they
+were applied): no record is decoded or encoded on the way out. The first batch may start before the
+fetch offset; Kafka clients skip those records, as they do with Kafka. A fetch that finds fewer than
+`min_bytes` waits (a coroutine, up to `max_wait`) for an append to one of its partitions, holding a
+reader slot of the node (broker/admission.py) while it waits; without a free slot it answers at once.
+Fetch sessions (KIP-227) are refused by answering session id 0: clients then send full requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kq.broker.errors import TooManyReadersError
+from kq.broker.group_service import first_offset_at
+from kq.broker.kafka.base import (
+    INVALID_REQUEST,
+    NONE,
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    KafkaBase,
+)
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.framing import Request
+from kq.broker.kafka.listener import Connection
+from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
+from kq.proto.limits import (
+    FETCH_BYTES_MAX,
+    FETCH_WAIT_MS_MAX,
+    KAFKA_FETCH_WATCHED_PARTITIONS_MAX,
+    KAFKA_PARTITIONS_PER_REQUEST_MAX,
+)
+from kq.raft.validation import topic_name_problem
+from kq.storage import StoreReader
+
+FETCH, LIST_OFFSETS = 1, 2
+FETCH_SESSION_ID_NOT_FOUND = 70
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """What one fetch read of one partition found."""
+
+    topic: str
+    partition: int
+    error_code: int
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+class FetchApis(KafkaBase):
+    """Kafka's Fetch and ListOffsets over this node's store."""
+
+    async def fetch(self, request: Request, connection: Connection) -> Any:
+        """Stored batches of each partition from its fetch offset, long-polling for `min_bytes`."""
+        body = request.body
+        module = response_module(FETCH, request.api_version)
+        if getattr(body, "session_id", 0) != 0:
+            return build(
+                module.FetchResponse,
+                throttle_time=0,
+                error_code=FETCH_SESSION_ID_NOT_FOUND,
+                session_id=0,
+                responses=(),
+            )
+        wanted = [
+            (topic.topic, partition.partition, partition.fetch_offset, partition.partition_max_bytes)
+            for topic in body.topics
+            for partition in topic.partitions
+        ]
+        if len(wanted) > KAFKA_PARTITIONS_PER_REQUEST_MAX:
+            return build(
+                module.FetchResponse, throttle_time=0, error_code=INVALID_REQUEST, session_id=0, responses=()
+            )
+        max_bytes = min(body.max_bytes if body.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
+        wait_ms = min(max(int(body.max_wait.total_seconds() * 1000), 0), FETCH_WAIT_MS_MAX)
+        reads = await self._fetch_reads(wanted, max_bytes, body.min_bytes, wait_ms, connection)
+        return self._fetch_response(module, reads)
+
+    async def _fetch_reads(
+        self,
+        wanted: list[tuple[str, int, int, int]],
+        max_bytes: int,
+        min_bytes: int,
+        wait_ms: int,
+        connection: Connection,
+    ) -> list[PartitionRead]:
+        reads = await self._in_reads(self._read_partitions, wanted, max_bytes)
+        deadline = time.monotonic() + wait_ms / 1000
+        if not wanted or _found_enough(reads, min_bytes) or self._past(deadline):
+            return reads  # A fetch of no partitions has nothing to wait for.
+        try:
+            with self._readers.admitted(connection.peer):
+                while not self._past(deadline):
+                    with contextlib.ExitStack() as watches:
+                        woken = [watches.enter_context(self._notifier.watching(key)) for key in _keys(wanted)]
+                        reads = await self._in_reads(self._read_partitions, wanted, max_bytes)
+                        if _found_enough(reads, min_bytes):
+                            return reads
+                        await _wait_any(woken, deadline - time.monotonic())
+        except TooManyReadersError:
+            pass  # No slot to wait in: answer what there is now, as a fetch with max_wait 0 would.
+        return await self._in_reads(self._read_partitions, wanted, max_bytes)
+
+    def _read_partitions(
+        self, wanted: list[tuple[str, int, int, int]], max_bytes: int
+    ) -> list[PartitionRead]:
+        """One read transaction over every wanted partition, within `max_bytes` (but always the first
+        batch found, so a consumer makes progress past a batch larger than its limits, as in Kafka)."""
+        reads = []
+        remaining = max_bytes
+        with self._store.read() as reader:
+            for topic, partition, offset, partition_max_bytes in wanted:
+                read = _read_partition(
+                    reader,
+                    topic,
+                    partition,
+                    offset,
+                    min(partition_max_bytes, remaining),
+                    first=remaining == max_bytes,
+                )
+                remaining -= len(read.records)
+                reads.append(read)
+        return reads
+
+    @staticmethod
+    def _fetch_response(module: Any, reads: list[PartitionRead]) -> Any:
+        by_topic: dict[str, list[Any]] = {}
+        for read in reads:
+            by_topic.setdefault(read.topic, []).append(
+                build(
+                    module.PartitionData,
+                    partition_index=read.partition,
+                    error_code=read.error_code,
+                    high_watermark=read.high_watermark,
+                    last_stable_offset=read.high_watermark,
+                    log_start_offset=read.log_start_offset,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=read.records,
+                )
+            )
+        topics = tuple(
+            build(module.FetchableTopicResponse, topic=topic, partitions=tuple(partitions))
+            for topic, partitions in by_topic.items()
+        )
+        return build(module.FetchResponse, throttle_time=0, error_code=NONE, session_id=0, responses=topics)
+
+    # ListOffsets --------------------------------------------------------------------------------
+
+    async def list_offsets(self, request: Request, connection: Connection) -> Any:
+        """Each partition's earliest or latest offset, or the first at or after a timestamp."""
+        module = response_module(LIST_OFFSETS, request.api_version)
+        wanted = [
+            (topic.name, partition.partition_index, partition.timestamp)
+            for topic in request.body.topics
+            for partition in topic.partitions
+        ]
+        if len(wanted) > KAFKA_PARTITIONS_PER_REQUEST_MAX:
+            wanted = []
+        found = await self._in_reads(self._list_offsets, wanted)
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition, _), (code, timestamp, offset) in zip(wanted, found, strict=True):
+            by_topic.setdefault(topic, []).append(
+                build(
+                    module.ListOffsetsPartitionResponse,
+                    partition_index=partition,
+                    error_code=code,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=-1,
+                )
+            )
+        topics = tuple(
+            build(module.ListOffsetsTopicResponse, name=name, partitions=tuple(partitions))
+            for name, partitions in by_topic.items()
+        )
+        return build(module.ListOffsetsResponse, throttle_time=0, topics=topics)
+
+    def _list_offsets(self, wanted: list[tuple[str, int, int]]) -> list[tuple[int, int, int]]:
+        """(error code, timestamp, offset) per wanted (topic, partition, timestamp)."""
+        answers = []
+        with self._store.read() as reader:
+            for topic_name, partition, timestamp in wanted:
+                topic = None if topic_name_problem(topic_name) else reader.topic(topic_name)
+                state = None if topic is None else reader.partition(topic.topic_id, partition)
+                if topic is None or state is None:
+                    answers.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+                elif timestamp == EARLIEST:
+                    answers.append((NONE, -1, state.log_start_offset))
+                elif timestamp in (LATEST, MAX_TIMESTAMP):
+                    answers.append((NONE, -1, state.log_end_offset))
+                elif timestamp < 0:
+                    answers.append((INVALID_REQUEST, -1, -1))
+                else:
+                    offset = first_offset_at(
+                        reader, topic.topic_id, partition, state.log_start_offset, timestamp
+                    )
+                    answers.append((NONE, timestamp, -1) if offset is None else (NONE, timestamp, offset))
+        return answers
+
+
+def _read_partition(
+    reader: StoreReader, topic_name: str, partition: int, offset: int, max_bytes: int, first: bool
+) -> PartitionRead:
+    topic = None if topic_name_problem(topic_name) else reader.topic(topic_name)
+    state = None if topic is None else reader.partition(topic.topic_id, partition)
+    if topic is None or state is None:
+        return PartitionRead(topic_name, partition, UNKNOWN_TOPIC_OR_PARTITION)
+    read = PartitionRead(topic_name, partition, NONE, state.log_end_offset, state.log_start_offset)
+    if not state.log_start_offset <= offset <= state.log_end_offset:
+        return PartitionRead(
+            topic_name, partition, OFFSET_OUT_OF_RANGE, state.log_end_offset, state.log_start_offset
+        )
+    if offset == state.log_end_offset or (max_bytes <= 0 and not first):
+        return read
+    batches = reader.batches(topic.topic_id, partition, offset, max(max_bytes, 1))
+    return PartitionRead(
+        topic_name,
+        partition,
+        NONE,
+        state.log_end_offset,
+        state.log_start_offset,
+        b"".join(batch.data for batch in batches),
+    )
+
+
+def _found_enough(reads: list[PartitionRead], min_bytes: int) -> bool:
+    """Whether to answer now: enough bytes, or an error the client must see."""
+    found = sum(len(read.records) for read in reads)
+    return found >= max(min_bytes, 1) or any(read.error_code != NONE for read in reads)
+
+
+def _keys(wanted: list[tuple[str, int, int, int]]) -> list[WatchKey]:
+    """What a waiting fetch watches: its partitions, or every append when it names many."""
+    if len(wanted) > KAFKA_FETCH_WATCHED_PARTITIONS_MAX:
+        return [EVERY]
+    return list(dict.fromkeys((topic, partition) for topic, partition, _, _ in wanted))
+
+
+async def _wait_any(woken: list[Any], timeout_s: float) -> None:
+    """Returns when any of the futures is woken, or after `timeout_s`."""
+    if len(woken) == 1:
+        await wait_for_wake(woken[0], timeout_s)
+        return
+    await asyncio.wait(woken, timeout=max(timeout_s, 0.0), return_when=asyncio.FIRST_COMPLETED)

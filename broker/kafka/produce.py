@@ -1,0 +1,126 @@
+"""Kafka Produce: each partition's batch goes through the same checks and the same batcher as a gRPC
+produce request, and is answered once its Raft entry is applied.
+
+acks=-1 and acks=1 both answer after the entry commits on a majority (kq has no "leader only" write:
+a record is in the log only once Raft commits it), so acks=1 is as safe as acks=all. acks=0 gets no
+response, as Kafka defines it; its batches are still checked and appended. Every partition of a
+request is queued at once, so the batcher packs them into as few entries as it can, and the wait
+for their commit is a coroutine on the loop: no thread is held per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kq.broker.errors import KqError
+from kq.broker.kafka.base import (
+    INVALID_RECORD,
+    INVALID_REQUEST,
+    INVALID_REQUIRED_ACKS,
+    NONE,
+    NOT_LEADER_OR_FOLLOWER,
+    KafkaBase,
+    kafka_code,
+)
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.framing import Request
+from kq.broker.kafka.listener import Connection
+from kq.proto import kq_pb2
+from kq.proto.limits import (
+    KAFKA_PARTITIONS_PER_REQUEST_MAX,
+    KAFKA_UNACKNOWLEDGED_APPENDS_MAX,
+    PROPOSAL_TIMEOUT_S,
+)
+from kq.proto.records import MalformedBatchError, split_batches
+
+PRODUCE = 0
+ACKS = (-1, 0, 1)
+
+
+class ProduceApis(KafkaBase):
+    """Kafka's Produce over kq's batcher."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._unacknowledged: set[asyncio.Task[Any]] = set()  # acks=0 appends in progress (loop only).
+
+    async def produce(self, request: Request, connection: Connection) -> Any:
+        """Appends each partition's records; the response lists each partition's base offset or error."""
+        body = request.body
+        module = response_module(PRODUCE, request.api_version)
+        wanted = [
+            (topic.name, data.index, data.records)
+            for topic in body.topic_data
+            for data in topic.partition_data
+        ]
+        results: list[tuple[int, int, str | None]]
+        if len(wanted) > KAFKA_PARTITIONS_PER_REQUEST_MAX:
+            results = [(INVALID_REQUEST, -1, "too many partitions in one request")] * len(wanted)
+        elif body.acks not in ACKS:
+            results = [(INVALID_REQUIRED_ACKS, -1, f"acks must be -1, 0 or 1, not {body.acks}")] * len(wanted)
+        elif body.transactional_id is not None:
+            results = [(INVALID_REQUEST, -1, "transactions are not implemented")] * len(wanted)
+        else:
+            appends = [self._append_partition(name, index, records) for name, index, records in wanted]
+            if body.acks == 0:
+                self._append_unacknowledged(appends)
+                return None
+            results = list(await asyncio.gather(*appends))
+        return self._produce_response(module, wanted, results)
+
+    def _append_unacknowledged(self, appends: list[Any]) -> None:
+        """acks=0: appends run on without a response; beyond the limit, they are dropped (acks=0 allows)."""
+        for append in appends:
+            if len(self._unacknowledged) >= KAFKA_UNACKNOWLEDGED_APPENDS_MAX:
+                append.close()
+                continue
+            task = asyncio.ensure_future(append)
+            self._unacknowledged.add(task)
+            task.add_done_callback(self._unacknowledged.discard)
+
+    async def _append_partition(
+        self, topic: str, partition: int, records: bytes | None
+    ) -> tuple[int, int, str | None]:
+        """(Kafka error code, base offset, message) of one partition's records."""
+        if not records:
+            return INVALID_RECORD, -1, "no records"
+        try:
+            batches = split_batches(records)
+        except MalformedBatchError as error:
+            return INVALID_RECORD, -1, str(error)
+        base_offset = -1
+        for batch in batches:
+            request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=bytes(batch))
+            try:
+                append = await self._in_workers(self._service.prepared_append, request)
+                outcome = await self._batcher.append_async(append, PROPOSAL_TIMEOUT_S)
+                answer = self._service.produced(request, outcome)
+            except KqError as error:
+                code = kafka_code(error, NOT_LEADER_OR_FOLLOWER)
+                # A batch the shared validation refused (at the edge or in apply): Kafka's INVALID_RECORD.
+                return (INVALID_RECORD if code == INVALID_REQUEST else code), -1, str(error)
+            base_offset = answer.base_offset if base_offset < 0 else base_offset
+        return NONE, base_offset, None
+
+    @staticmethod
+    def _produce_response(
+        module: Any, wanted: list[tuple[str, int, Any]], results: list[tuple[int, int, str | None]]
+    ) -> Any:
+        by_topic: dict[str, list[Any]] = {}
+        for (name, index, _), (code, base_offset, message) in zip(wanted, results, strict=True):
+            by_topic.setdefault(name, []).append(
+                build(
+                    module.PartitionProduceResponse,
+                    index=index,
+                    error_code=code,
+                    base_offset=base_offset,
+                    log_start_offset=-1,
+                    error_message=message,
+                )
+            )
+        topics = tuple(
+            build(module.TopicProduceResponse, name=name, partition_responses=tuple(partitions))
+            for name, partitions in by_topic.items()
+        )
+        return build(module.ProduceResponse, responses=topics, throttle_time=0)
