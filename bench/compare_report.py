@@ -1,8 +1,9 @@
-"""The side-by-side report: per-run figures, medians of the runs, kq/NATS ratios, targets; JSON and Markdown.
+"""The side-by-side report: per-run figures, medians of the runs, ratios to NATS, targets; JSON and Markdown.
 
-Every figure is the median over the runs, with min..max beside it. The ratio is always kq's median
-over NATS's, whichever way is better: above 1 is better for rates, below 1 for latency, CPU and
-failover gaps (the "better" column says which).
+Every figure is the median over the runs, with min..max beside it. Each kq column (kq's gRPC client,
+and "kq-kafka", the same cluster type through its Kafka port) gets a ratio: its median over NATS's,
+whichever way is better: above 1 is better for rates, below 1 for latency, CPU and failover gaps
+(the "better" column says which). A row's `ratio` is kq (gRPC)/NATS, `ratios` holds every column's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rich.table import Table
 
 from kq.bench.report import BYTES_PER_MIB, MICROSECONDS_PER_S, RESULTS_DIR, percentile, spread
 from kq.bench.side_by_side import (
+    BASELINE,
     CONSUME,
     FAILOVER,
     LATENCY,
@@ -30,7 +32,7 @@ from kq.bench.side_by_side import (
 TARGET_PRODUCE_RATIO = 0.5  # Batched produce: kq msgs/s ≥ 0.5 x NATS.
 TARGET_CONSUME_RATIO = 0.5
 TARGET_P50_MS = 2.0
-LABELS = {"kq": "kq", "nats": "NATS"}
+LABELS = {"kq": "kq", "kq-kafka": "kq (Kafka)", "nats": "NATS"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +45,9 @@ class Figure:
     metric: str
     higher_is_better: bool
     digits: int
-    kq_scenario: str | None = None  # kq's value from this scenario instead (compared with NATS's `scenario`).
+    # kq's (gRPC) value from this scenario instead, compared with NATS's `scenario`; such a row is
+    # kq's gRPC API only, so kq-kafka shows nothing there.
+    kq_scenario: str | None = None
 
 
 RATE, SERVER_CPU, CLIENT_CPU = "msgs_per_s", "server_cpu_us_per_msg", "client_cpu_us_per_msg"
@@ -136,7 +140,7 @@ def summarize_system(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def figures(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The table rows: each figure's median (min..max) per system and the kq/NATS ratio."""
+    """The table rows: each figure's median (min..max) per system and each kq column's ratio to NATS."""
     rows: list[dict[str, Any]] = []
     for figure in FIGURES:
         row: dict[str, Any] = {
@@ -145,6 +149,8 @@ def figures(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "better": "higher" if figure.higher_is_better else "lower",
         }
         for system, scenarios in summaries.items():
+            if figure.kq_scenario and system not in ("kq", BASELINE):
+                continue  # A kq gRPC-only row (send_batch).
             scenario = figure.kq_scenario if system == "kq" and figure.kq_scenario else figure.scenario
             summary = scenarios.get(scenario, {}).get("summary", {})
             if figure.metric in summary:
@@ -152,8 +158,17 @@ def figures(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 if figure.metric == "gap_s":  # Runs with no acknowledgement after the kill at all.
                     runs = scenarios[scenario]["run_metrics"]
                     row[system]["missing_runs"] = sum(m["gap_missing"] for m in runs)
-        kq, nats = row.get("kq"), row.get("nats")
-        row["ratio"] = kq["median"] / nats["median"] if kq and nats and nats["median"] > 0 else None
+        baseline = row.get(BASELINE)
+        row["ratios"] = {
+            system: (
+                row[system]["median"] / baseline["median"]
+                if system in row and baseline and baseline["median"] > 0
+                else None
+            )
+            for system in summaries
+            if system != BASELINE
+        }
+        row["ratio"] = row["ratios"].get("kq")
         rows.append(row)
     return rows
 
@@ -220,7 +235,7 @@ def build_document(
             for system, raw in raws.items()
         },
         "figures": rows,
-        "targets": targets(rows) if set(raws) == set(SYSTEMS) else [],
+        "targets": targets(rows) if {"kq", BASELINE} <= set(raws) else [],  # kq's (gRPC) targets.
     }
 
 
@@ -247,9 +262,19 @@ def _digits(key: str) -> int:
     return next(f.digits for f in FIGURES if f.key == key)
 
 
+def _ratio_systems(systems: list[str]) -> list[str]:
+    """The columns that get a ratio to NATS: every measured system but NATS, when NATS was measured."""
+    return [s for s in systems if s != BASELINE] if BASELINE in systems else []
+
+
+def _ratio_header(system: str) -> str:
+    return f"{LABELS[system]}/{LABELS[BASELINE]}"
+
+
 def markdown(document: dict[str, Any]) -> str:
     """The report as Markdown: context, the table, targets, how each system was driven."""
     meta, systems = document["meta"], [s for s in SYSTEMS if s in document["systems"]]
+    ratio_systems = _ratio_systems(systems)
     lines = [
         f"# kq vs NATS JetStream, {meta['date']}",
         "",
@@ -259,13 +284,15 @@ def markdown(document: dict[str, Any]) -> str:
         "",
         f"Command: `{meta['command']}` — median of {document['settings']['runs']} run(s), (min..max).",
         "",
-        "| figure | " + " | ".join(LABELS[s] for s in systems) + " | kq/NATS | better |",
-        "|---|" + "---:|" * len(systems) + "---:|---|",
+        "| figure | "
+        + " | ".join([*(LABELS[s] for s in systems), *map(_ratio_header, ratio_systems)])
+        + " | better |",
+        "|---|" + "---:|" * (len(systems) + len(ratio_systems)) + "---|",
     ]
     for row in document["figures"]:
         cells = [_cell(row.get(system), _digits(row["key"])) for system in systems]
-        ratio = _ratio(row["ratio"])
-        lines.append(f"| {row['label']} | " + " | ".join(cells) + f" | {ratio} | {row['better']} |")
+        cells += [_ratio(row.get("ratios", {}).get(system)) for system in ratio_systems]
+        lines.append(f"| {row['label']} | " + " | ".join(cells) + f" | {row['better']} |")
     if document["targets"]:
         lines += ["", "| target | value | |", "|---|---:|---|"]
         for target in document["targets"]:
@@ -294,15 +321,18 @@ def _other_load_line(document: dict[str, Any]) -> str:
 def render(document: dict[str, Any], console: Console) -> None:
     """Prints the table and the targets."""
     systems = [s for s in SYSTEMS if s in document["systems"]]
+    ratio_systems = _ratio_systems(systems)
     table = Table(title=f"kq vs NATS JetStream: median of {document['settings']['runs']} run(s) (min..max)")
     table.add_column("figure")
     for system in systems:
         table.add_column(LABELS[system], justify="right")
-    table.add_column("kq/NATS", justify="right")
+    for system in ratio_systems:
+        table.add_column(_ratio_header(system), justify="right")
     table.add_column("better")
     for row in document["figures"]:
         cells = [_cell(row.get(system), _digits(row["key"])) for system in systems]
-        table.add_row(row["label"], *cells, _ratio(row["ratio"]), row["better"])
+        cells += [_ratio(row.get("ratios", {}).get(system)) for system in ratio_systems]
+        table.add_row(row["label"], *cells, row["better"])
     console.print(table)
     for target in document["targets"]:
         value = "-" if target["value"] is None else f"{target['value']:.2f}"

@@ -1,7 +1,8 @@
 """kq next to NATS JetStream: the shared scenarios, their bounded counts, and the run loop.
 
-Each system (`bench.compare_kq.KqSystem`, `bench.compare_nats.NatsSystem`) starts its own
-three-node cluster on loopback and implements the same five workloads with its own client; this
+Each system (`bench.compare_kq.KqSystem`, kq over gRPC; `bench.compare_kafka.KqKafkaSystem`, the
+same kq cluster type through its Kafka port with confluent-kafka; `bench.compare_nats.NatsSystem`)
+starts its own three-node cluster on loopback and implements the same five workloads with its own client; this
 module runs them `runs` times, run-major (run 1 of every scenario, then run 2, ...), and measures
 the servers' CPU around each run from `/proc/PID/stat`. The systems run one after the other, never
 at the same time: they share two cores with each other's clients.
@@ -21,7 +22,8 @@ from kq.bench.produce_fetch import LatencySample, ThroughputSample
 
 logger = logging.getLogger(__name__)
 
-SYSTEMS = ("kq", "nats")
+SYSTEMS = ("kq", "kq-kafka", "nats")  # The report's column order; NATS is the baseline of the ratios.
+BASELINE = "nats"  # The system every ratio in the report divides by.
 LATENCY = "latency-100b"  # (1) one record in flight.
 PRODUCE_SMALL = "produce-100b"  # (2) pipelined produce of 100-byte values.
 PRODUCE_LARGE = "produce-1kib"  # (2) pipelined produce of 1 KiB values.
@@ -119,7 +121,7 @@ class System(Protocol):
     name: str
 
     def scenarios(self) -> tuple[str, ...]:
-        """The scenarios this system runs, in order (`SCENARIOS`, plus kq's send_batch ones)."""
+        """The scenarios this system runs, in order (`SCENARIOS`, plus kq's gRPC send_batch ones)."""
         ...
 
     def server_pids(self) -> dict[str, int]:

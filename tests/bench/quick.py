@@ -5,19 +5,32 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_quick(module: str, tmp_path: Path, timeout_s: float) -> tuple[dict[str, Any], str]:
-    """`python -m <module> --quick --json … --base-dir …` from the checkout: its report and its
-    printed output; fails the test with its stderr's end if it exits non-zero."""
+def run_quick(
+    module: str, tmp_path: Path, timeout_s: float, extra_args: Sequence[str] = ()
+) -> tuple[dict[str, Any], str]:
+    """`python -m <module> --quick --json … --base-dir … [extra_args]` from the checkout: its report and
+    its printed output; fails the test with its stderr's end if it exits non-zero."""
     output = tmp_path / "report.json"
     nodes = tmp_path / "nodes"
     finished = subprocess.run(
-        [sys.executable, "-m", module, "--quick", "--json", str(output), "--base-dir", str(nodes)],
+        [
+            sys.executable,
+            "-m",
+            module,
+            "--quick",
+            "--json",
+            str(output),
+            "--base-dir",
+            str(nodes),
+            *extra_args,
+        ],
         cwd=REPO,
         check=False,  # The output says more than the exit code alone.
         timeout=timeout_s,

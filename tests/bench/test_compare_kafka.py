@@ -1,0 +1,104 @@
+"""The kq-kafka column of `python -m kq.bench.compare`: kq driven through its Kafka port by confluent-kafka.
+
+A `--quick --systems kq-kafka` run (never speed): every scenario must report a positive rate, so a
+broken Kafka path (produce, delivery reports, fetch from the beginning, failover retries) fails here
+rather than in a long benchmark run. The report pieces are checked on synthetic runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kq.bench.compare import parse_systems
+from kq.bench.compare_report import build_document, markdown
+from kq.bench.side_by_side import CONSUME, FAILOVER, LATENCY, PRODUCE_LARGE, PRODUCE_SMALL, SCENARIOS, SYSTEMS
+from tests.bench.quick import run_quick
+
+QUICK_RUN_TIMEOUT_S = 300.0  # A quick run takes about twenty seconds; this only bounds a hung cluster.
+RATE_FIGURES = {
+    LATENCY: "latency_msgs_per_s",
+    PRODUCE_SMALL: "produce_100b_msgs_per_s",
+    PRODUCE_LARGE: "produce_1kib_msgs_per_s",
+    CONSUME: "consume_msgs_per_s",
+}
+
+
+def test_systems_option_takes_commas_and_keeps_the_report_order() -> None:
+    """`--systems nats,kq-kafka` and repeated values both work; the default is every system."""
+    assert parse_systems(("nats,kq-kafka",)) == ("kq-kafka", "nats")
+    assert parse_systems(("kq", "nats")) == ("kq", "nats")
+    assert parse_systems(()) == SYSTEMS == ("kq", "kq-kafka", "nats")
+
+
+def _throughput(scenario: str, rate: float) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "run": 1,
+        "sample": {
+            "records": int(rate),
+            "payload_bytes": int(rate) * 100,
+            "requests": 1,
+            "errors": 0,
+            "elapsed_s": 1.0,
+        },
+        "server_cpu_s": {"1": 1.0},
+        "client_cpu_s": 0.5,
+        "wall_s": 1.0,
+        "host_cpu_busy": 0.5,
+        "host_cpu_s": 2.0,
+    }
+
+
+def test_report_gives_kq_kafka_its_own_ratio_to_nats() -> None:
+    """kq-kafka sits beside kq and NATS with its own ratio; kq's gRPC-only send_batch rows stay empty."""
+    raws = {
+        name: {"system": name, "describe": {"client": name}, "runs": [_throughput(PRODUCE_SMALL, rate)]}
+        for name, rate in (("kq", 30_000.0), ("kq-kafka", 20_000.0), ("nats", 40_000.0))
+    }
+    meta = {
+        "date": "today",
+        "cpus": 2,
+        "cpu_model": "cpu",
+        "memory_gib": 24.0,
+        "platform": "linux",
+        "python": "3.11",
+        "git_commit": "0123456789abcdef",
+        "git_dirty": False,
+        "command": "compare",
+    }
+    document = build_document(meta, {"runs": 1}, raws)
+    rows = {row["key"]: row for row in document["figures"]}
+    produce = rows["produce_100b_msgs_per_s"]
+    assert produce["ratios"] == {"kq": pytest.approx(0.75), "kq-kafka": pytest.approx(0.5)}
+    assert produce["ratio"] == pytest.approx(0.75)
+    assert "kq-kafka" not in rows["send_batch_100b_msgs_per_s"]
+    text = markdown(document)
+    assert "| kq | kq (Kafka) | NATS | kq/NATS | kq (Kafka)/NATS | better |" in text
+    assert "| 0.75 | 0.50 |" in text
+
+
+@pytest.mark.system
+def test_quick_kq_kafka_run_reports_a_positive_rate_for_every_scenario(tmp_path: Path) -> None:
+    """`python -m kq.bench.compare --quick --systems kq-kafka`: every scenario moved messages."""
+    if importlib.util.find_spec("confluent_kafka") is None:
+        pytest.skip("confluent-kafka is not installed: pip install -e '.[test]'")
+    document, _ = run_quick("kq.bench.compare", tmp_path, QUICK_RUN_TIMEOUT_S, ["--systems", "kq-kafka"])
+
+    assert list(document["systems"]) == ["kq-kafka"]
+    system = document["systems"]["kq-kafka"]
+    assert [run["scenario"] for run in system["runs"]] == list(SCENARIOS)
+    assert all(len(run["server_cpu_s"]) >= 2 for run in system["runs"])  # Measured on the node PIDs.
+    rows = {row["key"]: row for row in document["figures"]}
+    for scenario, key in RATE_FIGURES.items():
+        assert rows[key]["kq-kafka"]["median"] > 0, scenario
+        assert system["scenarios"][scenario]["summary"]["errors"]["max"] == 0, scenario
+    assert 0 < rows["latency_p50_ms"]["kq-kafka"]["median"] <= rows["latency_p99_ms"]["kq-kafka"]["median"]
+    failover = system["scenarios"][FAILOVER]["run_metrics"][0]
+    assert failover["gap_missing"] == 0  # Writes were acknowledged again after the kill.
+    sample = system["runs"][-1]["sample"]
+    assert sample["acks_after_kill"] / sample["window_s"] > 0
+    assert document["targets"] == []  # kq's (gRPC) targets need kq and NATS.
