@@ -165,6 +165,8 @@ class Command(_message.Message):
     COMMIT_OFFSETS_FIELD_NUMBER: _builtins.int
     RESET_OFFSETS_FIELD_NUMBER: _builtins.int
     DELETE_GROUP_FIELD_NUMBER: _builtins.int
+    KAFKA_JOIN_GROUP_FIELD_NUMBER: _builtins.int
+    KAFKA_SYNC_GROUP_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -187,6 +189,10 @@ class Command(_message.Message):
     def reset_offsets(self) -> Global___ResetOffsetsCommand: ...
     @_builtins.property
     def delete_group(self) -> Global___DeleteGroupCommand: ...
+    @_builtins.property
+    def kafka_join_group(self) -> Global___KafkaJoinGroupCommand: ...
+    @_builtins.property
+    def kafka_sync_group(self) -> Global___KafkaSyncGroupCommand: ...
     def __init__(
         self,
         *,
@@ -201,12 +207,14 @@ class Command(_message.Message):
         commit_offsets: Global___CommitOffsetsCommand | None = ...,
         reset_offsets: Global___ResetOffsetsCommand | None = ...,
         delete_group: Global___DeleteGroupCommand | None = ...,
+        kafka_join_group: Global___KafkaJoinGroupCommand | None = ...,
+        kafka_sync_group: Global___KafkaSyncGroupCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -401,6 +409,10 @@ class GroupMember(_message.Message):
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     REJOINED_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
+    PROTOCOLS_FIELD_NUMBER: _builtins.int
+    KAFKA_ASSIGNMENT_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     client_id: _builtins.str
     topic_pattern: _builtins.str
@@ -408,12 +420,24 @@ class GroupMember(_message.Message):
     rebalance_timeout_ms: _builtins.int
     rejoined: _builtins.bool
     """Has this member (re)joined since the current rebalance began?"""
+    group_instance_id: _builtins.str
+    """Members of Kafka groups (Kafka's classic protocol; GroupState.protocol_type is not empty) have
+    no kq subscription: their protocols carry it as opaque metadata, and their assignment is opaque
+    bytes the group's leader member computed (SyncGroup).
+    Kafka static membership (KIP-345); empty: a dynamic member.
+    """
+    client_host: _builtins.str
+    kafka_assignment: _builtins.bytes
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Subscription: explicit topics, or a regular expression matched against topic names at each rebalance."""
 
     @_builtins.property
     def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]: ...
+    @_builtins.property
+    def protocols(self) -> _containers.RepeatedCompositeFieldContainer[Global___KafkaProtocol]:
+        """In the member's order of preference."""
+
     def __init__(
         self,
         *,
@@ -425,14 +449,42 @@ class GroupMember(_message.Message):
         rebalance_timeout_ms: _builtins.int = ...,
         rejoined: _builtins.bool = ...,
         assignment: _abc.Iterable[Global___TopicPartition] | None = ...,
+        group_instance_id: _builtins.str = ...,
+        client_host: _builtins.str = ...,
+        protocols: _abc.Iterable[Global___KafkaProtocol] | None = ...,
+        kafka_assignment: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_id", b"client_id", "member_id", b"member_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "rejoined", b"rejoined", "session_timeout_ms", b"session_timeout_ms", "topic_pattern", b"topic_pattern", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "kafka_assignment", b"kafka_assignment", "member_id", b"member_id", "protocols", b"protocols", "rebalance_timeout_ms", b"rebalance_timeout_ms", "rejoined", b"rejoined", "session_timeout_ms", b"session_timeout_ms", "topic_pattern", b"topic_pattern", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GroupMember: _TypeAlias = GroupMember  # noqa: Y015
+
+@_typing.final
+class KafkaProtocol(_message.Message):
+    """One protocol a Kafka member supports (e.g. "range" with its subscription, in the consumer's format)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    metadata: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        metadata: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KafkaProtocol: _TypeAlias = KafkaProtocol  # noqa: Y015
 
 @_typing.final
 class GroupState(_message.Message):
@@ -446,12 +498,26 @@ class GroupState(_message.Message):
     ASSIGNOR_FIELD_NUMBER: _builtins.int
     MEMBERS_FIELD_NUMBER: _builtins.int
     PHASE_STARTED_MS_FIELD_NUMBER: _builtins.int
+    PROTOCOL_TYPE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_FIELD_NUMBER: _builtins.int
+    LEADER_MEMBER_ID_FIELD_NUMBER: _builtins.int
+    AWAITING_SYNC_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     generation: _builtins.int
     phase: Global___GroupPhase.ValueType
     assignor: _builtins.str
     phase_started_ms: _builtins.int
     """Leader's clock when the current phase began (from the command that began it)."""
+    protocol_type: _builtins.str
+    """Kafka groups: the protocol type their members gave ("consumer"); empty for kq's own groups."""
+    protocol: _builtins.str
+    """The protocol of the current generation (Kafka groups)."""
+    leader_member_id: _builtins.str
+    """The member that computes the assignment (Kafka groups)."""
+    awaiting_sync: _builtins.bool
+    """Kafka groups in REBALANCING: every member rejoined and the generation advanced; the leader's
+    SyncGroup has not come yet (Kafka's CompletingRebalance).
+    """
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMember]: ...
     def __init__(
@@ -463,10 +529,14 @@ class GroupState(_message.Message):
         assignor: _builtins.str = ...,
         members: _abc.Iterable[Global___GroupMember] | None = ...,
         phase_started_ms: _builtins.int = ...,
+        protocol_type: _builtins.str = ...,
+        protocol: _builtins.str = ...,
+        leader_member_id: _builtins.str = ...,
+        awaiting_sync: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "generation", b"generation", "members", b"members", "name", b"name", "phase", b"phase", "phase_started_ms", b"phase_started_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "awaiting_sync", b"awaiting_sync", "generation", b"generation", "leader_member_id", b"leader_member_id", "members", b"members", "name", b"name", "phase", b"phase", "phase_started_ms", b"phase_started_ms", "protocol", b"protocol", "protocol_type", b"protocol_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -567,10 +637,15 @@ class CommitOffsetsCommand(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
     NOW_MS_FIELD_NUMBER: _builtins.int
+    KAFKA_FIELD_NUMBER: _builtins.int
     group: _builtins.str
     member_id: _builtins.str
     generation: _builtins.int
     now_ms: _builtins.int
+    kafka: _builtins.bool
+    """A Kafka client's OffsetCommit: Kafka's rules (a commit while the group awaits its leader's
+    SyncGroup is REBALANCE_IN_PROGRESS) and a KafkaGroupResult with Kafka's error code.
+    """
     @_builtins.property
     def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
     def __init__(
@@ -581,10 +656,11 @@ class CommitOffsetsCommand(_message.Message):
         generation: _builtins.int = ...,
         offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
         now_ms: _builtins.int = ...,
+        kafka: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "member_id", b"member_id", "now_ms", b"now_ms", "offsets", b"offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "kafka", b"kafka", "member_id", b"member_id", "now_ms", b"now_ms", "offsets", b"offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -631,6 +707,102 @@ class DeleteGroupCommand(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteGroupCommand: _TypeAlias = DeleteGroupCommand  # noqa: Y015
+
+@_typing.final
+class KafkaJoinGroupCommand(_message.Message):
+    """A Kafka client's JoinGroup. member.member_id was chosen by the leader's edge for a new member."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_FIELD_NUMBER: _builtins.int
+    PROTOCOL_TYPE_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    NEW_MEMBER_ID_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    protocol_type: _builtins.str
+    now_ms: _builtins.int
+    new_member_id: _builtins.bool
+    """The client sent no member id (the edge chose member.member_id): a static member's new instance
+    then replaces the member holding its group_instance_id instead of being fenced.
+    """
+    @_builtins.property
+    def member(self) -> Global___GroupMember:
+        """member_id, group_instance_id, client id and host, timeouts, protocols."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member: Global___GroupMember | None = ...,
+        protocol_type: _builtins.str = ...,
+        now_ms: _builtins.int = ...,
+        new_member_id: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "member", b"member", "new_member_id", b"new_member_id", "now_ms", b"now_ms", "protocol_type", b"protocol_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KafkaJoinGroupCommand: _TypeAlias = KafkaJoinGroupCommand  # noqa: Y015
+
+@_typing.final
+class KafkaAssignment(_message.Message):
+    """The assignment a Kafka group's leader member computed for one member."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    assignment: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        assignment: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KafkaAssignment: _TypeAlias = KafkaAssignment  # noqa: Y015
+
+@_typing.final
+class KafkaSyncGroupCommand(_message.Message):
+    """A Kafka group leader's SyncGroup: the assignments of its generation (other members' SyncGroups
+    change nothing and are not proposed).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    ASSIGNMENTS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    member_id: _builtins.str
+    generation: _builtins.int
+    @_builtins.property
+    def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___KafkaAssignment]: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        assignments: _abc.Iterable[Global___KafkaAssignment] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "generation", b"generation", "group", b"group", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KafkaSyncGroupCommand: _TypeAlias = KafkaSyncGroupCommand  # noqa: Y015
 
 @_typing.final
 class CreateTopicRequest(_message.Message):

@@ -192,3 +192,16 @@ KAFKA_PARTITIONS_PER_REQUEST_MAX = 10_000  # Partitions named in one Produce, Fe
 KAFKA_FETCH_WATCHED_PARTITIONS_MAX = 64  # A long-poll over more partitions wakes on every append.
 KAFKA_DEFAULT_PARTITIONS = 1  # Kafka's num.partitions: auto-created topics; --default-partitions.
 KAFKA_UNACKNOWLEDGED_APPENDS_MAX = 10_000  # acks=0 appends in progress per node; more are dropped.
+
+# Kafka consumer groups (broker/kafka/groups.py, raft/kafka_groups.py): checked by the shared validation.
+GROUP_INSTANCE_ID_LENGTH_MAX = 249  # Kafka's limit; the characters of a topic name (Kafka's rule too).
+CLIENT_HOST_LENGTH_MAX = 255
+PROTOCOL_TYPE_LENGTH_MAX = 255  # "consumer", "connect", ...
+PROTOCOL_NAME_LENGTH_MAX = 255  # "range", "cooperative-sticky", ...
+GROUP_PROTOCOLS_MAX = 16  # Protocols one member offers in a JoinGroup.
+MEMBER_METADATA_BYTES_MAX = 64 * 1024  # All of a member's protocol metadata (its subscription).
+MEMBER_ASSIGNMENT_BYTES_MAX = 256 * 1024  # One member's assignment bytes in a SyncGroup.
+KAFKA_PENDING_MEMBERS_MAX = 10_000  # Member ids handed out with MEMBER_ID_REQUIRED, not yet joined.
+KAFKA_PENDING_MEMBER_S = 300.0  # A handed-out member id not used within this is forgotten.
+KAFKA_JOIN_GRACE_S = 2.0  # A JoinGroup waits its rebalance timeout plus this (the expiry's tick).
+KAFKA_GROUP_WAIT_S_MAX = 600.0  # No JoinGroup or SyncGroup waits longer, whatever the client asks.

@@ -98,13 +98,51 @@ def leave_group(group: str, member_ids: Sequence[str], now_ms: int, expired: boo
 
 
 def commit_offsets(
-    group: str, member_id: str, generation: int, offsets: Sequence[kq_pb2.OffsetEntry], now_ms: int
+    group: str,
+    member_id: str,
+    generation: int,
+    offsets: Sequence[kq_pb2.OffsetEntry],
+    now_ms: int,
+    kafka: bool = False,
 ) -> kq_pb2.Command:
-    """Command storing a group's committed offsets."""
+    """Command storing a group's committed offsets (`kafka`: a Kafka client's, under Kafka's rules)."""
     return kq_pb2.Command(
         version=COMMAND_VERSION,
         commit_offsets=kq_pb2.CommitOffsetsCommand(
-            group=group, member_id=member_id, generation=generation, offsets=offsets, now_ms=now_ms
+            group=group,
+            member_id=member_id,
+            generation=generation,
+            offsets=offsets,
+            now_ms=now_ms,
+            kafka=kafka,
+        ),
+    )
+
+
+def kafka_join_group(
+    group: str, member: kq_pb2.GroupMember, protocol_type: str, now_ms: int, new_member_id: bool
+) -> kq_pb2.Command:
+    """Command adding or refreshing a Kafka client's member (`new_member_id`: the leader chose its id)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        kafka_join_group=kq_pb2.KafkaJoinGroupCommand(
+            group=group,
+            member=member,
+            protocol_type=protocol_type,
+            now_ms=now_ms,
+            new_member_id=new_member_id,
+        ),
+    )
+
+
+def kafka_sync_group(
+    group: str, member_id: str, generation: int, assignments: Sequence[kq_pb2.KafkaAssignment]
+) -> kq_pb2.Command:
+    """Command storing a Kafka group leader's assignments for its generation."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        kafka_sync_group=kq_pb2.KafkaSyncGroupCommand(
+            group=group, member_id=member_id, generation=generation, assignments=assignments
         ),
     )
 

@@ -1,5 +1,9 @@
 """Consumer-group commands inside apply: join, leave/expire, commit, reset, delete.
 
+Kafka clients' groups (Kafka's classic protocol) share this store: their rules are in
+raft/kafka_groups.py, wired here (`apply_kafka_join`, `apply_kafka_sync`, and the Kafka branches of
+leave and commit). A kq member cannot join a group that has Kafka members, nor the reverse.
+
 A membership change starts a rebalance (phase REBALANCING): every member must rejoin, committing
 first; when all have rejoined (or the leader expired those that did not), the generation advances
 and the group's assignor computes the new assignment from the members' subscriptions and the topics
@@ -12,9 +16,10 @@ from collections.abc import Iterable
 
 from kq.proto import kq_pb2
 from kq.proto.limits import ASSIGNMENT_WORK_MAX, GROUP_MEMBERS_MAX, GROUP_STATE_BYTES_MAX, GROUPS_MAX
+from kq.raft import kafka_groups
 from kq.raft.assignors import ASSIGNORS, Assignment, Subscriptions
 from kq.raft.patterns import matching
-from kq.raft.results import ErrorCode, GroupResult
+from kq.raft.results import ErrorCode, GroupResult, KafkaGroupResult
 from kq.storage import StoreWriter, TopicMeta
 
 
@@ -48,6 +53,11 @@ def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupRe
     state = load(writer, command.group) or _new_group(writer, command.group, command.assignor)
     if state is None:
         return GroupResult(ErrorCode.TOO_MANY_GROUPS)
+    if state.protocol_type and state.members:
+        return GroupResult(ErrorCode.GROUP_HAS_MEMBERS, state.generation, state.phase)  # Kafka members.
+    if state.protocol_type:  # An empty Kafka group becomes a kq group again.
+        state.protocol_type = state.protocol = state.leader_member_id = ""
+        state.awaiting_sync = False
     if not state.members and command.assignor:
         state.assignor = command.assignor  # The first member of an empty group chooses its assignor.
     existing = next((m for m in state.members if m.member_id == command.member.member_id), None)
@@ -87,15 +97,22 @@ def apply_leave(writer: StoreWriter, command: kq_pb2.LeaveGroupCommand) -> Group
         return GroupResult(ErrorCode.UNKNOWN_MEMBER, state.generation, state.phase)
     del state.members[:]
     state.members.extend(remaining)
+    if state.protocol_type:
+        kafka_groups.after_leave(state, leaving, command.now_ms)
+        return _save(writer, state)
     if state.phase == kq_pb2.GROUP_STABLE:
         _begin_rebalance(state, command.now_ms, keep=None)
     _complete_if_ready(writer, state)
     return _save(writer, state)
 
 
-def apply_commit(writer: StoreWriter, command: kq_pb2.CommitOffsetsCommand) -> GroupResult:
+def apply_commit(
+    writer: StoreWriter, command: kq_pb2.CommitOffsetsCommand
+) -> GroupResult | KafkaGroupResult:
     """Stores offsets from a current member (or from outside group management for an empty group)."""
     state = load(writer, command.group)
+    if command.kafka:
+        return _apply_kafka_commit(writer, state, command)
     if command.member_id:
         if state is None:
             return GroupResult(ErrorCode.UNKNOWN_GROUP)
@@ -113,6 +130,52 @@ def apply_commit(writer: StoreWriter, command: kq_pb2.CommitOffsetsCommand) -> G
     if error != ErrorCode.OK:
         return GroupResult(error, state.generation, state.phase)
     return _save(writer, state)
+
+
+def _apply_kafka_commit(
+    writer: StoreWriter, state: kq_pb2.GroupState | None, command: kq_pb2.CommitOffsetsCommand
+) -> KafkaGroupResult:
+    """A Kafka client's OffsetCommit: Kafka's rules (raft/kafka_groups.py), Kafka's error codes."""
+    code = kafka_groups.commit_problem(state, command)
+    if code != kafka_groups.NONE:
+        return KafkaGroupResult(code, *_position(state))
+    state = state or _new_group(writer, command.group, "")
+    if state is None:
+        return KafkaGroupResult(kafka_groups.GROUP_MAX_SIZE_REACHED)
+    error = _write_offsets(writer, command.group, command.offsets, command.now_ms)
+    if error != ErrorCode.OK:
+        code = kafka_groups.OFFSET_OUT_OF_RANGE
+        if error != ErrorCode.OFFSET_OUT_OF_RANGE:
+            code = kafka_groups.UNKNOWN_TOPIC_OR_PARTITION
+        return KafkaGroupResult(code, state.generation, state.phase)
+    _save(writer, state)
+    return KafkaGroupResult(kafka_groups.NONE, state.generation, state.phase)
+
+
+def apply_kafka_join(writer: StoreWriter, command: kq_pb2.KafkaJoinGroupCommand) -> KafkaGroupResult:
+    """A Kafka client's JoinGroup (raft/kafka_groups.py); the state is saved only when it applied."""
+    state = load(writer, command.group) or _new_group(writer, command.group, "")
+    if state is None:
+        return KafkaGroupResult(kafka_groups.GROUP_MAX_SIZE_REACHED)
+    code = kafka_groups.join(state, command)
+    if code == kafka_groups.NONE:
+        _save(writer, state)
+    return KafkaGroupResult(code, state.generation, state.phase)
+
+
+def apply_kafka_sync(writer: StoreWriter, command: kq_pb2.KafkaSyncGroupCommand) -> KafkaGroupResult:
+    """A Kafka group leader's SyncGroup: the generation's assignments, stored as the leader sent them."""
+    state = load(writer, command.group)
+    if state is None or not state.protocol_type:
+        return KafkaGroupResult(kafka_groups.UNKNOWN_MEMBER_ID, *_position(state))
+    code = kafka_groups.sync(state, command)
+    if code == kafka_groups.NONE:
+        _save(writer, state)
+    return KafkaGroupResult(code, state.generation, state.phase)
+
+
+def _position(state: kq_pb2.GroupState | None) -> tuple[int, int]:
+    return (0, 0) if state is None else (state.generation, state.phase)
 
 
 def apply_reset(writer: StoreWriter, command: kq_pb2.ResetOffsetsCommand) -> GroupResult:

@@ -13,6 +13,7 @@ __all__ = [
     "ApplyResult",
     "ErrorCode",
     "GroupResult",
+    "KafkaGroupResult",
     "PartitionAppendResult",
     "ProducerResult",
     "RejectedResult",
@@ -68,6 +69,20 @@ class GroupResult:
 
 
 @dataclass(frozen=True, slots=True)
+class KafkaGroupResult:
+    """Result of a Kafka client's group command: Kafka's error code (0: none), decided in apply.
+
+    Kafka's classic group protocol has outcomes kq's codes do not name (REBALANCE_IN_PROGRESS,
+    INCONSISTENT_GROUP_PROTOCOL, FENCED_INSTANCE_ID, ...); they are protocol numbers, identical on every
+    replica, that the Kafka listener answers as they are.
+    """
+
+    kafka_error: int
+    generation: int = 0
+    phase: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerResult:
     """Result of RegisterProducer."""
 
@@ -95,5 +110,12 @@ class RejectedResult:
 
 
 ApplyResult = (
-    RejectedResult | TopicResult | AppendResult | TrimResult | GroupResult | ProducerResult | SkippedResult
+    RejectedResult
+    | TopicResult
+    | AppendResult
+    | TrimResult
+    | GroupResult
+    | KafkaGroupResult
+    | ProducerResult
+    | SkippedResult
 )

@@ -26,6 +26,7 @@ from kq.raft.results import (
     ApplyResult,
     ErrorCode,
     GroupResult,
+    KafkaGroupResult,
     PartitionAppendResult,
     ProducerResult,
     RejectedResult,
@@ -140,12 +141,14 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
     raise commands.UnknownCommandError(f"no handler for command kind {kind}")
 
 
-_GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult]] = {
+_GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult | KafkaGroupResult]] = {
     "join_group": groups.apply_join,
     "leave_group": groups.apply_leave,
     "commit_offsets": groups.apply_commit,
     "reset_offsets": groups.apply_reset,
     "delete_group": groups.apply_delete_group,
+    "kafka_join_group": groups.apply_kafka_join,
+    "kafka_sync_group": groups.apply_kafka_sync,
 }
 
 

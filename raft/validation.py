@@ -17,18 +17,26 @@ its memory bound (raft/patterns.py). Each function returns a one-line reason, or
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from kq.proto import kq_pb2
 from kq.proto.limits import (
     APPEND_BYTES_MAX,
     APPENDS_PER_ENTRY_MAX,
+    CLIENT_HOST_LENGTH_MAX,
     CLIENT_ID_LENGTH_MAX,
+    GROUP_INSTANCE_ID_LENGTH_MAX,
     GROUP_MEMBERS_MAX,
+    GROUP_PROTOCOLS_MAX,
     HEADER_NAME_BYTES_MAX,
     HEADERS_PER_RECORD_MAX,
+    MEMBER_ASSIGNMENT_BYTES_MAX,
     MEMBER_ID_LENGTH_MAX,
+    MEMBER_METADATA_BYTES_MAX,
     OFFSETS_PER_COMMIT_MAX,
     PARTITIONS_MAX,
+    PROTOCOL_NAME_LENGTH_MAX,
+    PROTOCOL_TYPE_LENGTH_MAX,
     REBALANCE_TIMEOUT_MS_MAX,
     REBALANCE_TIMEOUT_MS_MIN,
     RECORD_BYTES_MAX,
@@ -161,6 +169,109 @@ def _commit_problem(command: kq_pb2.CommitOffsetsCommand) -> str | None:
     return topic_name_problem(command.group, "group") or offsets_problem(list(command.offsets))
 
 
+def _utf8_length(text: str) -> int:
+    return len(text.encode(errors="surrogatepass"))
+
+
+def member_id_problem(member_id: str) -> str | None:
+    """Why `member_id` cannot name a group member (empty, or longer than MEMBER_ID_LENGTH_MAX)."""
+    if not 0 < _utf8_length(member_id) <= MEMBER_ID_LENGTH_MAX:
+        return f"member id must be 1 to {MEMBER_ID_LENGTH_MAX} bytes"
+    return None
+
+
+def group_instance_id_problem(instance_id: str) -> str | None:
+    """Why a Kafka group.instance.id is illegal ("" means none): Kafka's own rule, a topic-like name."""
+    if not instance_id:
+        return None
+    if _utf8_length(instance_id) > GROUP_INSTANCE_ID_LENGTH_MAX:
+        return f"group instance id is longer than {GROUP_INSTANCE_ID_LENGTH_MAX} bytes"
+    if not TOPIC_NAME_PATTERN.fullmatch(instance_id):
+        return "group instance id may contain only ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+def protocol_type_problem(protocol_type: str) -> str | None:
+    """Why a Kafka group's protocol type is illegal (empty is: kq's own groups have none)."""
+    if not 0 < _utf8_length(protocol_type) <= PROTOCOL_TYPE_LENGTH_MAX:
+        return f"protocol type must be 1 to {PROTOCOL_TYPE_LENGTH_MAX} bytes"
+    return None
+
+
+def protocols_problem(protocols: Sequence[kq_pb2.KafkaProtocol]) -> str | None:
+    """Why a Kafka member's protocols are illegal: none, too many, unnamed, repeated or too big."""
+    if not 0 < len(protocols) <= GROUP_PROTOCOLS_MAX:
+        return f"a member offers 1 to {GROUP_PROTOCOLS_MAX} protocols"
+    names = set()
+    metadata_bytes = 0
+    for protocol in protocols:
+        if not 0 < _utf8_length(protocol.name) <= PROTOCOL_NAME_LENGTH_MAX:
+            return f"protocol name must be 1 to {PROTOCOL_NAME_LENGTH_MAX} bytes"
+        if protocol.name in names:
+            return f"protocol {protocol.name[:64]!r} is offered twice"
+        names.add(protocol.name)
+        metadata_bytes += len(protocol.metadata)
+    if metadata_bytes > MEMBER_METADATA_BYTES_MAX:
+        return f"protocol metadata of {metadata_bytes} bytes exceeds {MEMBER_METADATA_BYTES_MAX}"
+    return None
+
+
+def kafka_member_problem(member: kq_pb2.GroupMember) -> str | None:
+    """Why a Kafka client's member (JoinGroup) is outside the limits or carries kq-only fields."""
+    problem = (
+        member_id_problem(member.member_id)
+        or group_instance_id_problem(member.group_instance_id)
+        or protocols_problem(member.protocols)
+    )
+    if problem is not None:
+        return problem
+    if _utf8_length(member.client_id) > CLIENT_ID_LENGTH_MAX:
+        return f"client id is longer than {CLIENT_ID_LENGTH_MAX} bytes"
+    if _utf8_length(member.client_host) > CLIENT_HOST_LENGTH_MAX:
+        return f"client host is longer than {CLIENT_HOST_LENGTH_MAX} bytes"
+    if member.topics or member.topic_pattern or member.assignment or member.kafka_assignment:
+        return "a Kafka member carries no kq subscription and no assignment when it joins"
+    if not SESSION_TIMEOUT_MS_MIN <= member.session_timeout_ms <= SESSION_TIMEOUT_MS_MAX:
+        return f"session timeout must be {SESSION_TIMEOUT_MS_MIN}-{SESSION_TIMEOUT_MS_MAX} ms"
+    if not REBALANCE_TIMEOUT_MS_MIN <= member.rebalance_timeout_ms <= REBALANCE_TIMEOUT_MS_MAX:
+        return f"rebalance timeout must be {REBALANCE_TIMEOUT_MS_MIN}-{REBALANCE_TIMEOUT_MS_MAX} ms"
+    return None
+
+
+def _kafka_join_problem(command: kq_pb2.KafkaJoinGroupCommand) -> str | None:
+    return (
+        topic_name_problem(command.group, "group")
+        or protocol_type_problem(command.protocol_type)
+        or kafka_member_problem(command.member)
+    )
+
+
+def assignments_problem(assignments: Sequence[kq_pb2.KafkaAssignment]) -> str | None:
+    """Why a Kafka leader's assignments are illegal: too many, unnamed or repeated members, too big."""
+    if len(assignments) > GROUP_MEMBERS_MAX:
+        return f"a SyncGroup assigns to at most {GROUP_MEMBERS_MAX} members"
+    members = set()
+    for assignment in assignments:
+        problem = member_id_problem(assignment.member_id)
+        if problem is not None:
+            return problem
+        if assignment.member_id in members:
+            return "a SyncGroup assigns to the same member twice"
+        members.add(assignment.member_id)
+        if len(assignment.assignment) > MEMBER_ASSIGNMENT_BYTES_MAX:
+            size = len(assignment.assignment)
+            return f"an assignment of {size} bytes exceeds {MEMBER_ASSIGNMENT_BYTES_MAX}"
+    return None
+
+
+def _kafka_sync_problem(command: kq_pb2.KafkaSyncGroupCommand) -> str | None:
+    return (
+        topic_name_problem(command.group, "group")
+        or member_id_problem(command.member_id)
+        or assignments_problem(command.assignments)
+    )
+
+
 def _append_command_problem(command: kq_pb2.AppendCommand) -> str | None:
     """The envelope of an append entry; each PartitionAppend is checked on its own (append_problem)."""
     if not 0 < len(command.appends) <= APPENDS_PER_ENTRY_MAX:
@@ -191,6 +302,10 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return topic_name_problem(reset.group, "group") or offsets_problem(list(reset.offsets))
     if kind == "delete_group":
         return topic_name_problem(command.delete_group.group, "group")
+    if kind == "kafka_join_group":
+        return _kafka_join_problem(command.kafka_join_group)
+    if kind == "kafka_sync_group":
+        return _kafka_sync_problem(command.kafka_sync_group)
     if kind == "register_producer":
         return None
     return f"unknown command kind {kind}"

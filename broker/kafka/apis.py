@@ -25,6 +25,7 @@ from kq.broker.kafka.framing import (
     read_prefix,
     request_schema,
 )
+from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
 from kq.proto.limits import LOG_INTERVAL_S
@@ -35,7 +36,7 @@ API_VERSIONS = 18
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ProduceApis, FetchApis):
+class KafkaApis(ClusterApis, ProduceApis, FetchApis, GroupApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -48,7 +49,15 @@ class KafkaApis(ClusterApis, ProduceApis, FetchApis):
             2: (1, 7, self.list_offsets),
             API_VERSIONS: (0, 3, self.api_versions),
             3: (4, 12, self.metadata),
+            8: (2, 8, self.offset_commit),
+            9: (1, 7, self.offset_fetch),
             10: (0, 3, self.find_coordinator),
+            11: (0, 5, self.join_group),
+            12: (0, 3, self.heartbeat),
+            13: (0, 3, self.leave_group),
+            14: (0, 3, self.sync_group),
+            15: (0, 5, self.describe_groups),
+            16: (0, 4, self.list_groups),
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
             22: (0, 4, self.init_producer_id),
