@@ -13,6 +13,10 @@ APPEND_BYTES_MAX = 3 * 1024 * 1024  # One produce request's record batch, and it
 SNAPPY_XERIAL_BLOCKS_MAX = 4_096
 ENTRY_BYTES_MAX = 3 * 1024 * 1024 + 512 * 1024  # One Raft entry: under the 4 MiB transport buffers.
 HEADERS_PER_RECORD_MAX = 1_000
+# Headers of all the records of one batch: a header can be two bytes, so a batch expanding to
+# APPEND_BYTES_MAX could hold 1.5 million, and walking them took 2-9 s per batch in apply. Ten per
+# record at RECORDS_PER_APPEND_MAX records (a Kafka producer's batch is rarely near either).
+HEADERS_PER_BATCH_MAX = 100_000
 HEADER_NAME_BYTES_MAX = 1_024
 FETCH_RECORDS_MAX = 10_000
 FETCH_BYTES_MAX = 4 * 1024 * 1024

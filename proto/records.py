@@ -62,6 +62,7 @@ from kq.proto.compression import CODEC_NAMES, NONE, CompressionError, compress, 
 from kq.proto.limits import (
     APPEND_BYTES_MAX,
     HEADER_NAME_BYTES_MAX,
+    HEADERS_PER_BATCH_MAX,
     HEADERS_PER_RECORD_MAX,
     RECORD_BYTES_MAX,
     RECORDS_PER_APPEND_MAX,
@@ -325,15 +326,26 @@ def _walk(
     limits: tuple[int, int, int],
     decoded: list[WireRecord] | None,
 ) -> None:
-    """Walks every record once (decoding each into `decoded` when given); raises MalformedBatchError."""
+    """Walks every record once (decoding each into `decoded` when given); raises MalformedBatchError.
+
+    The batch's headers together are at most HEADERS_PER_BATCH_MAX: a header can be two bytes, so
+    without it the 3 MiB a batch may expand to could hold 1.5 million of them, seconds of walking.
+    """
     append_time_ms = header.max_timestamp_ms if header.log_append_time else None
+    headers_left = HEADERS_PER_BATCH_MAX
     for index in range(header.record_count):
         try:
-            position = _walk_record(
-                buffer, position, end, index, header.base_timestamp_ms, append_time_ms, limits, decoded
+            position, header_count = _walk_record(
+                buffer,
+                position,
+                end,
+                (index, header.base_timestamp_ms, append_time_ms, headers_left),
+                limits,
+                decoded,
             )
         except MalformedBatchError as error:
             raise MalformedBatchError(f"record {index}: {error}") from None
+        headers_left -= header_count
     if position != end:
         raise MalformedBatchError(f"{end - position} bytes after the last of {header.record_count} records")
 
@@ -342,18 +354,20 @@ def _walk_record(
     buffer: bytes | memoryview,
     position: int,
     end: int,
-    index: int,
-    base_timestamp_ms: int,
-    append_time_ms: int | None,
+    where: tuple[int, int, int | None, int],
     limits: tuple[int, int, int],
     decoded: list[WireRecord] | None,
-) -> int:
-    """Checks (and decodes) the record at `position`; returns the position after it.
+) -> tuple[int, int]:
+    """Checks (and decodes) the record at `position`: (the position after it, its header count).
+
+    `where` is the record's index, the batch's baseTimestamp, its LogAppendTime (None: CreateTime)
+    and how many headers the batch may still hold.
 
     This runs for every record of every batch, at the edge and in apply on every node, so a varint of
     one byte (most of them) is read inline; `_varint` reads the others. A call per field cost a third
     of the walk.
     """
+    index, base_timestamp_ms, append_time_ms, headers_left = where
     headers_max, record_bytes_max, header_name_bytes_max = limits
     if position < end and (byte := buffer[position]) < 0x80:
         length, position = (byte >> 1) ^ -(byte & 1), position + 1
@@ -384,6 +398,8 @@ def _walk_record(
         header_count, position = _varint(buffer, position, stop, VARINT_BYTES_MAX)
     if not 0 <= header_count <= headers_max:
         raise MalformedBatchError(f"{header_count} headers; a record has 0 to {headers_max}")
+    if header_count > headers_left:
+        raise MalformedBatchError(f"more than {HEADERS_PER_BATCH_MAX} headers in the batch")
     size_bytes = (key_length if key_length > 0 else 0) + (value_length if value_length > 0 else 0)
     headers: list[tuple[str, bytes]] | None = [] if decoded is not None else None
     if header_count:
@@ -401,7 +417,7 @@ def _walk_record(
         key = None if key_length < 0 else bytes(buffer[key_start : key_start + key_length])
         value = None if value_length < 0 else bytes(buffer[value_start : value_start + value_length])
         decoded.append(WireRecord(offset_delta, timestamp_ms, key, value, tuple(headers or ()), size_bytes))
-    return stop
+    return stop, header_count
 
 
 def _walk_headers(

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kq.proto.compression import CODECS, GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
-from kq.proto.limits import APPEND_BYTES_MAX
+from kq.proto.limits import APPEND_BYTES_MAX, HEADERS_PER_BATCH_MAX
 from kq.proto.records import (
     BATCH_HEADER_BYTES,
     CONTROL_FLAG,
@@ -306,6 +306,23 @@ def test_every_malformed_batch_is_refused_with_its_reason(case: str) -> None:
     assert "\n" not in str(caught.value)
     with pytest.raises(MalformedBatchError):
         parse(data)
+
+
+def test_a_batch_holds_at_most_headers_per_batch_max_headers() -> None:
+    """Two-byte headers would let one expanded batch hold 1.5 million: the batch's total is bounded,
+    so checking the densest batch stays well under a second."""
+    per_record = 1_000
+    records = [NewRecord(None, None, (("", b""),) * per_record, NOW_MS)] * (
+        HEADERS_PER_BATCH_MAX // per_record
+    )
+    limits = (10_000, per_record, 1 << 20, 64, APPEND_BYTES_MAX)
+    assert check_batch(encode_batch(records, ZSTD), *limits).record_count == len(records)  # At the bound.
+    started = time.monotonic()
+    with pytest.raises(
+        MalformedBatchError, match=f"record {len(records)}: more than {HEADERS_PER_BATCH_MAX}"
+    ):
+        check_batch(encode_batch([*records, *records], ZSTD), *limits)
+    assert time.monotonic() - started < 2.0
 
 
 def test_a_flipped_bit_anywhere_the_crc_covers_is_refused() -> None:
