@@ -236,8 +236,9 @@ def check_batch(
     timestamps and producer fields in range; then every record walked once: lengths consistent,
     varints at most 5 (int32) or 10 (int64) bytes, record i's offsetDelta = i, header names UTF-8
     within `header_name_bytes_max`, at most `headers_max` of them a record (and HEADERS_PER_BATCH_MAX
-    in the batch), key + value + headers within `record_bytes_max`, no byte left over. maxTimestamp need not be the largest record timestamp
-    (clients differ). Raises MalformedBatchError with a one-line reason naming the record.
+    in the batch), key + value + headers within `record_bytes_max`, no byte left over. maxTimestamp
+    need not be the largest record timestamp (clients differ). Raises MalformedBatchError with a
+    one-line reason naming the record.
     """
     header = read_header(data)
     _check_header(header, data, records_max)
