@@ -633,6 +633,9 @@ class GroupApis(KafkaBase):
 
 
 def _state(reader: StoreReader, name: str) -> kq_pb2.GroupState | None:
+    """The stored group, or None; a name no group may have (empty, too long for a key) names none."""
+    if topic_name_problem(name, "group") is not None:
+        return None
     raw = reader.group(name)
     if raw is None:
         return None
