@@ -340,8 +340,10 @@ class GroupApis(KafkaBase):
 
         group, member_id, generation = body.group_id, body.member_id, body.generation_id
         state = None if self._coordinator_code() else await self._group(group)
-        code = self._coordinator_code() or _member_code(
-            state, member_id, generation, getattr(body, "group_instance_id", None)
+        code = (
+            self._coordinator_code()
+            or _group_id_code(group)
+            or _member_code(state, member_id, generation, getattr(body, "group_instance_id", None))
         )
         if code != NONE or state is None:
             return answer(code or UNKNOWN_MEMBER_ID)
@@ -386,7 +388,7 @@ class GroupApis(KafkaBase):
         """A sign of life, kept in memory by the leader's coordinator; tells a member to rejoin."""
         body = request.body
         module = response_module(HEARTBEAT, request.api_version)
-        code = self._coordinator_code()
+        code = self._coordinator_code() or _group_id_code(body.group_id)
         if code == NONE:
             state = await self._group(body.group_id)
             code = _member_code(
@@ -642,6 +644,11 @@ def _state(reader: StoreReader, name: str) -> kq_pb2.GroupState | None:
     state = kq_pb2.GroupState()
     state.ParseFromString(raw)
     return state
+
+
+def _group_id_code(group: str) -> int:
+    """INVALID_GROUP_ID for a group id kq cannot hold (the characters and length of a topic name)."""
+    return INVALID_GROUP_ID if topic_name_problem(group, "group") else NONE
 
 
 def _protocol_type(state: kq_pb2.GroupState) -> str:
