@@ -47,10 +47,16 @@ def test_three_consumers_share_rebalance_commit_and_resume(kafka_cluster: LocalC
     topic, group = f"grp-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(TIMEOUT_S)
-    _produce(kafka_cluster, topic, 0, RECORDS)
     consumers = [_consumer(kafka_cluster, group) for _ in range(3)]
     for consumer in consumers:
         consumer.subscribe([topic])
+    # Records are written once the group is stable: a rebalance before the first commit would hand a
+    # partition's records to a second member, which Kafka's at-least-once delivery allows.
+    deadline = time.monotonic() + TIMEOUT_S
+    while not all(len(c.assignment()) == PARTITIONS // 3 for c in consumers) and time.monotonic() < deadline:
+        for consumer in consumers:
+            consumer.poll(0.1)
+    _produce(kafka_cluster, topic, 0, RECORDS)
     values: list[bytes] = []
     deadline = time.monotonic() + TIMEOUT_S
     while len(values) < RECORDS and time.monotonic() < deadline:
