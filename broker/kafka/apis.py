@@ -24,6 +24,7 @@ from kq.broker.kafka.framing import (
     encode_response,
     read_prefix,
     request_schema,
+    response_schema,
 )
 from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
@@ -107,20 +108,10 @@ class KafkaApis(ClusterApis, ProduceApis, FetchApis, GroupApis):
             module = response_module(API_VERSIONS, 0)
             return encode_response(correlation_id, self._versions_response(module, UNSUPPORTED_VERSION))
         try:
-            module = response_module(api_key, api_version)
+            cls: type = response_schema(api_key, api_version)
         except Exception as error:  # kio has no such version: nothing can encode an answer.
             raise CloseConnectionError(f"API {api_key} v{api_version} is not served") from error
-        cls = next(
-            (
-                getattr(module, name)
-                for name in dir(module)
-                if name.endswith("Response")
-                and getattr(getattr(module, name), "__type__", None) is not None
-                and str(getattr(module, name).__type__).endswith("response")
-            ),
-            None,
-        )
-        if cls is None or not has_field(cls, "error_code"):
+        if not has_field(cls, "error_code"):
             raise CloseConnectionError(f"API {api_key} v{api_version} is not served")
         return encode_response(correlation_id, build(cls, error_code=UNSUPPORTED_VERSION))
 

@@ -9,9 +9,8 @@ error code of its row in kq's one error table (proto/errors.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kq.broker.errors import KqError, UnavailableError
 from kq.broker.kafka.forward import LeaderForwarder
@@ -21,7 +20,6 @@ from kq.proto.errors import ErrorCode, spec_of
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
 # Kafka error codes the handlers answer themselves (kio.schema.errors.ErrorCode names them all).
 NONE = 0
@@ -127,14 +125,10 @@ class KafkaBase(ServiceBase):
             if broker.node_id == self._node.node_id or connected.get(broker.node_id, False)
         )
 
-    async def _call(self, operation: Callable[..., T], *args: Any) -> T:
-        """A BrokerService operation (a gRPC handler that needs no call context) on a worker thread."""
-        return await self._in_workers(operation, *args)
-
     async def _on_leader(self, method: str, request: Any) -> Any:
         """BrokerService's `method` here when this node leads, else on the leader (forward.py)."""
         if self._consensus.is_leader():
-            return await self._call(getattr(self._service, method), request, None)
+            return await self._in_workers(getattr(self._service, method), request, None)
         leader = self._consensus.leader_grpc_address()
         if leader is None:
             raise UnavailableError("no leader is elected right now; retry", ErrorCode.LEADER_UNKNOWN)
