@@ -34,7 +34,7 @@ from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from kq.bench.failover import AckLog, FailoverSample, analyze
+from kq.bench.failover import AckLog, FailoverSample, kill_leader_under_load
 from kq.bench.produce_fetch import LatencySample, ThroughputSample
 from kq.bench.side_by_side import (
     FAILOVER,
@@ -45,7 +45,6 @@ from kq.bench.side_by_side import (
     CompareSettings,
 )
 from kq.deploy.cluster import LocalCluster
-from kq.deploy.waiting import holds_within
 from kq.proto.limits import FETCH_BYTES_MAX
 
 LATENCY_WARMUP_SENDS = 20
@@ -60,7 +59,6 @@ MAX_PARTITION_FETCH_BYTES = 1024 * 1024
 FETCH_MAX_BYTES = FETCH_BYTES_MAX  # kq's bound on one fetch answer.
 ADMIN_TIMEOUT_S = 30.0
 JOIN_GRACE_S = 30.0
-POLL_S = 0.01  # The failover's clock: how finely recovery is seen.
 WRITER_MESSAGE_TIMEOUT_MS = 30_000  # librdkafka retries a write this long before reporting it failed.
 WRITER_REQUEST_TIMEOUT_MS = 1_000  # One produce attempt.
 TOPICS = {
@@ -283,9 +281,6 @@ class KqKafkaSystem:
 
     def failover(self) -> FailoverSample:
         """Writers (one record in flight each) run; the leader is killed; the killed node rejoins."""
-        counts, settings = self.settings.counts, self.settings
-        leader = self.cluster.wait_ready()
-        log, stop = AckLog(), threading.Event()
         config = self._producer_config(
             **{
                 "linger.ms": 0,
@@ -297,34 +292,18 @@ class KqKafkaSystem:
                 "reconnect.backoff.max.ms": 100,
             }
         )
-        writers = [
-            threading.Thread(
-                target=_writer,
-                args=(config, TOPICS[FAILOVER], partition, log, stop),
-                name=f"bench-kafka-failover-{partition}",
-                daemon=True,
-            )
-            for partition in range(counts.failover_writers)
-        ]
-        for writer in writers:
-            writer.start()
-        try:
-            holds_within(lambda: log.recovered_after(0.0), settings.scenario_time_cap_s, poll_s=POLL_S)
-            time.sleep(counts.failover_load_before_s)  # Load, not synchronization.
-            killed_at = time.monotonic()
-            self.cluster.kill_node(leader)  # Returns once the process is reaped.
-            dead_at = time.monotonic()
-            holds_within(lambda: log.recovered_after(dead_at), settings.failover_window_s, poll_s=POLL_S)
-            time.sleep(counts.failover_load_after_s)
-        finally:
-            stop.set()
-            for writer in writers:
-                writer.join(WRITER_MESSAGE_TIMEOUT_MS / 1000 + JOIN_GRACE_S)
-        ended_at = time.monotonic()
-        sample = analyze(leader, log.acks(), killed_at, dead_at, ended_at, log.errors)
-        self.cluster.start_node(leader)
-        self.cluster.wait_ready()
-        return sample
+
+        def write(partition: int, log: AckLog, stop: threading.Event) -> None:
+            _writer(config, TOPICS[FAILOVER], partition, log, stop)
+
+        return kill_leader_under_load(
+            self.cluster,
+            write,
+            self.settings.counts.failover_writers,
+            "bench-kafka-failover",
+            self.settings,
+            WRITER_MESSAGE_TIMEOUT_MS / 1000,
+        )
 
 
 class DeliveryTally:

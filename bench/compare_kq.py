@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kq.bench.failover import AckLog, FailoverSample, analyze
+from kq.bench.failover import AckLog, FailoverSample, kill_leader_under_load
 from kq.bench.produce_fetch import (
     LatencySample,
     ThroughputSample,
@@ -39,14 +39,12 @@ from kq.bench.side_by_side import (
 from kq.client import KqClient, KqClientError, Producer
 from kq.client.producer import RecordFuture
 from kq.deploy.cluster import LocalCluster
-from kq.deploy.waiting import holds_within
 
 LATENCY_WARMUP_SENDS = 20
 TIME_CHECK_EVERY = 1024  # Sends between two looks at the clock.
 WRITER_RPC_TIMEOUT_S = 1.0  # Failover writers: one attempt; the client retries within the next bound.
 WRITER_RETRY_TIMEOUT_S = 5.0
 JOIN_GRACE_S = 30.0
-POLL_S = 0.01  # The failover's clock: how finely recovery is seen.
 TOPICS = {
     LATENCY: "cmp-latency",
     PRODUCE_SMALL: "cmp-100b",
@@ -197,37 +195,19 @@ class KqSystem:
 
     def failover(self) -> FailoverSample:
         """Writers (one record in flight each) run; the leader is killed; the killed node rejoins."""
-        counts, settings = self.settings.counts, self.settings
-        leader = self.cluster.wait_ready()
-        log, stop = AckLog(), threading.Event()
-        writers = [
-            threading.Thread(
-                target=_writer,
-                args=(self.cluster.bootstrap, TOPICS[FAILOVER], partition, log, stop),
-                name=f"bench-failover-{partition}",
-                daemon=True,
-            )
-            for partition in range(counts.failover_writers)
-        ]
-        for writer in writers:
-            writer.start()
-        try:
-            holds_within(lambda: log.recovered_after(0.0), settings.scenario_time_cap_s, poll_s=POLL_S)
-            time.sleep(counts.failover_load_before_s)  # Load, not synchronization.
-            killed_at = time.monotonic()
-            self.cluster.kill_node(leader)  # Returns once the process is reaped.
-            dead_at = time.monotonic()
-            holds_within(lambda: log.recovered_after(dead_at), settings.failover_window_s, poll_s=POLL_S)
-            time.sleep(counts.failover_load_after_s)
-        finally:
-            stop.set()
-            for writer in writers:
-                writer.join(WRITER_RETRY_TIMEOUT_S + JOIN_GRACE_S)
-        ended_at = time.monotonic()
-        sample = analyze(leader, log.acks(), killed_at, dead_at, ended_at, log.errors)
-        self.cluster.start_node(leader)
-        self.cluster.wait_ready()
-        return sample
+        bootstrap = self.cluster.bootstrap
+
+        def write(partition: int, log: AckLog, stop: threading.Event) -> None:
+            _writer(bootstrap, TOPICS[FAILOVER], partition, log, stop)
+
+        return kill_leader_under_load(
+            self.cluster,
+            write,
+            self.settings.counts.failover_writers,
+            "bench-failover",
+            self.settings,
+            WRITER_RETRY_TIMEOUT_S,
+        )
 
 
 class FutureTally:
@@ -265,4 +245,3 @@ def _writer(bootstrap: Sequence[str], topic: str, partition: int, log: AckLog, s
                 log.error()
             else:
                 log.ack(sent_at)
-

@@ -16,8 +16,15 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kq.deploy.waiting import holds_within
+
+if TYPE_CHECKING:
+    from kq.bench.side_by_side import CompareSettings
+    from kq.deploy.cluster import LocalCluster
 
 ACKS_MAX = 2_000_000  # A bound on the log: far more than a 60-second window produces here.
 
@@ -95,3 +102,52 @@ def analyze(
         errors=errors,
         window_s=ended_at - killed_at,
     )
+
+
+RECOVERY_POLL_S = 0.01  # The failover's clock: how finely recovery is seen.
+WRITER_JOIN_GRACE_S = 30.0
+
+
+def kill_leader_under_load(
+    cluster: LocalCluster,
+    writer: Callable[[int, AckLog, threading.Event], None],
+    writers: int,
+    thread_prefix: str,
+    settings: CompareSettings,
+    writer_timeout_s: float,
+) -> FailoverSample:
+    """The failover scenario of every kq system: `writers` threads run `writer(partition, log, stop)`
+    (one record in flight each); once all are acknowledged, after some load, the leader is killed;
+    the sample measures until acknowledgements resume; then the killed node rejoins.
+
+    `writer_timeout_s` is how long one writer may still take to return after `stop` (its client's
+    longest retry).
+    """
+    counts = settings.counts
+    leader = cluster.wait_ready()
+    log, stop = AckLog(), threading.Event()
+    threads = [
+        threading.Thread(
+            target=writer, args=(partition, log, stop), name=f"{thread_prefix}-{partition}", daemon=True
+        )
+        for partition in range(writers)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        holds_within(lambda: log.recovered_after(0.0), settings.scenario_time_cap_s, poll_s=RECOVERY_POLL_S)
+        time.sleep(counts.failover_load_before_s)  # Load, not synchronization.
+        killed_at = time.monotonic()
+        cluster.kill_node(leader)  # Returns once the process is reaped.
+        dead_at = time.monotonic()
+        holds_within(lambda: log.recovered_after(dead_at), settings.failover_window_s, poll_s=RECOVERY_POLL_S)
+        time.sleep(counts.failover_load_after_s)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(writer_timeout_s + WRITER_JOIN_GRACE_S)
+    ended_at = time.monotonic()
+    sample = analyze(leader, log.acks(), killed_at, dead_at, ended_at, log.errors)
+    cluster.start_node(leader)
+    cluster.wait_ready()
+    return sample
