@@ -3,7 +3,8 @@
 The batcher packs concurrent produce requests into one Raft entry (group commit). It takes whatever
 is queued when a proposal slot is free: under light load an entry carries one request (lowest
 latency), under heavy load the queue fills while the slots are busy, so entries grow by themselves
-up to ENTRY_BYTES_MAX. No sleeps.
+up to ENTRY_BYTES_MAX, APPENDS_PER_ENTRY_MAX appends, or ENTRY_WORK_MAX units of apply's work (each
+append's measured by the edge's check, proto/records.py WorkMeter). No sleeps.
 
 Threads: the constructor starts none; `start()` starts `kq-batcher`, the only thread that takes from
 the queue (`queue.Queue`, its own lock) and proposes; `_in_flight_changed` (a condition) guards
@@ -27,7 +28,7 @@ from typing import TypeVar
 
 from kq.broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
 from kq.broker.errors import InvalidArgumentError, KqError, ResourceExhaustedError, UnavailableError
-from kq.broker.validation import check_command
+from kq.broker.validation import CheckedAppend, check_command
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
@@ -35,6 +36,7 @@ from kq.proto.limits import (
     BATCHER_QUEUE_MAX,
     ENTRY_BYTES_MAX,
     ENTRY_OVERHEAD_BYTES,
+    ENTRY_WORK_MAX,
     LEADERSHIP_CHECK_S,
     PROPOSAL_TIMEOUT_S,
     PROPOSALS_IN_FLIGHT_MAX,
@@ -124,6 +126,7 @@ class AppendOutcome:
 class _Pending:
     append: kq_pb2.PartitionAppend
     size_bytes: int
+    work: int  # What apply's check of it costs (proto/records.py WorkMeter units).
     future: Future[AppendOutcome]
 
 
@@ -147,19 +150,20 @@ class Batcher:
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
 
-    def append(self, append: kq_pb2.PartitionAppend, timeout_s: float) -> AppendOutcome:
+    def append(self, checked: CheckedAppend, timeout_s: float) -> AppendOutcome:
         """Queues one produce request and waits for its result."""
-        return _wait(self.submit(append), timeout_s, self._consensus)
+        return _wait(self.submit(checked), timeout_s, self._consensus)
 
-    async def append_async(self, append: kq_pb2.PartitionAppend, timeout_s: float) -> AppendOutcome:
+    async def append_async(self, checked: CheckedAppend, timeout_s: float) -> AppendOutcome:
         """`append` for a coroutine on the front-end loop (the Kafka listener): no thread waits."""
-        return await wait_async(self.submit(append), timeout_s, self._consensus)
+        return await wait_async(self.submit(checked), timeout_s, self._consensus)
 
-    def submit(self, append: kq_pb2.PartitionAppend) -> Future[AppendOutcome]:
+    def submit(self, checked: CheckedAppend) -> Future[AppendOutcome]:
         """Queues one produce request; its future resolves when the entry carrying it is applied.
         ResourceExhaustedError when the queue is full."""
-        pending = _Pending(append, append.ByteSize(), Future())
+        pending = _Pending(checked.append, checked.append.ByteSize(), checked.work, Future())
         assert pending.size_bytes + ENTRY_OVERHEAD_BYTES <= ENTRY_BYTES_MAX, "the edge checks request size"
+        assert pending.work <= ENTRY_WORK_MAX, "the edge checked it against an entry's budget"
         try:
             self._queue.put_nowait(pending)
         except queue.Full as error:
@@ -189,7 +193,7 @@ class Batcher:
         self._carry = None
         if first is None:
             return None
-        batch, size_bytes = [first], first.size_bytes + ENTRY_OVERHEAD_BYTES
+        batch, size_bytes, work = [first], first.size_bytes + ENTRY_OVERHEAD_BYTES, first.work
         while len(batch) < APPENDS_PER_ENTRY_MAX:
             try:
                 item = self._queue.get_nowait()
@@ -198,11 +202,12 @@ class Batcher:
             if item is None:
                 self._stopping = True  # Propose what was taken, then stop.
                 break
-            if size_bytes + item.size_bytes > ENTRY_BYTES_MAX:
+            if size_bytes + item.size_bytes > ENTRY_BYTES_MAX or work + item.work > ENTRY_WORK_MAX:
                 self._carry = item  # It starts the next entry.
                 break
             batch.append(item)
             size_bytes += item.size_bytes
+            work += item.work
         return batch
 
     def _wait_for_slot(self) -> None:

@@ -18,7 +18,13 @@ from kq.broker.errors import (
 from kq.broker.group_service import GroupRpcs
 from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
 from kq.broker.service_base import stored_records
-from kq.broker.validation import check_partition_count, check_topic_name, checked_append, fetch_limits
+from kq.broker.validation import (
+    CheckedAppend,
+    check_partition_count,
+    check_topic_name,
+    checked_append,
+    fetch_limits,
+)
 from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.limits import (
@@ -116,7 +122,7 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         append = self.prepared_append(request)
         return self.produced(request, self._batcher.append(append, PROPOSAL_TIMEOUT_S))
 
-    def prepared_append(self, request: kq_pb2.ProduceRequest) -> kq_pb2.PartitionAppend:
+    def prepared_append(self, request: kq_pb2.ProduceRequest) -> CheckedAppend:
         """The checked append of a produce request, on the leader, for a partition that exists (gRPC
         and Kafka produce both start here); raises KqError."""
         append = checked_append(request)

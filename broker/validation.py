@@ -6,15 +6,19 @@ every committed entry, so what passes here cannot trip apply.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kq.broker.errors import InvalidArgumentError
 from kq.proto import kq_pb2
 from kq.proto.limits import (
+    ENTRY_WORK_MAX,
     FETCH_BYTES_DEFAULT,
     FETCH_BYTES_MAX,
     FETCH_RECORDS_DEFAULT,
     FETCH_RECORDS_MAX,
     FETCH_WAIT_MS_MAX,
 )
+from kq.proto.records import WorkMeter
 from kq.raft import commands
 from kq.raft.validation import (
     append_problem,
@@ -50,20 +54,34 @@ def check_partition_count(partitions: int) -> None:
     check(partition_count_problem(partitions))
 
 
-def checked_append(request: kq_pb2.ProduceRequest) -> kq_pb2.PartitionAppend:
+@dataclass(frozen=True, slots=True)
+class CheckedAppend:
+    """A produce request's append that passed apply's check, and the work that check cost.
+
+    `work` (proto/records.py WorkMeter units) is what apply will spend on it too: the batcher packs
+    an entry's appends within ENTRY_WORK_MAX by it.
+    """
+
+    append: kq_pb2.PartitionAppend
+    work: int
+
+
+def checked_append(request: kq_pb2.ProduceRequest) -> CheckedAppend:
     """The produce request as the append apply will see, after apply's own check of it.
 
     The record batch (one Kafka RecordBatch v2) is checked whole here, on any node, by the function
     apply runs (`append_problem`, so proto/records.py `check_batch`: CRC32C, header, every record, a
     compressed batch expanded within APPEND_BYTES_MAX first), so an empty, truncated, count-lying or
     undecodable batch is refused with a one-line reason and what is replicated and stored is always
-    readable.
+    readable. The check runs on a meter of a whole entry's budget, as the batch will be applied in
+    the worst case alone; every batch within the limits fits (ENTRY_WORK_MAX says why).
     """
     if not request.HasField("partition"):
         raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
     append = commands.partition_append(request.topic, request.partition, request.records)
-    check(append_problem(append))
-    return append
+    meter = WorkMeter(ENTRY_WORK_MAX)
+    check(append_problem(append, meter))
+    return CheckedAppend(append, meter.spent)
 
 
 def fetch_limits(request: kq_pb2.FetchRequest) -> tuple[int, int, int]:

@@ -66,6 +66,10 @@ from kq.proto.limits import (
     HEADERS_PER_RECORD_MAX,
     RECORD_BYTES_MAX,
     RECORDS_PER_APPEND_MAX,
+    WORK_BYTES_PER_UNIT,
+    WORK_PER_APPEND,
+    WORK_PER_HEADER,
+    WORK_PER_RECORD,
 )
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # Every field from baseOffset to recordsCount.
@@ -95,11 +99,49 @@ VARLONG_BYTES_MAX = 10
 # attributes, then five one-byte varints (timestampDelta, offsetDelta, keyLength, valueLength, headersCount).
 _RECORD_BYTES_MIN = 6
 _MINUS_ONE = b"\x01"  # -1 as a zigzag varint: a null key, value or header value.
+_UNMETERED = 2**62  # The budget of a check without a meter: the limits alone bound it.
 _TABLED_VARINTS = 8192  # Non-negative values below this (one or two bytes) are encoded from a table.
 
 
 class MalformedBatchError(ValueError):
     """A batch that does not follow the layout or a limit; the one-line message says where."""
+
+
+class WorkBudgetError(MalformedBatchError):
+    """Checking a batch would take more than what is left of its meter's work budget."""
+
+
+class WorkMeter:
+    """The work `check_batch` does, counted in proto/limits.py's WORK_* units and held within `limit`.
+
+    Apply gives every append entry one meter of ENTRY_WORK_MAX and checks the entry's batches against
+    it in order, so one entry's apply is bounded whatever its batches hold; the edge checks each batch
+    against a fresh meter and hands its `spent` to the batcher, which packs entries within the same
+    budget, so an entry the edge built never runs out. The count is a pure function of the bytes
+    checked, hence the same on every replica. A batch is charged before each step (its records and
+    bytes before the CRC, its expanded bytes before they are expanded, its headers before they are
+    walked), so the budget stops the work instead of noticing it afterwards; a batch that fails its
+    check keeps what it was charged.
+    """
+
+    __slots__ = ("limit", "spent")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.spent = 0
+
+    @property
+    def remaining(self) -> int:
+        """Units left to spend."""
+        return self.limit - self.spent
+
+    def charge(self, units: int, what: str) -> None:
+        """Spends `units` on `what`; raises WorkBudgetError (spending nothing) when they do not fit."""
+        if units > self.remaining:
+            raise WorkBudgetError(
+                f"{what} needs {units} work units; {self.remaining} of the entry's {self.limit} are left"
+            )
+        self.spent += units
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +269,7 @@ def check_batch(
     record_bytes_max: int,
     header_name_bytes_max: int,
     expanded_bytes_max: int,
+    meter: WorkMeter | None = None,
 ) -> BatchHeader:
     """Checks that `data` is exactly one whole, valid batch kq may store; returns its header.
 
@@ -239,11 +282,18 @@ def check_batch(
     in the batch), key + value + headers within `record_bytes_max`, no byte left over. maxTimestamp
     need not be the largest record timestamp (clients differ). Raises MalformedBatchError with a
     one-line reason naming the record.
+
+    With a `meter`, the work is charged to it as it is done (WorkMeter), and WorkBudgetError stops
+    the check when the budget is spent; without one the check is bounded by the limits alone.
     """
+    meter = WorkMeter(_UNMETERED) if meter is None else meter
+    meter.charge(WORK_PER_APPEND, "an append")
     header = read_header(data)
+    meter.charge(header.record_count * WORK_PER_RECORD + len(data) // WORK_BYTES_PER_UNIT, "the batch")
     _check_header(header, data, records_max)
-    records, start, end = _records_region(data, header, expanded_bytes_max)
-    _walk(records, start, end, header, (headers_max, record_bytes_max, header_name_bytes_max), None)
+    records, start, end = _records_region(data, header, expanded_bytes_max, meter)
+    limits = (headers_max, record_bytes_max, header_name_bytes_max)
+    _walk(records, start, end, header, limits, None, meter)
     return header
 
 
@@ -263,9 +313,10 @@ def parse_batch(
     """
     header = read_header(data)
     _check_header(header, data, records_max)
-    records, start, end = _records_region(data, header, expanded_bytes_max)
+    records, start, end = _records_region(data, header, expanded_bytes_max, WorkMeter(_UNMETERED))
     decoded: list[WireRecord] = []
-    _walk(records, start, end, header, (headers_max, record_bytes_max, header_name_bytes_max), decoded)
+    limits = (headers_max, record_bytes_max, header_name_bytes_max)
+    _walk(records, start, end, header, limits, decoded, WorkMeter(_UNMETERED))
     return decoded
 
 
@@ -303,19 +354,31 @@ def _check_header(header: BatchHeader, data: bytes | memoryview, records_max: in
 
 
 def _records_region(
-    data: bytes | memoryview, header: BatchHeader, expanded_bytes_max: int
+    data: bytes | memoryview, header: BatchHeader, expanded_bytes_max: int, meter: WorkMeter
 ) -> tuple[bytes | memoryview, int, int]:
-    """(buffer, start, end) of the records: in `data` itself, or expanded within the bound."""
+    """(buffer, start, end) of the records: in `data` itself, or expanded within the bound.
+
+    A compressed batch's expanded bytes are charged to `meter`: it is expanded at most to what the
+    meter has left, so a bomb costs no more than the budget, then charged what it expanded to.
+    """
     codec = header.compression
     if codec == NONE:
         if len(data) - BATCH_HEADER_BYTES > expanded_bytes_max:
             size_bytes = len(data) - BATCH_HEADER_BYTES
             raise MalformedBatchError(f"records of {size_bytes} bytes exceed {expanded_bytes_max}")
         return data, BATCH_HEADER_BYTES, len(data)
+    affordable_bytes = (meter.remaining + 1) * WORK_BYTES_PER_UNIT - 1  # Those whose charge fits.
+    bound_bytes = min(expanded_bytes_max, affordable_bytes)
     try:
-        expanded = decompress(memoryview(data)[BATCH_HEADER_BYTES:], codec, expanded_bytes_max)
+        expanded = decompress(memoryview(data)[BATCH_HEADER_BYTES:], codec, bound_bytes)
     except CompressionError as error:
+        if bound_bytes < expanded_bytes_max:
+            raise WorkBudgetError(
+                f"{CODEC_NAMES[codec]} records expand beyond the {bound_bytes} bytes the entry's work"
+                f" budget has left (or are corrupt: {error})"
+            ) from None
         raise MalformedBatchError(f"{CODEC_NAMES[codec]} records: {error}") from None
+    meter.charge(len(expanded) // WORK_BYTES_PER_UNIT, "the expanded records")
     return expanded, 0, len(expanded)
 
 
@@ -326,27 +389,42 @@ def _walk(
     header: BatchHeader,
     limits: tuple[int, int, int],
     decoded: list[WireRecord] | None,
+    meter: WorkMeter,
 ) -> None:
     """Walks every record once (decoding each into `decoded` when given); raises MalformedBatchError.
 
     The batch's headers together are at most HEADERS_PER_BATCH_MAX: a header can be two bytes, so
     without it the 3 MiB a batch may expand to could hold 1.5 million of them, seconds of walking.
+    They are also at most what `meter` has left, and are charged to it once walked (records and
+    bytes were charged before).
     """
     append_time_ms = header.max_timestamp_ms if header.log_append_time else None
-    headers_left = HEADERS_PER_BATCH_MAX
-    for index in range(header.record_count):
-        try:
-            position, header_count = _walk_record(
-                buffer,
-                position,
-                end,
-                (index, header.base_timestamp_ms, append_time_ms, headers_left),
-                limits,
-                decoded,
-            )
-        except MalformedBatchError as error:
-            raise MalformedBatchError(f"record {index}: {error}") from None
-        headers_left -= header_count
+    affordable = meter.remaining // WORK_PER_HEADER
+    headers_left = headers_allowed = min(HEADERS_PER_BATCH_MAX, affordable)
+    try:
+        for index in range(header.record_count):
+            try:
+                position, header_count = _walk_record(
+                    buffer,
+                    position,
+                    end,
+                    (index, header.base_timestamp_ms, append_time_ms, headers_left),
+                    limits,
+                    decoded,
+                )
+            except _HeadersOverError:
+                if affordable < HEADERS_PER_BATCH_MAX:
+                    raise WorkBudgetError(
+                        f"record {index}: more headers than the {affordable} the entry's work budget has left"
+                    ) from None
+                raise MalformedBatchError(
+                    f"record {index}: more than {HEADERS_PER_BATCH_MAX} headers in the batch"
+                ) from None
+            except MalformedBatchError as error:
+                raise MalformedBatchError(f"record {index}: {error}") from None
+            headers_left -= header_count
+    finally:  # The headers of the records walked whole; a failing record's (HEADERS_PER_RECORD_MAX) go free.
+        meter.charge((headers_allowed - headers_left) * WORK_PER_HEADER, "the headers")
     if position != end:
         raise MalformedBatchError(f"{end - position} bytes after the last of {header.record_count} records")
 
@@ -400,7 +478,7 @@ def _walk_record(
     if not 0 <= header_count <= headers_max:
         raise MalformedBatchError(f"{header_count} headers; a record has 0 to {headers_max}")
     if header_count > headers_left:
-        raise MalformedBatchError(f"more than {HEADERS_PER_BATCH_MAX} headers in the batch")
+        raise _HeadersOverError
     size_bytes = (key_length if key_length > 0 else 0) + (value_length if value_length > 0 else 0)
     headers: list[tuple[str, bytes]] | None = [] if decoded is not None else None
     if header_count:
@@ -419,6 +497,10 @@ def _walk_record(
         value = None if value_length < 0 else bytes(buffer[value_start : value_start + value_length])
         decoded.append(WireRecord(offset_delta, timestamp_ms, key, value, tuple(headers or ()), size_bytes))
     return stop, header_count
+
+
+class _HeadersOverError(MalformedBatchError):
+    """A record's headers are more than the batch may still hold (`_walk` says which bound)."""
 
 
 def _walk_headers(

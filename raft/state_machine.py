@@ -18,8 +18,15 @@ from typing import Any
 import lmdb
 
 from kq.proto import kq_pb2
-from kq.proto.limits import ENTRY_BYTES_MAX, TOPICS_MAX
-from kq.proto.records import NO_PRODUCER_ID, SEQUENCE_MODULUS, BatchHeader, next_sequence, read_header
+from kq.proto.limits import ENTRY_BYTES_MAX, ENTRY_WORK_MAX, TOPICS_MAX
+from kq.proto.records import (
+    NO_PRODUCER_ID,
+    SEQUENCE_MODULUS,
+    BatchHeader,
+    WorkMeter,
+    next_sequence,
+    read_header,
+)
 from kq.raft import commands, groups
 from kq.raft.results import (
     AppendResult,
@@ -186,12 +193,21 @@ def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
 
 
 def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int) -> AppendResult:
-    appends = tuple(_apply_partition_append(writer, a) for a in command.appends)
+    """Applies each produce request of the entry in order, all checked against one work budget.
+
+    The meter (proto/records.py WorkMeter, ENTRY_WORK_MAX) bounds the whole entry's checking: the
+    batcher packed the entry within it by the very count, so only a crafted or foreign entry runs out,
+    and its appends past the budget are refused (INVALID_COMMAND) at the cost of reading a header.
+    """
+    meter = WorkMeter(ENTRY_WORK_MAX)
+    appends = tuple(_apply_partition_append(writer, a, meter) for a in command.appends)
     return AppendResult(appends, index, tuple((a.topic, a.partition) for a in command.appends))
 
 
-def _apply_partition_append(writer: StoreWriter, append: kq_pb2.PartitionAppend) -> PartitionAppendResult:
-    problem = append_problem(append)  # The very check the edge ran: never an assert here.
+def _apply_partition_append(
+    writer: StoreWriter, append: kq_pb2.PartitionAppend, meter: WorkMeter
+) -> PartitionAppendResult:
+    problem = append_problem(append, meter)  # The very check the edge ran: never an assert here.
     if problem is not None:
         return PartitionAppendResult(ErrorCode.INVALID_COMMAND, reason=problem)
     header = read_header(append.records)  # Checked whole above: the header is sound.

@@ -46,7 +46,7 @@ from kq.proto.limits import (
     SUBSCRIBED_TOPICS_MAX,
     TOPIC_NAME_LENGTH_MAX,
 )
-from kq.proto.records import MalformedBatchError, check_batch
+from kq.proto.records import MalformedBatchError, WorkBudgetError, WorkMeter, check_batch
 from kq.raft.assignors import ASSIGNORS
 from kq.raft.patterns import pattern_problem
 
@@ -73,13 +73,17 @@ def partition_count_problem(partitions: int) -> str | None:
     return None
 
 
-def append_problem(append: kq_pb2.PartitionAppend) -> str | None:
+def append_problem(append: kq_pb2.PartitionAppend, meter: WorkMeter | None = None) -> str | None:
     """Why one produce request's batch cannot be appended: not one valid RecordBatch v2, or over a limit.
 
     `check_batch` (proto/records.py) checks the whole batch: its CRC32C, attributes, producer fields
     and every record, a compressed one expanded within APPEND_BYTES_MAX first; so a batch that expands
     to nothing, to garbage, or to a different count than its header claims is refused. An entry
     written in kq's batch layout before RecordBatch v2 is refused here too (its bytes are no v2 batch).
+
+    `meter` counts the check's work (proto/records.py WorkMeter): apply passes its entry's meter, so
+    an entry's batches together stay within ENTRY_WORK_MAX; the edge passes a fresh one and packs
+    entries by what it spent.
     """
     problem = topic_name_problem(append.topic)
     if problem is not None:
@@ -96,7 +100,10 @@ def append_problem(append: kq_pb2.PartitionAppend) -> str | None:
             RECORD_BYTES_MAX,
             HEADER_NAME_BYTES_MAX,
             APPEND_BYTES_MAX,
+            meter,
         )
+    except WorkBudgetError as error:
+        return f"over the entry's work budget: {error}"
     except MalformedBatchError as error:
         return f"bad record batch: {error}"
     return None

@@ -9,9 +9,12 @@ from pathlib import Path
 
 from kq.broker.consensus import ConsensusStatus
 from kq.broker.proposals import AppendOutcome, Batcher
+from kq.broker.validation import checked_append
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2
-from kq.proto.limits import PROPOSALS_IN_FLIGHT_MAX
+from kq.proto.compression import ZSTD
+from kq.proto.limits import ENTRY_WORK_MAX, PROPOSALS_IN_FLIGHT_MAX
+from kq.proto.records import NewRecord, encode_batch
 from kq.raft import commands
 from kq.raft.results import ApplyResult
 from kq.raft.state_machine import apply
@@ -61,7 +64,7 @@ def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> No
     consensus = HeldConsensus(store)
     batcher = Batcher(consensus, lambda: 1_000)
     batcher.start()
-    request = commands.partition_append("t", 0, batch(b"v"))
+    request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
     with ThreadPoolExecutor(max_workers=16) as pool:
         first: list[Future[AppendOutcome]] = []
         for slot in range(PROPOSALS_IN_FLIGHT_MAX):  # One at a time: each fills a slot alone.
@@ -87,10 +90,48 @@ def test_a_request_is_answered_unavailable_when_nothing_commits(tmp_path: Path) 
     batcher = Batcher(HeldConsensus(store), lambda: 1_000)
     batcher.start()
     try:
-        batcher.append(kq_pb2.PartitionAppend(topic="t", records=batch(b"v")), 0.05)
+        batcher.append(
+            checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v"))), 0.05
+        )
     except Exception as error:
         assert type(error).__name__ == "UnavailableError"
     else:
         raise AssertionError("expected UnavailableError")
+    batcher.stop()
+    store.close()
+
+
+def test_entries_are_packed_within_the_work_budget(tmp_path: Path) -> None:
+    """Dense batches (a few KB each, most of an entry's work budget) queued behind full slots travel one
+    an entry, while small ones queued with them share one: the batcher packs by the work the edge
+    measured, so apply never refuses an entry it built for its work."""
+    store = Store.open(tmp_path / "store", map_size_bytes=256 * 1024**2)
+    apply(store, 1, create("t", 1))
+    consensus = HeldConsensus(store)
+    batcher = Batcher(consensus, lambda: 1_000)
+    batcher.start()
+    headers = tuple(("h", b"") for _ in range(10))
+    dense = encode_batch([NewRecord(None, b"x", headers)] * 10_000, ZSTD, base_timestamp_ms=1_000)
+    heavy = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=dense))
+    light = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
+    assert ENTRY_WORK_MAX // 2 < heavy.work <= ENTRY_WORK_MAX
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        futures = []
+        for slot in range(PROPOSALS_IN_FLIGHT_MAX):
+            futures.append(pool.submit(batcher.append, light, 10))
+            proposed = slot + 1
+            wait_for(lambda: len(consensus.held) == proposed, "the entry proposed", WAIT_S, poll_s=0.005)  # noqa: B023
+        futures += [pool.submit(batcher.append, heavy, 10) for _ in range(3)]
+        wait_for(lambda: batcher._queue.qsize() == 3, "three queued heavy appends", WAIT_S, poll_s=0.005)
+        futures += [pool.submit(batcher.append, light, 10) for _ in range(5)]
+        wait_for(lambda: batcher._queue.qsize() == 8, "five light ones behind them", WAIT_S, poll_s=0.005)
+        sizes: list[int] = []
+        while len(sizes) < PROPOSALS_IN_FLIGHT_MAX + 3:
+            wait_for(lambda: bool(consensus.held), "an entry proposed", WAIT_S, poll_s=0.005)
+            sizes.append(appends_in(consensus.held[0][0]))
+            consensus.commit_next()
+        outcomes = [f.result(timeout=10) for f in futures]
+    assert sizes == [1, 1, 1, 1, 6]  # Each heavy one alone; the last heavy one carries the light ones.
+    assert all(o.result.error == 0 for o in outcomes)
     batcher.stop()
     store.close()

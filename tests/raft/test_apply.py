@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kq.proto import kq_pb2
-from kq.proto.records import parse_batch
+from kq.proto.compression import ZSTD
+from kq.proto.limits import ENTRY_WORK_MAX
+from kq.proto.records import NewRecord, WorkMeter, encode_batch, parse_batch
 from kq.raft import commands
 from kq.raft.results import (
     AppendResult,
@@ -22,8 +24,9 @@ from kq.raft.results import (
     TrimResult,
 )
 from kq.raft.state_machine import apply
+from kq.raft.validation import append_problem
 from kq.storage import ProducerAppend, Store
-from tests.raft.helpers import append, create
+from tests.raft.helpers import CLOCK_MS, append, create
 
 
 @pytest.fixture
@@ -272,3 +275,34 @@ def test_trim_moves_log_start_and_keeps_offsets(store: Store) -> None:
     assert state is not None and (state.log_start_offset, state.log_end_offset) == (2, 4)
     assert bases == [0, 3]  # The first batch straddles the new log start, so it stays.
     assert beyond == TrimResult(ErrorCode.OFFSET_OUT_OF_RANGE, 2)
+
+
+def dense_batch(records: int = 10_000, headers: int = 10) -> bytes:
+    """A few KB of zstd that checks for ~0.1 s: 10,000 records with ten empty headers each."""
+    header_list = tuple(("h", b"") for _ in range(headers))
+    return encode_batch([NewRecord(None, b"x", header_list)] * records, ZSTD, base_timestamp_ms=CLOCK_MS)
+
+
+def test_an_entry_past_its_work_budget_is_refused_append_by_append(tmp_path: Path) -> None:
+    """An entry the batcher would never build (five dense batches, each within every limit, over the
+    entry's work budget together) applies its first append and refuses the rest for the budget, the
+    same way on two replicas, before walking their records; a small append after them still fits,
+    as a refused append costs only the work done on it."""
+    data = dense_batch()
+    meter = WorkMeter(ENTRY_WORK_MAX)
+    assert append_problem(commands.partition_append("t", 0, data), meter) is None
+    assert meter.spent * 2 > ENTRY_WORK_MAX  # One fits an entry, two do not.
+    parts = [commands.partition_append("t", 0, data) for _ in range(5)]
+    parts.append(commands.partition_append("t", 0, encode_batch([NewRecord(None, b"v")], ZSTD)))
+    entry = commands.encode(commands.append(CLOCK_MS, parts))
+    results, dumps = [], []
+    for name in ("left", "right"):
+        replica = Store.open(tmp_path / name, map_size_bytes=64 * 1024**2)
+        run(replica, [create("t", 1)])
+        results.append(apply(replica, 2, entry))
+        dumps.append(replica.dump())
+    assert results[0] == results[1] and dumps[0] == dumps[1]
+    result = results[0]
+    assert isinstance(result, AppendResult)
+    assert [a.error for a in result.appends] == [ErrorCode.OK, *[ErrorCode.INVALID_COMMAND] * 4, ErrorCode.OK]
+    assert all("the batch needs" in a.reason and "work budget" in a.reason for a in result.appends[1:5])

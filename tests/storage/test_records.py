@@ -13,8 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kq.proto.compression import CODECS, GZIP, LZ4, NONE, SNAPPY, ZSTD, compress
-from kq.proto.limits import APPEND_BYTES_MAX, HEADERS_PER_BATCH_MAX
+from kq.proto.compression import CODECS, GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
+from kq.proto.limits import (
+    APPEND_BYTES_MAX,
+    ENTRY_WORK_MAX,
+    HEADER_NAME_BYTES_MAX,
+    HEADERS_PER_BATCH_MAX,
+    HEADERS_PER_RECORD_MAX,
+    RECORD_BYTES_MAX,
+    RECORDS_PER_APPEND_MAX,
+    WORK_BYTES_PER_UNIT,
+    WORK_PER_APPEND,
+    WORK_PER_HEADER,
+    WORK_PER_RECORD,
+)
 from kq.proto.records import (
     BATCH_HEADER_BYTES,
     CONTROL_FLAG,
@@ -23,6 +35,8 @@ from kq.proto.records import (
     BatchBuilder,
     MalformedBatchError,
     NewRecord,
+    WorkBudgetError,
+    WorkMeter,
     check_batch,
     encode_batch,
     encode_record,
@@ -480,3 +494,104 @@ def test_a_stored_batch_under_the_wrong_offset_or_cut_is_corrupt() -> None:
         decode_batch(stored[:60], 5)
     with pytest.raises(CorruptRecordError, match="batchLength"):
         decode_batch(stored[:-1], 5)
+
+
+# The work meter -----------------------------------------------------------------------------------
+
+
+def dense(codec: int = ZSTD, records: int = 10_000, headers: int = 10) -> bytes:
+    """The kind of batch the work budget is for: many records with many tiny headers, compressing well."""
+    header_list = tuple(("h", b"") for _ in range(headers))
+    return encode_batch([NewRecord(None, b"x", header_list)] * records, codec, base_timestamp_ms=NOW_MS)
+
+
+def full_check(data: bytes, meter: WorkMeter | None = None) -> None:
+    """check_batch with the limits apply uses."""
+    check_batch(
+        data,
+        RECORDS_PER_APPEND_MAX,
+        HEADERS_PER_RECORD_MAX,
+        RECORD_BYTES_MAX,
+        HEADER_NAME_BYTES_MAX,
+        APPEND_BYTES_MAX,
+        meter,
+    )
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS.values()))
+def test_the_meter_charges_records_headers_and_bytes(codec: int) -> None:
+    """A check's work is its append, records, stored bytes, expanded bytes and headers, in WORK_* units."""
+    data = dense(codec, records=1_000, headers=3)
+    meter = WorkMeter(ENTRY_WORK_MAX)
+    full_check(data, meter)
+    expanded = 0 if codec == NONE else len(decompress(data[BATCH_HEADER_BYTES:], codec, APPEND_BYTES_MAX))
+    assert meter.spent == (
+        WORK_PER_APPEND
+        + 1_000 * WORK_PER_RECORD
+        + len(data) // WORK_BYTES_PER_UNIT
+        + expanded // WORK_BYTES_PER_UNIT
+        + 3_000 * WORK_PER_HEADER
+    )
+
+
+def test_the_costliest_batch_the_limits_allow_fits_one_entry() -> None:
+    """ENTRY_WORK_MAX is at least one append at every limit at once, so the edge never refuses a batch
+    for its work alone; and the densest batch a producer can send checks within it."""
+    worst = (
+        WORK_PER_APPEND
+        + RECORDS_PER_APPEND_MAX * WORK_PER_RECORD
+        + 2 * (APPEND_BYTES_MAX // WORK_BYTES_PER_UNIT)
+        + HEADERS_PER_BATCH_MAX * WORK_PER_HEADER
+    )
+    assert worst <= ENTRY_WORK_MAX
+    meter = WorkMeter(ENTRY_WORK_MAX)
+    full_check(dense(GZIP, RECORDS_PER_APPEND_MAX, HEADERS_PER_BATCH_MAX // RECORDS_PER_APPEND_MAX), meter)
+    assert 0 < meter.spent <= worst
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS.values()))
+def test_a_spent_meter_stops_the_check_of_the_next_batch(codec: int) -> None:
+    """Two dense batches on one entry's meter: the first passes, the second is refused for the budget
+    before its records are walked, and the meter never goes past its limit."""
+    meter = WorkMeter(ENTRY_WORK_MAX)
+    data = dense(codec)
+    full_check(data, meter)
+    first = meter.spent
+    assert first > ENTRY_WORK_MAX // 2
+    with pytest.raises(WorkBudgetError):
+        full_check(data, meter)
+    assert first < meter.spent <= ENTRY_WORK_MAX
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 3_000),
+    codecs,
+    st.integers(1, 300),
+    st.integers(0, 4),
+)
+def test_any_budget_is_kept_and_is_the_only_difference(
+    limit: int, codec: int, records: int, headers: int
+) -> None:
+    """Whatever the limit, a metered check spends at most it; it passes exactly when the unmetered
+    check passes and the work fits, and then spends what an ample meter spends (the count is exact)."""
+    data = dense(codec, records, headers)
+    ample = WorkMeter(ENTRY_WORK_MAX)
+    full_check(data, ample)
+    meter = WorkMeter(limit)
+    try:
+        full_check(data, meter)
+    except WorkBudgetError:
+        assert ample.spent > limit
+    else:
+        assert meter.spent == ample.spent <= limit
+    assert meter.spent <= limit
+
+
+@settings(max_examples=200)
+@given(mutations(VALID), st.integers(0, 400))
+def test_mutated_batches_on_a_small_budget_only_raise_malformed(data: bytes, limit: int) -> None:
+    """A fuzzed batch on a meter: refused (for the budget or its bytes) or accepted, the limit kept."""
+    meter = WorkMeter(limit)
+    outcome(lambda: full_check(data, meter))
+    assert meter.spent <= limit
