@@ -62,7 +62,7 @@ class KafkaApis(ClusterApis, ProduceApis, FetchApis, GroupApis):
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
             22: (0, 4, self.init_producer_id),
-            32: (1, 4, self.describe_configs),
+            32: (0, 4, self.describe_configs),
             60: (0, 1, self.describe_cluster),
         }
 

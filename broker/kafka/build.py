@@ -20,17 +20,22 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode as KafkaErrorCode
 from kio.static.constants import EntityType
 
+from kq.broker.kafka import kio_gaps
+
 
 @functools.cache
 def response_module(api_key: int, api_version: int) -> ModuleType:
-    """kio's module of the response of one API version (it holds the nested classes too)."""
-    return load_payload_module(api_key, api_version, EntityType.response)
+    """kio's module of the response of one API version (it holds the nested classes too); kio_gaps.py's
+    for a version kio lacks."""
+    gap = kio_gaps.RESPONSES.get((api_key, api_version))
+    return gap if gap is not None else load_payload_module(api_key, api_version, EntityType.response)
 
 
 @functools.cache
 def request_module(api_key: int, api_version: int) -> ModuleType:
-    """kio's module of the request of one API version."""
-    return load_payload_module(api_key, api_version, EntityType.request)
+    """kio's module of the request of one API version (kio_gaps.py's for a version kio lacks)."""
+    gap = kio_gaps.REQUESTS.get((api_key, api_version))
+    return gap if gap is not None else load_payload_module(api_key, api_version, EntityType.request)
 
 
 @functools.cache

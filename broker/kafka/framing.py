@@ -25,8 +25,11 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 from kio.static.primitive import i32
 from kio.static.protocol import RequestPayload, ResponsePayload
+
+from kq.broker.kafka import kio_gaps
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version.
 _SIZE = struct.Struct(">i")
@@ -66,7 +69,10 @@ def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
 
 
 def request_schema(api_key: int, api_version: int) -> type[RequestPayload] | None:
-    """kio's request class for this API and version, or None when kio has none."""
+    """kio's request class for this API and version (or kio_gaps.py's), or None when there is none."""
+    gap = kio_gaps.REQUESTS.get((api_key, api_version))
+    if gap is not None:
+        return kio_gaps.payload(gap, EntityType.request)
     try:
         return load_request_schema(api_key, api_version)
     except Exception:  # kio raises its own index errors, and import errors for gaps: all mean "none".
@@ -103,7 +109,10 @@ def encode_response(correlation_id: int, response: ResponsePayload) -> bytes:
 
 
 def response_schema(api_key: int, api_version: int) -> type[ResponsePayload]:
-    """kio's response class for an API and version the broker serves (it exists for every one)."""
+    """kio's response class for an API and version the broker serves (it or kio_gaps.py has every one)."""
+    gap = kio_gaps.RESPONSES.get((api_key, api_version))
+    if gap is not None:
+        return kio_gaps.payload(gap, EntityType.response)
     return load_response_schema(api_key, api_version)
 
 

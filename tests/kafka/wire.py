@@ -7,9 +7,10 @@ import socket
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
+
+from kq.broker.kafka.framing import request_schema, response_schema
 
 _SIZE = struct.Struct(">i")
 TIMEOUT_S = 10.0
@@ -50,7 +51,7 @@ def _read_exactly(sock: socket.socket, count: int) -> bytes:
 
 def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
     """(correlation id, response object) of a response frame."""
-    schema = load_response_schema(api_key, api_version)
+    schema = response_schema(api_key, api_version)  # kio's, or kq's for a version kio lacks.
     header, header_bytes = entity_reader(schema.__header_schema__)(frame, 0)
     body, _ = entity_reader(schema)(frame, header_bytes)
     return header.correlation_id, body
@@ -69,5 +70,7 @@ def call(address: str, request: Any, timeout_s: float = TIMEOUT_S) -> Any:
 
 
 def request_class(api_key: int, api_version: int) -> Any:
-    """kio's request class of an API version."""
-    return load_request_schema(api_key, api_version)
+    """kio's request class of an API version (or kq's, broker/kafka/kio_gaps.py, where kio has none)."""
+    schema = request_schema(api_key, api_version)
+    assert schema is not None, f"no request schema for API {api_key} v{api_version}"
+    return schema
