@@ -176,4 +176,8 @@ _REJECTIONS: dict[ErrorCode, tuple[type[KqError], str]] = {
         SequenceError,
         "producer epoch for {subject} is older than one that already wrote there: the producer is fenced",
     ),
+    ErrorCode.MESSAGE_TOO_LARGE: (
+        InvalidArgumentError,
+        "the record batch for {subject} is larger than the topic's max.message.bytes",
+    ),
 }

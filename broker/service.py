@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -20,6 +21,8 @@ from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
 from kq.broker.service_base import stored_records
 from kq.broker.validation import (
     CheckedAppend,
+    check,
+    check_command,
     check_partition_count,
     check_topic_name,
     checked_append,
@@ -34,8 +37,9 @@ from kq.proto.limits import (
     STREAM_MESSAGE_BYTES_MAX,
 )
 from kq.proto.records import WireRecord, read_header
-from kq.raft import commands
+from kq.raft import commands, topic_config
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
+from kq.raft.topic_config import altered, applied_config, configs_problem, decode_overrides
 from kq.storage import StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
@@ -54,11 +58,13 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         """Creates a topic through Raft."""
         check_topic_name(request.name)
         check_partition_count(request.partitions)
+        check(configs_problem(request.configs))
         self._require_leader()
         with self._store.read() as reader:
             if reader.topic(request.name) is not None:
                 raise AlreadyExistsError(f"topic {request.name} already exists")
-        command = commands.create_topic(request.name, request.partitions, wall_clock_ms())
+        configs = {entry.name: entry.value for entry in request.configs}
+        command = commands.create_topic(request.name, request.partitions, wall_clock_ms(), configs)
         result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
         assert isinstance(result, TopicResult)
         _raise_for(result, request.name)
@@ -99,6 +105,36 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 partitions=_partition_infos(reader, topic),
                 served_by=self._node.node_id,
                 applied_index=reader.applied_index(),
+                configs=self.config_values(reader, topic),
+            )
+
+    def config_values(self, reader: StoreReader, topic: TopicMeta) -> list[kq_pb2.TopicConfigValue]:
+        """Every config of `topic` in effect, by name: its overrides, else this node's defaults."""
+        return _config_values(decode_overrides(reader.topic_configs(topic.topic_id)), self._topic_defaults)
+
+    def AlterTopicConfig(
+        self, request: kq_pb2.AlterTopicConfigRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.AlterTopicConfigResponse:
+        """Sets and removes a topic's config overrides through Raft (Kafka's IncrementalAlterConfigs)."""
+        check_topic_name(request.name)
+        command = commands.alter_topic_config(
+            request.name, {entry.name: entry.value for entry in request.set}, list(request.remove)
+        )
+        check_command(command)
+        self._require_leader()
+        with self._store.read() as reader:
+            topic = self._topic(reader, request.name)
+            current = decode_overrides(reader.topic_configs(topic.topic_id))
+        if request.validate_only:
+            after = altered(current, request.set, request.remove)
+            return kq_pb2.AlterTopicConfigResponse(configs=_config_values(after, self._topic_defaults))
+        result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
+        assert isinstance(result, TopicResult)
+        _raise_for(result, request.name)
+        with self._store.read() as reader:  # This node applied the change before answering.
+            topic = self._topic(reader, request.name)
+            return kq_pb2.AlterTopicConfigResponse(
+                configs=self.config_values(reader, topic), index=reader.applied_index()
             )
 
     def ListOffsets(
@@ -130,6 +166,12 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
+            limit = applied_config(decode_overrides(reader.topic_configs(topic.topic_id))).max_message_bytes
+        if len(request.records) > limit:  # Apply decides it too (the config may change meanwhile).
+            raise InvalidArgumentError(
+                f"a record batch of {len(request.records)} bytes; the topic's max.message.bytes is {limit}",
+                ErrorCode.MESSAGE_TOO_LARGE,
+            )
         return append
 
     @staticmethod
@@ -350,6 +392,17 @@ def _check_partition(topic: TopicMeta, partition: int) -> None:
             f"partition {partition} out of range: topic {topic.name} has {topic.partitions} partitions",
             ErrorCode.UNKNOWN_PARTITION,
         )
+
+
+def _config_values(
+    overrides: Mapping[str, str], defaults: Mapping[str, str]
+) -> list[kq_pb2.TopicConfigValue]:
+    """Every topic config in effect, sorted by name, each marked default or not."""
+    current = topic_config.values(overrides, defaults)
+    return [
+        kq_pb2.TopicConfigValue(name=name, value=current[name], is_default=name not in overrides)
+        for name in sorted(current)
+    ]
 
 
 def _topic_info(topic: TopicMeta) -> kq_pb2.TopicInfo:

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
@@ -41,8 +41,11 @@ class ServiceBase:
         readers: ReaderAdmission,
         workers: Executor,
         reads: Executor,
+        topic_defaults: Mapping[str, str] | None = None,
     ) -> None:
         self._node = node
+        # This node's defaults of the leader-run topic configs (`--topic-default`, raft/topic_config.py).
+        self._topic_defaults: Mapping[str, str] = dict(topic_defaults or {})
         self._peers = peers
         self._store = store
         self._consensus = consensus

@@ -163,6 +163,7 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.INTERNAL_ERROR: ServerError,
     ErrorCode.TOO_MANY_READERS: TooManyReadersError,
     ErrorCode.INVALID_PRODUCER_EPOCH: ProducerFencedError,
+    ErrorCode.MESSAGE_TOO_LARGE: InvalidRequestError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

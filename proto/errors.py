@@ -28,7 +28,8 @@ LEADER_METADATA_KEY = "kq-leader"  # Trailing metadata of a NOT_LEADER answer: t
 
 
 class ErrorCode(enum.IntEnum):
-    """Why a request failed. 1-15 and 24 are decided in apply (the same on every node); 16-23 at the edge."""
+    """Why a request failed. 1-15, 24 and 25 are decided in apply (the same on every node); 16-23 at the
+    edge."""
 
     OK = 0
     UNKNOWN_TOPIC = 1
@@ -55,6 +56,7 @@ class ErrorCode(enum.IntEnum):
     INTERNAL_ERROR = 22  # A bug in the node (logged there); nothing about the request is known to be wrong.
     TOO_MANY_READERS = 23  # The node (or this client connection) holds its maximum of waiting readers.
     INVALID_PRODUCER_EPOCH = 24  # Decided in apply: a newer epoch of this producer id wrote to the partition.
+    MESSAGE_TOO_LARGE = 25  # Decided in apply: the batch is over its topic's max.message.bytes.
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,10 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     # Kafka's INVALID_PRODUCER_EPOCH: the producer was fenced by a newer epoch of its own id.
     ErrorCode.INVALID_PRODUCER_EPOCH: ErrorSpec(
         _S.FAILED_PRECONDITION, 47, False, "a newer epoch of this producer id has written to the partition"
+    ),
+    # Kafka's MESSAGE_TOO_LARGE: the batch (as sent, compressed) is over the topic's max.message.bytes.
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorSpec(
+        _S.INVALID_ARGUMENT, 10, False, "the record batch is larger than the topic's max.message.bytes"
     ),
 }
 

@@ -167,6 +167,7 @@ class Command(_message.Message):
     DELETE_GROUP_FIELD_NUMBER: _builtins.int
     KAFKA_JOIN_GROUP_FIELD_NUMBER: _builtins.int
     KAFKA_SYNC_GROUP_FIELD_NUMBER: _builtins.int
+    ALTER_TOPIC_CONFIG_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -193,6 +194,8 @@ class Command(_message.Message):
     def kafka_join_group(self) -> Global___KafkaJoinGroupCommand: ...
     @_builtins.property
     def kafka_sync_group(self) -> Global___KafkaSyncGroupCommand: ...
+    @_builtins.property
+    def alter_topic_config(self) -> Global___AlterTopicConfigCommand: ...
     def __init__(
         self,
         *,
@@ -209,16 +212,65 @@ class Command(_message.Message):
         delete_group: Global___DeleteGroupCommand | None = ...,
         kafka_join_group: Global___KafkaJoinGroupCommand | None = ...,
         kafka_sync_group: Global___KafkaSyncGroupCommand | None = ...,
+        alter_topic_config: Global___AlterTopicConfigCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___Command: _TypeAlias = Command  # noqa: Y015
+
+@_typing.final
+class ConfigEntry(_message.Message):
+    """One topic config override, by Kafka's name (`retention.ms`, ...), its value as Kafka writes it.
+    raft/topic_config.py knows the names and checks the values (at the edge and in apply).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    value: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConfigEntry: _TypeAlias = ConfigEntry  # noqa: Y015
+
+@_typing.final
+class TopicConfigs(_message.Message):
+    """A topic's overrides as stored: the entries sorted by name, each name once."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___ConfigEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicConfigs: _TypeAlias = TopicConfigs  # noqa: Y015
 
 @_typing.final
 class CreateTopicCommand(_message.Message):
@@ -227,23 +279,58 @@ class CreateTopicCommand(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CREATED_MS_FIELD_NUMBER: _builtins.int
+    CONFIGS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     partitions: _builtins.int
     created_ms: _builtins.int
+    @_builtins.property
+    def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         partitions: _builtins.int = ...,
         created_ms: _builtins.int = ...,
+        configs: _abc.Iterable[Global___ConfigEntry] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_ms", b"created_ms", "name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "created_ms", b"created_ms", "name", b"name", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateTopicCommand: _TypeAlias = CreateTopicCommand  # noqa: Y015
+
+@_typing.final
+class AlterTopicConfigCommand(_message.Message):
+    """Sets and removes a topic's overrides (Kafka's IncrementalAlterConfigs SET and DELETE); a removed
+    name falls back to the cluster default.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    SET_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def set(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]: ...
+    @_builtins.property
+    def remove(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        set: _abc.Iterable[Global___ConfigEntry] | None = ...,
+        remove: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["remove", b"remove", "set", b"set", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterTopicConfigCommand: _TypeAlias = AlterTopicConfigCommand  # noqa: Y015
 
 @_typing.final
 class DeleteTopicCommand(_message.Message):
@@ -329,19 +416,25 @@ class TrimCommand(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITION_FIELD_NUMBER: _builtins.int
     BEFORE_OFFSET_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     before_offset: _builtins.int
+    topic_id: _builtins.int
+    """The topic's id when the leader's retention proposed it: a topic deleted and created again under
+    the same name in between is left alone. 0: whatever topic has the name (DeleteRecords).
+    """
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
         before_offset: _builtins.int = ...,
+        topic_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["before_offset", b"before_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["before_offset", b"before_offset", "partition", b"partition", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -815,17 +908,23 @@ class CreateTopicRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    CONFIGS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     partitions: _builtins.int
+    @_builtins.property
+    def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]:
+        """Overrides of the cluster's topic defaults, by Kafka's names (see `kq topics create --config`)."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         partitions: _builtins.int = ...,
+        configs: _abc.Iterable[Global___ConfigEntry] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "name", b"name", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -963,6 +1062,7 @@ class DescribeTopicResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     SERVED_BY_FIELD_NUMBER: _builtins.int
     APPLIED_INDEX_FIELD_NUMBER: _builtins.int
+    CONFIGS_FIELD_NUMBER: _builtins.int
     served_by: _builtins.str
     """The node that answered and its applied Raft index."""
     applied_index: _builtins.int
@@ -970,6 +1070,10 @@ class DescribeTopicResponse(_message.Message):
     def topic(self) -> Global___TopicInfo: ...
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionInfo]: ...
+    @_builtins.property
+    def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigValue]:
+        """Every topic config in effect, overrides and defaults alike, sorted by name."""
+
     def __init__(
         self,
         *,
@@ -977,14 +1081,97 @@ class DescribeTopicResponse(_message.Message):
         partitions: _abc.Iterable[Global___PartitionInfo] | None = ...,
         served_by: _builtins.str = ...,
         applied_index: _builtins.int = ...,
+        configs: _abc.Iterable[Global___TopicConfigValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "partitions", b"partitions", "served_by", b"served_by", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "configs", b"configs", "partitions", b"partitions", "served_by", b"served_by", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeTopicResponse: _TypeAlias = DescribeTopicResponse  # noqa: Y015
+
+@_typing.final
+class TopicConfigValue(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    IS_DEFAULT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    value: _builtins.str
+    is_default: _builtins.bool
+    """True when the topic has no override: the value is the cluster default (the answering node's)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        value: _builtins.str = ...,
+        is_default: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_default", b"is_default", "name", b"name", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicConfigValue: _TypeAlias = TopicConfigValue  # noqa: Y015
+
+@_typing.final
+class AlterTopicConfigRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SET_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    validate_only: _builtins.bool
+    """Only check the change (Kafka's validate_only): nothing is proposed."""
+    @_builtins.property
+    def set(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]: ...
+    @_builtins.property
+    def remove(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        set: _abc.Iterable[Global___ConfigEntry] | None = ...,
+        remove: _abc.Iterable[_builtins.str] | None = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "remove", b"remove", "set", b"set", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterTopicConfigRequest: _TypeAlias = AlterTopicConfigRequest  # noqa: Y015
+
+@_typing.final
+class AlterTopicConfigResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIGS_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigValue]:
+        """The topic's configs once the change applied (or as they would be, with validate_only)."""
+
+    def __init__(
+        self,
+        *,
+        configs: _abc.Iterable[Global___TopicConfigValue] | None = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterTopicConfigResponse: _TypeAlias = AlterTopicConfigResponse  # noqa: Y015
 
 @_typing.final
 class TopicInfo(_message.Message):

@@ -79,6 +79,11 @@ class BrokerStub:
                 request_serializer=kq_dot_proto_dot_kq__pb2.DeleteRecordsRequest.SerializeToString,
                 response_deserializer=kq_dot_proto_dot_kq__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
+        self.AlterTopicConfig = channel.unary_unary(
+                '/kq.v1.Broker/AlterTopicConfig',
+                request_serializer=kq_dot_proto_dot_kq__pb2.AlterTopicConfigRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.AlterTopicConfigResponse.FromString,
+                _registered_method=True)
         self.RegisterProducer = channel.unary_unary(
                 '/kq.v1.Broker/RegisterProducer',
                 request_serializer=kq_dot_proto_dot_kq__pb2.RegisterProducerRequest.SerializeToString,
@@ -189,6 +194,12 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteRecords(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterTopicConfig(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -307,6 +318,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteRecords,
                     request_deserializer=kq_dot_proto_dot_kq__pb2.DeleteRecordsRequest.FromString,
                     response_serializer=kq_dot_proto_dot_kq__pb2.DeleteRecordsResponse.SerializeToString,
+            ),
+            'AlterTopicConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTopicConfig,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.AlterTopicConfigRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.AlterTopicConfigResponse.SerializeToString,
             ),
             'RegisterProducer': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterProducer,
@@ -607,6 +623,33 @@ class Broker:
             '/kq.v1.Broker/DeleteRecords',
             kq_dot_proto_dot_kq__pb2.DeleteRecordsRequest.SerializeToString,
             kq_dot_proto_dot_kq__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTopicConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/AlterTopicConfig',
+            kq_dot_proto_dot_kq__pb2.AlterTopicConfigRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.AlterTopicConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

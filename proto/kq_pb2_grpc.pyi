@@ -45,6 +45,7 @@ class BrokerStub:
     """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListOffsetsRequest, _kq_pb2.ListOffsetsResponse]
     DeleteRecords: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]
+    AlterTopicConfig: _grpc.UnaryUnaryMultiCallable[_kq_pb2.AlterTopicConfigRequest, _kq_pb2.AlterTopicConfigResponse]
     RegisterProducer: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]
     ClusterStatus: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ClusterStatusRequest, _kq_pb2.ClusterStatusResponse]
     JoinGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.JoinGroupRequest, _kq_pb2.JoinGroupResponse]
@@ -70,6 +71,7 @@ class BrokerAsyncStub(BrokerStub):
     """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
     ListOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListOffsetsRequest, _kq_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     DeleteRecords: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
+    AlterTopicConfig: _aio.UnaryUnaryMultiCallable[_kq_pb2.AlterTopicConfigRequest, _kq_pb2.AlterTopicConfigResponse]  # type: ignore[assignment]
     RegisterProducer: _aio.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]  # type: ignore[assignment]
     ClusterStatus: _aio.UnaryUnaryMultiCallable[_kq_pb2.ClusterStatusRequest, _kq_pb2.ClusterStatusResponse]  # type: ignore[assignment]
     JoinGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.JoinGroupRequest, _kq_pb2.JoinGroupResponse]  # type: ignore[assignment]
@@ -146,6 +148,13 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.DeleteRecordsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.DeleteRecordsResponse, _abc.Awaitable[_kq_pb2.DeleteRecordsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterTopicConfig(
+        self,
+        request: _kq_pb2.AlterTopicConfigRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.AlterTopicConfigResponse, _abc.Awaitable[_kq_pb2.AlterTopicConfigResponse]]: ...
 
     @_abc_1.abstractmethod
     def RegisterProducer(

@@ -32,7 +32,11 @@ PATTERN_MEMORY_BYTES_MAX = 2 * 1024 * 1024  # RE2's max_mem for compiling one pa
 PATTERN_CACHE_MAX = 1_024  # Compiled patterns kept per process.
 MEMBER_ID_LENGTH_MAX = 255  # Member ids are chosen by the leader; longer ones are refused.
 CLIENT_ID_LENGTH_MAX = 255
+TOPIC_CONFIG_VALUE_LENGTH_MAX = 255  # Characters of one topic config value (raft/topic_config.py).
 APPENDS_PER_ENTRY_MAX = 1_000  # Produce requests the batcher packs into one Raft entry.
+# Batches one trim deletes in apply; the log start moves at once, and retention proposes the trim again
+# until the batches below it are gone, so one entry never deletes a whole large log.
+TRIM_BATCHES_PER_ENTRY_MAX = 10_000
 # Apply's work on one append entry, in units of about a microsecond of this 2-core machine (measured
 # with proto/records.py check_batch: ~3 us a record walked, ~0.7 us a header, ~3 ns a byte gunzipped).
 # The edge measures each batch's work with the very meter apply runs; the batcher packs entries within

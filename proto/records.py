@@ -761,6 +761,26 @@ def with_base_offset(data: bytes | memoryview, base_offset: int) -> bytes:
     return _BASE_OFFSET.pack(base_offset) + bytes(data[_BASE_OFFSET.size :])
 
 
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = CRC_START  # attributes are the first field the CRC covers
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_AT = CRC_START + 2 + 4 + 8  # after attributes, lastOffsetDelta and baseTimestamp
+_CRC = struct.Struct(">I")
+_CRC_AT = CRC_START - 4
+
+
+def with_log_append_time(data: bytes | memoryview, timestamp_ms: int) -> bytes:
+    """`data` as a LogAppendTime batch stamped `timestamp_ms` (Kafka's broker does this for a topic with
+    message.timestamp.type=LogAppendTime): the timestamp-type attribute set, maxTimestamp replaced,
+    the CRC32C computed again. Every record then reads as `timestamp_ms`; nothing else changes."""
+    stamped = bytearray(data)
+    (attributes,) = _ATTRIBUTES.unpack_from(stamped, _ATTRIBUTES_AT)
+    _ATTRIBUTES.pack_into(stamped, _ATTRIBUTES_AT, attributes | LOG_APPEND_TIME_FLAG)
+    _MAX_TIMESTAMP.pack_into(stamped, _MAX_TIMESTAMP_AT, timestamp_ms)
+    _CRC.pack_into(stamped, _CRC_AT, crc32c_module.crc32c(memoryview(stamped)[CRC_START:]))
+    return bytes(stamped)
+
+
 def next_sequence(sequence: int, increment: int) -> int:
     """The sequence `increment` records after `sequence`, wrapping from 2**31 - 1 to 0 like Kafka."""
     return (sequence + increment) % SEQUENCE_MODULUS

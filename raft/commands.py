@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kq.proto import kq_pb2
 from kq.proto.limits import COMMAND_VERSION
@@ -37,11 +37,25 @@ def decode(data: bytes) -> kq_pb2.Command:
     return command
 
 
-def create_topic(name: str, partitions: int, created_ms: int) -> kq_pb2.Command:
-    """Command creating topic `name`."""
+def create_topic(
+    name: str, partitions: int, created_ms: int, configs: Mapping[str, str] | None = None
+) -> kq_pb2.Command:
+    """Command creating topic `name`, with config overrides by Kafka's names (raft/topic_config.py)."""
+    entries = [kq_pb2.ConfigEntry(name=key, value=value) for key, value in sorted((configs or {}).items())]
     return kq_pb2.Command(
         version=COMMAND_VERSION,
-        create_topic=kq_pb2.CreateTopicCommand(name=name, partitions=partitions, created_ms=created_ms),
+        create_topic=kq_pb2.CreateTopicCommand(
+            name=name, partitions=partitions, created_ms=created_ms, configs=entries
+        ),
+    )
+
+
+def alter_topic_config(topic: str, set_configs: Mapping[str, str], remove: Sequence[str]) -> kq_pb2.Command:
+    """Command setting and removing a topic's config overrides."""
+    entries = [kq_pb2.ConfigEntry(name=key, value=value) for key, value in sorted(set_configs.items())]
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        alter_topic_config=kq_pb2.AlterTopicConfigCommand(topic=topic, set=entries, remove=sorted(remove)),
     )
 
 
@@ -71,11 +85,14 @@ def partition_append(topic: str, partition: int, records: bytes) -> kq_pb2.Parti
     return kq_pb2.PartitionAppend(topic=topic, partition=partition, records=records)
 
 
-def trim(topic: str, partition: int, before_offset: int) -> kq_pb2.Command:
-    """Command deleting a partition's records below `before_offset`."""
+def trim(topic: str, partition: int, before_offset: int, topic_id: int = 0) -> kq_pb2.Command:
+    """Command deleting a partition's records below `before_offset` (of topic id `topic_id` only, when
+    it is not 0: retention names the topic it measured)."""
     return kq_pb2.Command(
         version=COMMAND_VERSION,
-        trim=kq_pb2.TrimCommand(topic=topic, partition=partition, before_offset=before_offset),
+        trim=kq_pb2.TrimCommand(
+            topic=topic, partition=partition, before_offset=before_offset, topic_id=topic_id
+        ),
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import lmdb
 
 from kq.proto import kq_pb2
-from kq.proto.limits import ENTRY_BYTES_MAX, ENTRY_WORK_MAX, TOPICS_MAX
+from kq.proto.limits import ENTRY_BYTES_MAX, ENTRY_WORK_MAX, TOPICS_MAX, TRIM_BATCHES_PER_ENTRY_MAX
 from kq.proto.records import (
     NO_PRODUCER_ID,
     SEQUENCE_MODULUS,
@@ -26,6 +26,7 @@ from kq.proto.records import (
     WorkMeter,
     next_sequence,
     read_header,
+    with_log_append_time,
 )
 from kq.raft import commands, groups
 from kq.raft.results import (
@@ -41,6 +42,7 @@ from kq.raft.results import (
     TopicResult,
     TrimResult,
 )
+from kq.raft.topic_config import altered, applied_config, decode_overrides, encode_overrides
 from kq.raft.validation import append_problem, command_problem
 from kq.storage import ProducerAppend, Store, StoreWriter
 
@@ -141,6 +143,8 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
         return _apply_delete_topic(writer, command.delete_topic)
     if kind == "trim":
         return _apply_trim(writer, command.trim)
+    if kind == "alter_topic_config":
+        return _apply_alter_topic_config(writer, command.alter_topic_config)
     if kind in _GROUP_HANDLERS:
         return _GROUP_HANDLERS[kind](writer, getattr(command, kind))
     if kind == "register_producer":
@@ -165,9 +169,22 @@ def _apply_create_topic(writer: StoreWriter, command: kq_pb2.CreateTopicCommand)
         return TopicResult(ErrorCode.TOPIC_EXISTS, existing)
     if len(writer.topics()) >= TOPICS_MAX:
         return TopicResult(ErrorCode.TOO_MANY_TOPICS)
-    return TopicResult(
-        ErrorCode.OK, writer.create_topic(command.name, command.partitions, command.created_ms)
-    )
+    topic = writer.create_topic(command.name, command.partitions, command.created_ms)
+    if command.configs:  # Checked by command_problem: known names, legal values, each once.
+        writer.set_topic_configs(
+            topic.topic_id, encode_overrides({entry.name: entry.value for entry in command.configs})
+        )
+    return TopicResult(ErrorCode.OK, topic)
+
+
+def _apply_alter_topic_config(writer: StoreWriter, command: kq_pb2.AlterTopicConfigCommand) -> TopicResult:
+    """Sets and removes overrides (checked by command_problem); the topic's stored row is replaced."""
+    topic = writer.topic(command.topic)
+    if topic is None:
+        return TopicResult(ErrorCode.UNKNOWN_TOPIC)
+    current = decode_overrides(writer.topic_configs(topic.topic_id))
+    writer.set_topic_configs(topic.topic_id, encode_overrides(altered(current, command.set, command.remove)))
+    return TopicResult(ErrorCode.OK, topic)
 
 
 def _apply_delete_topic(writer: StoreWriter, command: kq_pb2.DeleteTopicCommand) -> TopicResult:
@@ -180,8 +197,8 @@ def _apply_delete_topic(writer: StoreWriter, command: kq_pb2.DeleteTopicCommand)
 
 def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
     topic = writer.topic(command.topic)
-    if topic is None:
-        return TrimResult(ErrorCode.UNKNOWN_TOPIC)
+    if topic is None or (command.topic_id and command.topic_id != topic.topic_id):
+        return TrimResult(ErrorCode.UNKNOWN_TOPIC)  # Or recreated since retention measured it.
     if command.partition >= topic.partitions:
         return TrimResult(ErrorCode.UNKNOWN_PARTITION)
     state = writer.partition(topic.topic_id, command.partition)
@@ -189,7 +206,8 @@ def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
         return TrimResult(ErrorCode.UNKNOWN_PARTITION)
     if command.before_offset > state.log_end_offset:
         return TrimResult(ErrorCode.OFFSET_OUT_OF_RANGE, state.log_start_offset)
-    return TrimResult(ErrorCode.OK, writer.trim(topic.topic_id, command.partition, command.before_offset))
+    start = writer.trim(topic.topic_id, command.partition, command.before_offset, TRIM_BATCHES_PER_ENTRY_MAX)
+    return TrimResult(ErrorCode.OK, start)
 
 
 def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int) -> AppendResult:
@@ -200,13 +218,15 @@ def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int
     and its appends past the budget are refused (INVALID_COMMAND) at the cost of reading a header.
     """
     meter = WorkMeter(ENTRY_WORK_MAX)
-    appends = tuple(_apply_partition_append(writer, a, meter) for a in command.appends)
+    appends = tuple(_apply_partition_append(writer, a, meter, command.timestamp_ms) for a in command.appends)
     return AppendResult(appends, index, tuple((a.topic, a.partition) for a in command.appends))
 
 
 def _apply_partition_append(
-    writer: StoreWriter, append: kq_pb2.PartitionAppend, meter: WorkMeter
+    writer: StoreWriter, append: kq_pb2.PartitionAppend, meter: WorkMeter, timestamp_ms: int
 ) -> PartitionAppendResult:
+    """One produce request: checked, its topic's applied configs kept (max.message.bytes, and
+    LogAppendTime stamping the entry's leader clock), deduplicated, stored."""
     problem = append_problem(append, meter)  # The very check the edge ran: never an assert here.
     if problem is not None:
         return PartitionAppendResult(ErrorCode.INVALID_COMMAND, reason=problem)
@@ -216,12 +236,17 @@ def _apply_partition_append(
         return PartitionAppendResult(ErrorCode.UNKNOWN_TOPIC)
     if append.partition >= topic.partitions:
         return PartitionAppendResult(ErrorCode.UNKNOWN_PARTITION)
+    config = applied_config(decode_overrides(writer.topic_configs(topic.topic_id)))
+    if len(append.records) > config.max_message_bytes:
+        reason = f"a batch of {len(append.records)} bytes; max.message.bytes is {config.max_message_bytes}"
+        return PartitionAppendResult(ErrorCode.MESSAGE_TOO_LARGE, reason=reason)
     idempotent = header.producer_id != NO_PRODUCER_ID
     if idempotent:
         verdict = _check_sequence(writer, topic.topic_id, append.partition, header)
         if verdict is not None:
             return verdict
-    base_offset = writer.append(topic.topic_id, append.partition, append.records)
+    records = with_log_append_time(append.records, timestamp_ms) if config.log_append_time else append.records
+    base_offset = writer.append(topic.topic_id, append.partition, records)
     if idempotent:
         remembered = ProducerAppend(header.base_sequence, header.record_count, base_offset)
         writer.remember_producer_append(

@@ -49,6 +49,7 @@ from kq.proto.limits import (
 from kq.proto.records import MalformedBatchError, WorkBudgetError, WorkMeter, check_batch
 from kq.raft.assignors import ASSIGNORS
 from kq.raft.patterns import pattern_problem
+from kq.raft.topic_config import configs_problem
 
 TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")  # A fixed, linear pattern: not user input.
 
@@ -279,6 +280,13 @@ def _kafka_sync_problem(command: kq_pb2.KafkaSyncGroupCommand) -> str | None:
     )
 
 
+def _alter_topic_config_problem(command: kq_pb2.AlterTopicConfigCommand) -> str | None:
+    """A config change names a topic and changes something, within raft/topic_config.py's rules."""
+    if not command.set and not command.remove:
+        return "a config change sets or removes at least one config"
+    return topic_name_problem(command.topic) or configs_problem(command.set, command.remove)
+
+
 def _append_command_problem(command: kq_pb2.AppendCommand) -> str | None:
     """The envelope of an append entry; each PartitionAppend is checked on its own (append_problem)."""
     if not 0 < len(command.appends) <= APPENDS_PER_ENTRY_MAX:
@@ -291,7 +299,13 @@ def command_problem(command: kq_pb2.Command) -> str | None:
     kind = command.WhichOneof("kind")
     if kind == "create_topic":
         create = command.create_topic
-        return topic_name_problem(create.name) or partition_count_problem(create.partitions)
+        return (
+            topic_name_problem(create.name)
+            or partition_count_problem(create.partitions)
+            or configs_problem(create.configs)
+        )
+    if kind == "alter_topic_config":
+        return _alter_topic_config_problem(command.alter_topic_config)
     if kind == "delete_topic":
         return topic_name_problem(command.delete_topic.name)
     if kind == "append":

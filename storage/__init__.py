@@ -26,6 +26,10 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                 value: the group's state, serialized by raft/ (a `GroupState` protobuf, deterministic)
     offsets     key: name_length u16 | group name | topic_id u64 | partition u32
                 value: committed_offset u64 | commit_time_ms i64                              (16 bytes)
+    topic_configs
+                key: topic_id u64                                                           (8 bytes)
+                value: the topic's config overrides, a `TopicConfigs` protobuf, entries sorted by name
+                       (raft/topic_config.py); no row: no override
 
 Every write goes through one LMDB write transaction per applied Raft entry, which also stores the
 entry's index in `applied_index`: state and index move together or not at all.

@@ -62,6 +62,15 @@ def record_count_of(batch: bytes | memoryview) -> int:
     return int(_RECORD_COUNT.unpack_from(batch, _RECORD_COUNT_AT)[0])
 
 
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_AT = 35  # After baseOffset .. attributes, lastOffsetDelta and baseTimestamp.
+
+
+def max_timestamp_of(batch: bytes | memoryview) -> int:
+    """A stored batch's maxTimestamp (its LogAppendTime for such a batch), from its v2 header."""
+    return int(_MAX_TIMESTAMP.unpack_from(batch, _MAX_TIMESTAMP_AT)[0])
+
+
 def stamp_base_offset(batch: bytes, base_offset: int) -> bytes:
     """The stored value of `batch` at `base_offset`: only its first 8 bytes change."""
     return _BASE_OFFSET.pack(base_offset) + batch[_BASE_OFFSET.size :]

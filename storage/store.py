@@ -13,10 +13,10 @@ from typing import Any
 import lmdb
 
 from kq.storage.errors import StorageError
-from kq.storage.records import StoredBatch, decode_batch, record_count_of, stamp_base_offset
+from kq.storage.records import StoredBatch, decode_batch, max_timestamp_of, record_count_of, stamp_base_offset
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
-MAX_DATABASES = 8
+MAX_DATABASES = 12  # The named databases below, with room to add some.
 MAX_READERS = 512  # gRPC worker threads and long-polls each hold a reader slot while they read.
 COPY_BATCH_ROWS = 1_000  # Rows per write transaction of a store copy; a stop is noticed between batches.
 COPY_BATCH_BYTES = 16 * 1024 * 1024
@@ -35,7 +35,16 @@ _APPLIED_INDEX = b"applied_index"
 _NEXT_TOPIC_ID = b"next_topic_id"
 _NEXT_PRODUCER_ID = b"next_producer_id"
 _REJECTED_ENTRIES = b"rejected_entries"
-DATABASE_NAMES = (b"meta", b"topics", b"partitions", b"records", b"producers", b"groups", b"offsets")
+DATABASE_NAMES = (
+    b"meta",
+    b"topics",
+    b"partitions",
+    b"records",
+    b"producers",
+    b"groups",
+    b"offsets",
+    b"topic_configs",
+)
 _GROUP_NAME_LENGTH = struct.Struct(">H")
 _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
 _COMMITTED = struct.Struct(">Qq")  # offset, commit time
@@ -58,6 +67,21 @@ class PartitionState:
     log_start_offset: int
     log_end_offset: int
     size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSpan:
+    """Where a stored batch sits and what retention needs of it, read from its header alone."""
+
+    base_offset: int
+    record_count: int
+    max_timestamp_ms: int
+    size_bytes: int
+
+    @property
+    def end_offset(self) -> int:
+        """The offset after the batch's last record."""
+        return self.base_offset + self.record_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +229,7 @@ class StoreReader:
         self._producers = databases[b"producers"]
         self._groups = databases[b"groups"]
         self._offsets = databases[b"offsets"]
+        self._topic_configs = databases[b"topic_configs"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -234,10 +259,31 @@ class StoreReader:
             result.append(TopicMeta(bytes(key).decode(), topic_id, partitions, created_ms))
         return result
 
+    def topic_configs(self, topic_id: int) -> bytes | None:
+        """The topic's stored config overrides (raft/topic_config.py `encode_overrides`), or None."""
+        raw = self._transaction.get(_U64.pack(topic_id), db=self._topic_configs)
+        return None if raw is None else bytes(raw)
+
     def partition(self, topic_id: int, partition: int) -> PartitionState | None:
         """The partition's offsets, or None when it does not exist."""
         raw = self._transaction.get(_PARTITION_KEY.pack(topic_id, partition), db=self._partitions)
         return None if raw is None else PartitionState(*_PARTITION_STATE.unpack(raw))
+
+    def oldest_batches(self, topic_id: int, partition: int, count_max: int) -> list[BatchSpan]:
+        """The partition's first `count_max` stored batches, oldest first (headers only; batches a trim
+        left below the log start included, so retention sees what is still to delete)."""
+        spans: list[BatchSpan] = []
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        cursor = self._transaction.cursor(db=self._records)
+        if not cursor.set_range(prefix):
+            return spans
+        while len(spans) < count_max and bytes(cursor.key()[:12]) == prefix:
+            value = cursor.value()
+            base_offset = _RECORD_KEY.unpack(cursor.key())[2]
+            spans.append(BatchSpan(base_offset, record_count_of(value), max_timestamp_of(value), len(value)))
+            if not cursor.next():
+                break
+        return spans
 
     def producer_window(self, producer_id: int, topic_id: int, partition: int) -> ProducerWindow | None:
         """The producer's epoch and remembered appends on this partition, or None if it never appended."""
@@ -348,9 +394,17 @@ class StoreWriter(StoreReader):
             self._put_partition(topic_id, partition, PartitionState(0, 0, 0))
         return TopicMeta(name, topic_id, partitions, created_ms)
 
+    def set_topic_configs(self, topic_id: int, overrides: bytes) -> None:
+        """Stores a topic's config overrides (empty bytes: none)."""
+        if overrides:
+            self._transaction.put(_U64.pack(topic_id), overrides, db=self._topic_configs)
+        else:
+            self._transaction.delete(_U64.pack(topic_id), db=self._topic_configs)
+
     def delete_topic(self, topic: TopicMeta) -> None:
-        """Removes the topic, its partitions and all their records and producer state."""
+        """Removes the topic, its configs, its partitions and all their records and producer state."""
         self._transaction.delete(topic.name.encode(), db=self._topics)
+        self._transaction.delete(_U64.pack(topic.topic_id), db=self._topic_configs)
         for partition in range(topic.partitions):
             self._transaction.delete(_PARTITION_KEY.pack(topic.topic_id, partition), db=self._partitions)
         self._delete_prefix(self._records, _U64.pack(topic.topic_id))
@@ -410,33 +464,36 @@ class StoreWriter(StoreReader):
         )
         return base_offset
 
-    def trim(self, topic_id: int, partition: int, before_offset: int) -> int:
-        """Moves the log start to `before_offset`, deleting the batches wholly below it.
+    def trim(self, topic_id: int, partition: int, before_offset: int, batches_max: int) -> int:
+        """Moves the log start up to `before_offset` (never down), deleting at most `batches_max` of the
+        batches wholly below the log start, oldest first.
 
-        A batch that straddles the new log start stays; reads skip its records below the start.
-        Returns the new log start offset.
+        A batch that straddles the new log start stays; reads skip its records below the start. Batches
+        left below it by the bound stay until the next trim (retention proposes one; they are never
+        read). Returns the log start offset.
         """
         state = self.partition(topic_id, partition)
         assert state is not None and before_offset <= state.log_end_offset
-        if before_offset <= state.log_start_offset:
-            return state.log_start_offset
+        log_start = max(before_offset, state.log_start_offset)
         cursor = self._transaction.cursor(db=self._records)
         prefix = _PARTITION_KEY.pack(topic_id, partition)
         freed_bytes = 0
+        deleted = 0
         if cursor.set_range(prefix):
-            while bytes(cursor.key()[:12]) == prefix:
+            while deleted < batches_max and bytes(cursor.key()[:12]) == prefix:
                 record_count = record_count_of(cursor.value())  # From the stored v2 header.
-                if _RECORD_KEY.unpack(cursor.key())[2] + record_count > before_offset:
+                if _RECORD_KEY.unpack(cursor.key())[2] + record_count > log_start:
                     break
                 freed_bytes += len(cursor.value())
+                deleted += 1
                 if not cursor.delete():
                     break
         self._put_partition(
             topic_id,
             partition,
-            PartitionState(before_offset, state.log_end_offset, state.size_bytes - freed_bytes),
+            PartitionState(log_start, state.log_end_offset, state.size_bytes - freed_bytes),
         )
-        return before_offset
+        return log_start
 
     def put_group(self, name: str, state: bytes) -> None:
         """Stores a group's serialized state."""

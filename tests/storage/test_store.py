@@ -55,11 +55,11 @@ def test_read_starts_at_the_batch_holding_the_offset(store: Store) -> None:
 def test_trim_deletes_whole_batches_below_the_new_start(store: Store) -> None:
     """Trimming inside a batch keeps that batch; trimming past it deletes it."""
     with store.write() as writer:
-        assert writer.trim(1, 0, 1) == 1
+        assert writer.trim(1, 0, 1, 100) == 1
     with store.read() as reader:
         assert [b.base_offset for b in reader.batches(1, 0, 1, 1 << 20)] == [0, 2]
     with store.write() as writer:
-        writer.trim(1, 0, 2)
+        writer.trim(1, 0, 2, 100)
     with store.read() as reader:
         state = reader.partition(1, 0)
         assert [b.base_offset for b in reader.batches(1, 0, 2, 1 << 20)] == [2]
