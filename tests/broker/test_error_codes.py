@@ -152,6 +152,26 @@ CASES = [
         _E.OFFSET_OUT_OF_RANGE,
     ),
     Case(
+        "AlterTopicConfig",
+        kq_pb2.AlterTopicConfigRequest(name="t", set=[kq_pb2.ConfigEntry(name="retention.ms", value="soon")]),
+        _S.INVALID_ARGUMENT,
+        _E.INVALID_REQUEST,
+    ),
+    Case(
+        "AlterTopicConfig",
+        kq_pb2.AlterTopicConfigRequest(name="missing", remove=["retention.ms"]),
+        _S.NOT_FOUND,
+        _E.UNKNOWN_TOPIC,
+    ),
+    Case(
+        "CreateTopic",
+        kq_pb2.CreateTopicRequest(
+            name="configured", partitions=1, configs=[kq_pb2.ConfigEntry(name="no.such", value="1")]
+        ),
+        _S.INVALID_ARGUMENT,
+        _E.INVALID_REQUEST,
+    ),
+    Case(
         "RegisterProducer", kq_pb2.RegisterProducerRequest(), _S.FAILED_PRECONDITION, _E.NOT_LEADER, follower
     ),
     Case("ClusterStatus", b"\xff\xff\xff\xff", _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),

@@ -24,6 +24,7 @@ from kq.raft import commands
 from kq.raft.patterns import compile_pattern, pattern_problem
 from kq.raft.results import ErrorCode, GroupResult, RejectedResult, SkippedResult
 from kq.raft.state_machine import EnvironmentFaultError, apply
+from kq.raft.topic_config import CONFIGS
 from kq.raft.validation import append_problem, command_problem
 from kq.storage import Store
 
@@ -88,11 +89,31 @@ def members(draw: st.DrawFn) -> kq_pb2.GroupMember:
     return member
 
 
+config_names = st.one_of(st.sampled_from(sorted(CONFIGS)), st.text(max_size=30))
+config_values = st.one_of(
+    st.sampled_from(
+        ["-1", "0", "1", "9223372036854775807", "9223372036854775808", "-2", "delete", "compact"]
+    ),
+    st.sampled_from(["compact,delete", "delete,delete", "", "LogAppendTime", "CreateTime", "1e3", "٣"]),
+    st.text(max_size=40),
+    st.text(min_size=250, max_size=300),
+)
+
+
+@st.composite
+def config_maps(draw: st.DrawFn) -> dict[str, str]:
+    return draw(st.dictionaries(config_names, config_values, max_size=9))
+
+
 @st.composite
 def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
-    kind = draw(st.sampled_from(["create", "delete", "append", "trim", "join", "leave", "commit", "reset"]))
+    kinds = ["create", "delete", "append", "trim", "join", "leave", "commit", "reset", "configure"]
+    kind = draw(st.sampled_from(kinds))
     if kind == "create":
-        return commands.create_topic(draw(names), draw(uint32), 1)
+        return commands.create_topic(draw(names), draw(uint32), 1, draw(config_maps()))
+    if kind == "configure":
+        removed = draw(st.lists(config_names, max_size=4))
+        return commands.alter_topic_config(draw(names), draw(config_maps()), removed)
     if kind == "delete":
         return commands.delete_topic(draw(names))
     if kind == "append":
@@ -101,7 +122,8 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
             appends.append(commands.partition_append(draw(names), draw(st.integers(0, 3)), draw(batches())))
         return commands.append(1, appends)
     if kind == "trim":
-        return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)))
+        topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
+        return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)), topic_id)
     if kind == "join":
         return commands.join_group(draw(names), draw(members()), draw(st.sampled_from(["", "range", "x"])), 5)
     if kind == "leave":
@@ -118,7 +140,8 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
 
 
 def history() -> list[kq_pb2.Command]:
-    """A plausible past: topics with records, a group with two members and a commit."""
+    """A plausible past: topics with records, a group with two members and a commit; then topic t
+    stamps LogAppendTime and refuses batches over 90 bytes."""
     member = kq_pb2.GroupMember(
         member_id="m1", topics=["t"], session_timeout_ms=10_000, rebalance_timeout_ms=30_000
     )
@@ -137,6 +160,9 @@ def history() -> list[kq_pb2.Command]:
         commands.join_group("g", member, "range", 2),
         commands.join_group("g", other, "", 3),
         commands.commit_offsets("g", "", 0, [kq_pb2.OffsetEntry(topic="t", partition=0, offset=1)], 4),
+        commands.alter_topic_config(
+            "t", {"message.timestamp.type": "LogAppendTime", "max.message.bytes": "90"}, []
+        ),
     ]
 
 
