@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kq.broker.consensus import Peer
@@ -13,6 +14,7 @@ from kq.proto.limits import (
     PEERS_MAX,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
+    RETENTION_CHECK_S_DEFAULT,
 )
 from kq.raft.node import RaftConfig
 
@@ -36,6 +38,9 @@ class NodeConfig:
     max_readers: int = READERS_MAX  # Waiting calls the node admits (broker/admission.py).
     max_readers_per_connection: int = READERS_PER_CONNECTION_MAX
     kafka: KafkaConfig | None = None  # None: no Kafka listener.
+    # Defaults of the leader-run topic configs, by Kafka's names (`--topic-default`, raft/topic_config.py).
+    topic_defaults: Mapping[str, str] = field(default_factory=dict)
+    retention_check_s: float = RETENTION_CHECK_S_DEFAULT  # How often the leader looks for expired records.
 
     @property
     def self_peer(self) -> Peer:

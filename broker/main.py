@@ -27,6 +27,7 @@ from kq.broker.kafka.apis import KafkaApis
 from kq.broker.kafka.listener import KafkaListener
 from kq.broker.kafka.settings import kafka_settings
 from kq.broker.proposals import Batcher, wall_clock_ms
+from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
 from kq.broker.waiters import AppliedNotifier
 from kq.proto import kq_pb2_grpc
@@ -41,8 +42,10 @@ from kq.proto.limits import (
     PARTITIONS_MAX,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
+    RETENTION_CHECK_S_DEFAULT,
 )
 from kq.raft.node import RaftBindError, RaftConfig, RaftNode
+from kq.raft.topic_config import defaults_problem, parse_assignments
 from kq.storage import Store
 
 logger = logging.getLogger("kq.node")
@@ -71,6 +74,9 @@ class BrokerNode:
         self.consensus = PySyncObjConsensus(self.raft, config.self_peer, config.peers)
         self.batcher = Batcher(self.consensus, wall_clock_ms)
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
+        self.retention = Retention(
+            self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.retention_check_s
+        )
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
         listeners: list[Listener] = []
@@ -86,6 +92,7 @@ class BrokerNode:
             self.readers,
             self.front.workers,
             self.front.reads,
+            config.topic_defaults,
         )
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
@@ -101,6 +108,7 @@ class BrokerNode:
         self.raft.start()
         self.batcher.start()
         self.coordinator.start()
+        self.retention.start()
         try:
             self.grpc_port = self.front.start()
         except FrontEndError as error:
@@ -119,6 +127,7 @@ class BrokerNode:
 
     def _stop_behind_front(self) -> None:
         self.batcher.stop()
+        self.retention.stop()
         self.coordinator.stop()
         self.raft.close()
         self.store.close()
@@ -276,6 +285,23 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     default=True,
     help="Create a topic when a Kafka client's Metadata request names an unknown one.",
 )
+@click.option(
+    "--topic-default",
+    "topic_default",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help=(
+        "A cluster default of a topic config kq's leader runs (retention.ms, retention.bytes,"
+        " cleanup.policy, delete.retention.ms, min.compaction.lag.ms), by Kafka's name; repeatable."
+        " Give every node the same ones."
+    ),
+)
+@click.option(
+    "--retention-check-ms",
+    default=int(RETENTION_CHECK_S_DEFAULT * 1000),
+    type=click.IntRange(100, 86_400_000),
+    help="How often the leader trims expired records (Kafka's log.retention.check.interval.ms).",
+)
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 def main(
     node_id: str,
@@ -298,6 +324,8 @@ def main(
     kafka_frame_bytes_max: int,
     default_partitions: int,
     auto_create_topics: bool,
+    topic_default: tuple[str, ...],
+    retention_check_ms: int,
     log_level: str,
 ) -> None:
     """Runs one kq node."""
@@ -309,6 +337,13 @@ def main(
             raise ConfigError("--election-timeout-min-ms must be below --election-timeout-max-ms")
         if not secret:
             raise ConfigError("--secret must not be empty")
+        try:
+            topic_defaults = parse_assignments(topic_default)
+        except ValueError as error:
+            raise ConfigError(f"--topic-default: {error}") from error
+        problem = defaults_problem(topic_defaults)
+        if problem is not None:
+            raise ConfigError(f"--topic-default: {problem}")
         kafka = None
         if kafka_address:
             kafka = KafkaConfig(
@@ -344,6 +379,8 @@ def main(
         max_readers,
         min(max_readers_per_connection, max_readers),
         kafka,
+        topic_defaults,
+        retention_check_ms / 1000,
     )
     if kafka is not None:
         try:

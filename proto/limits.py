@@ -147,6 +147,9 @@ EXPIRY_RETRY_S = 2.0  # An expiry proposal not applied by then is proposed again
 HEALTH_POLL_S = 0.2
 SHUTDOWN_GRACE_S = 2.0
 
+# broker/retention.py
+RETENTION_CHECK_S_DEFAULT = 60.0  # The leader's retention round (`--retention-check-ms`; Kafka's is 5 min).
+
 # broker/proposals.py
 PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).
 LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.

@@ -38,6 +38,7 @@ entry's index in `applied_index`: state and index move together or not at all.
 from kq.storage.errors import CorruptRecordError, SnapshotError, StorageError
 from kq.storage.records import StoredBatch
 from kq.storage.store import (
+    BatchSpan,
     PartitionState,
     ProducerAppend,
     ProducerWindow,
@@ -48,6 +49,7 @@ from kq.storage.store import (
 )
 
 __all__ = [
+    "BatchSpan",
     "CorruptRecordError",
     "PartitionState",
     "ProducerAppend",

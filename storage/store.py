@@ -269,21 +269,22 @@ class StoreReader:
         raw = self._transaction.get(_PARTITION_KEY.pack(topic_id, partition), db=self._partitions)
         return None if raw is None else PartitionState(*_PARTITION_STATE.unpack(raw))
 
-    def oldest_batches(self, topic_id: int, partition: int, count_max: int) -> list[BatchSpan]:
-        """The partition's first `count_max` stored batches, oldest first (headers only; batches a trim
-        left below the log start included, so retention sees what is still to delete)."""
-        spans: list[BatchSpan] = []
+    def oldest_batches(self, topic_id: int, partition: int, count_max: int) -> Iterator[BatchSpan]:
+        """The partition's first `count_max` stored batches, oldest first, read lazily (headers only;
+        batches a trim left below the log start included, so retention sees what is still to delete).
+        Consume it inside the read transaction."""
         prefix = _PARTITION_KEY.pack(topic_id, partition)
         cursor = self._transaction.cursor(db=self._records)
         if not cursor.set_range(prefix):
-            return spans
-        while len(spans) < count_max and bytes(cursor.key()[:12]) == prefix:
+            return
+        for _ in range(count_max):
+            if bytes(cursor.key()[:12]) != prefix:
+                return
             value = cursor.value()
             base_offset = _RECORD_KEY.unpack(cursor.key())[2]
-            spans.append(BatchSpan(base_offset, record_count_of(value), max_timestamp_of(value), len(value)))
+            yield BatchSpan(base_offset, record_count_of(value), max_timestamp_of(value), len(value))
             if not cursor.next():
-                break
-        return spans
+                return
 
     def producer_window(self, producer_id: int, topic_id: int, partition: int) -> ProducerWindow | None:
         """The producer's epoch and remembered appends on this partition, or None if it never appended."""

@@ -169,11 +169,11 @@ def test_a_trim_deletes_a_bounded_number_of_batches_and_the_next_one_continues(s
     trim = commands.encode(commands.trim("t", 0, end, topic.topic_id))
     assert apply(store, index, trim) == TrimResult(ErrorCode.OK, end)
     with store.read() as reader:
-        left = reader.oldest_batches(topic.topic_id, 0, count)
+        left = list(reader.oldest_batches(topic.topic_id, 0, count))
     assert len(left) == end - TRIM_BATCHES_PER_ENTRY_MAX
     assert apply(store, index + 1, trim) == TrimResult(ErrorCode.OK, end)
     with store.read() as reader:
-        assert reader.oldest_batches(topic.topic_id, 0, count) == []
+        assert list(reader.oldest_batches(topic.topic_id, 0, count)) == []
         assert reader.partition(topic.topic_id, 0).size_bytes == 0  # type: ignore[union-attr]
 
 
