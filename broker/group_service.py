@@ -331,6 +331,7 @@ def _lags(reader: StoreReader, state: kq_pb2.GroupState) -> list[kq_pb2.Partitio
                     committed_offset=offset or 0,
                     log_end_offset=log.log_end_offset,
                     lag=log.log_end_offset - start,
+                    log_start_offset=log.log_start_offset,
                 )
             )
     return result

@@ -7,11 +7,14 @@ in JSON is one document:
      "members": [{"member_id": "kq-consume-1f0c…", "client_id": "kq-consume",
                   "subscription": ["demo"], "partitions": [{"topic": "demo", "partition": 0}]}],
      "partitions": [{"topic": "demo", "partition": 0, "member_id": "kq-consume-1f0c…",
-                     "committed_offset": 5, "log_end_offset": 7, "lag": 2}],
+                     "committed_offset": 5, "below_log_start": false, "log_start_offset": 0,
+                     "log_end_offset": 7, "lag": 2}],
      "total_lag": 2}
 
 A partition without a committed offset has `"committed_offset": null` (`-` in the table) and its lag
-counts from the log start, which is what a consumer resetting to `earliest` has left to read.
+counts from the log start, which is what a consumer resetting to `earliest` has left to read. A
+committed offset below the log start (retention deleted those records) shows `(below start)` and
+`"below_log_start": true`; its lag counts from the log start too.
 """
 
 from __future__ import annotations
@@ -58,14 +61,17 @@ def group_heading(description: GroupDescription) -> str:
 
 def lag_table(description: GroupDescription) -> Table:
     """One row per partition the group owns or has committed to, with its lag."""
-    table = plain_table("topic", "partition", "member", "committed", "log end", "lag")
+    table = plain_table("topic", "partition", "member", "committed", "log start", "log end", "lag")
     for p in description.partitions:
         committed = NO_VALUE if p.committed_offset is None else str(p.committed_offset)
+        if p.below_log_start:
+            committed += " (below start)"
         table.add_row(
             p.topic,
             str(p.partition),
             p.member_id or NO_VALUE,
             committed,
+            str(p.log_start_offset),
             str(p.log_end_offset),
             str(p.lag),
         )
@@ -100,6 +106,8 @@ def group_to_dict(description: GroupDescription) -> dict[str, Any]:
                 "partition": p.partition,
                 "member_id": p.member_id or None,
                 "committed_offset": p.committed_offset,
+                "below_log_start": p.below_log_start,
+                "log_start_offset": p.log_start_offset,
                 "log_end_offset": p.log_end_offset,
                 "lag": p.lag,
             }

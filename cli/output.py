@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kq.client import ConsumerRecord, KqClientError, NodeStatus, TopicInfo
-from kq.client.types import TopicDescription
+from kq.client.types import TopicConfigValue, TopicDescription
 
 TABLE_WIDTH_NOT_TTY = 200  # Characters; rich would squeeze tables into 80 when output is a pipe.
 NULL_PLAIN = b"null"  # How the plain format shows a missing key or value (as Kafka's console consumer).
@@ -153,12 +153,26 @@ def partitions_table(description: TopicDescription) -> Table:
     return table
 
 
+def configs_table(configs: Sequence[TopicConfigValue]) -> Table:
+    """One row per topic config in effect: name, value, and whether it is the default."""
+    table = plain_table("config", "value", "source")
+    for config in configs:
+        table.add_row(config.name, config.value, "default" if config.is_default else "topic")
+    return table
+
+
+def config_to_dict(config: TopicConfigValue) -> dict[str, Any]:
+    """A topic config as a JSON-ready dict."""
+    return {"name": config.name, "value": config.value, "is_default": config.is_default}
+
+
 def description_to_dict(description: TopicDescription) -> dict[str, Any]:
     """A topic description as a JSON-ready dict."""
     return {
         **topic_to_dict(description.topic),
         "served_by": description.served_by,
         "applied_index": description.applied_index,
+        "configs": [config_to_dict(config) for config in description.configs],
         "partition_offsets": [
             {
                 "partition": p.partition,

@@ -1,4 +1,4 @@
-"""`kq topics`: create, list, describe and delete topics.
+"""`kq topics`: create, list, describe, configure and delete topics.
 
 Names and partition counts are checked by the broker (one set of rules, at the gRPC edge), so the
 CLI passes them through and reports the broker's reason.
@@ -10,6 +10,8 @@ import click
 
 from kq.cli.context import metadata_node, open_client, parse_node, stdin_is_interactive
 from kq.cli.output import (
+    config_to_dict,
+    configs_table,
     counted,
     description_heading,
     description_to_dict,
@@ -21,6 +23,7 @@ from kq.cli.output import (
     topics_table,
 )
 from kq.client import TopicExistsError
+from kq.raft.topic_config import parse_assignments
 
 FORMAT_CHOICE = click.Choice(["table", "json"])
 
@@ -30,16 +33,35 @@ def topics() -> None:
     """Create, list, describe and delete topics."""
 
 
+def parse_configs(ctx: click.Context, param: click.Parameter, texts: tuple[str, ...]) -> dict[str, str]:
+    """`--config name=value` options as a dict (the broker checks names and values)."""
+    try:
+        return parse_assignments(texts)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+CONFIG_HELP = (
+    "A topic config by Kafka's name, e.g. retention.ms=86400000, retention.bytes, cleanup.policy,"
+    " max.message.bytes, message.timestamp.type; repeatable."
+)
+
+
 @topics.command()
 @click.argument("name")
 @click.option("--partitions", "-p", type=int, default=1, show_default=True, help="Number of partitions.")
+@click.option(
+    "--config", "-c", "configs", multiple=True, callback=parse_configs, metavar="NAME=VALUE", help=CONFIG_HELP
+)
 @click.option("--if-not-exists", is_flag=True, help="Succeed without change when the topic exists.")
 @click.pass_context
-def create(ctx: click.Context, name: str, partitions: int, if_not_exists: bool) -> None:
+def create(
+    ctx: click.Context, name: str, partitions: int, configs: dict[str, str], if_not_exists: bool
+) -> None:
     """Create topic NAME (letters, digits, '.', '_', '-'; at most 249 bytes)."""
     client = open_client(ctx)
     try:
-        info = client.create_topic(name, partitions)
+        info = client.create_topic(name, partitions, configs)
     except TopicExistsError:
         if not if_not_exists:
             raise
@@ -78,6 +100,51 @@ def describe(ctx: click.Context, name: str, node: str | None, output_format: str
         return
     print_text(description_heading(description))
     print_table(partitions_table(description))
+    if description.configs:
+        print_table(configs_table(description.configs))
+
+
+@topics.command(name="alter-config")
+@click.argument("name")
+@click.option(
+    "--set",
+    "-s",
+    "set_configs",
+    multiple=True,
+    callback=parse_configs,
+    metavar="NAME=VALUE",
+    help=CONFIG_HELP,
+)
+@click.option(
+    "--delete",
+    "-d",
+    "remove",
+    multiple=True,
+    metavar="NAME",
+    help="Remove an override (back to the default).",
+)
+@click.option("--validate-only", is_flag=True, help="Check the change and show the result; change nothing.")
+@click.option("--format", "output_format", type=FORMAT_CHOICE, default="table", show_default=True)
+@click.pass_context
+def alter_config(
+    ctx: click.Context,
+    name: str,
+    set_configs: dict[str, str],
+    remove: tuple[str, ...],
+    validate_only: bool,
+    output_format: str,
+) -> None:
+    """Set or remove config overrides of topic NAME; shows every config in effect afterwards."""
+    if not set_configs and not remove:
+        raise click.UsageError("give at least one --set NAME=VALUE or --delete NAME")
+    client = open_client(ctx)
+    configs = client.alter_topic_config(name, set_configs, remove, validate_only)
+    if output_format == "json":
+        print_json([config_to_dict(config) for config in configs])
+        return
+    if validate_only:
+        print_text(f"valid; topic {name} would have:")
+    print_table(configs_table(configs))
 
 
 @topics.command()

@@ -45,6 +45,7 @@ from kq.client.types import (
     PartitionOffsets,
     ProducerRecord,
     RecordMetadata,
+    TopicConfigValue,
     TopicInfo,
 )
 
@@ -79,6 +80,7 @@ __all__ = [
     "ServerError",
     "StaleGenerationError",
     "TooManyReadersError",
+    "TopicConfigValue",
     "TopicExistsError",
     "TopicInfo",
     "TopicNotFoundError",

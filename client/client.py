@@ -15,7 +15,7 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from kq.client.connection import Connections
 from kq.client.errors import (
@@ -35,6 +35,7 @@ from kq.client.types import (
     PeerState,
     ProducerRecord,
     RecordMetadata,
+    TopicConfigValue,
     TopicDescription,
     TopicInfo,
 )
@@ -121,10 +122,12 @@ class KqClient(GroupsApi):
 
     # Topics -------------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int) -> TopicInfo:
-        """Creates a topic (on the leader, wherever the client first lands)."""
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicInfo:
+        """Creates a topic (on the leader, wherever the client first lands), with config overrides by
+        Kafka's names (`retention.ms`, `cleanup.policy`, ...)."""
+        entries = [kq_pb2.ConfigEntry(name=key, value=value) for key, value in (configs or {}).items()]
         response = self._connections.write(
-            "CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions)
+            "CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions, configs=entries)
         )
         self._saw(response.index)
         return _topic_info(response.topic)
@@ -150,7 +153,27 @@ class KqClient(GroupsApi):
             tuple(_offsets(p) for p in response.partitions),
             response.served_by,
             response.applied_index,
+            _config_values(response.configs),
         )
+
+    def alter_topic_config(
+        self,
+        name: str,
+        set_configs: Mapping[str, str] | None = None,
+        remove: Sequence[str] = (),
+        validate_only: bool = False,
+    ) -> tuple[TopicConfigValue, ...]:
+        """Sets and removes a topic's config overrides (a removed one falls back to the cluster
+        default); returns every config in effect afterwards (or as it would be, with validate_only)."""
+        request = kq_pb2.AlterTopicConfigRequest(
+            name=name,
+            set=[kq_pb2.ConfigEntry(name=key, value=value) for key, value in (set_configs or {}).items()],
+            remove=list(remove),
+            validate_only=validate_only,
+        )
+        response = self._connections.write("AlterTopicConfig", request)
+        self._saw(response.index)
+        return _config_values(response.configs)
 
     def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]:
         """Log start and end per partition."""
@@ -513,3 +536,7 @@ def _node_status(address: str, response: kq_pb2.ClusterStatusResponse) -> NodeSt
         raft_log_entries=response.raft_log_entries,
         peers=tuple(PeerState(p.node_id, p.grpc_address, p.connected) for p in response.peers),
     )
+
+
+def _config_values(values: Iterable[kq_pb2.TopicConfigValue]) -> tuple[TopicConfigValue, ...]:
+    return tuple(TopicConfigValue(value.name, value.value, value.is_default) for value in values)

@@ -129,6 +129,7 @@ class GroupsApi:
                 p.committed_offset if p.has_committed else None,
                 p.log_end_offset,
                 p.lag,
+                p.log_start_offset,
             )
             for p in response.partitions
         )

@@ -33,6 +33,16 @@ class TopicDescription:
     partitions: tuple[PartitionOffsets, ...]
     served_by: str
     applied_index: int
+    configs: tuple[TopicConfigValue, ...] = ()  # Every config in effect, sorted by name.
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigValue:
+    """One topic config in effect, by Kafka's name; `is_default` when the topic has no override."""
+
+    name: str
+    value: str
+    is_default: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +149,12 @@ class PartitionLag:
     committed_offset: int | None
     log_end_offset: int
     lag: int
+    log_start_offset: int = 0  # Above committed_offset when retention trimmed past the commit.
+
+    @property
+    def below_log_start(self) -> bool:
+        """The committed offset names records retention has deleted: a consumer resumes at the start."""
+        return self.committed_offset is not None and self.committed_offset < self.log_start_offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -2001,6 +2001,7 @@ class PartitionLag(_message.Message):
     COMMITTED_OFFSET_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     LAG_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     member_id: _builtins.str
@@ -2009,6 +2010,10 @@ class PartitionLag(_message.Message):
     committed_offset: _builtins.int
     log_end_offset: _builtins.int
     lag: _builtins.int
+    """Lag counts from the committed offset, or from the log start when that is higher (retention
+    trimmed past the commit: those records are gone) or there is no commit.
+    """
+    log_start_offset: _builtins.int
     def __init__(
         self,
         *,
@@ -2019,10 +2024,11 @@ class PartitionLag(_message.Message):
         committed_offset: _builtins.int = ...,
         log_end_offset: _builtins.int = ...,
         lag: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "has_committed", b"has_committed", "lag", b"lag", "log_end_offset", b"log_end_offset", "member_id", b"member_id", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "has_committed", b"has_committed", "lag", b"lag", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "member_id", b"member_id", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

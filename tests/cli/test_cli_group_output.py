@@ -9,7 +9,14 @@ import click
 import pytest
 
 from kq.cli.group_consume import CLIENT_ID_DEFAULT, GroupSettings, group_settings
-from kq.cli.group_output import assignment_text, datetime_to_ms, group_heading, group_to_dict, ms_to_text
+from kq.cli.group_output import (
+    assignment_text,
+    datetime_to_ms,
+    group_heading,
+    group_to_dict,
+    lag_table,
+    ms_to_text,
+)
 from kq.client.types import GroupDescription, GroupMemberInfo, PartitionLag
 
 NO_STANDALONE = {"--partition": False, "--offset": False, "--node": False}
@@ -79,14 +86,15 @@ def test_assignment_text_groups_partitions_by_topic() -> None:
 
 
 def test_group_document_has_null_for_no_committed_offset_and_no_owner() -> None:
-    """In JSON a partition never committed has `committed_offset: null`; one nobody owns `member_id: null`."""
+    """In JSON a partition never committed has `committed_offset: null`; one nobody owns `member_id: null`;
+    a commit retention trimmed past is marked below the log start."""
     description = GroupDescription(
         "g",
         "stable",
         3,
         "sticky",
         (GroupMemberInfo("m-1", "me", ("t",), (("t", 0),)),),
-        (PartitionLag("t", 0, "m-1", None, 5, 5), PartitionLag("t", 1, "", 2, 4, 2)),
+        (PartitionLag("t", 0, "m-1", None, 5, 5), PartitionLag("t", 1, "", 2, 4, 1, 3)),
         "2",
     )
     document = group_to_dict(description)
@@ -111,19 +119,24 @@ def test_group_document_has_null_for_no_committed_offset_and_no_owner() -> None:
             "partition": 0,
             "member_id": "m-1",
             "committed_offset": None,
+            "below_log_start": False,
+            "log_start_offset": 0,
             "log_end_offset": 5,
             "lag": 5,
         },
-        {
+        {  # Retention moved the log start to 3, past the commit at 2: one record is left to read.
             "topic": "t",
             "partition": 1,
             "member_id": None,
             "committed_offset": 2,
+            "below_log_start": True,
+            "log_start_offset": 3,
             "log_end_offset": 4,
-            "lag": 2,
+            "lag": 1,
         },
     ]
-    assert document["total_lag"] == 7
+    assert list(lag_table(description).columns[3].cells) == ["-", "2 (below start)"]
+    assert document["total_lag"] == 6
     assert (
         group_heading(description)
         == "group g: stable, generation 3, assignor sticky, 1 member; served by node 2"

@@ -71,9 +71,19 @@ def test_describe_shows_lag_of_produced_records_then_none_after_a_group_consume(
     assert re.fullmatch(
         rf"group {group}: empty, generation 0, assignor range, 0 members; served by node \d+", table[0]
     )
-    assert table[1].split() == ["topic", "partition", "member", "committed", "log", "end", "lag"]
+    assert table[1].split() == [
+        "topic",
+        "partition",
+        "member",
+        "committed",
+        "log",
+        "start",
+        "log",
+        "end",
+        "lag",
+    ]
     assert [line.split() for line in table[3:6]] == [
-        [topic_name, str(p), "-", "0", str(n), str(n)] for p, n in counts.items()
+        [topic_name, str(p), "-", "0", "0", str(n), str(n)] for p, n in counts.items()
     ]
     assert table[6:] == ["total lag: 11 records"]
 
@@ -192,7 +202,7 @@ def test_cli_member_shares_partitions_and_changes_are_refused_while_members_are_
     member = background_member(group)
     member.wait_for_partitions(4)
     rows = [line.split() for line in _ok(run_kq("groups", "describe", group)).stdout.splitlines()[3:7]]
-    assert all(row[2].startswith("test-member-") and row[3:] == ["-", "2", "2"] for row in rows), rows
+    assert all(row[2].startswith("test-member-") and row[3:] == ["-", "0", "2", "2"] for row in rows), rows
 
     refusal = f"kq: error: group {group} has active members; stop its consumers first\n"
     reset = run_kq("groups", "reset-offsets", group, "-t", topic_name, "--to-latest", "--yes")

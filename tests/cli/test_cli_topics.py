@@ -137,3 +137,46 @@ def test_cluster_status_shows_an_unreachable_node_as_down(run_kq: RunKq, cluster
     assert (down["address"], down["role"]) == (dead, "down")
     assert dead in down["error"]
     assert up["error"] is None
+
+
+def test_topic_configs_are_set_shown_altered_and_refused(
+    run_kq: RunKq, client: KqClient, topic_name: str
+) -> None:
+    """`--config` at create, `describe` lists every config with its source, `alter-config` sets and
+    removes overrides; an unknown name or a bad value is one line on stderr, exit 1, nothing changed."""
+    created = run_kq(
+        "topics", "create", topic_name, "--config", "retention.ms=60000", "-c", "cleanup.policy=delete"
+    )
+    assert created.exit_code == 0, created.output
+    described = run_kq("topics", "describe", topic_name)
+    rows = {
+        line.split()[0]: line.split()[1:] for line in described.stdout.splitlines() if "." in line.split()[0]
+    }
+    assert rows["retention.ms"] == ["60000", "topic"]
+    assert rows["retention.bytes"] == ["-1", "default"]
+
+    altered = run_kq(
+        "topics", "alter-config", topic_name, "--set", "retention.bytes=1048576", "--delete", "retention.ms"
+    )
+    assert altered.exit_code == 0, altered.output
+    configs = {c.name: c for c in client.describe_topic(topic_name).configs}
+    assert (configs["retention.bytes"].value, configs["retention.bytes"].is_default) == ("1048576", False)
+    assert (configs["retention.ms"].value, configs["retention.ms"].is_default) == ("-1", True)
+
+    for bad in ("retention.ms=soon", "segment.bytes=1", "max.message.bytes=0"):
+        refused = run_kq("topics", "alter-config", topic_name, "--set", bad)
+        assert (
+            refused.exit_code == 1
+            and refused.stderr.startswith("kq: error: ")
+            and refused.stderr.count("\n") == 1
+        )
+    assert {c.name: c.value for c in client.describe_topic(topic_name).configs} == {
+        name: config.value for name, config in configs.items()
+    }
+    checked = run_kq("topics", "alter-config", topic_name, "--set", "retention.ms=5", "--validate-only")
+    assert checked.exit_code == 0 and checked.stdout.startswith("valid;")
+    assert (
+        next(c for c in client.describe_topic(topic_name).configs if c.name == "retention.ms").value == "-1"
+    )
+    missing = run_kq("topics", "create", topic_name + "-x", "--config", "retention.ms")
+    assert missing.exit_code == 2 and "is not name=value" in missing.stderr
