@@ -16,6 +16,7 @@ from kq.broker.edge import RateLimitedLog
 from kq.broker.kafka.base import NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster import ClusterApis
+from kq.broker.kafka.configs import ConfigApis
 from kq.broker.kafka.fetch import FetchApis
 from kq.broker.kafka.framing import (
     FrameError,
@@ -37,7 +38,7 @@ API_VERSIONS = 18
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ProduceApis, FetchApis, GroupApis):
+class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -63,6 +64,8 @@ class KafkaApis(ClusterApis, ProduceApis, FetchApis, GroupApis):
             20: (1, 4, self.delete_topics),
             22: (0, 4, self.init_producer_id),
             32: (0, 4, self.describe_configs),
+            33: (0, 2, self.alter_configs),
+            44: (0, 1, self.incremental_alter_configs),
             60: (0, 1, self.describe_cluster),
         }
 

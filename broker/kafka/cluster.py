@@ -1,5 +1,5 @@
-"""Kafka's cluster and topic APIs: Metadata, DescribeCluster, FindCoordinator, DescribeConfigs,
-CreateTopics, DeleteTopics and InitProducerId.
+"""Kafka's cluster and topic APIs: Metadata, DescribeCluster, FindCoordinator, CreateTopics,
+DeleteTopics and InitProducerId (the config APIs are in configs.py).
 
 kq has one Raft leader for every partition, so Metadata names it as every partition's leader (and
 the controller and every group's coordinator); every node is a replica, and the nodes this one hears
@@ -36,17 +36,14 @@ from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.broker.validation import check_partition_count, check_topic_name
 from kq.proto import kq_pb2
-from kq.proto.limits import RECORD_BYTES_MAX
+from kq.raft.topic_config import configs_problem
 from kq.raft.validation import partition_count_problem, topic_name_problem
 from kq.storage import TopicMeta
 
 METADATA, FIND_COORDINATOR, CREATE_TOPICS, DELETE_TOPICS = 3, 10, 19, 20
-INIT_PRODUCER_ID, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 22, 32, 60
+INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 22, 60
 BROKERS_ENDPOINT = 1  # DescribeCluster v1's endpoint_type: the brokers (not the controllers).
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value of authorized-operations fields.
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-DEFAULT_CONFIG, STATIC_BROKER_CONFIG = 5, 4  # DescribeConfigs config_source values.
-CONFIG_TYPE = {"string": 2, "int": 3, "long": 5, "boolean": 1}
 
 
 class ClusterApis(KafkaBase):
@@ -205,78 +202,6 @@ class ClusterApis(KafkaBase):
             port=leader.port,
         )
 
-    # Configs ------------------------------------------------------------------------------------
-
-    async def describe_configs(self, request: Request, connection: Connection) -> Any:
-        """Topic and broker settings, read-only (kq's are fixed until topic configs exist)."""
-        module = response_module(DESCRIBE_CONFIGS, request.api_version)
-        results = []
-        for resource in request.body.resources:
-            code, message, configs = (
-                NONE,
-                None,
-                self._configs_of(resource.resource_type, resource.resource_name),
-            )
-            if configs is None:
-                code, message, configs = UNKNOWN_TOPIC_OR_PARTITION, "unknown resource", {}
-            wanted = resource.configuration_keys
-            entries = tuple(
-                build(
-                    module.DescribeConfigsResourceResult,
-                    name=name,
-                    value=value,
-                    read_only=True,
-                    is_default=True,
-                    config_source=DEFAULT_CONFIG
-                    if resource.resource_type == TOPIC_RESOURCE
-                    else STATIC_BROKER_CONFIG,
-                    is_sensitive=False,
-                    synonyms=(),
-                    config_type=CONFIG_TYPE[kind],
-                    documentation=None,
-                )
-                for name, (value, kind) in configs.items()
-                if not wanted
-                or name in wanted  # Null or empty: all of them (kafka-python sends an empty list).
-            )
-            results.append(
-                build(
-                    module.DescribeConfigsResult,
-                    error_code=code,
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                    configs=entries,
-                )
-            )
-        return build(module.DescribeConfigsResponse, throttle_time=0, results=tuple(results))
-
-    def _configs_of(self, resource_type: int, name: str) -> dict[str, tuple[str, str]] | None:
-        if resource_type == TOPIC_RESOURCE:
-            with self._store.read() as reader:
-                if topic_name_problem(name) or reader.topic(name) is None:
-                    return None
-            return {
-                "cleanup.policy": ("delete", "string"),
-                "retention.ms": ("-1", "long"),
-                "retention.bytes": ("-1", "long"),
-                "max.message.bytes": (str(RECORD_BYTES_MAX), "int"),
-                "message.timestamp.type": ("CreateTime", "string"),
-                "compression.type": ("producer", "string"),
-                "min.insync.replicas": (str(len(self._settings.brokers) // 2 + 1), "int"),
-            }
-        if resource_type == BROKER_RESOURCE:
-            if name not in ("", str(self._settings.self_broker_id)):
-                return None
-            return {
-                "broker.id": (str(self._settings.self_broker_id), "int"),
-                "num.partitions": (str(self._settings.default_partitions), "int"),
-                "auto.create.topics.enable": (str(self._settings.auto_create_topics).lower(), "boolean"),
-                "message.max.bytes": (str(RECORD_BYTES_MAX), "int"),
-                "default.replication.factor": (str(len(self._settings.brokers)), "int"),
-            }
-        return None
-
     # Topics -------------------------------------------------------------------------------------
 
     async def create_topics(self, request: Request, connection: Connection) -> Any:
@@ -289,7 +214,7 @@ class ClusterApis(KafkaBase):
             )
             code, message = self._create_problem(topic, partitions)
             if code == NONE and not request.body.validate_only:
-                code, message = await self._create(topic.name, partitions)
+                code, message = await self._create(topic.name, partitions, topic.configs)
             elif code == NONE:
                 code, message = await self._in_reads(self._exists_problem, topic.name)
             results.append(
@@ -324,8 +249,11 @@ class ClusterApis(KafkaBase):
                 INVALID_REQUEST,
                 "manual replica assignment is not supported: every node holds every partition",
             )
-        if topic.configs:
-            return INVALID_CONFIG, f"topic configs are not supported yet (got {topic.configs[0].name})"
+        if any(config.value is None for config in topic.configs):
+            return INVALID_CONFIG, "a topic config needs a value"
+        problem = configs_problem([kq_pb2.ConfigEntry(name=c.name, value=c.value) for c in topic.configs])
+        if problem:
+            return INVALID_CONFIG, problem
         return NONE, None
 
     def _exists_problem(self, name: str) -> tuple[int, str | None]:
@@ -334,11 +262,14 @@ class ClusterApis(KafkaBase):
                 return TOPIC_ALREADY_EXISTS, f"topic {name} already exists"
         return NONE, None
 
-    async def _create(self, name: str, partitions: int) -> tuple[int, str | None]:
+    async def _create(self, name: str, partitions: int, configs: Any = ()) -> tuple[int, str | None]:
         try:
             check_topic_name(name)
             check_partition_count(partitions)
-            await self._on_leader("CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions))
+            entries = [kq_pb2.ConfigEntry(name=c.name, value=c.value or "") for c in configs]
+            await self._on_leader(
+                "CreateTopic", kq_pb2.CreateTopicRequest(name=name, partitions=partitions, configs=entries)
+            )
         except KqError as error:
             return kafka_code(error, NOT_CONTROLLER), str(error)
         return NONE, None
