@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from kq.broker.background import BackgroundThread
 from kq.broker.consensus import Consensus
 from kq.proto import kq_pb2
 from kq.proto.limits import COORDINATOR_TICK_S, EXPIRY_RETRY_S
@@ -36,12 +37,14 @@ THREAD_NAME = "kq-groups"
 MemberKey = tuple[str, str]  # (group, member id)
 
 
-class GroupCoordinator:
+class GroupCoordinator(BackgroundThread):
     """Tracks member liveness on the leader and proposes expiries.
 
     `clock_ms` is the wall clock stamped into commands (and compared with a group's
     `phase_started_ms`); `clock_s` the monotonic clock of the timers. Tests pass fakes of both.
     """
+
+    thread_name = THREAD_NAME  # Stopped within one tick; the store may close after.
 
     def __init__(
         self,
@@ -59,20 +62,7 @@ class GroupCoordinator:
         self._last_seen: dict[MemberKey, float] = {}  # Keys: exactly _members.
         self._proposed: dict[MemberKey, float] = {}  # Keys within _members: no expiry proposal before.
         self._leading_since: float | None = None
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Starts the kq-groups thread."""
-        assert self._thread is None, "started twice"
-        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stops the kq-groups thread and waits for it (at most one tick); the store may close after."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
+        super().__init__()
 
     def heard_from(self, group: str, member_id: str) -> None:
         """Records a sign of life (join, heartbeat, commit) from a member its group holds."""

@@ -25,10 +25,10 @@ nothing but its Event; the store and consensus are thread-safe.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kq.broker.background import BackgroundThread
 from kq.broker.consensus import Consensus
 from kq.broker.errors import KqError
 from kq.broker.proposals import propose_and_wait
@@ -93,8 +93,10 @@ def trim_point(
     return None
 
 
-class Retention:
+class Retention(BackgroundThread):
     """The leader's retention loop (see the module docstring)."""
+
+    thread_name = THREAD_NAME
 
     def __init__(
         self,
@@ -109,20 +111,11 @@ class Retention:
         self._clock_ms = clock_ms
         self._topic_defaults = dict(topic_defaults)
         self._check_s = check_s
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
-    def start(self) -> None:
-        """Starts the kq-retention thread."""
-        assert self._thread is None, "started twice"
-        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
+    def stop(self, timeout_s: float | None = None) -> None:
         """Stops the thread; a proposal in flight ends within PROPOSAL_TIMEOUT_S."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=PROPOSAL_TIMEOUT_S + self._check_s)
+        super().stop(PROPOSAL_TIMEOUT_S + self._check_s if timeout_s is None else timeout_s)
 
     def _run(self) -> None:
         while not self._stopping.wait(self._check_s):
