@@ -13,7 +13,7 @@ import threading
 class BackgroundThread:
     """One named daemon thread running `_run` until `stop()`."""
 
-    thread_name = "kq-background"
+    thread_name: str  # Each subclass names its thread (and DESIGN.md's thread table lists it).
 
     def __init__(self) -> None:
         self._stopping = threading.Event()

@@ -97,6 +97,18 @@ def _thread_names_created(path: Path) -> Iterator[tuple[int, str | None]]:
         for target in node.targets
         if isinstance(target, ast.Name) and isinstance(node.value.value, str)
     }
+    for node in ast.walk(tree):  # BackgroundThread subclasses (broker/background.py) name theirs here.
+        if isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "thread_name" for t in statement.targets
+                ):
+                    named = statement.value
+                    if isinstance(named, ast.Constant) and isinstance(named.value, str):
+                        yield statement.lineno, named.value
+                    else:
+                        resolved = constants.get(named.id) if isinstance(named, ast.Name) else None
+                        yield statement.lineno, resolved
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -105,6 +117,8 @@ def _thread_names_created(path: Path) -> Iterator[tuple[int, str | None]]:
         if keyword is None:
             continue
         value = next((k.value for k in node.keywords if k.arg == keyword), None)
+        if isinstance(value, ast.Attribute) and value.attr == "thread_name":
+            continue  # BackgroundThread's own start(): each subclass's name is checked above.
         name: str | None = None
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
             name = value.value
