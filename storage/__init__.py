@@ -30,6 +30,14 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                 key: topic_id u64                                                           (8 bytes)
                 value: the topic's config overrides, a `TopicConfigs` protobuf, entries sorted by name
                        (raft/topic_config.py); no row: no override
+    timestamps  key: topic_id u64 | partition u32 | (2**63 - 1 - maxTimestamp) u64 | base_offset u64
+                value: empty                                                          (28 + 0 bytes)
+                       one row per stored batch whose header's maxTimestamp is not -1, written and
+                       deleted with the batch (append, trim, topic deletion): a partition's first row
+                       is its batch with the largest maxTimestamp, the earliest of those sharing it,
+                       found in one seek (ListOffsets MAX_TIMESTAMP; rows of batches a bounded trim
+                       left below the log start are skipped). A store written before the index
+                       existed gets it built at open, from the batches alone
 
 Every write goes through one LMDB write transaction per applied Raft entry, which also stores the
 entry's index in `applied_index`: state and index move together or not at all.

@@ -13,7 +13,13 @@ from typing import Any
 import lmdb
 
 from kq.storage.errors import StorageError
-from kq.storage.records import StoredBatch, decode_batch, max_timestamp_of, record_count_of, stamp_base_offset
+from kq.storage.records import (
+    StoredBatch,
+    decode_batch,
+    max_timestamp_of,
+    record_count_of,
+    stamp_base_offset,
+)
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
 MAX_DATABASES = 12  # The named databases below, with room to add some.
@@ -27,6 +33,8 @@ _TOPIC = struct.Struct(">QIq")
 _PARTITION_KEY = struct.Struct(">QI")
 _PARTITION_STATE = struct.Struct(">QQQ")
 _RECORD_KEY = struct.Struct(">QIQ")
+_TIMESTAMP_KEY = struct.Struct(">QIQQ")  # topic_id, partition, INT64_MAX - maxTimestamp, base_offset
+_INT64_MAX = 2**63 - 1
 _PRODUCER_KEY = struct.Struct(">QQI")
 _PRODUCER_EPOCH = struct.Struct(">HB")  # epoch, count of the appends that follow
 _PRODUCER_APPEND = struct.Struct(">IIQ")  # first sequence, record count, base offset
@@ -44,6 +52,7 @@ DATABASE_NAMES = (
     b"groups",
     b"offsets",
     b"topic_configs",
+    b"timestamps",
 )
 _GROUP_NAME_LENGTH = struct.Struct(">H")
 _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
@@ -131,7 +140,13 @@ class Store:
             readahead=False,
             lock=True,
         )
-        return cls(environment, path, map_size_bytes)
+        store = cls(environment, path, map_size_bytes)
+        with environment.begin(write=False) as transaction:
+            missing = _timestamp_index_missing(transaction, store._databases)
+        if missing:  # A store written before the index existed: built once, from the batches alone.
+            with environment.begin(write=True) as transaction:
+                _build_timestamp_index(transaction, store._databases)
+        return store
 
     def map_size_bytes(self) -> int:
         """The address space reserved for the environment."""
@@ -193,6 +208,8 @@ class Store:
                 transaction.drop(target_db, delete=False)
                 cursor = source.cursor(db=other._databases[name])
                 transaction.cursor(db=target_db).putmulti(iter(cursor), append=True)
+            if _timestamp_index_missing(transaction, self._databases):  # A copy from an older node.
+                _build_timestamp_index(transaction, self._databases)
 
     def dump(self) -> list[tuple[bytes, bytes, bytes]]:
         """Every (database, key, value) in order: for tests that compare replicas byte by byte."""
@@ -217,6 +234,32 @@ def _batches(cursor: Any) -> Iterator[list[tuple[bytes, bytes]]]:
         yield batch
 
 
+def _timestamp_index_missing(transaction: Any, databases: dict[bytes, Any]) -> bool:
+    """Whether the store holds batches but no `timestamps` rows (written by a kq without the index)."""
+    has_records = transaction.cursor(db=databases[b"records"]).first()
+    return bool(has_records) and not transaction.cursor(db=databases[b"timestamps"]).first()
+
+
+def _build_timestamp_index(transaction: Any, databases: dict[bytes, Any]) -> None:
+    """Indexes every stored batch by its maxTimestamp: a pure function of the batches, so every replica
+    that builds it ends with the same rows that `append` would have written."""
+    index = databases[b"timestamps"]
+    for raw_key, raw in transaction.cursor(db=databases[b"records"]):
+        key = _timestamp_key(raw_key, raw)
+        if key is not None:
+            transaction.put(key, b"", db=index)
+
+
+def _timestamp_key(record_key: bytes | memoryview, batch: bytes | memoryview) -> bytes | None:
+    """The `timestamps` key of the batch stored under `record_key`, or None when its maxTimestamp is -1
+    (no timestamp)."""
+    topic_id, partition, base_offset = _RECORD_KEY.unpack(record_key)
+    max_timestamp_ms = max_timestamp_of(batch)
+    if max_timestamp_ms < 0:
+        return None
+    return _TIMESTAMP_KEY.pack(topic_id, partition, _INT64_MAX - max_timestamp_ms, base_offset)
+
+
 class StoreReader:
     """Typed reads inside one transaction."""
 
@@ -230,6 +273,7 @@ class StoreReader:
         self._groups = databases[b"groups"]
         self._offsets = databases[b"offsets"]
         self._topic_configs = databases[b"topic_configs"]
+        self._timestamps = databases[b"timestamps"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -331,6 +375,30 @@ class StoreReader:
             total_bytes += len(raw)
         return result
 
+    def max_timestamp(
+        self, topic_id: int, partition: int, log_start_offset: int, rows_max: int
+    ) -> tuple[int, int] | None:
+        """(maxTimestamp, base offset) of the stored batch with the largest maxTimestamp header, the first
+        of those that share it, among the batches not wholly below `log_start_offset`; None when there
+        is none, or when it is not within the first `rows_max` rows of the `timestamps` index: what
+        ListOffsets' MAX_TIMESTAMP (KIP-734) answers from. One seek; every row skipped is a batch a
+        bounded trim left below the log start (retention deletes those), so the read is bounded."""
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        cursor = self._transaction.cursor(db=self._timestamps)
+        if not cursor.set_range(prefix):
+            return None
+        for _ in range(rows_max):
+            key = bytes(cursor.key())
+            if key[: len(prefix)] != prefix:
+                return None
+            _, _, inverted, base_offset = _TIMESTAMP_KEY.unpack(key)
+            raw = self._transaction.get(_RECORD_KEY.pack(topic_id, partition, base_offset), db=self._records)
+            if raw is not None and base_offset + record_count_of(raw) > log_start_offset:
+                return _INT64_MAX - inverted, base_offset
+            if not cursor.next():
+                return None
+        return None
+
     def group(self, name: str) -> bytes | None:
         """The group's serialized state (opaque to storage), or None."""
         raw = self._transaction.get(name.encode(), db=self._groups)
@@ -409,6 +477,7 @@ class StoreWriter(StoreReader):
         for partition in range(topic.partitions):
             self._transaction.delete(_PARTITION_KEY.pack(topic.topic_id, partition), db=self._partitions)
         self._delete_prefix(self._records, _U64.pack(topic.topic_id))
+        self._delete_prefix(self._timestamps, _U64.pack(topic.topic_id))
         cursor = self._transaction.cursor(db=self._producers)
         stale = [
             bytes(key)
@@ -454,10 +523,12 @@ class StoreWriter(StoreReader):
         record_count = record_count_of(batch)
         assert record_count > 0, "apply appends only checked batches"
         value = stamp_base_offset(batch, base_offset)
-        added = self._transaction.put(
-            _RECORD_KEY.pack(topic_id, partition, base_offset), value, db=self._records, overwrite=False
-        )
+        record_key = _RECORD_KEY.pack(topic_id, partition, base_offset)
+        added = self._transaction.put(record_key, value, db=self._records, overwrite=False)
         assert added, "an offset was already taken"
+        timestamp_key = _timestamp_key(record_key, value)
+        if timestamp_key is not None:
+            self._transaction.put(timestamp_key, b"", db=self._timestamps)
         self._put_partition(
             topic_id,
             partition,
@@ -487,6 +558,9 @@ class StoreWriter(StoreReader):
                     break
                 freed_bytes += len(cursor.value())
                 deleted += 1
+                timestamp_key = _timestamp_key(cursor.key(), cursor.value())
+                if timestamp_key is not None:
+                    self._transaction.delete(timestamp_key, db=self._timestamps)
                 if not cursor.delete():
                     break
         self._put_partition(

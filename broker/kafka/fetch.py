@@ -28,11 +28,13 @@ from kq.broker.kafka.base import (
 from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
+from kq.broker.service_base import stored_records
 from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
 from kq.proto.limits import (
     FETCH_BYTES_MAX,
     FETCH_WAIT_MS_MAX,
     KAFKA_FETCH_WATCHED_PARTITIONS_MAX,
+    KAFKA_MAX_TIMESTAMP_ROWS_MAX,
     KAFKA_PARTITIONS_PER_REQUEST_MAX,
 )
 from kq.raft.validation import topic_name_problem
@@ -156,7 +158,8 @@ class FetchApis(KafkaBase):
     # ListOffsets --------------------------------------------------------------------------------
 
     async def list_offsets(self, request: Request, connection: Connection) -> Any:
-        """Each partition's earliest or latest offset, or the first at or after a timestamp."""
+        """Each partition's earliest or latest offset, the record with the largest timestamp (-3), or
+        the first offset at or after a timestamp."""
         module = response_module(LIST_OFFSETS, request.api_version)
         wanted = [
             (topic.name, partition.partition_index, partition.timestamp)
@@ -195,8 +198,11 @@ class FetchApis(KafkaBase):
                     answers.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
                 elif timestamp == EARLIEST:
                     answers.append((NONE, -1, state.log_start_offset))
-                elif timestamp in (LATEST, MAX_TIMESTAMP):
+                elif timestamp == LATEST:
                     answers.append((NONE, -1, state.log_end_offset))
+                elif timestamp == MAX_TIMESTAMP:
+                    found = max_timestamp_offset(reader, topic.topic_id, partition, state.log_start_offset)
+                    answers.append((NONE, *found))
                 elif timestamp < 0:
                     answers.append((INVALID_REQUEST, -1, -1))
                 else:
@@ -205,6 +211,29 @@ class FetchApis(KafkaBase):
                     )
                     answers.append((NONE, timestamp, -1) if offset is None else (NONE, timestamp, offset))
         return answers
+
+
+def max_timestamp_offset(reader: StoreReader, topic_id: int, partition: int, start: int) -> tuple[int, int]:
+    """(timestamp, offset) of the record with the largest timestamp (KIP-734), (-1, -1) without one.
+
+    As Kafka (3.8+, KAFKA-16310) does, the answer comes from batch headers: the batch with the largest
+    maxTimestamp (the earliest of those sharing it; one seek in the store's `timestamps` index), then
+    the first record of that batch, at or after the log start, whose timestamp equals it. Only that
+    one batch is decoded, so the cost is bounded by one batch whatever the partition holds. In a
+    LogAppendTime batch every record reads as maxTimestamp, so that is its first record. A header
+    whose maxTimestamp no record carries (clients differ) answers the batch's last offset, as Kafka
+    did before 3.8 (its index kept the batch's last offset).
+    """
+    found = reader.max_timestamp(topic_id, partition, start, KAFKA_MAX_TIMESTAMP_ROWS_MAX)
+    if found is None:
+        return -1, -1
+    timestamp_ms, base_offset = found
+    batch = reader.batches(topic_id, partition, base_offset, 1)[0]
+    for record in stored_records(batch):
+        offset = batch.base_offset + record.offset_delta
+        if offset >= start and record.timestamp_ms == timestamp_ms:
+            return timestamp_ms, offset
+    return timestamp_ms, batch.next_offset - 1
 
 
 def _read_partition(
