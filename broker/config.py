@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from kq.proto.limits import (
     KAFKA_DEFAULT_PARTITIONS,
     KAFKA_FRAME_BYTES_DEFAULT,
     PEERS_MAX,
+    RACK_NAME_LENGTH_MAX,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
@@ -41,12 +43,17 @@ class NodeConfig:
     # Defaults of the leader-run topic configs, by Kafka's names (`--topic-default`, raft/topic_config.py).
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
     retention_check_s: float = RETENTION_CHECK_S_DEFAULT  # How often the leader looks for expired records.
+    rack: str = ""  # Kafka's broker.rack ("": none): where follower fetching (KIP-392) sends consumers.
 
     @property
     def self_peer(self) -> Peer:
         """This node as a Peer."""
         return Peer(
-            self.node_id, self.raft_address, self.grpc_address, self.kafka.address if self.kafka else ""
+            self.node_id,
+            self.raft_address,
+            self.grpc_address,
+            self.kafka.address if self.kafka else "",
+            self.rack,
         )
 
 
@@ -68,23 +75,44 @@ def parse_address(text: str, what: str) -> str:
     return text
 
 
-def parse_peers(text: str, self_id: str) -> tuple[Peer, ...]:
-    """Parses `id=raft_host:port=grpc_host:port[=kafka_host:port],...`; the entry for `self_id` (if
-    listed) is dropped."""
+_RACK_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{RACK_NAME_LENGTH_MAX}}}")
+
+
+def parse_rack(text: str, what: str) -> str:
+    """Checks a rack name ("" for none) and returns it unchanged."""
+    if text and not _RACK_NAME.fullmatch(text):
+        raise ConfigError(
+            f"{what} must be 1 to {RACK_NAME_LENGTH_MAX} letters, digits, '.', '_' or '-', got {text!r}"
+        )
+    return text
+
+
+def parse_peers(text: str, self_id: str, self_rack: str = "") -> tuple[Peer, ...]:
+    """Parses `id=raft_host:port=grpc_host:port[=kafka_host:port][@rack],...`; the entry for `self_id`
+    (if listed) is dropped, after checking that any rack it names is `self_rack` (the node's --rack).
+
+    The rack is a suffix rather than a fifth field so that a peer without a Kafka listener can have
+    one, and every spec written before racks existed still parses the same."""
     peers: list[Peer] = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        fields = item.split("=")
-        if len(fields) not in (3, 4) or not fields[0]:
-            raise ConfigError(f"peer {item!r} must be id=raft_host:port=grpc_host:port[=kafka_host:port]")
+        spec, at, rack = item.partition("@")
+        fields = spec.split("=")
+        if len(fields) not in (3, 4) or not fields[0] or (at and not rack):
+            raise ConfigError(
+                f"peer {item!r} must be id=raft_host:port=grpc_host:port[=kafka_host:port][@rack]"
+            )
         node_id, raft_address, grpc_address = fields[:3]
         peer = Peer(
             node_id,
             parse_address(raft_address, "peer raft address"),
             parse_address(grpc_address, "peer gRPC address"),
             parse_address(fields[3], "peer Kafka address") if len(fields) == 4 else "",
+            parse_rack(rack, "a peer's rack"),
         )
         if node_id != self_id:
             peers.append(peer)
+        elif rack and rack != self_rack:
+            raise ConfigError(f"--peers puts node {node_id} in rack {rack!r} but its --rack is {self_rack!r}")
     ids = [peer.node_id for peer in peers]
     if len(set(ids)) != len(ids):
         raise ConfigError("peer ids must be unique")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from kq.raft.node import RaftNode
@@ -14,12 +14,14 @@ PYSYNCOBJ_SUCCESS = 0  # pysyncobj.FAIL_REASON.SUCCESS
 
 @dataclass(frozen=True, slots=True)
 class Peer:
-    """A cluster member as configured: its id, Raft address, gRPC address and Kafka listener ("": none)."""
+    """A cluster member as configured: its id, Raft address, gRPC address, Kafka listener ("": none) and
+    rack (Kafka's broker.rack, "": none)."""
 
     node_id: str
     raft_address: str
     grpc_address: str
     kafka_address: str = ""
+    rack: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,8 @@ class ConsensusStatus:
     connected: dict[str, bool]  # Peer node id -> connected.
     ready: bool
     log_entries: int
+    # Peer node id -> the last Raft index it is known to hold (the leader's match index; 0: not heard).
+    match_indexes: dict[str, int] = field(default_factory=dict)
 
 
 class Consensus(Protocol):
@@ -97,4 +101,7 @@ class PySyncObjConsensus:
             },
             ready=bool(self._node.isReady()),
             log_entries=int(raw["log_len"]),
+            match_indexes={
+                peer.node_id: int(raw.get(f"match_idx_server_{peer.raft_address}", 0)) for peer in self._peers
+            },
         )

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from kq.broker.admission import ReaderAdmission, ReaderLimits
-from kq.broker.config import ConfigError, KafkaConfig, NodeConfig, parse_address, parse_peers
+from kq.broker.config import ConfigError, KafkaConfig, NodeConfig, parse_address, parse_peers, parse_rack
 from kq.broker.consensus import PySyncObjConsensus
 from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
 from kq.broker.groups import GroupCoordinator
@@ -211,7 +211,10 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
 @click.option(
     "--peers",
     required=True,
-    help="Cluster members as id=raft_host:port=grpc_host:port, comma-separated (KQ_PEERS).",
+    help=(
+        "Cluster members as id=raft_host:port=grpc_host:port[=kafka_host:port][@rack], comma-separated "
+        "(KQ_PEERS)."
+    ),
 )
 @click.option(
     "--data-dir",
@@ -302,6 +305,12 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     type=click.IntRange(100, 86_400_000),
     help="How often the leader trims expired records (Kafka's log.retention.check.interval.ms).",
 )
+@click.option(
+    "--rack",
+    default="",
+    help="This node's rack or zone (Kafka's broker.rack; KQ_RACK): consumers with that client.rack "
+    "are sent here to fetch (KIP-392).",
+)
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 def main(
     node_id: str,
@@ -326,13 +335,15 @@ def main(
     auto_create_topics: bool,
     topic_default: tuple[str, ...],
     retention_check_ms: int,
+    rack: str,
     log_level: str,
 ) -> None:
     """Runs one kq node."""
     try:
         parse_address(grpc_address, "--grpc-address")
         parse_address(raft_address, "--raft-address")
-        peer_list = parse_peers(peers, node_id)
+        parse_rack(rack, "--rack")
+        peer_list = parse_peers(peers, node_id, rack)
         if election_timeout_min_ms >= election_timeout_max_ms:
             raise ConfigError("--election-timeout-min-ms must be below --election-timeout-max-ms")
         if not secret:
@@ -381,6 +392,7 @@ def main(
         kafka,
         topic_defaults,
         retention_check_ms / 1000,
+        rack,
     )
     if kafka is not None:
         try:

@@ -43,6 +43,7 @@ class RunSettings:
     ready_timeout_s: float
     base_kafka_port: int
     program: str  # How the user called us, for the hints we print ("deploy/run-cluster.sh").
+    racks: tuple[str, ...] = ()  # One per node (KQ_RACKS), or none.
 
     def cluster(self) -> LocalCluster:
         """The cluster of this run directory, with every node that still runs adopted by its PID.
@@ -57,6 +58,7 @@ class RunSettings:
             grpc_ports=[self.base_grpc_port + n for n in range(1, size + 1)],
             raft_ports=[self.base_raft_port + n for n in range(1, size + 1)],
             kafka_ports=[self.base_kafka_port + n for n in range(1, size + 1)],
+            racks=self.racks or None,
             record_pids=True,
             detach=True,
         )
@@ -192,6 +194,13 @@ PORT_BASE = click.IntRange(1, 65535 - NODES_MAX)
     type=PORT_BASE,
     help="Node N: Kafka listener this+N (9092, 9093, 9094 by default)",
 )
+@click.option(
+    "--racks",
+    envvar="KQ_RACKS",
+    default="",
+    help="Comma-separated rack of each node, e.g. a,b,c (Kafka's broker.rack; consumers with a "
+    "client.rack fetch from that rack's node). Empty: none.",
+)
 @click.option("--program", default="python -m kq.deploy", hidden=True, help="Our name in printed hints.")
 @click.pass_context
 def main(
@@ -202,12 +211,13 @@ def main(
     base_raft_port: int,
     ready_timeout_s: float,
     base_kafka_port: int,
+    racks: str,
     program: str,
 ) -> None:
     """A local kq cluster on 127.0.0.1 that keeps running after this command.
 
-    Options also come from KQ_RUN_DIR, KQ_NODES, KQ_BASE_GRPC_PORT, KQ_BASE_RAFT_PORT, KQ_BASE_KAFKA_PORT and
-    KQ_READY_TIMEOUT_S; KQ_SECRET is the cluster's Raft secret (default: generated into the run
+    Options also come from KQ_RUN_DIR, KQ_NODES, KQ_BASE_GRPC_PORT, KQ_BASE_RAFT_PORT, KQ_BASE_KAFKA_PORT,
+    KQ_READY_TIMEOUT_S and KQ_RACKS; KQ_SECRET is the cluster's Raft secret (default: generated into the run
     directory). Other KQ_* variables reach kq-node as its options (e.g. KQ_LOG_LEVEL=debug).
     """
     grpc_ports = range(base_grpc_port + 1, base_grpc_port + nodes + 1)
@@ -217,8 +227,20 @@ def main(
         raise click.BadParameter(
             "the gRPC, Raft and Kafka port ranges overlap", param_hint="--base-raft-port"
         )
+    rack_list = tuple(rack.strip() for rack in racks.split(",")) if racks else ()
+    if rack_list and len(rack_list) != nodes:
+        raise click.BadParameter(
+            f"{len(rack_list)} racks for {nodes} nodes: give one per node", param_hint="--racks"
+        )
     context.obj = RunSettings(
-        run_dir.absolute(), nodes, base_grpc_port, base_raft_port, ready_timeout_s, base_kafka_port, program
+        run_dir.absolute(),
+        nodes,
+        base_grpc_port,
+        base_raft_port,
+        ready_timeout_s,
+        base_kafka_port,
+        program,
+        rack_list,
     )
 
 

@@ -138,6 +138,7 @@ class NodeSpec:
     raft_address: str
     data_dir: Path
     kafka_address: str = ""  # "": the node runs no Kafka listener.
+    rack: str = ""  # "": none (the node's --rack, Kafka's broker.rack).
 
 
 class LocalCluster:
@@ -147,7 +148,8 @@ class LocalCluster:
     gives a command prefix per node id, which must exec the node in place (as `ip netns exec` does) so
     that the PID held here is the node's own. `grpc_ports`/`raft_ports` fix the ports (default: free
     ones from the kernel). `record_pids` writes `node<id>.pid` files, and `detach` starts the nodes in
-    their own session, so they outlive this process (`python -m kq.deploy start`).
+    their own session, so they outlive this process (`python -m kq.deploy start`). `racks` (one per
+    node, "" for none) gives each node its --rack and lists it in every node's --peers.
     """
 
     def __init__(
@@ -164,6 +166,7 @@ class LocalCluster:
         raft_ports: Sequence[int] | None = None,
         kafka_ports: Sequence[int] | None = None,
         kafka: bool = True,
+        racks: Sequence[str] | None = None,
         record_pids: bool = False,
         detach: bool = False,
     ) -> None:
@@ -176,6 +179,8 @@ class LocalCluster:
         if kafka and kafka_ports is None:
             kafka_ports = free_ports(size)
         assert not kafka or (kafka_ports is not None and len(kafka_ports) == size), "one Kafka port per node"
+        rack_list = list(racks) if racks is not None else [""] * size
+        assert len(rack_list) == size, "one rack per node"
         self.base_dir = base_dir
         self.secret = secret
         self.node_args = tuple(node_args)
@@ -189,6 +194,7 @@ class LocalCluster:
                 f"{host_list[i]}:{raft_ports[i]}",
                 base_dir / f"node{i + 1}",
                 f"{host_list[i]}:{kafka_ports[i]}" if kafka and kafka_ports is not None else "",
+                rack_list[i],
             )
             for i in range(size)
         }
@@ -220,9 +226,10 @@ class LocalCluster:
         return ",".join(spec.kafka_address for spec in self.nodes.values() if spec.kafka_address)
 
     def peers_argument(self) -> str:
-        """The --peers value naming every node (with its Kafka listener, when it has one)."""
+        """The --peers value naming every node (with its Kafka listener and rack, when it has them)."""
         return ",".join(
             "=".join(filter(None, (s.node_id, s.raft_address, s.grpc_address, s.kafka_address)))
+            + (f"@{s.rack}" if s.rack else "")
             for s in self.nodes.values()
         )
 
@@ -261,6 +268,7 @@ class LocalCluster:
             "--data-dir",
             str(spec.data_dir),
             *(("--kafka-address", spec.kafka_address) if spec.kafka_address else ()),
+            *(("--rack", spec.rack) if spec.rack else ()),
             *self.node_args,
         ]
 

@@ -25,6 +25,8 @@
 #   KQ_BASE_GRPC_PORT   node N's gRPC port is this + N                     (default: 9100)
 #   KQ_BASE_RAFT_PORT   node N's Raft port is this + N                     (default: 7100)
 #   KQ_READY_TIMEOUT_S  how long start, restart and kill wait for a leader (default: 60)
+#   KQ_RACKS            each node's rack, comma-separated, e.g. a,b,c: consumers with a client.rack
+#                       fetch from that rack's node (KIP-392)          (default: none)
 # Other KQ_* variables reach kq-node as its options (e.g. KQ_LOG_LEVEL=debug); see `kq-node --help`.
 
 set -euo pipefail

@@ -217,6 +217,8 @@ KAFKA_PARTITIONS_PER_REQUEST_MAX = 10_000  # Partitions named in one Produce, Fe
 # start (a trim deletes at most TRIM_BATCHES_PER_ENTRY_MAX); past it, -1/-1 until retention deletes them.
 KAFKA_MAX_TIMESTAMP_ROWS_MAX = TRIM_BATCHES_PER_ENTRY_MAX
 KAFKA_FETCH_WATCHED_PARTITIONS_MAX = 64  # A long-poll over more partitions wakes on every append.
+KAFKA_LAG_CHECK_TOPICS_MAX = 16  # Topics of one Fetch a lagging follower asks the leader about (KIP-392).
+RACK_NAME_LENGTH_MAX = 64  # A node's --rack (Kafka's broker.rack): letters, digits, '.', '_', '-'.
 KAFKA_DEFAULT_PARTITIONS = 1  # Kafka's num.partitions: auto-created topics; --default-partitions.
 KAFKA_UNACKNOWLEDGED_APPENDS_MAX = 10_000  # acks=0 appends in progress per node; more are dropped.
 

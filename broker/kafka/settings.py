@@ -30,7 +30,11 @@ def kafka_settings(config: NodeConfig, kafka: KafkaConfig) -> KafkaSettings:
                 f"node {peer.node_id} has no Kafka address: list it in --peers as id=raft=grpc=kafka"
             )
         host, _, port = peer.kafka_address.rpartition(":")
-        brokers.append(KafkaBrokerInfo(int(peer.node_id), peer.node_id, host, int(port), peer.grpc_address))
+        brokers.append(
+            KafkaBrokerInfo(
+                int(peer.node_id), peer.node_id, host, int(port), peer.grpc_address, peer.rack or None
+            )
+        )
     digest = hashlib.sha256(",".join(sorted(member.raft_address for member in members)).encode()).digest()
     return KafkaSettings(
         brokers=tuple(brokers),
