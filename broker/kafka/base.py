@@ -64,6 +64,19 @@ class KafkaBrokerInfo:
     rack: str | None = None
 
 
+@dataclass(slots=True)
+class FetchTotals:
+    """What this node's Kafka Fetch answers served since it started (changed on the loop only), logged
+    when the listener stops: how an operator (and tests/kafka/test_follower_fetch.py) sees which node
+    served a rack's consumers."""
+
+    fetches: int = 0
+    records: int = 0  # Records of the batches served (a batch starting before the fetch offset counts whole).
+    record_bytes: int = 0
+    redirected: int = 0  # Fetches answered with a preferred read replica (KIP-392) instead of records.
+    lagging: int = 0  # Fetches past this node's log end but within the leader's, waited for (not refused).
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaSettings:
     """The listener's configuration (node flags)."""
@@ -108,6 +121,7 @@ class KafkaBase(ServiceBase):
         self._by_node_id = {broker.node_id: broker for broker in settings.brokers}
         self._by_grpc_address = {broker.grpc_address: broker for broker in settings.brokers}
         self._forwarder = LeaderForwarder()
+        self._fetch_totals = FetchTotals()
 
     def _leader_broker(self) -> KafkaBrokerInfo | None:
         """The Kafka broker of the Raft leader this node knows of."""
@@ -135,5 +149,17 @@ class KafkaBase(ServiceBase):
         return await self._forwarder.call(leader, method, request)
 
     async def close(self) -> None:
-        """Closes the channels to the leader (on the loop, when the listener stops)."""
+        """Closes the channels to the leader and logs the fetch totals (on the loop, when the listener
+        stops)."""
+        totals = self._fetch_totals
+        logger.info(
+            "node %s served %d Kafka fetches: %d records (%d bytes); %d answered with a preferred read "
+            "replica; %d past this node's log end waited for the leader's records",
+            self._node.node_id,
+            totals.fetches,
+            totals.records,
+            totals.record_bytes,
+            totals.redirected,
+            totals.lagging,
+        )
         await self._forwarder.close()

@@ -6,6 +6,14 @@ fetch offset; Kafka clients skip those records, as they do with Kafka. A fetch t
 `min_bytes` waits (a coroutine, up to `max_wait`) for an append to one of its partitions, holding a
 reader slot of the node (broker/admission.py) while it waits; without a free slot it answers at once.
 Fetch sessions (KIP-227) are refused by answering session id 0: clients then send full requests.
+
+Follower fetching (KIP-392): every node holds every partition, so any node serves a Fetch. The leader
+(the only node Metadata names) answers a consumer whose `rack_id` (client.rack) is another live,
+caught-up node's rack, and not its own, with that node as `preferred_read_replica` and no records
+(`preferred_read_replica`, Kafka's RackAwareReplicaSelector); the client then fetches there. A
+follower asked for an offset past its own log end asks the leader for its log end: an offset the
+leader has is waited for (an empty answer, not OFFSET_OUT_OF_RANGE), since this node only has yet to
+apply it.
 """
 
 from __future__ import annotations
@@ -13,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from kq.broker.errors import TooManyReadersError
+from kq.broker.errors import KqError, TooManyReadersError
 from kq.broker.group_service import first_offset_at
 from kq.broker.kafka.base import (
     INVALID_REQUEST,
@@ -24,16 +33,19 @@ from kq.broker.kafka.base import (
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaBase,
+    KafkaBrokerInfo,
 )
 from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.broker.service_base import stored_records
 from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
+from kq.proto import kq_pb2
 from kq.proto.limits import (
     FETCH_BYTES_MAX,
     FETCH_WAIT_MS_MAX,
     KAFKA_FETCH_WATCHED_PARTITIONS_MAX,
+    KAFKA_LAG_CHECK_TOPICS_MAX,
     KAFKA_MAX_TIMESTAMP_ROWS_MAX,
     KAFKA_PARTITIONS_PER_REQUEST_MAX,
 )
@@ -43,6 +55,9 @@ from kq.storage import StoreReader
 FETCH, LIST_OFFSETS = 1, 2
 FETCH_SESSION_ID_NOT_FOUND = 70
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+NO_PREFERRED_REPLICA = -1
+Wanted = list[tuple[str, int, int, int]]  # (topic, partition, fetch offset, partition max bytes)
+LeaderEnds = dict[tuple[str, int], int]  # (topic, partition) -> the leader's log end, past this node's
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +70,8 @@ class PartitionRead:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    record_count: int = 0
+    preferred_read_replica: int = NO_PREFERRED_REPLICA
 
 
 class FetchApis(KafkaBase):
@@ -83,18 +100,27 @@ class FetchApis(KafkaBase):
             )
         max_bytes = min(body.max_bytes if body.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
         wait_ms = min(max(int(body.max_wait.total_seconds() * 1000), 0), FETCH_WAIT_MS_MAX)
-        reads = await self._fetch_reads(wanted, max_bytes, body.min_bytes, wait_ms, connection)
+        rack = str(getattr(body, "rack_id", "") or "")  # Fetch v11+: the consumer's client.rack.
+        reads = await self._fetch_reads(wanted, max_bytes, body.min_bytes, wait_ms, connection, rack)
+        self._count_fetch(reads)
         return self._fetch_response(module, reads)
 
     async def _fetch_reads(
-        self,
-        wanted: list[tuple[str, int, int, int]],
-        max_bytes: int,
-        min_bytes: int,
-        wait_ms: int,
-        connection: Connection,
+        self, wanted: Wanted, max_bytes: int, min_bytes: int, wait_ms: int, connection: Connection, rack: str
     ) -> list[PartitionRead]:
-        reads = await self._in_reads(self._read_partitions, wanted, max_bytes)
+        reads = await self._in_reads(self._read_partitions, wanted, max_bytes, {})
+        preferred = self._preferred_replica(rack)
+        if preferred != NO_PREFERRED_REPLICA:  # Answered at once, as Kafka does: the client moves there.
+            return [
+                replace(read, records=b"", record_count=0, preferred_read_replica=preferred)
+                if read.error_code == NONE
+                else read
+                for read in reads
+            ]
+        behind = await self._leader_ends(wanted, reads)
+        if behind:
+            self._fetch_totals.lagging += 1
+            reads = await self._in_reads(self._read_partitions, wanted, max_bytes, behind)
         deadline = time.monotonic() + wait_ms / 1000
         if not wanted or _found_enough(reads, min_bytes) or self._past(deadline):
             return reads  # A fetch of no partitions has nothing to wait for.
@@ -103,17 +129,71 @@ class FetchApis(KafkaBase):
                 while not self._past(deadline):
                     with contextlib.ExitStack() as watches:
                         woken = [watches.enter_context(self._notifier.watching(key)) for key in _keys(wanted)]
-                        reads = await self._in_reads(self._read_partitions, wanted, max_bytes)
+                        reads = await self._in_reads(self._read_partitions, wanted, max_bytes, behind)
                         if _found_enough(reads, min_bytes):
                             return reads
                         await _wait_any(woken, deadline - time.monotonic())
         except TooManyReadersError:
             pass  # No slot to wait in: answer what there is now, as a fetch with max_wait 0 would.
-        return await self._in_reads(self._read_partitions, wanted, max_bytes)
+        return await self._in_reads(self._read_partitions, wanted, max_bytes, behind)
 
-    def _read_partitions(
-        self, wanted: list[tuple[str, int, int, int]], max_bytes: int
-    ) -> list[PartitionRead]:
+    def _preferred_replica(self, rack: str) -> int:
+        """Where the leader sends a consumer in `rack` (NO_PREFERRED_REPLICA: served here).
+
+        Read after the store read, so every candidate's match index covers every entry that read saw:
+        the node holds every offset the client may ask for next (Kafka likewise only prefers a replica
+        whose log end is at least the fetch offset)."""
+        if not rack or not self._consensus.is_leader():
+            return NO_PREFERRED_REPLICA  # A follower serves whatever reaches it: no redirect loops.
+        status = self._consensus.status()
+        caught_up = {
+            broker.broker_id: status.match_indexes.get(broker.node_id, 0)
+            for broker in self._settings.brokers
+            if status.connected.get(broker.node_id, False)
+            and status.match_indexes.get(broker.node_id, 0) >= status.applied_index
+        }
+        settings = self._settings
+        choice = preferred_read_replica(rack, settings.self_broker_id, settings.brokers, caught_up)
+        if choice != NO_PREFERRED_REPLICA:
+            self._fetch_totals.redirected += 1
+        return choice
+
+    async def _leader_ends(self, wanted: Wanted, reads: list[PartitionRead]) -> LeaderEnds:
+        """On a follower, the partitions fetched past this node's log end that the leader has (its log
+        end, by partition): the offsets exist, this node has not applied them yet. Asks the leader's
+        gRPC ListOffsets once per topic, for at most KAFKA_LAG_CHECK_TOPICS_MAX topics; a partition it
+        cannot confirm keeps OFFSET_OUT_OF_RANGE (KIP-392 clients then go back to the leader)."""
+        past_end = [
+            (read.topic, read.partition, offset)
+            for (_, _, offset, _), read in zip(wanted, reads, strict=True)
+            if read.error_code == OFFSET_OUT_OF_RANGE and offset > read.high_watermark
+        ]
+        if not past_end or self._consensus.is_leader():
+            return {}
+        leader = self._consensus.leader_grpc_address()
+        if leader is None:
+            return {}
+        ends: LeaderEnds = {}
+        for topic in list(dict.fromkeys(topic for topic, _, _ in past_end))[:KAFKA_LAG_CHECK_TOPICS_MAX]:
+            try:
+                request = kq_pb2.ListOffsetsRequest(topic=topic)
+                answer = await self._forwarder.call(leader, "ListOffsets", request)
+            except KqError:
+                continue  # Unknown to the leader, or no leader now: the offset stays out of range.
+            ends.update(((topic, info.partition), info.log_end_offset) for info in answer.partitions)
+        return {
+            (topic, partition): ends[(topic, partition)]
+            for topic, partition, offset in past_end
+            if offset <= ends.get((topic, partition), -1)
+        }
+
+    def _count_fetch(self, reads: list[PartitionRead]) -> None:
+        totals = self._fetch_totals
+        totals.fetches += 1
+        totals.records += sum(read.record_count for read in reads)
+        totals.record_bytes += sum(len(read.records) for read in reads)
+
+    def _read_partitions(self, wanted: Wanted, max_bytes: int, behind: LeaderEnds) -> list[PartitionRead]:
         """One read transaction over every wanted partition, within `max_bytes` (but always the first
         batch found, so a consumer makes progress past a batch larger than its limits, as in Kafka)."""
         reads = []
@@ -127,6 +207,7 @@ class FetchApis(KafkaBase):
                     offset,
                     min(partition_max_bytes, remaining),
                     first=remaining == max_bytes,
+                    leader_end=behind.get((topic, partition)),
                 )
                 remaining -= len(read.records)
                 reads.append(read)
@@ -145,7 +226,7 @@ class FetchApis(KafkaBase):
                     last_stable_offset=read.high_watermark,
                     log_start_offset=read.log_start_offset,
                     aborted_transactions=None,
-                    preferred_read_replica=-1,
+                    preferred_read_replica=read.preferred_read_replica,
                     records=read.records,
                 )
             )
@@ -236,14 +317,43 @@ def max_timestamp_offset(reader: StoreReader, topic_id: int, partition: int, sta
     return timestamp_ms, batch.next_offset - 1
 
 
+def preferred_read_replica(
+    client_rack: str, self_broker_id: int, brokers: Sequence[KafkaBrokerInfo], caught_up: Mapping[int, int]
+) -> int:
+    """The broker a consumer in `client_rack` should fetch from instead of this one, or -1 to be served
+    here: Kafka's RackAwareReplicaSelector over kq's replicas (every node).
+
+    No rack, no node in that rack, or this node in it: served here. Otherwise the node of that rack
+    that holds the most (`caught_up`: broker id -> Raft match index, only live nodes holding what
+    this one served), the lowest id among equals; none such: served here.
+    """
+    same_rack = [broker.broker_id for broker in brokers if client_rack and broker.rack == client_rack]
+    if not same_rack or self_broker_id in same_rack:
+        return NO_PREFERRED_REPLICA
+    candidates = [broker_id for broker_id in same_rack if broker_id in caught_up]
+    if not candidates:
+        return NO_PREFERRED_REPLICA
+    return min(candidates, key=lambda broker_id: (-caught_up[broker_id], broker_id))
+
+
 def _read_partition(
-    reader: StoreReader, topic_name: str, partition: int, offset: int, max_bytes: int, first: bool
+    reader: StoreReader,
+    topic_name: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    first: bool,
+    leader_end: int | None = None,
 ) -> PartitionRead:
+    """One partition's read. `leader_end`: on a follower, the leader's log end when `offset` is past
+    this node's: an offset up to it answers empty (it will be applied here) rather than out of range."""
     topic = None if topic_name_problem(topic_name) else reader.topic(topic_name)
     state = None if topic is None else reader.partition(topic.topic_id, partition)
     if topic is None or state is None:
         return PartitionRead(topic_name, partition, UNKNOWN_TOPIC_OR_PARTITION)
     read = PartitionRead(topic_name, partition, NONE, state.log_end_offset, state.log_start_offset)
+    if leader_end is not None and state.log_end_offset < offset <= leader_end:
+        return read
     if not state.log_start_offset <= offset <= state.log_end_offset:
         return PartitionRead(
             topic_name, partition, OFFSET_OUT_OF_RANGE, state.log_end_offset, state.log_start_offset
@@ -258,6 +368,7 @@ def _read_partition(
         state.log_end_offset,
         state.log_start_offset,
         b"".join(batch.data for batch in batches),
+        sum(batch.record_count for batch in batches),
     )
 
 
