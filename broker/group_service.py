@@ -364,15 +364,16 @@ def _reset_targets(
             found = first_offset_at(
                 reader, topic.topic_id, partition, log.log_start_offset, request.timestamp_ms
             )
-            offset = log.log_end_offset if found is None else found
+            offset = log.log_end_offset if found is None else found[0]
         entries.append(kq_pb2.OffsetEntry(topic=name, partition=partition, offset=offset))
     return entries
 
 
 def first_offset_at(
     reader: StoreReader, topic_id: int, partition: int, start: int, timestamp_ms: int
-) -> int | None:
-    """The first offset whose record timestamp is at or after `timestamp_ms` (a scan), or None."""
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record whose timestamp is at or after `timestamp_ms` (a scan),
+    or None."""
     offset = start
     while True:
         batches = reader.batches(topic_id, partition, offset, 4 * 1024 * 1024)
@@ -382,5 +383,5 @@ def first_offset_at(
             for record in stored_records(batch):
                 record_offset = batch.base_offset + record.offset_delta
                 if record_offset >= start and record.timestamp_ms >= timestamp_ms:
-                    return record_offset
+                    return record_offset, record.timestamp_ms
         offset = batches[-1].next_offset

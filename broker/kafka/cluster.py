@@ -176,10 +176,10 @@ class ClusterApis(KafkaBase):
         """The coordinator of every group is the Raft leader (group state is replicated through it)."""
         module = response_module(FIND_COORDINATOR, request.api_version)
         leader = self._leader_broker()
-        if getattr(request.body, "key_type", 0) != 0:
-            return build(
+        if getattr(request.body, "key_type", 0) != 0:  # A transaction coordinator: refused, fatally
+            return build(  # (COORDINATOR_NOT_AVAILABLE made clients retry for max.block.ms).
                 module.FindCoordinatorResponse,
-                error_code=COORDINATOR_NOT_AVAILABLE,
+                error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 error_message="transactions are not implemented",
                 node_id=-1,
                 host="",

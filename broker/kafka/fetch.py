@@ -287,10 +287,11 @@ class FetchApis(KafkaBase):
                 elif timestamp < 0:
                     answers.append((INVALID_REQUEST, -1, -1))
                 else:
-                    offset = first_offset_at(
+                    found_at = first_offset_at(
                         reader, topic.topic_id, partition, state.log_start_offset, timestamp
                     )
-                    answers.append((NONE, timestamp, -1) if offset is None else (NONE, timestamp, offset))
+                    # Kafka answers the found record's own timestamp, and -1/-1 when none is that late.
+                    answers.append((NONE, -1, -1) if found_at is None else (NONE, found_at[1], found_at[0]))
         return answers
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from kafka.admin import KafkaAdminClient, NewTopic
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
@@ -79,8 +80,11 @@ def test_records_trimmed_away_are_not_answered(tmp_path: Path) -> None:
     assert _answer(store, topic_id) == (25, 3)
 
 
-def _list_max_timestamp(address: str, topic: str, partitions: int) -> list[tuple[int, int, int]]:
-    """(error code, timestamp, offset) per partition from one node's ListOffsets v7, timestamp -3."""
+def _list_max_timestamp(
+    address: str, topic: str, partitions: int, timestamp: int = MAX_TIMESTAMP
+) -> list[tuple[int, int, int]]:
+    """(error code, timestamp, offset) per partition from one node's ListOffsets v7 (timestamp -3 unless
+    another is given)."""
     request = ListOffsetsRequest(
         replica_id=BrokerId(-1),
         isolation_level=i8(0),
@@ -89,7 +93,7 @@ def _list_max_timestamp(address: str, topic: str, partitions: int) -> list[tuple
                 name=TopicName(topic),
                 partitions=tuple(
                     ListOffsetsPartition(
-                        partition_index=i32(index), current_leader_epoch=i32(-1), timestamp=i64(MAX_TIMESTAMP)
+                        partition_index=i32(index), current_leader_epoch=i32(-1), timestamp=i64(timestamp)
                     )
                     for index in range(partitions)
                 ),
@@ -128,3 +132,17 @@ def test_every_node_answers_max_timestamp_to_a_kafka_request(kafka_cluster: Loca
         )
     unknown = _list_max_timestamp(kafka_cluster.nodes["1"].kafka_address, f"{topic}-none", 1)
     assert unknown == [(UNKNOWN_TOPIC_OR_PARTITION, -1, -1)]
+    # By timestamp: the first record at or after it, with that record's own timestamp (not the one
+    # asked for), and -1/-1 when no record is that late (kafka-python's own suite found both wrong).
+    address = kafka_cluster.nodes["1"].kafka_address
+    assert _list_max_timestamp(address, topic, 1, 1_500) == [(0, 3_000, 1)]
+    assert _list_max_timestamp(address, topic, 1, 2_001) == [(0, 3_000, 1)]
+    assert _list_max_timestamp(address, topic, 1, 3_001) == [(0, -1, -1)]
+
+
+def test_a_transaction_coordinator_is_refused_at_once(kafka_cluster: LocalCluster) -> None:
+    """FindCoordinator for a transactional id answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which
+    clients treat as fatal (COORDINATOR_NOT_AVAILABLE made kafka-python retry for 60 s)."""
+    request = FindCoordinatorRequest(key="tx", key_type=i8(1))
+    response: Any = call(kafka_cluster.nodes["1"].kafka_address, request)
+    assert response.error_code == 53
