@@ -44,7 +44,7 @@ from kq.proto.limits import (
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
 )
-from kq.raft.node import RaftBindError, RaftConfig, RaftNode
+from kq.raft.node import DURABILITY_MODES, Durability, RaftBindError, RaftConfig, RaftNode
 from kq.raft.topic_config import defaults_problem, parse_assignments
 from kq.storage import Store
 
@@ -64,7 +64,7 @@ class BrokerNode:
 
     def __init__(self, config: NodeConfig) -> None:
         assert config.raft is not None
-        self.store = Store.open(config.data_dir / "store")
+        self.store = Store.open(config.data_dir / "store", sync=config.raft.synced)
         self.notifier = AppliedNotifier(self.store.applied_index())
         try:
             self.raft = RaftNode(config.raft, self.store, self.notifier.notify)
@@ -246,6 +246,16 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     help="Raft entry MiB kept in RAM before a snapshot compacts them.",
 )
 @click.option(
+    "--durability",
+    default="replicated",
+    type=click.Choice(DURABILITY_MODES),
+    help=(
+        "When a write is acknowledged: replicated, once a majority holds it (in memory: survives any "
+        "process crash); fsync, once a majority has it on disk (also survives a power loss of every "
+        "node; slower). DESIGN.md, Durability (KQ_DURABILITY)."
+    ),
+)
+@click.option(
     "--grpc-workers",
     default=GRPC_WORKERS_DEFAULT,
     type=click.IntRange(GRPC_WORKERS_MIN, GRPC_WORKERS_MAX),
@@ -326,6 +336,7 @@ def main(
     compaction_min_entries: int,
     compaction_min_time_s: int,
     compaction_log_mib: int,
+    durability: Durability,
     grpc_workers: int,
     max_readers: int,
     max_readers_per_connection: int,
@@ -377,6 +388,7 @@ def main(
         compaction_min_entries=compaction_min_entries,
         compaction_min_time_s=compaction_min_time_s,
         compaction_log_bytes_max=compaction_log_mib * 1024 * 1024,
+        durability=durability,
     )
     config = NodeConfig(
         node_id,

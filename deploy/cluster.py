@@ -149,7 +149,8 @@ class LocalCluster:
     that the PID held here is the node's own. `grpc_ports`/`raft_ports` fix the ports (default: free
     ones from the kernel). `record_pids` writes `node<id>.pid` files, and `detach` starts the nodes in
     their own session, so they outlive this process (`python -m kq.deploy start`). `racks` (one per
-    node, "" for none) gives each node its --rack and lists it in every node's --peers.
+    node, "" for none) gives each node its --rack and lists it in every node's --peers. `durability`
+    ("replicated" or "fsync", default: the node's own default) is each node's `--durability`.
     """
 
     def __init__(
@@ -169,6 +170,7 @@ class LocalCluster:
         racks: Sequence[str] | None = None,
         record_pids: bool = False,
         detach: bool = False,
+        durability: str | None = None,
     ) -> None:
         host_list = list(hosts) if hosts is not None else [LOOPBACK_HOST] * size
         assert len(host_list) == size, "one host per node"
@@ -183,7 +185,7 @@ class LocalCluster:
         assert len(rack_list) == size, "one rack per node"
         self.base_dir = base_dir
         self.secret = secret
-        self.node_args = tuple(node_args)
+        self.node_args = tuple(node_args) + (("--durability", durability) if durability else ())
         self.launcher = launcher
         self.node_command = tuple(node_command) if node_command is not None else default_node_command()
         self.detach = detach

@@ -27,6 +27,8 @@
 #   KQ_READY_TIMEOUT_S  how long start, restart and kill wait for a leader (default: 60)
 #   KQ_RACKS            each node's rack, comma-separated, e.g. a,b,c: consumers with a client.rack
 #                       fetch from that rack's node (KIP-392)          (default: none)
+#   KQ_DURABILITY       replicated or fsync: when a write is acknowledged (default: replicated;
+#                       README.md, "Durability"); passed to every node as --durability
 # Other KQ_* variables reach kq-node as its options (e.g. KQ_LOG_LEVEL=debug); see `kq-node --help`.
 
 set -euo pipefail

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pysyncobj import SyncObjConf, SyncObjException, replicated
 
@@ -37,11 +37,12 @@ from kq.proto.limits import (
     TRANSPORT_BUFFER_BYTES,
 )
 from kq.raft.inbound import already_held, refusal, without_commit_advance
-from kq.raft.pysyncobj_adapter import PySyncObjAdapter
+from kq.raft.journal import OS_DISK, Disk, RaftJournal, convert_legacy_journal
+from kq.raft.pysyncobj_adapter import PySyncObjAdapter, read_pysyncobj_journal
 from kq.raft.results import ApplyResult
-from kq.raft.snapshot import RaftData, SnapshotSerializer
+from kq.raft.snapshot import RaftData, SnapshotSerializer, read_header
 from kq.raft.state_machine import apply
-from kq.storage import Store
+from kq.storage import SnapshotError, Store
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,13 @@ TICK_THREAD_NAME = "kq-raft-tick"
 APPEND_ENTRIES_BATCH_BYTES = TRANSPORT_BUFFER_BYTES
 EXIT_APPLY_FAILED = 70  # An environment fault in apply (disk full, I/O): stop rather than diverge.
 KEEPALIVE_MESSAGE = {"type": "kq_keepalive"}
+LEGACY_JOURNAL_NAME = "journal"  # PySyncObj's FileJournal, which kq used before raft/journal.py.
+
+# What an acknowledged write survives (DESIGN.md, "Durability"). replicated: a majority holds it in
+# the page cache (any process crash, not a power loss of that majority). fsync: a majority has it on
+# disk (the journal flushed before the leader counts its entry and before a follower acknowledges).
+Durability = Literal["replicated", "fsync"]
+DURABILITY_MODES: tuple[Durability, ...] = ("replicated", "fsync")
 
 assert ENTRY_BYTES_MAX + ENTRY_COMMAND_OVERHEAD_BYTES < APPEND_ENTRIES_BATCH_BYTES
 
@@ -76,6 +84,12 @@ class RaftConfig:
     # Entry bytes kept in RAM between snapshots: a byte bound next to PySyncObj's entry-count bound.
     # A snapshot copies nothing (raft/snapshot.py), so compacting often is cheap.
     compaction_log_bytes_max: int = 32 * 1024 * 1024
+    durability: Durability = "replicated"  # "fsync": acknowledged once on disk on a majority.
+
+    @property
+    def synced(self) -> bool:
+        """Whether this node syncs its journal and store (`--durability=fsync`)."""
+        return self.durability == "fsync"
 
 
 ProposalCallback = Callable[[ApplyResult | None, int], None]
@@ -112,7 +126,7 @@ def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
         logCompactionSplit=False,
         logCompactionBatchSize=TRANSPORT_BUFFER_BYTES // 4,
         fullDumpFile=str(raft_dir / "snapshot"),
-        journalFile=str(raft_dir / "journal"),
+        journalFile=None,  # kq's journal (raft/journal.py) replaces PySyncObj's: the adapter installs it.
         # Set so PySyncObj does not pickle this object at compaction; kq's serializer object is used.
         serializer=_unused_hook,
         deserializer=_unused_hook,
@@ -123,13 +137,43 @@ def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
     )
 
 
+def finish_compaction(journal: RaftJournal, snapshot_file: Path) -> None:
+    """Drops the journal's entries before the snapshot's log start if a compaction wrote the snapshot
+    but stopped (killed, power lost) before cutting the journal.
+
+    PySyncObj, loading a snapshot whose first entries are not the journal's first two, clears the whole
+    journal down to those two: it would drop every entry after the snapshot that this node held and
+    may have acknowledged. Cutting the journal where the snapshot starts is what the compaction would
+    have done next."""
+    try:
+        with snapshot_file.open("rb") as source:
+            _, raft_data = read_header(source)
+    except (OSError, SnapshotError):
+        return  # No snapshot (or an unreadable one: PySyncObj logs it at its first tick).
+    start = raft_data[1]  # PySyncObj's entry at the log start: (command, index, term).
+    first_index = journal[0][1] if len(journal) else None
+    if first_index is None or not first_index < start[1] <= journal[-1][1]:
+        return
+    position = start[1] - first_index
+    if journal[position][2] == start[2]:
+        logger.info("finishing an interrupted compaction: the journal now starts at index %d", start[1])
+        journal.deleteEntriesTo(position)
+
+
 class RaftNode(PySyncObjAdapter):
     """A Raft member whose state machine is the node's LMDB store."""
 
     def __init__(
-        self, config: RaftConfig, store: Store, on_applied: Callable[[int, ApplyResult | None], None]
+        self,
+        config: RaftConfig,
+        store: Store,
+        on_applied: Callable[[int, ApplyResult | None], None],
+        disk: Disk = OS_DISK,
     ) -> None:
-        """Opens the journal and binds the Raft port (RaftBindError if it cannot); starts no thread."""
+        """Opens the journal and binds the Raft port (RaftBindError if it cannot); starts no thread.
+
+        In fsync mode the store must have been opened with `sync=True`. `disk` is the journal's file
+        I/O: a test substitutes one that drops unsynced writes at a simulated power cut."""
         self._store = store
         self._on_applied = on_applied
         self._log_bytes_max = config.compaction_log_bytes_max
@@ -145,11 +189,17 @@ class RaftNode(PySyncObjAdapter):
             TRANSPORT_BUFFER_BYTES // 4,
             self,
             lambda index: on_applied(index, None),
+            durable=config.synced,
+            disk=disk,
         )
+        convert_legacy_journal(raft_dir, LEGACY_JOURNAL_NAME, read_pysyncobj_journal, disk)
+        journal = RaftJournal(raft_dir, config.synced, disk)
+        finish_compaction(journal, raft_dir / "snapshot")
         try:
             peers = list(config.peer_raft_addresses)
-            super().__init__(config.raft_address, peers, _conf(config, raft_dir), self._snapshots)
+            super().__init__(config.raft_address, peers, _conf(config, raft_dir), self._snapshots, journal)
         except SyncObjException as error:  # Raised by PySyncObj's constructor only when it cannot bind.
+            journal.close()
             raise RaftBindError(
                 f"cannot bind the Raft address {config.raft_address} ({BIND_ATTEMPTS_MAX} attempts)"
             ) from error
@@ -169,6 +219,9 @@ class RaftNode(PySyncObjAdapter):
         """The kq-raft-tick thread: PySyncObj's ticks until close()."""
         while not self._stopping.is_set():
             try:
+                # Entries added while the last tick polled (a new leader's no-op, ...) reach the disk
+                # before this tick's commit count includes the leader itself (fsync mode).
+                self.sync_journal()
                 self.doTick(TICK_WAIT_S)
             except Exception:  # As PySyncObj's own tick thread: log, pause, carry on (apply fail-stops).
                 logger.exception("Raft tick failed")

@@ -18,6 +18,16 @@ What PySyncObj keeps private, and kq needs, is read or written only by `PySyncOb
 Every private member used, and why (a `_SyncObj__` name is a double-underscore member of `SyncObj`,
 as Python mangles it):
 
+- `_SyncObj__raftLog`, `_SyncObj__raftCurrentTerm`, `_SyncObj__votedForNodeId`,
+  `_SyncObj__raftCommitIndex`, written once, in the constructor: kq's journal (raft/journal.py)
+  replaces the one PySyncObj would open from `journalFile` (kq passes None, so PySyncObj builds an
+  in-memory one), and the three values PySyncObj's constructor reads from its journal are read again
+  from kq's, as that constructor does. PySyncObj's `FileJournal` never syncs and rewrites itself in
+  place; kq's syncs in `--durability=fsync` (DESIGN.md, "Durability").
+- `_SyncObj__sendNextNodeIdx`, overridden: a follower's answer to AppendEntries; a successful one
+  (which tells the leader the follower holds the entries) first flushes the journal (`sync_journal`).
+- `FileJournal._destroy`, called: closes PySyncObj's own journal file once `read_pysyncobj_journal`
+  has read it (converting a data directory written before kq's journal).
 - `_SyncObj__serializer`, written once, in the constructor: kq's `SnapshotSerializer`
   (raft/snapshot.py) replaces the object PySyncObj builds from `fullDumpFile`, which pickles the
   state machine (an LMDB store cannot be pickled). PySyncObj first uses it at its first tick, to
@@ -26,7 +36,7 @@ as Python mangles it):
   to a refused forwarded proposal (raft/node.py).
 - `_SyncObj__selfNode`, read: the cluster's nodes, stored in a snapshot header.
 - `_SyncObj__raftLog`, read: the first entry's index (compaction, store copies) and the last entry
-  (resent appends).
+  (resent appends); kq's journal object, so the adapter can flush it.
 - `_SyncObj__getEntries`, called: entries by index (snapshot headers, retained bytes, resent appends).
 - `_SyncObj__connectedNodes`, `_SyncObj__raftMatchIndex`, read: which connected followers still
   need entries before compacting.
@@ -49,10 +59,14 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, SupportsIndex
 
 from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.journal import FileJournal
 from pysyncobj.syncobj import _COMMAND_TYPE
+
+from kq.raft.journal import LegacyJournal, RaftJournal
 
 Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
 
@@ -81,14 +95,51 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
 
     The constructor binds the Raft port and starts no thread (`autoTick` must be False): the owner
     calls `doTick` from its own thread, and `destroy()` closes the transport and the journal at once.
+    The journal is kq's (`conf.journalFile` must be None); the owner calls `sync_journal` before each
+    tick, and the adapter calls it at the end of each tick and before a follower acknowledges entries.
     """
 
+    _SyncObj__raftLog: Any  # Typed here: the adapter both reads PySyncObj's log slot and writes it.
+
     def __init__(
-        self, self_address: str, peer_addresses: list[str], conf: SyncObjConf, serializer: Any
+        self,
+        self_address: str,
+        peer_addresses: list[str],
+        conf: SyncObjConf,
+        serializer: Any,
+        journal: RaftJournal,
     ) -> None:
         assert not conf.autoTick, "kq ticks PySyncObj from its own thread"
+        assert conf.journalFile is None, "kq's journal replaces PySyncObj's"
         super().__init__(self_address, peer_addresses, conf)
         self._SyncObj__serializer = serializer  # Before the first tick: see the module docstring.
+        self._journal = journal
+        self._install_journal(journal)
+        self.addOnTickCallback(self.sync_journal)  # Group commit: what this tick added, once.
+
+    def _install_journal(self, journal: RaftJournal) -> None:
+        """Puts `journal` in PySyncObj's log slot and restores what PySyncObj's constructor reads from
+        its journal (syncobj.py, after `createJournal`): the term (at least the last entry's), the
+        vote and the commit index. An empty journal gets the no-op entry PySyncObj starts a log with."""
+        memory_log: Any = self._SyncObj__raftLog  # PySyncObj's in-memory journal, (NO_OP, 1, 0) in it.
+        if len(journal) == 0:
+            journal.add(*memory_log[0])
+        self._SyncObj__raftLog = journal
+        self._SyncObj__raftCurrentTerm = max(journal.getCurrentTerm(), int(journal[-1][2]))
+        self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
+        self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
+
+    def sync_journal(self) -> None:
+        """Flushes the journal (fsync mode: one fdatasync for every entry added since the last one;
+        otherwise nothing). Tick thread only."""
+        self._journal.flush()
+
+    def _SyncObj__sendNextNodeIdx(  # noqa: N802 - PySyncObj's name.
+        self, node: Any, reset: bool = False, nextNodeIdx: int | None = None, success: bool = False  # noqa: N803
+    ) -> None:
+        if success:  # The leader counts this node for the entries it now holds: they must be on disk.
+            self.sync_journal()
+        SyncObj._SyncObj__sendNextNodeIdx(self, node, reset, nextNodeIdx, success)
 
     def propose_call(self, method: str, argument: bytes, callback: Callable[[Any, int], None]) -> None:
         """Queues the call `method(argument)` of a `@replicated` method, as `@replicated` does, with the
@@ -157,3 +208,18 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         handled = self.peer_message(node, message)
         if handled is not None:
             SyncObj._SyncObj__onMessageReceived(self, node, handled)
+
+
+def read_pysyncobj_journal(path: Path) -> LegacyJournal:
+    """The entries, term, vote and commit index of a journal PySyncObj's `FileJournal` wrote."""
+    old = FileJournal(str(path))
+    try:
+        entries = [old[position] for position in range(len(old))]
+        meta = {
+            "term": old.getCurrentTerm(),
+            "voted_for": old.getVotedForNodeId(),
+            "commit_index": old.getRaftCommitIndex(),
+        }
+    finally:
+        old._destroy()
+    return entries, meta

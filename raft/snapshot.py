@@ -45,6 +45,7 @@ from typing import Any, BinaryIO, Protocol
 import crc32c as crc32c_module
 
 from kq.proto.limits import COPY_CHUNK_BYTES, COPY_RETRY_S, HEADER_BYTES_MAX, TRANSMISSION_TIMEOUT_S
+from kq.raft.journal import OS_DISK, Disk
 from kq.storage import SnapshotError, Store
 
 logger = logging.getLogger(__name__)
@@ -105,8 +106,14 @@ class SnapshotSerializer:
         chunk_bytes: int,
         log: RaftLogView,
         on_restored: Callable[[int], None],
+        durable: bool = False,
+        disk: Disk = OS_DISK,
     ) -> None:
+        """`durable` (`--durability=fsync`): before compaction drops journal entries the store is
+        synced, and a restored copy is synced before the follower acknowledges it."""
         self._store = store
+        self._durable = durable
+        self._disk = disk  # The snapshot file's writes go where the journal's go (tests cut power there).
         self._file_name = file_name
         self._scratch_dir = file_name.parent
         self._chunk_bytes = chunk_bytes
@@ -142,12 +149,9 @@ class SnapshotSerializer:
         try:
             index = self._log.compaction_start(index)
             header = _header(self._log.window(index), applied_index)
-            temporary = self._file_name.with_suffix(".tmp")
-            with temporary.open("wb") as output:
-                output.write(header + _U64.pack(0) + _U32.pack(0) + END)
-                output.flush()
-                os.fsync(output.fileno())
-            temporary.replace(self._file_name)
+            if self._durable:  # The journal loses the entries up to `index`: the store must hold them.
+                self._store.sync()
+            self._write_durably(header + _U64.pack(0) + _U32.pack(0) + END)
         except OSError as error:
             logger.warning("snapshot at applied index %d failed: %s", applied_index, error)
             self._result = (FAILED, index)
@@ -170,11 +174,13 @@ class SnapshotSerializer:
         return (None, *raft_data)
 
     def _rewrite_header_only(self, raft_data: RaftData) -> None:
-        temporary = self._file_name.with_suffix(".tmp")
-        temporary.write_bytes(
-            _header(raft_data, self._store.applied_index()) + _U64.pack(0) + _U32.pack(0) + END
-        )
-        temporary.replace(self._file_name)
+        header = _header(raft_data, self._store.applied_index())
+        self._write_durably(header + _U64.pack(0) + _U32.pack(0) + END)
+
+    def _write_durably(self, content: bytes) -> None:
+        """Replaces the snapshot file with `content`: synced, renamed, and its directory synced, so
+        after a power loss the snapshot names the log start the journal was compacted to."""
+        self._disk.replace(self._file_name, content, sync=True)
 
     def _restore(self, source: BinaryIO, applied_index: int) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="restore-", dir=self._scratch_dir))
@@ -187,6 +193,8 @@ class SnapshotSerializer:
                 self._store.replace_with(copy)
             finally:
                 copy.close()
+            if self._durable:  # Before the journal restarts at the copy's index and the leader hears so.
+                self._store.sync()
             logger.info("store restored from snapshot at applied index %d", applied_index)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -321,9 +329,12 @@ class SnapshotSerializer:
         self._incoming.write(chunk)
         if not is_last:
             return False
+        if self._durable:  # Renamed over the snapshot: never a torn one after a power loss.
+            self._incoming.flush()
+            os.fsync(self._incoming.fileno())
         self._incoming.close()
         self._incoming = None
-        incoming.replace(self._file_name)
+        self._disk.rename(incoming, self._file_name, self._durable)
         return True
 
     # Shutdown ---------------------------------------------------------------------------------

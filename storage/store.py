@@ -125,6 +125,11 @@ class Store:
 
         `sync=False` skips the fsync at each commit: a commit still reaches the page cache, so it
         survives a killed process but not a power loss; replication is the durability (see DESIGN).
+        After a power loss such an environment may be corrupt (LMDB's MDB_NOSYNC), so a node that
+        lost power in `--durability=replicated` is wiped. `sync=True` (`--durability=fsync`) syncs
+        each commit's data pages but not its meta page (MDB_NOMETASYNC): the store stays intact and
+        a power loss may undo only the last commit, which the Raft journal replays; `sync()` makes
+        that one durable too (before compaction drops its journal entries).
         """
         path.mkdir(parents=True, exist_ok=True)
         environment = lmdb.open(
@@ -134,7 +139,7 @@ class Store:
             max_readers=MAX_READERS,
             subdir=True,
             sync=sync,
-            metasync=sync,
+            metasync=False,
             writemap=False,
             map_async=False,
             readahead=False,
@@ -151,6 +156,10 @@ class Store:
     def map_size_bytes(self) -> int:
         """The address space reserved for the environment."""
         return self._map_size_bytes
+
+    def sync(self) -> None:
+        """Flushes every commit (its meta page included) to disk."""
+        self._environment.sync(True)
 
     def close(self) -> None:
         """Closes the environment; the store must not be used afterwards."""

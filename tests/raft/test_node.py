@@ -202,3 +202,11 @@ def test_every_private_member_the_adapter_names_exists(cluster: Cluster) -> None
     own_fields = cluster.nodes[0].__dict__["_SyncObj__properies"]  # What SyncObj.__init__ itself set.
     missing = [name for name in names if not hasattr(SyncObj, name) and name not in own_fields]
     assert missing == []
+
+
+def test_the_adapter_lists_every_private_member_it_names() -> None:
+    """Each PySyncObj private named in the adapter's code is in its docstring's list (with its reason)."""
+    source = (REPOSITORY / "raft" / "pysyncobj_adapter.py").read_text()
+    code = source.split('"""', 2)[2]
+    listed = set(re.findall(r"`(_SyncObj__\w+)`", pysyncobj_adapter.__doc__ or ""))
+    assert set(re.findall(r"_SyncObj__\w+", code)) - listed == set()

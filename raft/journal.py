@@ -1,0 +1,327 @@
+"""The Raft journal on disk: PySyncObj's log entries and its term, vote and commit index, in kq's
+format, written so that `--durability=fsync` can make them durable with one fdatasync per batch.
+
+PySyncObj's own `FileJournal` writes entries into an mmap that it never flushes, rewrites the whole
+file in place when it compacts, stores the term and vote by a rename without fsync, and its records
+carry no checksum: after a power loss any of these can come back torn, and a torn record cannot be
+told from a good one. This journal implements the same interface (PySyncObj's `Journal`: `add`,
+`clear`, `deleteEntriesFrom`, `deleteEntriesTo`, indexing, the term/vote/commit getters and setters,
+`onOneSecondTimer`, `_destroy`) and `raft/pysyncobj_adapter.py` installs it in PySyncObj's log slot.
+In both durability modes every write reaches the page cache at once (a killed process loses
+nothing); only `sync=True` (`--durability=fsync`) adds the syncs:
+
+- `add` appends a record; `flush()` makes every record added since the last flush durable with one
+  `fdatasync` (group commit: the adapter calls it once per tick and before a follower acknowledges
+  an AppendEntries message, not once per entry).
+- `deleteEntriesFrom` (a follower's conflicting suffix) and `clear` truncate the file; the next
+  flush makes the truncation durable with the entries written after it.
+- `deleteEntriesTo` (log compaction) writes the retained entries to a new file and renames it over
+  the journal (file and directory synced in fsync mode): a crash leaves the old or the new journal,
+  never a mix.
+- The term and vote are written at once, by rename, synced in fsync mode before the vote or vote
+  request goes out (Raft's rule); the commit index is written once a second (PySyncObj's timer).
+
+File layout (integers big-endian), `journal.kq`:
+
+    magic   8 bytes  b"KQJRNL01"
+    records, each:  length u32 (of the command) | crc32c u32 (over index, term and command)
+                    | index u64 | term u64 | command (PySyncObj's entry bytes)
+
+Reading stops at the first record that is cut short, fails its CRC32C, exceeds the largest entry or
+does not follow its predecessor's index: that tail was being written when the machine stopped, and
+the file is truncated there. The metadata is `journal.kq.meta`, JSON: term, voted_for, commit_index.
+
+All I/O goes through a `Disk` (`OS_DISK` in production) so that a test can drop the writes that
+were not synced when it simulates a power cut (tests/raft/test_durability.py). Only the Raft tick
+thread calls a journal (PySyncObj's log is tick-thread state).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import crc32c as crc32c_module
+
+from kq.proto.limits import TRANSPORT_BUFFER_BYTES
+
+logger = logging.getLogger(__name__)
+
+MAGIC = b"KQJRNL01"
+JOURNAL_NAME = "journal.kq"
+_RECORD = struct.Struct(">IIQQ")  # command length, crc32c, index, term
+_INDEX_TERM = struct.Struct(">QQ")
+# No entry reaches PySyncObj's transport buffer (raft/node.py asserts it), so a longer record is a torn one.
+RECORD_COMMAND_BYTES_MAX = TRANSPORT_BUFFER_BYTES
+
+Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
+LegacyJournal = tuple[list[Entry], dict[str, Any]]  # Entries, and {"term", "voted_for", "commit_index"}.
+
+
+class Disk:
+    """The file operations the journal makes, on the real file system. A test subclasses it to keep
+    only what was synced when it simulates a power cut."""
+
+    def read(self, path: Path) -> bytes | None:
+        """The file's bytes, or None if it does not exist."""
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def open(self, path: Path) -> int:
+        """Opens an existing file for reading and writing."""
+        return os.open(path, os.O_RDWR)
+
+    def write_at(self, fd: int, offset: int, data: bytes) -> None:
+        """Writes `data` at `offset` (to the page cache: a killed process loses nothing)."""
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view, offset = view[written:], offset + written
+
+    def truncate(self, fd: int, size: int) -> None:
+        """Cuts the file to `size` bytes."""
+        os.ftruncate(fd, size)
+
+    def sync(self, fd: int) -> None:
+        """Makes the file's data and size durable."""
+        os.fdatasync(fd)
+
+    def close(self, fd: int) -> None:
+        """Closes a file `open` returned."""
+        os.close(fd)
+
+    def replace(self, path: Path, data: bytes, sync: bool) -> None:
+        """Atomically makes `data` the content of `path` (write a temporary file, rename it over);
+        with `sync`, durably: the file is synced before the rename and the directory after it."""
+        temporary = path.with_name(path.name + ".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            self.write_at(fd, 0, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        if sync:
+            sync_directory(path.parent)
+
+    def rename(self, source: Path, destination: Path, sync: bool) -> None:
+        """Renames `source` (already synced by its writer, if `sync`) over `destination`; with `sync`,
+        the directory is synced after it."""
+        os.replace(source, destination)
+        if sync:
+            sync_directory(destination.parent)
+
+    def remove(self, path: Path) -> None:
+        """Deletes a file if it exists."""
+        path.unlink(missing_ok=True)
+
+
+OS_DISK = Disk()
+
+
+def sync_directory(directory: Path) -> None:
+    """fsyncs a directory, so that the files created or renamed in it stay after a power loss."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def encode_record(command: bytes, index: int, term: int) -> bytes:
+    """One journal record."""
+    index_term = _INDEX_TERM.pack(index, term)
+    checksum = crc32c_module.crc32c(command, crc32c_module.crc32c(index_term))
+    return _RECORD.pack(len(command), checksum, index, term) + command
+
+
+def decode_records(data: bytes) -> tuple[list[Entry], list[int], int]:
+    """The entries of a journal file, each record's offset, and where the valid records end."""
+    entries: list[Entry] = []
+    offsets: list[int] = []
+    position = len(MAGIC)
+    while position + _RECORD.size <= len(data):
+        length, checksum, index, term = _RECORD.unpack_from(data, position)
+        end = position + _RECORD.size + length
+        if length > RECORD_COMMAND_BYTES_MAX or end > len(data):
+            break
+        command = data[position + _RECORD.size : end]
+        index_term = data[position + 8 : position + _RECORD.size]
+        if crc32c_module.crc32c(command, crc32c_module.crc32c(index_term)) != checksum:
+            break
+        if entries and index != entries[-1][1] + 1:
+            break
+        entries.append((command, index, term))
+        offsets.append(position)
+        position = end
+    return entries, offsets, position
+
+
+class RaftJournal:
+    """PySyncObj's journal interface over a `journal.kq` file; `sync` makes `flush` and the metadata
+    writes durable (`--durability=fsync`)."""
+
+    def __init__(self, directory: Path, sync: bool, disk: Disk = OS_DISK) -> None:
+        """Opens (creating) the journal in `directory`; a torn tail is cut off. In fsync mode the file
+        is synced once here: entries a killed process left in the page cache become durable before
+        this node counts them."""
+        self._path = directory / JOURNAL_NAME
+        self._meta_path = directory / (JOURNAL_NAME + ".meta")
+        self._sync = sync
+        self._disk = disk
+        self.syncs = 0  # fdatasyncs of the journal file: group commit makes them fewer than entries.
+        data = disk.read(self._path)
+        if data is None or not data.startswith(MAGIC):
+            if data is not None:
+                logger.warning("%s has no journal header: starting an empty journal", self._path)
+            disk.replace(self._path, MAGIC, sync)
+            data = MAGIC
+        self._entries, self._offsets, self._end = decode_records(data)
+        self._fd = disk.open(self._path)
+        self._dirty = sync  # One sync at open (see above).
+        if self._end < len(data):
+            logger.warning(
+                "journal %s: dropping a torn tail of %d bytes after index %s",
+                self._path,
+                len(data) - self._end,
+                self._entries[-1][1] if self._entries else "none",
+            )
+            disk.truncate(self._fd, self._end)
+        self.flush()
+        self._meta: dict[str, Any] = {"term": 0, "voted_for": None, "commit_index": 1}
+        raw_meta = disk.read(self._meta_path)
+        if raw_meta is not None:
+            self._meta.update(json.loads(raw_meta))
+        self._meta_dirty = False
+
+    # Entries ------------------------------------------------------------------------------------
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        """Appends an entry (to the page cache; durable at the next `flush` in fsync mode)."""
+        record = encode_record(bytes(command), idx, term)
+        self._disk.write_at(self._fd, self._end, record)
+        self._entries.append((command, idx, term))
+        self._offsets.append(self._end)
+        self._end += len(record)
+        self._dirty = True
+
+    def clear(self) -> None:
+        """Drops every entry."""
+        self._truncate(0)
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802, N803 - PySyncObj's names.
+        """Drops the entries at list positions `entryFrom` and after."""
+        self._truncate(entryFrom)
+
+    def _truncate(self, position: int) -> None:
+        if position >= len(self._entries):
+            return
+        self._end = self._offsets[position] if position > 0 else len(MAGIC)
+        del self._entries[position:], self._offsets[position:]
+        self._disk.truncate(self._fd, self._end)
+        self._dirty = True
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802, N803 - PySyncObj's names.
+        """Drops the entries before list position `entryTo` (log compaction): the retained entries go
+        to a new file renamed over the journal, so a crash leaves the old journal or the new one."""
+        retained = self._entries[entryTo:]
+        records = [encode_record(bytes(command), index, term) for command, index, term in retained]
+        self._disk.close(self._fd)
+        self._disk.replace(self._path, MAGIC + b"".join(records), self._sync)
+        self._fd = self._disk.open(self._path)
+        self._entries = retained
+        self._offsets = []
+        self._end = len(MAGIC)
+        for record in records:
+            self._offsets.append(self._end)
+            self._end += len(record)
+        self._dirty = False  # replace() synced it in fsync mode; nothing to sync otherwise.
+
+    def __getitem__(self, item: int | slice) -> Any:
+        return self._entries[item]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def flush(self) -> bool:
+        """fsync mode: makes every entry added (and every truncation) since the last flush durable,
+        with one fdatasync. True if it synced. Without sync, nothing to do."""
+        if not (self._sync and self._dirty):
+            return False
+        self._disk.sync(self._fd)
+        self._dirty = False
+        self.syncs += 1
+        return True
+
+    def _destroy(self) -> None:
+        """PySyncObj's name for `close`."""
+        self.close()
+
+    def close(self) -> None:
+        """Closes the file: flushed first, and the metadata written."""
+        self.flush()
+        if self._meta_dirty:
+            self._write_meta()
+        self._disk.close(self._fd)
+
+    # Term, vote and commit index ------------------------------------------------------------------
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:  # noqa: N802, N803 - PySyncObj's names.
+        """Remembers the commit index; written at the next one-second timer (a stale one is safe)."""
+        self._meta["commit_index"] = raftCommitIndex
+        self._meta_dirty = True
+
+    def getRaftCommitIndex(self) -> int:  # noqa: N802 - PySyncObj's name.
+        """The commit index written last (1 for a new journal, as PySyncObj's)."""
+        return int(self._meta["commit_index"])
+
+    def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:  # noqa: N802, N803
+        """Writes the term and vote before PySyncObj sends a message reflecting them (synced in fsync
+        mode: a node that forgot its vote after a power loss could vote twice in one term)."""
+        self._meta["term"] = term
+        self._meta["voted_for"] = votedForNodeId
+        self._write_meta()
+
+    def getCurrentTerm(self) -> int:  # noqa: N802 - PySyncObj's name.
+        """The term written last."""
+        return int(self._meta["term"])
+
+    def getVotedForNodeId(self) -> str | None:  # noqa: N802 - PySyncObj's name.
+        """The node voted for in the current term, if any."""
+        voted_for: str | None = self._meta["voted_for"]
+        return voted_for
+
+    def onOneSecondTimer(self) -> None:  # noqa: N802 - PySyncObj's name.
+        """Writes the commit index if it changed."""
+        if self._meta_dirty:
+            self._write_meta()
+
+    def _write_meta(self) -> None:
+        self._disk.replace(self._meta_path, json.dumps(self._meta).encode(), self._sync)
+        self._meta_dirty = False
+
+
+def convert_legacy_journal(
+    directory: Path, legacy_name: str, read_legacy: Callable[[Path], LegacyJournal], disk: Disk = OS_DISK
+) -> None:
+    """Moves a journal written by PySyncObj's `FileJournal` (kq before `journal.kq`) into kq's format,
+    term, vote and commit index included, then deletes it; `read_legacy` reads it (the adapter's
+    `read_pysyncobj_journal`). Nothing happens without one, or once `journal.kq` exists."""
+    legacy = directory / legacy_name
+    if disk.read(directory / JOURNAL_NAME) is not None or disk.read(legacy) is None:
+        return
+    entries, meta = read_legacy(legacy)
+    records = b"".join(encode_record(bytes(command), index, term) for command, index, term in entries)
+    disk.replace(directory / (JOURNAL_NAME + ".meta"), json.dumps(meta).encode(), sync=True)
+    disk.replace(directory / JOURNAL_NAME, MAGIC + records, sync=True)
+    disk.remove(legacy)
+    disk.remove(legacy.with_name(legacy_name + ".meta"))
+    logger.info("converted the Raft journal %s (%d entries) to %s", legacy, len(entries), JOURNAL_NAME)

@@ -1,0 +1,340 @@
+"""Durability modes in one process: kq's Raft journal, and three real RaftNodes through a simulated
+power cut of every node at once.
+
+The power cut is a fault-injecting disk (`PowerCutDisk`, the journal's file I/O) and store
+(`PowerCutStore`, which keeps the LMDB file as of its last `sync()`): at the cut, everything written
+since the last sync of each file is dropped, for all three nodes at the same instant. The store model
+is harsher than LMDB itself (in fsync mode every commit syncs its data pages; this keeps only explicit
+syncs), so what survives it survives a real power loss. In fsync mode every acknowledged entry comes
+back after the cut; in replicated mode (no syncs) the same run loses them, which shows the syncs are
+what keeps them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pysyncobj.journal import FileJournal
+
+from kq.deploy.cluster import free_ports
+from kq.deploy.waiting import wait_for
+from kq.raft.journal import JOURNAL_NAME, MAGIC, Disk, RaftJournal, convert_legacy_journal, encode_record
+from kq.raft.node import Durability, RaftConfig, RaftNode
+from kq.raft.pysyncobj_adapter import read_pysyncobj_journal
+from kq.raft.results import ApplyResult
+from kq.storage import Store
+from tests.raft.helpers import append, create
+
+WAIT_S = 30.0  # Elections, commits and applies of in-process nodes on a busy 2-core machine.
+WRITERS = 3  # Threads proposing at once, so entries share ticks and flushes (group commit).
+ACKNOWLEDGED_BEFORE_CUT = 60
+TOPIC = "t"
+
+
+# The journal alone ---------------------------------------------------------------------------------
+
+
+def test_the_journal_reads_back_its_entries_term_vote_and_commit_index(tmp_path: Path) -> None:
+    """Entries, term, vote and commit index written by one journal are read by the next."""
+    journal = RaftJournal(tmp_path, sync=True)
+    for index in range(1, 6):
+        journal.add(b"command-%d" % index, index, 2)
+    journal.setCurrentTerm(3, "127.0.0.1:1")
+    journal.setRaftCommitIndex(4)
+    journal.close()
+    again = RaftJournal(tmp_path, sync=True)
+    assert [again[i] for i in range(len(again))] == [(b"command-%d" % i, i, 2) for i in range(1, 6)]
+    assert (again.getCurrentTerm(), again.getVotedForNodeId(), again.getRaftCommitIndex()) == (
+        3,
+        "127.0.0.1:1",
+        4,
+    )
+    again.close()
+
+
+def test_truncation_and_compaction_survive_a_reopen(tmp_path: Path) -> None:
+    """deleteEntriesFrom cuts the tail, deleteEntriesTo the head, and both are what a reopen reads."""
+    journal = RaftJournal(tmp_path, sync=True)
+    for index in range(1, 11):
+        journal.add(b"x" * index, index, 1)
+    journal.deleteEntriesFrom(8)  # Keeps indexes 1..8.
+    journal.add(b"new", 9, 2)
+    journal.deleteEntriesTo(3)  # Keeps indexes 4..9.
+    journal.add(b"after", 10, 2)
+    journal.close()
+    again = RaftJournal(tmp_path, sync=True)
+    assert [(again[i][1], again[i][2]) for i in range(len(again))] == [(i, 1) for i in range(4, 9)] + [
+        (9, 2),
+        (10, 2),
+    ]
+    assert again[-1][0] == b"after"
+    again.close()
+
+
+def test_a_torn_tail_is_cut_off_at_the_last_whole_record(tmp_path: Path) -> None:
+    """A record cut short or with a bad checksum (a write the power cut tore) ends the journal there."""
+    good = encode_record(b"one", 1, 1) + encode_record(b"two", 2, 1)
+    torn = bytearray(encode_record(b"three", 3, 1))
+    torn[-1] ^= 0xFF
+    (tmp_path / JOURNAL_NAME).write_bytes(MAGIC + good + bytes(torn) + encode_record(b"four", 4, 1)[:9])
+    journal = RaftJournal(tmp_path, sync=True)
+    assert [journal[i][0] for i in range(len(journal))] == [b"one", b"two"]
+    journal.add(b"three again", 3, 1)
+    journal.close()
+    assert len(RaftJournal(tmp_path, sync=False)) == 3
+
+
+def test_flush_syncs_once_per_batch_of_entries_and_only_in_fsync_mode(tmp_path: Path) -> None:
+    """Group commit: many entries, one fdatasync; a clean journal is not synced again; replicated
+    mode never syncs."""
+    for name in ("fsync", "replicated"):
+        (tmp_path / name).mkdir()
+    synced = RaftJournal(tmp_path / "fsync", sync=True)
+    start = synced.syncs
+    for index in range(1, 101):
+        synced.add(b"entry", index, 1)
+    assert synced.flush() and synced.syncs == start + 1
+    assert not synced.flush()
+    synced.close()
+    replicated = RaftJournal(tmp_path / "replicated", sync=False)
+    replicated.add(b"entry", 1, 1)
+    assert not replicated.flush() and replicated.syncs == 0
+    replicated.close()
+
+
+def test_a_pysyncobj_journal_is_converted_with_its_term_and_vote(tmp_path: Path) -> None:
+    """A data directory written by PySyncObj's FileJournal (kq before its own journal) keeps its log."""
+    old = FileJournal(str(tmp_path / "journal"))
+    for index in range(1, 4):
+        old.add(b"entry-%d" % index, index, 5)
+    old.setCurrentTerm(6, "127.0.0.1:2")
+    old.flush()
+    del old  # FileJournal has no public close; read_pysyncobj_journal opens its own.
+    convert_legacy_journal(tmp_path, "journal", read_pysyncobj_journal)
+    assert not (tmp_path / "journal").exists()
+    journal = RaftJournal(tmp_path, sync=True)
+    assert [journal[i] for i in range(len(journal))] == [(b"entry-%d" % i, i, 5) for i in range(1, 4)]
+    assert (journal.getCurrentTerm(), journal.getVotedForNodeId()) == (6, "127.0.0.1:2")
+    journal.close()
+
+
+# The power cut ---------------------------------------------------------------------------------
+
+
+class PowerCutDisk(Disk):
+    """Real files, plus the image of each as of its last sync; `cut()` freezes the images (later syncs
+    change nothing) and `restore()` puts them back as the files, as a machine finds them after power
+    returns. One instance serves every node, so the cut is one instant for all of them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # Orders every sync against the cut.
+        self.cut_off = False
+        self._paths: dict[int, Path] = {}
+        self._durable: dict[Path, bytes] = {}
+        self._touched: set[Path] = set()
+        self._stores: dict[Path, bytes | None] = {}  # A store directory: its data.mdb as of its last sync.
+
+    def open(self, path: Path) -> int:
+        fd = super().open(path)
+        self._paths[fd] = path
+        self._touched.add(path)
+        return fd
+
+    def sync(self, fd: int) -> None:
+        with self.lock:
+            super().sync(fd)
+            if not self.cut_off:
+                self._durable[self._paths[fd]] = self._paths[fd].read_bytes()
+
+    def replace(self, path: Path, data: bytes, sync: bool) -> None:
+        with self.lock:
+            super().replace(path, data, sync)
+            self._touched.add(path)
+            if sync and not self.cut_off:
+                self._durable[path] = data
+
+    def rename(self, source: Path, destination: Path, sync: bool) -> None:
+        with self.lock:
+            super().rename(source, destination, sync)
+            self._touched.add(destination)
+            if sync and not self.cut_off:
+                self._durable[destination] = destination.read_bytes()
+
+    def store_synced(self, store: Store) -> None:
+        """Called by `PowerCutStore.sync` after LMDB flushed: its file is now durable."""
+        with self.lock:
+            if not self.cut_off:
+                self._stores[store.path] = (store.path / "data.mdb").read_bytes()
+
+    def store_opened(self, store: Store) -> None:
+        self._stores.setdefault(store.path, None)
+
+    def cut(self) -> None:
+        """The power goes off: nothing written from now on reaches the disk."""
+        with self.lock:
+            self.cut_off = True
+
+    def restore(self) -> None:
+        """The power comes back: every file is what its last sync left (gone if never synced)."""
+        for path in self._touched:
+            if path in self._durable:
+                path.write_bytes(self._durable[path])
+            else:
+                path.unlink(missing_ok=True)
+        for directory, image in self._stores.items():
+            shutil.rmtree(directory)
+            if image is not None:
+                directory.mkdir()
+                (directory / "data.mdb").write_bytes(image)
+        self.cut_off = False
+        self._touched.clear()
+
+
+class PowerCutStore(Store):
+    """A real LMDB store whose state after a power cut is what it held at its last `sync()`."""
+
+    disk: PowerCutDisk
+
+    def sync(self) -> None:
+        super().sync()
+        self.disk.store_synced(self)
+
+
+class PowerCutCluster:
+    """Three RaftNodes on one PowerCutDisk, with stores that keep only what they synced."""
+
+    def __init__(self, tmp_path: Path, durability: Durability, compaction_min_entries: int) -> None:
+        self.disk = PowerCutDisk()
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
+        self.configs = [
+            RaftConfig(
+                raft_address=address,
+                peer_raft_addresses=tuple(a for a in addresses if a != address),
+                data_dir=tmp_path / f"node{number}",
+                password="secret",
+                compaction_min_entries=compaction_min_entries,
+                durability=durability,
+            )
+            for number, address in enumerate(addresses)
+        ]
+        self.stores: list[PowerCutStore] = []
+        self.nodes: list[RaftNode] = []
+
+    def start(self) -> None:
+        for config in self.configs:
+            store = PowerCutStore.open(config.data_dir / "store", 256 * 1024**2, sync=config.synced)
+            assert isinstance(store, PowerCutStore)
+            store.disk = self.disk
+            self.disk.store_opened(store)
+            self.stores.append(store)
+            self.nodes.append(RaftNode(config, store, lambda index, result: None, self.disk))
+        for node in self.nodes:
+            node.start()
+
+    def leader(self) -> RaftNode:
+        wait_for(lambda: sum(node.is_leader() for node in self.nodes) == 1, "one leader", WAIT_S)
+        return next(node for node in self.nodes if node.is_leader())
+
+    def propose(self, data: bytes) -> bool:
+        """Proposes `data` on the leader; True once it committed before the cut (acknowledged)."""
+        done = threading.Event()
+        outcome: list[bool] = []
+
+        def on_result(result: ApplyResult | None, reason: int) -> None:
+            with self.disk.lock:  # An entry acknowledged after the cut was never acknowledged.
+                outcome.append(reason == 0 and result is not None and not self.disk.cut_off)
+            done.set()
+
+        self.leader().propose(data, on_result)
+        return done.wait(WAIT_S) and outcome[0]
+
+    def stop(self) -> None:
+        for node, store in zip(self.nodes, self.stores, strict=True):
+            node.close()
+            store.close()
+        self.nodes, self.stores = [], []
+
+    def values_on_leader(self) -> bytes:
+        """Every stored batch of the topic on the leader, once it applied an entry of its own term."""
+        assert self.propose(create("marker", 1))
+        store = self.stores[self.nodes.index(self.leader())]
+        with store.read() as reader:
+            topic = reader.topic(TOPIC)
+            if topic is None:
+                return b""
+            return b"".join(batch.data for batch in reader.batches(topic.topic_id, 0, 0, 1 << 30))
+
+
+MakeCluster = Callable[[Durability, int], PowerCutCluster]
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[MakeCluster]:
+    made: list[PowerCutCluster] = []
+
+    def build(durability: Durability, compaction_min_entries: int) -> PowerCutCluster:
+        cluster = PowerCutCluster(tmp_path, durability, compaction_min_entries)
+        made.append(cluster)
+        return cluster
+
+    yield build
+    for cluster in made:
+        cluster.stop()
+
+
+def acknowledged_then_cut(cluster: PowerCutCluster) -> list[bytes]:
+    """Writers propose appends until ACKNOWLEDGED_BEFORE_CUT are acknowledged; the power is cut while
+    they still write; the nodes stop and the disk comes back. Returns the acknowledged values."""
+    cluster.start()
+    assert cluster.propose(create(TOPIC, 1))
+    acknowledged: list[bytes] = []
+    lock = threading.Lock()
+
+    def write(writer: int) -> None:
+        sequence = 0
+        while not cluster.disk.cut_off:
+            value = b"value-%02d-%06d;" % (writer, sequence)
+            sequence += 1
+            if cluster.propose(append(TOPIC, 0, value)):
+                with lock:
+                    acknowledged.append(value)
+
+    writers = [threading.Thread(target=write, args=(n,), name=f"writer-{n}") for n in range(WRITERS)]
+    for thread in writers:
+        thread.start()
+    wait_for(lambda: len(acknowledged) >= ACKNOWLEDGED_BEFORE_CUT, "acknowledged appends", WAIT_S)
+    cluster.disk.cut()
+    for thread in writers:
+        thread.join(WAIT_S)
+    cluster.stop()
+    cluster.disk.restore()
+    cluster.start()
+    return acknowledged
+
+
+def test_fsync_mode_keeps_every_acknowledged_entry_through_a_power_cut_of_every_node(
+    make_cluster: MakeCluster,
+) -> None:
+    """fsync mode: with the log compacted every few entries (so the store's sync points matter too),
+    every append acknowledged before the cut is in the leader's store after it."""
+    cluster = make_cluster("fsync", 10)
+    acknowledged = acknowledged_then_cut(cluster)
+    stored = cluster.values_on_leader()
+    missing = [value for value in acknowledged if value not in stored]
+    assert missing == [], f"{len(missing)} of {len(acknowledged)} acknowledged appends lost"
+
+
+def test_replicated_mode_loses_acknowledged_entries_in_the_same_power_cut(
+    make_cluster: MakeCluster,
+) -> None:
+    """replicated mode, the same run: nothing was synced, so the acknowledged appends are gone. This
+    is what --durability=fsync is for, and it shows that the test above depends on the syncs."""
+    cluster = make_cluster("replicated", 5_000)
+    acknowledged = acknowledged_then_cut(cluster)
+    stored = cluster.values_on_leader()
+    missing = [value for value in acknowledged if value not in stored]
+    assert len(acknowledged) >= ACKNOWLEDGED_BEFORE_CUT and missing != []
