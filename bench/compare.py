@@ -165,6 +165,12 @@ def _settings_document(settings: CompareSettings) -> dict[str, Any]:
     default="pull",
     help="How nats-py reads the stream (see bench/nats_consume.py); pull is its fastest here.",
 )
+@click.option(
+    "--kq-durability",
+    type=click.Choice(["replicated", "fsync"]),
+    default="replicated",
+    help="The kq nodes' --durability (both kq columns): fsync acknowledges once a majority has it on disk.",
+)
 @click.option("--time-cap-s", type=click.FloatRange(1, 600), default=SCENARIO_TIME_CAP_S)
 @click.option(
     "--output",
@@ -194,6 +200,7 @@ def main(
     kq_max_in_flight: int,
     nats_max_pending: int,
     nats_consume: str,
+    kq_durability: str,
     time_cap_s: float,
     output: Path | None,
     base_dir: Path | None,
@@ -228,6 +235,7 @@ def main(
         kq_max_in_flight=kq_max_in_flight,
         nats_max_pending=nats_max_pending,
         nats_consume=nats_consume,
+        kq_durability=kq_durability,
         base_dir=base_dir,
     )
     started = time.time()

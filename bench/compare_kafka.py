@@ -76,7 +76,7 @@ class KqKafkaSystem:
 
     def __init__(self, settings: CompareSettings, base_dir: Path) -> None:
         self.settings = settings
-        self.cluster = LocalCluster(base_dir / "kq-kafka")
+        self.cluster = LocalCluster(base_dir / "kq-kafka", durability=settings.kq_durability)
         self._stack = ExitStack()
 
     def __enter__(self) -> KqKafkaSystem:

@@ -62,7 +62,7 @@ class KqSystem:
 
     def __init__(self, settings: CompareSettings, base_dir: Path) -> None:
         self.settings = settings
-        self.cluster = LocalCluster(base_dir / "kq")
+        self.cluster = LocalCluster(base_dir / "kq", durability=settings.kq_durability)
         self._stack = ExitStack()
 
     def __enter__(self) -> KqSystem:

@@ -95,6 +95,7 @@ class CompareSettings:
     nats_max_pending: int = 4_000  # Outstanding async publishes of the NATS client.
     nats_fetch_batch: int = 10_000  # Messages per pull request of the NATS consumer.
     nats_consume: str = "pull"  # How nats-py reads: "pull", "fetch" or "ordered" (`bench.nats_consume`).
+    kq_durability: str = "replicated"  # The kq nodes' --durability ("fsync": acknowledged once on disk).
     base_dir: Path | None = None  # Where servers keep data; None means a fresh temporary directory.
 
     def records_for(self, scenario: str) -> int:
