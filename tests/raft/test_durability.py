@@ -12,7 +12,9 @@ what keeps them.
 
 from __future__ import annotations
 
+import pickle
 import shutil
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,9 +25,10 @@ from pysyncobj.journal import FileJournal
 from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
 from kq.raft.journal import JOURNAL_NAME, MAGIC, Disk, RaftJournal, convert_legacy_journal, encode_record
-from kq.raft.node import Durability, RaftConfig, RaftNode
+from kq.raft.node import Durability, RaftConfig, RaftNode, finish_compaction
 from kq.raft.pysyncobj_adapter import read_pysyncobj_journal
 from kq.raft.results import ApplyResult
+from kq.raft.snapshot import MAGIC as MAGIC_SNAPSHOT
 from kq.storage import Store
 from tests.raft.helpers import append, create
 
@@ -119,6 +122,21 @@ def test_a_pysyncobj_journal_is_converted_with_its_term_and_vote(tmp_path: Path)
     journal = RaftJournal(tmp_path, sync=True)
     assert [journal[i] for i in range(len(journal))] == [(b"entry-%d" % i, i, 5) for i in range(1, 4)]
     assert (journal.getCurrentTerm(), journal.getVotedForNodeId()) == (6, "127.0.0.1:2")
+    journal.close()
+
+
+def test_a_restart_finishes_a_compaction_that_wrote_its_snapshot_but_did_not_cut_the_journal(
+    tmp_path: Path,
+) -> None:
+    """The journal is cut where the snapshot starts (PySyncObj would clear it down to two entries)."""
+    journal = RaftJournal(tmp_path, sync=True)
+    for index in range(1, 11):
+        journal.add(b"entry-%d" % index, index, 1)
+    header = pickle.dumps({"raft": (journal[5], journal[4], set()), "applied_index": 6}, protocol=5)
+    snapshot = tmp_path / "snapshot"
+    snapshot.write_bytes(MAGIC_SNAPSHOT + struct.pack(">I", len(header)) + header + bytes(12) + b"KQEND")
+    finish_compaction(journal, snapshot)
+    assert [journal[i][1] for i in range(len(journal))] == list(range(5, 11))
     journal.close()
 
 
