@@ -7,12 +7,13 @@ restarts from its journal and store. Waits are on conditions with deadlines.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pysyncobj.pickle
@@ -37,6 +38,26 @@ from tests.raft.helpers import append, create
 
 WAIT_S = 20.0  # Elections and applies of in-process nodes on a busy 2-core machine.
 
+
+# Raft timings for moving the largest entries between three nodes of one process (one GIL). Each 3 MB
+# entry costs the leader's tick thread pickling, zlib and Fernet per follower, and each follower the
+# reverse, before any of them ticks again: on a loaded 2-core machine, seconds. With the production
+# timings (an election after 0.5-1 s without a heartbeat, the leader stepping down after 2 s without
+# a majority's answers, a connection dropped after 1.5 s silent) the transfer itself caused elections,
+# and an election discards the entry in flight (PySyncObj's reason 3, DISCARDED) or strands a
+# follower. That test is about whole entries and identical stores, not liveness under load
+# (tests/system covers failover between real processes), so it runs with timings above that cost.
+def with_big_entry_timing(config: RaftConfig) -> RaftConfig:
+    """`config` with the timings the largest entries need (above)."""
+    return dataclasses.replace(
+        config,
+        election_timeout_min_s=5.0,
+        election_timeout_max_s=8.0,
+        leader_fallback_timeout_s=15.0,
+        connection_timeout_s=15.0,
+    )
+
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 SOURCE_FOLDERS = ("proto", "storage", "raft", "broker", "client", "cli", "spark", "chaos", "bench", "deploy")
 
@@ -48,14 +69,16 @@ def tick_threads() -> list[threading.Thread]:
 class Cluster:
     """Three RaftNodes with their stores, built (not started) in `tmp_path`."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, adjust: Callable[[RaftConfig], RaftConfig] = lambda c: c) -> None:
         self.addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
         self.configs = [
-            RaftConfig(
-                raft_address=address,
-                peer_raft_addresses=tuple(a for a in self.addresses if a != address),
-                data_dir=tmp_path / f"node{number}",
-                password="secret",
+            adjust(
+                RaftConfig(
+                    raft_address=address,
+                    peer_raft_addresses=tuple(a for a in self.addresses if a != address),
+                    data_dir=tmp_path / f"node{number}",
+                    password="secret",
+                )
             )
             for number, address in enumerate(self.addresses)
         ]
@@ -79,7 +102,7 @@ class Cluster:
 
         leader = self.leader()
         leader.propose(data, on_result)
-        assert done.wait(timeout=20)
+        assert done.wait(timeout=WAIT_S)
         result, reason = outcome[0]
         assert reason == 0 and result is not None, outcome
         return self.stores[self.nodes.index(leader)].applied_index()
@@ -114,9 +137,25 @@ def test_threads_start_in_start_and_end_in_close(cluster: Cluster) -> None:
         rebind.bind((host, int(port)))
 
 
-def test_the_largest_entries_replicate_whole(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.fixture
+def patient_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Three nodes with `with_big_entry_timing`: no election while the largest entries are in transit."""
+    local = Cluster(tmp_path, with_big_entry_timing)
+    try:
+        yield local
+    finally:
+        local.close()
+
+
+def test_the_largest_entries_replicate_whole(
+    patient_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
     """3 MB of bytes >= 0x80 (pickle protocol 2's worst case) and 3 MB of random bytes: each entry is
-    WireBytes in every node's log, goes out in one message, and every store ends byte-identical."""
+    WireBytes in every node's log, goes out in one message, and every store ends byte-identical.
+
+    Under CPU load it used to fail: the transfer itself starved the tick threads past the election
+    timeout, so the proposal came back DISCARDED or a follower missed the entry (`with_big_entry_timing`)."""
+    cluster = patient_cluster
     for node in cluster.nodes:
         node.start()
     cluster.propose(create("t", 1))
