@@ -10,8 +10,12 @@ With `--follow` it waits for new records until Ctrl-C, which exits 0.
 
 The start and end offsets come from the leader (or `--node`); records are then read from any node
 (or `--node`). Each fetch passes the highest Raft applied index seen so far, starting with the
-leader's, as `min_index`, so a lagging node waits instead of answering: every record acknowledged
-before the command started is seen, and offsets only go forward while moving between nodes.
+leader's, as `min_index`: every record acknowledged before the command started is seen, and offsets
+only go forward while moving between nodes. A node that has not applied `min_index` yet answers with
+no records at once (a fetch that does not wait), which means "not yet", not "nothing there": the
+reader then asks for that partition again with a wait, which the node spends catching up, before it
+moves on. So without --follow the partitions come out in ascending order, each from its start
+position, at most CLI_FETCH_RECORDS_MAX records of one partition before the next one's turn.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from kq.cli.context import metadata_node, open_client, parse_node
 from kq.cli.group_consume import consume_group, group_options, group_settings
 from kq.cli.output import Formatter, counted, format_json, format_plain, write_records
 from kq.client import ConsumerRecord, KqClient
+from kq.client.types import FetchResult
 from kq.proto.limits import CLI_FETCH_RECORDS_MAX
 
 SINGLE_PARTITION_WAIT_MS = 1_000  # Long-poll this long when only one partition can have new records.
@@ -90,15 +95,25 @@ class PartitionReader:
             limit = min(limit, self._records_max - self.count)
         if self._end_offsets is not None:
             limit = min(limit, self._end_offsets[partition] - position)
-        result = self._client.fetch(
-            self._topic,
-            partition,
-            position,
-            max_records=limit,
-            wait_ms=wait_ms,
-            node=self._node,
-            min_index=self._min_index,
-        )
+        min_index = self._min_index
+
+        def ask(wait: int) -> FetchResult:
+            return self._client.fetch(
+                self._topic,
+                partition,
+                position,
+                max_records=limit,
+                wait_ms=wait,
+                node=self._node,
+                min_index=min_index,
+            )
+
+        result = ask(wait_ms)
+        while result.applied_index < min_index:
+            # A node behind `min_index` answered "not yet" (its store may not even hold the records
+            # the leader counted): ask again, waiting, rather than move on to the next partition
+            # and print it first. The wait ends as soon as a node has caught up and holds records.
+            result = ask(max(wait_ms, SINGLE_PARTITION_WAIT_MS))
         self._min_index = max(self._min_index, result.applied_index)
         records = result.records[:limit]
         if records:
