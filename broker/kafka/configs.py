@@ -193,6 +193,8 @@ def _incremental_changes(configs: Any, current: dict[str, str]) -> tuple[dict[st
     for config in configs:
         operation = config.config_operation
         if operation == DELETE:
+            if config.name not in CONFIGS:
+                return f"unknown topic config {config.name[:64]!r}"
             if config.name in current:
                 removed.append(config.name)
             continue
