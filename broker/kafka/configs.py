@@ -127,21 +127,22 @@ class ConfigApis(KafkaBase):
 
     async def incremental_alter_configs(self, request: Request, connection: Connection) -> Any:
         """SET and DELETE any topic config; APPEND and SUBTRACT the list one (cleanup.policy)."""
-        module = response_module(INCREMENTAL_ALTER_CONFIGS, request.api_version)
-        responses = []
-        for resource in request.body.resources:
-            code, message = await self._alter(resource, request.body.validate_only, incremental=True)
-            responses.append(_alter_response(module, resource, code, message))
-        return build(module.IncrementalAlterConfigsResponse, throttle_time=0, responses=tuple(responses))
+        return await self._alter_resources(request, INCREMENTAL_ALTER_CONFIGS, incremental=True)
 
     async def alter_configs(self, request: Request, connection: Connection) -> Any:
         """Replaces a topic's overrides with the given ones (those not named go back to the default)."""
-        module = response_module(ALTER_CONFIGS, request.api_version)
+        return await self._alter_resources(request, ALTER_CONFIGS, incremental=False)
+
+    async def _alter_resources(self, request: Request, api_key: int, incremental: bool) -> Any:
+        """Both alter APIs' answer: each resource changed in turn, one result each (their response
+        classes differ only in name)."""
+        module = response_module(api_key, request.api_version)
         responses = []
         for resource in request.body.resources:
-            code, message = await self._alter(resource, request.body.validate_only, incremental=False)
+            code, message = await self._alter(resource, request.body.validate_only, incremental)
             responses.append(_alter_response(module, resource, code, message))
-        return build(module.AlterConfigsResponse, throttle_time=0, responses=tuple(responses))
+        response_class = module.IncrementalAlterConfigsResponse if incremental else module.AlterConfigsResponse
+        return build(response_class, throttle_time=0, responses=tuple(responses))
 
     async def _alter(self, resource: Any, validate_only: bool, incremental: bool) -> tuple[int, str | None]:
         """(Kafka error code, message) of one resource's change."""
