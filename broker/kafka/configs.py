@@ -141,8 +141,8 @@ class ConfigApis(KafkaBase):
         for resource in request.body.resources:
             code, message = await self._alter(resource, request.body.validate_only, incremental)
             responses.append(_alter_response(module, resource, code, message))
-        response_class = module.IncrementalAlterConfigsResponse if incremental else module.AlterConfigsResponse
-        return build(response_class, throttle_time=0, responses=tuple(responses))
+        answer = module.IncrementalAlterConfigsResponse if incremental else module.AlterConfigsResponse
+        return build(answer, throttle_time=0, responses=tuple(responses))
 
     async def _alter(self, resource: Any, validate_only: bool, incremental: bool) -> tuple[int, str | None]:
         """(Kafka error code, message) of one resource's change."""
