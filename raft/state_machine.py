@@ -42,7 +42,7 @@ from kq.raft.results import (
     TopicResult,
     TrimResult,
 )
-from kq.raft.topic_config import altered, applied_config, decode_overrides, encode_overrides
+from kq.raft.topic_config import TopicConfig, altered, applied_config, decode_overrides, encode_overrides
 from kq.raft.validation import append_problem, command_problem
 from kq.storage import ProducerAppend, Store, StoreWriter
 
@@ -218,12 +218,19 @@ def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int
     and its appends past the budget are refused (INVALID_COMMAND) at the cost of reading a header.
     """
     meter = WorkMeter(ENTRY_WORK_MAX)
-    appends = tuple(_apply_partition_append(writer, a, meter, command.timestamp_ms) for a in command.appends)
+    configs: dict[int, TopicConfig] = {}  # By topic id: an append entry changes no config.
+    appends = tuple(
+        _apply_partition_append(writer, a, meter, command.timestamp_ms, configs) for a in command.appends
+    )
     return AppendResult(appends, index, tuple((a.topic, a.partition) for a in command.appends))
 
 
 def _apply_partition_append(
-    writer: StoreWriter, append: kq_pb2.PartitionAppend, meter: WorkMeter, timestamp_ms: int
+    writer: StoreWriter,
+    append: kq_pb2.PartitionAppend,
+    meter: WorkMeter,
+    timestamp_ms: int,
+    configs: dict[int, TopicConfig],
 ) -> PartitionAppendResult:
     """One produce request: checked, its topic's applied configs kept (max.message.bytes, and
     LogAppendTime stamping the entry's leader clock), deduplicated, stored."""
@@ -236,7 +243,11 @@ def _apply_partition_append(
         return PartitionAppendResult(ErrorCode.UNKNOWN_TOPIC)
     if append.partition >= topic.partitions:
         return PartitionAppendResult(ErrorCode.UNKNOWN_PARTITION)
-    config = applied_config(decode_overrides(writer.topic_configs(topic.topic_id)))
+    config = configs.get(topic.topic_id)
+    if config is None:  # Read once per topic and entry: most appends of an entry share a few topics.
+        config = configs[topic.topic_id] = applied_config(
+            decode_overrides(writer.topic_configs(topic.topic_id))
+        )
     if len(append.records) > config.max_message_bytes:
         reason = f"a batch of {len(append.records)} bytes; max.message.bytes is {config.max_message_bytes}"
         return PartitionAppendResult(ErrorCode.MESSAGE_TOO_LARGE, reason=reason)
