@@ -313,10 +313,11 @@ def parse_batch(
     """
     header = read_header(data)
     _check_header(header, data, records_max)
-    records, start, end = _records_region(data, header, expanded_bytes_max, WorkMeter(_UNMETERED))
+    unmetered = WorkMeter(_UNMETERED)
+    records, start, end = _records_region(data, header, expanded_bytes_max, unmetered)
     decoded: list[WireRecord] = []
     limits = (headers_max, record_bytes_max, header_name_bytes_max)
-    _walk(records, start, end, header, limits, decoded, WorkMeter(_UNMETERED))
+    _walk(records, start, end, header, limits, decoded, unmetered)
     return decoded
 
 

@@ -177,29 +177,25 @@ class ClusterApis(KafkaBase):
         module = response_module(FIND_COORDINATOR, request.api_version)
         leader = self._leader_broker()
         if getattr(request.body, "key_type", 0) != 0:  # A transaction coordinator: refused, fatally
-            return build(  # (COORDINATOR_NOT_AVAILABLE made clients retry for max.block.ms).
-                module.FindCoordinatorResponse,
-                error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                error_message="transactions are not implemented",
-                node_id=-1,
-                host="",
-                port=-1,
-            )
-        if leader is None:
+            # (COORDINATOR_NOT_AVAILABLE made clients retry for max.block.ms).
+            code, message = TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not implemented"
+        elif leader is None:
+            code, message = COORDINATOR_NOT_AVAILABLE, "no leader is elected right now"
+        else:
             return build(
                 module.FindCoordinatorResponse,
-                error_code=COORDINATOR_NOT_AVAILABLE,
-                error_message="no leader is elected right now",
-                node_id=-1,
-                host="",
-                port=-1,
+                error_code=NONE,
+                node_id=leader.broker_id,
+                host=leader.host,
+                port=leader.port,
             )
         return build(
             module.FindCoordinatorResponse,
-            error_code=NONE,
-            node_id=leader.broker_id,
-            host=leader.host,
-            port=leader.port,
+            error_code=code,
+            error_message=message,
+            node_id=-1,
+            host="",
+            port=-1,
         )
 
     # Topics -------------------------------------------------------------------------------------

@@ -151,8 +151,9 @@ class ConfigApis(KafkaBase):
         if resource.resource_type != TOPIC_RESOURCE:
             return INVALID_REQUEST, f"resource type {resource.resource_type} has no configs in kq"
         name = resource.resource_name
-        if topic_name_problem(name):
-            return INVALID_TOPIC, topic_name_problem(name)
+        name_problem = topic_name_problem(name)
+        if name_problem:
+            return INVALID_TOPIC, name_problem
         current = await self._in_reads(self._overrides, name)
         if current is None:
             return UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}"
