@@ -168,6 +168,7 @@ class Command(_message.Message):
     KAFKA_JOIN_GROUP_FIELD_NUMBER: _builtins.int
     KAFKA_SYNC_GROUP_FIELD_NUMBER: _builtins.int
     ALTER_TOPIC_CONFIG_FIELD_NUMBER: _builtins.int
+    COMPACT_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -196,6 +197,8 @@ class Command(_message.Message):
     def kafka_sync_group(self) -> Global___KafkaSyncGroupCommand: ...
     @_builtins.property
     def alter_topic_config(self) -> Global___AlterTopicConfigCommand: ...
+    @_builtins.property
+    def compact(self) -> Global___CompactCommand: ...
     def __init__(
         self,
         *,
@@ -213,12 +216,13 @@ class Command(_message.Message):
         kafka_join_group: Global___KafkaJoinGroupCommand | None = ...,
         kafka_sync_group: Global___KafkaSyncGroupCommand | None = ...,
         alter_topic_config: Global___AlterTopicConfigCommand | None = ...,
+        compact: Global___CompactCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -439,6 +443,70 @@ class TrimCommand(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TrimCommand: _TypeAlias = TrimCommand  # noqa: Y015
+
+@_typing.final
+class CompactCommand(_message.Message):
+    """Key compaction of one partition (cleanup.policy=compact): drops records from stored batches. The
+    leader's compactor (broker/compactor.py) chooses them from committed state; every replica rewrites
+    the same batches the same way (proto/records.py compacted_batch), so they stay byte-identical.
+    Offsets never change: a dropped record leaves a gap, and a batch left empty is removed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    topic_id: _builtins.int
+    """The topic the compactor read: a topic created again since is left alone."""
+    partition: _builtins.int
+    @_builtins.property
+    def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchCompaction]:
+        """Base offsets strictly ascending."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        topic_id: _builtins.int = ...,
+        partition: _builtins.int = ...,
+        batches: _abc.Iterable[Global___BatchCompaction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "partition", b"partition", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactCommand: _TypeAlias = CompactCommand  # noqa: Y015
+
+@_typing.final
+class BatchCompaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BASE_OFFSET_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
+    base_offset: _builtins.int
+    """The stored batch's; a batch no longer stored (trimmed) is skipped."""
+    @_builtins.property
+    def dropped(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """offsetDeltas of the records to drop, strictly ascending."""
+
+    def __init__(
+        self,
+        *,
+        base_offset: _builtins.int = ...,
+        dropped: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "dropped", b"dropped"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchCompaction: _TypeAlias = BatchCompaction  # noqa: Y015
 
 @_typing.final
 class RegisterProducerCommand(_message.Message):

@@ -51,6 +51,11 @@ WORK_BYTES_PER_UNIT = 256  # Bytes checksummed and stored, and again bytes expan
 # the edge accepts fits an entry: ~0.15 s of apply here.
 ENTRY_WORK_MAX = 160_000
 OFFSETS_PER_COMMIT_MAX = 10_000
+# Key compaction (raft CompactCommand, broker/compactor.py). One compaction entry rewrites batches
+# within the work budget of one append entry (ENTRY_WORK_MAX, charged by compacted_batch as check_batch
+# charges), so it holds apply, and produce behind it, no longer than one large batch does.
+COMPACT_BATCHES_PER_ENTRY_MAX = 1_000
+COMPACT_DROPPED_PER_ENTRY_MAX = 100_000  # offsetDeltas listed in one entry (~2 bytes each).
 SESSION_TIMEOUT_MS_MIN = 1_000
 SESSION_TIMEOUT_MS_MAX = 300_000
 SESSION_TIMEOUT_MS_DEFAULT = 10_000
@@ -149,6 +154,13 @@ SHUTDOWN_GRACE_S = 2.0
 
 # broker/retention.py
 RETENTION_CHECK_S_DEFAULT = 60.0  # The leader's retention round (`--retention-check-ms`; Kafka's is 5 min).
+
+# broker/compactor.py
+COMPACTION_CHECK_S_DEFAULT = 15.0  # The leader's compaction round (`--compaction-check-ms`; Kafka's 15 s).
+# Keys one compaction pass remembers (a 16-byte digest and an offset each, ~150 bytes in a dict): a
+# partition's dirty part with more distinct keys is compacted over several passes (Kafka's dedupe buffer).
+COMPACTION_KEYS_MAX = 500_000
+COMPACTION_SCAN_BATCHES_MAX = 100_000  # Batches one pass reads from one partition (the rest: next pass).
 
 # broker/proposals.py
 PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).

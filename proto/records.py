@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import crc32c as crc32c_module
@@ -287,14 +287,8 @@ def check_batch(
     the check when the budget is spent; without one the check is bounded by the limits alone.
     """
     meter = WorkMeter(_UNMETERED) if meter is None else meter
-    meter.charge(WORK_PER_APPEND, "an append")
-    header = read_header(data)
-    meter.charge(header.record_count * WORK_PER_RECORD + len(data) // WORK_BYTES_PER_UNIT, "the batch")
-    _check_header(header, data, records_max)
-    records, start, end = _records_region(data, header, expanded_bytes_max, meter)
     limits = (headers_max, record_bytes_max, header_name_bytes_max)
-    _walk(records, start, end, header, limits, None, meter)
-    return header
+    return _read(data, meter, False, records_max, limits, expanded_bytes_max)[0]
 
 
 def parse_batch(
@@ -305,24 +299,53 @@ def parse_batch(
     record_bytes_max: int = RECORD_BYTES_MAX,
     header_name_bytes_max: int = HEADER_NAME_BYTES_MAX,
     expanded_bytes_max: int = APPEND_BYTES_MAX,
+    meter: WorkMeter | None = None,
 ) -> list[WireRecord]:
-    """Every record of one batch, decoded after the same checks as `check_batch` (the CRC included).
+    """Every record of one batch, decoded after the same checks as `check_batch` (the CRC included),
+    except that the batch may be compacted (`compacted_batch`): fewer records than its offsets span.
 
     The defaults are the limits every stored batch passed, so a stored or served batch parses with
-    them. Raises MalformedBatchError naming the record.
+    them. A `meter` is charged as `check_batch` charges (what the compactor packs its entries by).
+    Raises MalformedBatchError naming the record.
     """
-    header = read_header(data)
-    _check_header(header, data, records_max)
-    unmetered = WorkMeter(_UNMETERED)
-    records, start, end = _records_region(data, header, expanded_bytes_max, unmetered)
     decoded: list[WireRecord] = []
     limits = (headers_max, record_bytes_max, header_name_bytes_max)
-    _walk(records, start, end, header, limits, decoded, unmetered)
+    meter = WorkMeter(_UNMETERED) if meter is None else meter
+    _read(data, meter, True, records_max, limits, expanded_bytes_max, decoded=decoded)
     return decoded
 
 
-def _check_header(header: BatchHeader, data: bytes | memoryview, records_max: int) -> None:
-    """Everything about a batch its header alone decides (the CRC covers the rest)."""
+def _read(
+    data: bytes | memoryview,
+    meter: WorkMeter,
+    sparse: bool,
+    records_max: int,
+    limits: tuple[int, int, int],
+    expanded_bytes_max: int,
+    *,
+    decoded: list[WireRecord] | None = None,
+    spans: list[tuple[int, int, int]] | None = None,
+) -> tuple[BatchHeader, bytes | memoryview]:
+    """Checks a batch whole, charging `meter` before each step (WorkMeter); returns its header and the
+    buffer its records are in (`data`, or what they expanded to). `_walk` fills `decoded` and `spans`.
+    """
+    meter.charge(WORK_PER_APPEND, "an append")
+    header = read_header(data)
+    meter.charge(header.record_count * WORK_PER_RECORD + len(data) // WORK_BYTES_PER_UNIT, "the batch")
+    _check_header(header, data, records_max, sparse)
+    records, start, end = _records_region(data, header, expanded_bytes_max, meter)
+    _walk(records, start, end, header, limits, meter, decoded=decoded, spans=spans)
+    return header, records
+
+
+def _check_header(
+    header: BatchHeader, data: bytes | memoryview, records_max: int, sparse: bool = False
+) -> None:
+    """Everything about a batch its header alone decides (the CRC covers the rest).
+
+    `sparse` admits a compacted batch: 1 to lastOffsetDelta + 1 records (a producer's batch holds
+    exactly lastOffsetDelta + 1).
+    """
     computed = crc32c_module.crc32c(memoryview(data)[CRC_START:])
     if computed != header.crc:
         raise MalformedBatchError(
@@ -338,7 +361,9 @@ def _check_header(header: BatchHeader, data: bytes | memoryview, records_max: in
         raise MalformedBatchError(f"unknown compression codec {header.compression}")
     if not 0 < header.record_count <= records_max:
         raise MalformedBatchError(f"{header.record_count} records; a batch holds 1 to {records_max}")
-    if header.last_offset_delta != header.record_count - 1:
+    if sparse and header.record_count - 1 <= header.last_offset_delta < records_max:
+        pass  # A compacted batch: its records' offsetDeltas rise within [0, lastOffsetDelta] (_walk).
+    elif header.last_offset_delta != header.record_count - 1:
         raise MalformedBatchError(
             f"lastOffsetDelta {header.last_offset_delta} with {header.record_count} records"
             f" (must be {header.record_count - 1})"
@@ -389,10 +414,16 @@ def _walk(
     end: int,
     header: BatchHeader,
     limits: tuple[int, int, int],
-    decoded: list[WireRecord] | None,
     meter: WorkMeter,
+    *,
+    decoded: list[WireRecord] | None = None,
+    spans: list[tuple[int, int, int]] | None = None,
 ) -> None:
-    """Walks every record once (decoding each into `decoded` when given); raises MalformedBatchError.
+    """Walks every record once (decoding each into `decoded`, and its (offsetDelta, start, stop) in
+    `buffer` into `spans`, when given); raises MalformedBatchError.
+
+    Records' offsetDeltas rise within [0, lastOffsetDelta]: with as many records as the offsets
+    (`_check_header` for a producer's batch), record i's is i; a compacted batch has gaps.
 
     The batch's headers together are at most HEADERS_PER_BATCH_MAX: a header can be two bytes, so
     without it the 3 MiB a batch may expand to could hold 1.5 million of them, seconds of walking.
@@ -402,17 +433,24 @@ def _walk(
     append_time_ms = header.max_timestamp_ms if header.log_append_time else None
     affordable = meter.remaining // WORK_PER_HEADER
     headers_left = headers_allowed = min(HEADERS_PER_BATCH_MAX, affordable)
+    dense = header.record_count == header.last_offset_delta + 1
+    offset_delta = -1
     try:
         for index in range(header.record_count):
             try:
-                position, header_count = _walk_record(
+                start = position
+                lowest = index if dense else offset_delta + 1
+                highest = index if dense else header.last_offset_delta
+                position, header_count, offset_delta = _walk_record(
                     buffer,
                     position,
                     end,
-                    (index, header.base_timestamp_ms, append_time_ms, headers_left),
+                    (lowest, highest, header.base_timestamp_ms, append_time_ms, headers_left),
                     limits,
                     decoded,
                 )
+                if spans is not None:
+                    spans.append((offset_delta, start, position))
             except _HeadersOverError:
                 if affordable < HEADERS_PER_BATCH_MAX:
                     raise WorkBudgetError(
@@ -434,20 +472,22 @@ def _walk_record(
     buffer: bytes | memoryview,
     position: int,
     end: int,
-    where: tuple[int, int, int | None, int],
+    where: tuple[int, int, int, int | None, int],
     limits: tuple[int, int, int],
     decoded: list[WireRecord] | None,
-) -> tuple[int, int]:
-    """Checks (and decodes) the record at `position`: (the position after it, its header count).
+) -> tuple[int, int, int]:
+    """Checks (and decodes) the record at `position`: (the position after it, its header count, its
+    offsetDelta).
 
-    `where` is the record's index, the batch's baseTimestamp, its LogAppendTime (None: CreateTime)
-    and how many headers the batch may still hold.
+    `where` is the lowest and highest offsetDelta the record may have (both its index in a producer's
+    batch), the batch's baseTimestamp, its LogAppendTime (None: CreateTime) and how many headers the
+    batch may still hold.
 
     This runs for every record of every batch, at the edge and in apply on every node, so a varint of
     one byte (most of them) is read inline; `_varint` reads the others. A call per field cost a third
     of the walk.
     """
-    index, base_timestamp_ms, append_time_ms, headers_left = where
+    lowest, highest, base_timestamp_ms, append_time_ms, headers_left = where
     headers_max, record_bytes_max, header_name_bytes_max = limits
     if position < end and (byte := buffer[position]) < 0x80:
         length, position = (byte >> 1) ^ -(byte & 1), position + 1
@@ -465,8 +505,9 @@ def _walk_record(
         offset_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
     else:
         offset_delta, position = _varint(buffer, position, stop, VARINT_BYTES_MAX)
-    if offset_delta != index:
-        raise MalformedBatchError(f"offsetDelta {offset_delta} (must be {index})")
+    if not lowest <= offset_delta <= highest:
+        must = f"must be {lowest}" if lowest == highest else f"must be in [{lowest}, {highest}]"
+        raise MalformedBatchError(f"offsetDelta {offset_delta} ({must})")
     timestamp_ms = base_timestamp_ms + timestamp_delta if append_time_ms is None else append_time_ms
     if not NO_TIMESTAMP <= timestamp_ms <= INT64_MAX:
         raise MalformedBatchError(f"timestamp {timestamp_ms} is negative (other than -1) or past int64")
@@ -497,7 +538,7 @@ def _walk_record(
         key = None if key_length < 0 else bytes(buffer[key_start : key_start + key_length])
         value = None if value_length < 0 else bytes(buffer[value_start : value_start + value_length])
         decoded.append(WireRecord(offset_delta, timestamp_ms, key, value, tuple(headers or ()), size_bytes))
-    return stop, header_count
+    return stop, header_count, offset_delta
 
 
 class _HeadersOverError(MalformedBatchError):
@@ -755,6 +796,52 @@ def _varint_size(value: int) -> int:
     if value < 8192:
         return 2
     return ((value << 1).bit_length() + 6) // 7
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """What `compacted_batch` made of a batch."""
+
+    data: bytes | None  # The batch rewritten; None when it kept no record (or when it dropped none).
+    records_dropped: int
+    records_kept: int
+
+
+def compacted_batch(data: bytes | memoryview, dropped: Collection[int], meter: WorkMeter) -> Compacted:
+    """A stored batch without its records whose offsetDelta is in `dropped` (key compaction): its new
+    bytes, or None when it keeps no record (or drops none: nothing to write).
+
+    The records kept are copied byte for byte, so their offsetDeltas, timestamps, keys, values and
+    headers stay what they were; the header keeps every field (baseOffset, lastOffsetDelta, the
+    timestamps, the producer fields) but the record count, the length and the CRC32C. The result is
+    uncompressed: a pure function of the batch's records, the same bytes on every replica whatever
+    codec library it runs, and never larger than the records the batch expanded to when appended.
+
+    Apply runs this on every replica: the work is charged to `meter` as `check_batch` charges it,
+    before it is done (WorkBudgetError when it does not fit). Raises MalformedBatchError for a batch
+    that is not a whole, sound stored one.
+    """
+    spans: list[tuple[int, int, int]] = []
+    limits = (HEADERS_PER_RECORD_MAX, RECORD_BYTES_MAX, HEADER_NAME_BYTES_MAX)
+    header, records = _read(data, meter, True, RECORDS_PER_APPEND_MAX, limits, APPEND_BYTES_MAX, spans=spans)
+    kept = [(first, stop) for offset_delta, first, stop in spans if offset_delta not in dropped]
+    if len(kept) == len(spans) or not kept:
+        return Compacted(None, len(spans) - len(kept), len(kept))
+    payload = b"".join(bytes(records[first:stop]) for first, stop in kept)
+    tail = _FROM_CRC.pack(
+        header.attributes & ~COMPRESSION_MASK,
+        header.last_offset_delta,
+        header.base_timestamp_ms,
+        header.max_timestamp_ms,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(kept),
+    )
+    crc = crc32c_module.crc32c(payload, crc32c_module.crc32c(tail))
+    batch_length = BATCH_HEADER_BYTES - LENGTH_PREFIX_BYTES + len(payload)
+    head = _BEFORE_CRC.pack(header.base_offset, batch_length, header.partition_leader_epoch, MAGIC, crc)
+    return Compacted(b"".join((head, tail, payload)), len(spans) - len(kept), len(kept))
 
 
 def with_base_offset(data: bytes | memoryview, base_offset: int) -> bytes:

@@ -11,6 +11,7 @@ from kq.storage import TopicMeta
 __all__ = [
     "AppendResult",
     "ApplyResult",
+    "CompactResult",
     "ErrorCode",
     "GroupResult",
     "KafkaGroupResult",
@@ -57,6 +58,18 @@ class TrimResult:
 
     error: ErrorCode
     log_start_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    """Result of a compaction entry: what it did to the partition (identical on every replica)."""
+
+    error: ErrorCode
+    batches_rewritten: int = 0  # Batches that lost records and kept some.
+    batches_removed: int = 0  # Batches that lost all their records.
+    records_dropped: int = 0
+    bytes_freed: int = 0
+    batches_skipped: int = 0  # Named but no longer stored (trimmed since), or past the work budget.
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +127,7 @@ ApplyResult = (
     | TopicResult
     | AppendResult
     | TrimResult
+    | CompactResult
     | GroupResult
     | KafkaGroupResult
     | ProducerResult

@@ -23,7 +23,9 @@ from kq.proto.records import (
     NO_PRODUCER_ID,
     SEQUENCE_MODULUS,
     BatchHeader,
+    WorkBudgetError,
     WorkMeter,
+    compacted_batch,
     next_sequence,
     read_header,
     with_log_append_time,
@@ -32,6 +34,7 @@ from kq.raft import commands, groups
 from kq.raft.results import (
     AppendResult,
     ApplyResult,
+    CompactResult,
     ErrorCode,
     GroupResult,
     KafkaGroupResult,
@@ -143,6 +146,8 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
         return _apply_delete_topic(writer, command.delete_topic)
     if kind == "trim":
         return _apply_trim(writer, command.trim)
+    if kind == "compact":
+        return _apply_compact(writer, command.compact)
     if kind == "alter_topic_config":
         return _apply_alter_topic_config(writer, command.alter_topic_config)
     if kind in _GROUP_HANDLERS:
@@ -208,6 +213,40 @@ def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
         return TrimResult(ErrorCode.OFFSET_OUT_OF_RANGE, state.log_start_offset)
     start = writer.trim(topic.topic_id, command.partition, command.before_offset, TRIM_BATCHES_PER_ENTRY_MAX)
     return TrimResult(ErrorCode.OK, start)
+
+
+def _apply_compact(writer: StoreWriter, command: kq_pb2.CompactCommand) -> CompactResult:
+    """Drops the named records from the named batches (checked by command_problem), oldest batch first.
+
+    Each rewrite is `compacted_batch`, a pure function of the stored batch, so every replica stores the
+    same bytes. A batch no longer stored (trimmed) is skipped; so are those past the entry's work
+    budget (ENTRY_WORK_MAX, charged as an append entry's: the compactor packs entries within it, so
+    only a crafted entry gets there).
+    """
+    topic = writer.topic(command.topic)
+    if topic is None or command.topic_id != topic.topic_id:
+        return CompactResult(ErrorCode.UNKNOWN_TOPIC)  # Or created again since the compactor read it.
+    if command.partition >= topic.partitions:
+        return CompactResult(ErrorCode.UNKNOWN_PARTITION)
+    meter = WorkMeter(ENTRY_WORK_MAX)
+    rewritten = removed = dropped = freed = skipped = 0
+    for done, edit in enumerate(command.batches):
+        stored = writer.stored_batch(topic.topic_id, command.partition, edit.base_offset)
+        if stored is None:
+            skipped += 1
+            continue
+        try:
+            compaction = compacted_batch(stored, frozenset(edit.dropped), meter)
+        except WorkBudgetError:
+            skipped += len(command.batches) - done
+            break
+        if not compaction.records_dropped:
+            continue  # None of the records named is still there (compacted before).
+        freed += writer.rewrite_batch(topic.topic_id, command.partition, edit.base_offset, compaction.data)
+        dropped += compaction.records_dropped
+        removed += compaction.data is None
+        rewritten += compaction.data is not None
+    return CompactResult(ErrorCode.OK, rewritten, removed, dropped, freed, skipped)
 
 
 def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int) -> AppendResult:

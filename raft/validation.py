@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import pairwise
 
 from kq.proto import kq_pb2
 from kq.proto.limits import (
@@ -25,6 +26,8 @@ from kq.proto.limits import (
     APPENDS_PER_ENTRY_MAX,
     CLIENT_HOST_LENGTH_MAX,
     CLIENT_ID_LENGTH_MAX,
+    COMPACT_BATCHES_PER_ENTRY_MAX,
+    COMPACT_DROPPED_PER_ENTRY_MAX,
     GROUP_INSTANCE_ID_LENGTH_MAX,
     GROUP_MEMBERS_MAX,
     GROUP_PROTOCOLS_MAX,
@@ -294,6 +297,27 @@ def _append_command_problem(command: kq_pb2.AppendCommand) -> str | None:
     return None
 
 
+def _compact_problem(command: kq_pb2.CompactCommand) -> str | None:
+    """A compaction entry's shape: bounded counts, strictly ascending base offsets and offsetDeltas
+    within a batch's reach. Whether the batches and records exist is apply's to find (it skips what
+    is gone); that the records may go is the proposing leader's decision (broker/compactor.py)."""
+    if not 0 < len(command.batches) <= COMPACT_BATCHES_PER_ENTRY_MAX:
+        return f"a compaction entry names 1 to {COMPACT_BATCHES_PER_ENTRY_MAX} batches"
+    if sum(len(batch.dropped) for batch in command.batches) > COMPACT_DROPPED_PER_ENTRY_MAX:
+        return f"a compaction entry drops at most {COMPACT_DROPPED_PER_ENTRY_MAX} records"
+    previous = -1
+    for batch in command.batches:
+        if batch.base_offset <= previous:
+            return f"batch {batch.base_offset} is not after batch {previous}"
+        previous = batch.base_offset
+        if not batch.dropped:
+            return f"batch {batch.base_offset}: no record to drop"
+        deltas = list(batch.dropped)
+        if deltas[-1] >= RECORDS_PER_APPEND_MAX or any(a >= b for a, b in pairwise(deltas)):
+            return f"batch {batch.base_offset}: offsetDeltas must rise, each below {RECORDS_PER_APPEND_MAX}"
+    return topic_name_problem(command.topic)
+
+
 def command_problem(command: kq_pb2.Command) -> str | None:
     """Why `command` must not be applied, or None. Appends' batches are checked by `append_problem`."""
     kind = command.WhichOneof("kind")
@@ -312,6 +336,8 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return _append_command_problem(command.append)
     if kind == "trim":
         return topic_name_problem(command.trim.topic)
+    if kind == "compact":
+        return _compact_problem(command.compact)
     if kind == "join_group":
         return _join_problem(command.join_group)
     if kind == "leave_group":

@@ -10,9 +10,10 @@ layout is in proto/records.py):
      8  batchLength      int32   bytes after this field: the value is 12 + batchLength bytes
     16  magic            int8    2
     17  crc              uint32  CRC32C of bytes 21 to the end (compressed records included)
-    23  lastOffsetDelta  int32   record count - 1
+    23  lastOffsetDelta  int32   the batch holds offsets baseOffset .. baseOffset + lastOffsetDelta
     35  maxTimestamp     int64   the largest record timestamp (or the LogAppendTime)
-    57  recordsCount     int32   the batch holds offsets baseOffset .. baseOffset + recordsCount - 1
+    57  recordsCount     int32   lastOffsetDelta + 1 as appended; fewer once compacted (the offsets of
+                                 the records compaction dropped are gaps; the batch's span stays)
     61  records          as the producer sent them (compressed or not; opaque to storage)
 
 storage imports nothing of kq, so it reads these few fields itself rather than through proto/records.py;
@@ -47,19 +48,30 @@ class StoredBatch:
     """
 
     base_offset: int
-    record_count: int
+    record_count: int  # Records in the batch: lastOffsetDelta + 1, or fewer once compacted.
     max_timestamp_ms: int
     data: bytes
+    last_offset_delta: int
 
     @property
     def next_offset(self) -> int:
-        """The offset just past this batch."""
-        return self.base_offset + self.record_count
+        """The offset just past this batch (past its last record as appended, compacted away or not)."""
+        return self.base_offset + self.last_offset_delta + 1
 
 
 def record_count_of(batch: bytes | memoryview) -> int:
     """The recordsCount field of a batch's header (the caller knows the batch is whole)."""
     return int(_RECORD_COUNT.unpack_from(batch, _RECORD_COUNT_AT)[0])
+
+
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+
+
+def offset_span_of(batch: bytes | memoryview) -> int:
+    """How many offsets a stored batch spans, lastOffsetDelta + 1: its record count until compaction
+    drops some of its records (their offsets stay the batch's)."""
+    return int(_LAST_OFFSET_DELTA.unpack_from(batch, _LAST_OFFSET_DELTA_AT)[0]) + 1
 
 
 _MAX_TIMESTAMP = struct.Struct(">q")
@@ -102,6 +114,6 @@ def decode_batch(raw: bytes | memoryview, expected_base_offset: int) -> StoredBa
         raise CorruptRecordError(f"CRC32C mismatch in {where}")
     if base_offset != expected_base_offset:
         raise CorruptRecordError(f"{where} says its base offset is {base_offset}")
-    if record_count <= 0 or last_offset_delta != record_count - 1:
+    if not 0 < record_count <= last_offset_delta + 1:
         raise CorruptRecordError(f"{where}: {record_count} records, lastOffsetDelta {last_offset_delta}")
-    return StoredBatch(base_offset, record_count, max_timestamp_ms, bytes(raw))
+    return StoredBatch(base_offset, record_count, max_timestamp_ms, bytes(raw), last_offset_delta)

@@ -17,6 +17,7 @@ from kq.storage.records import (
     StoredBatch,
     decode_batch,
     max_timestamp_of,
+    offset_span_of,
     record_count_of,
     stamp_base_offset,
 )
@@ -71,7 +72,8 @@ class TopicMeta:
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """Where a partition log starts and ends; offsets in [log_start_offset, log_end_offset) exist."""
+    """Where a partition log starts and ends; offsets in [log_start_offset, log_end_offset) exist
+    (in a compacted partition, some of them are gaps: records compaction dropped)."""
 
     log_start_offset: int
     log_end_offset: int
@@ -83,14 +85,14 @@ class BatchSpan:
     """Where a stored batch sits and what retention needs of it, read from its header alone."""
 
     base_offset: int
-    record_count: int
+    offset_span: int  # lastOffsetDelta + 1: the offsets it holds, whether compaction dropped some or not.
     max_timestamp_ms: int
     size_bytes: int
 
     @property
     def end_offset(self) -> int:
-        """The offset after the batch's last record."""
-        return self.base_offset + self.record_count
+        """The offset after the batch's last offset."""
+        return self.base_offset + self.offset_span
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,18 +328,8 @@ class StoreReader:
         """The partition's first `count_max` stored batches, oldest first, read lazily (headers only;
         batches a trim left below the log start included, so retention sees what is still to delete).
         Consume it inside the read transaction."""
-        prefix = _PARTITION_KEY.pack(topic_id, partition)
-        cursor = self._transaction.cursor(db=self._records)
-        if not cursor.set_range(prefix):
-            return
-        for _ in range(count_max):
-            if bytes(cursor.key()[:12]) != prefix:
-                return
-            value = cursor.value()
-            base_offset = _RECORD_KEY.unpack(cursor.key())[2]
-            yield BatchSpan(base_offset, record_count_of(value), max_timestamp_of(value), len(value))
-            if not cursor.next():
-                return
+        for base_offset, value in self.stored_batches(topic_id, partition, 0, count_max):
+            yield BatchSpan(base_offset, offset_span_of(value), max_timestamp_of(value), len(value))
 
     def producer_window(self, producer_id: int, topic_id: int, partition: int) -> ProducerWindow | None:
         """The producer's epoch and remembered appends on this partition, or None if it never appended."""
@@ -354,20 +346,16 @@ class StoreReader:
         return ProducerWindow(epoch, appends)
 
     def batches(self, topic_id: int, partition: int, offset: int, max_bytes: int) -> list[StoredBatch]:
-        """Batches from the one holding `offset` on, stopping once `max_bytes` of them are read.
+        """Batches from the one holding `offset` (or, when compaction removed that one, the first after
+        it) on, stopping once `max_bytes` of them are read.
 
-        At least one batch is returned when `offset` is in the log, even if it alone exceeds
-        `max_bytes`, so a reader always makes progress (Kafka's rule). Every checksum is verified.
+        At least one batch is returned when the log holds one at or after `offset`, even if it alone
+        exceeds `max_bytes`, so a reader always makes progress (Kafka's rule). Every checksum is
+        verified. Batches follow each other without a hole unless compaction removed one whole.
         """
         cursor = self._transaction.cursor(db=self._records)
         prefix = _PARTITION_KEY.pack(topic_id, partition)
-        key = _RECORD_KEY.pack(topic_id, partition, offset)
-        found = cursor.set_range(key)
-        # Unless a batch starts exactly at `offset`, the one holding it is the previous key (if ours).
-        exact = found and bytes(cursor.key()) == key
-        if not exact and (
-            not (cursor.prev() if found else cursor.last()) or bytes(cursor.key()[:12]) != prefix
-        ):
+        if not self._seek_batch(cursor, topic_id, partition, offset):
             return []
         result: list[StoredBatch] = []
         total_bytes = 0
@@ -377,12 +365,49 @@ class StoreReader:
             base_offset = _RECORD_KEY.unpack(raw_key)[2]
             batch = decode_batch(raw, base_offset)
             if result:
-                assert base_offset == result[-1].next_offset, f"hole in log before offset {base_offset}"
-            elif batch.next_offset <= offset:
-                break  # `offset` is at or past the end of the log.
+                assert base_offset >= result[-1].next_offset, f"batches overlap at offset {base_offset}"
             result.append(batch)
             total_bytes += len(raw)
         return result
+
+    def stored_batches(
+        self, topic_id: int, partition: int, offset: int, count_max: int
+    ) -> Iterator[tuple[int, memoryview]]:
+        """(base offset, stored bytes) of the partition's first `count_max` batches from `offset` on
+        (its batch holding `offset` included), oldest first, read lazily and unchecked: what the
+        compactor scans. Consume it inside the read transaction."""
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        cursor = self._transaction.cursor(db=self._records)
+        if not self._seek_batch(cursor, topic_id, partition, offset):
+            return
+        for _ in range(count_max):
+            if bytes(cursor.key()[:12]) != prefix:
+                return
+            yield _RECORD_KEY.unpack(cursor.key())[2], cursor.value()
+            if not cursor.next():
+                return
+
+    def stored_batch(self, topic_id: int, partition: int, base_offset: int) -> bytes | None:
+        """The batch stored at exactly `base_offset`, unchecked, or None."""
+        raw = self._transaction.get(_RECORD_KEY.pack(topic_id, partition, base_offset), db=self._records)
+        return None if raw is None else bytes(raw)
+
+    def _seek_batch(self, cursor: Any, topic_id: int, partition: int, offset: int) -> bool:
+        """Puts `cursor` on the partition's batch holding `offset`, else on its first batch after it
+        (compaction removed the one holding it); False when there is none."""
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        key = _RECORD_KEY.pack(topic_id, partition, offset)
+        found = cursor.set_range(key)
+        if found and bytes(cursor.key()) == key:
+            return True
+        # Unless a batch starts exactly at `offset`, the one holding it is the previous key (if ours).
+        if (
+            (cursor.prev() if found else cursor.last())
+            and bytes(cursor.key()[:12]) == prefix
+            and _RECORD_KEY.unpack(cursor.key())[2] + offset_span_of(cursor.value()) > offset
+        ):
+            return True
+        return bool(cursor.set_range(key)) and bytes(cursor.key()[:12]) == prefix
 
     def max_timestamp(
         self, topic_id: int, partition: int, log_start_offset: int, rows_max: int
@@ -402,7 +427,7 @@ class StoreReader:
                 return None
             _, _, inverted, base_offset = _TIMESTAMP_KEY.unpack(key)
             raw = self._transaction.get(_RECORD_KEY.pack(topic_id, partition, base_offset), db=self._records)
-            if raw is not None and base_offset + record_count_of(raw) > log_start_offset:
+            if raw is not None and base_offset + offset_span_of(raw) > log_start_offset:
                 return _INT64_MAX - inverted, base_offset
             if not cursor.next():
                 return None
@@ -529,8 +554,8 @@ class StoreWriter(StoreReader):
         state = self.partition(topic_id, partition)
         assert state is not None, "append to a partition that does not exist"
         base_offset = state.log_end_offset
-        record_count = record_count_of(batch)
-        assert record_count > 0, "apply appends only checked batches"
+        record_count = record_count_of(batch)  # A producer's batch: as many as its offsets.
+        assert 0 < record_count == offset_span_of(batch), "apply appends only checked batches"
         value = stamp_base_offset(batch, base_offset)
         record_key = _RECORD_KEY.pack(topic_id, partition, base_offset)
         added = self._transaction.put(record_key, value, db=self._records, overwrite=False)
@@ -562,8 +587,8 @@ class StoreWriter(StoreReader):
         deleted = 0
         if cursor.set_range(prefix):
             while deleted < batches_max and bytes(cursor.key()[:12]) == prefix:
-                record_count = record_count_of(cursor.value())  # From the stored v2 header.
-                if _RECORD_KEY.unpack(cursor.key())[2] + record_count > log_start:
+                span = offset_span_of(cursor.value())  # From the stored v2 header.
+                if _RECORD_KEY.unpack(cursor.key())[2] + span > log_start:
                     break
                 freed_bytes += len(cursor.value())
                 deleted += 1
@@ -578,6 +603,33 @@ class StoreWriter(StoreReader):
             PartitionState(log_start, state.log_end_offset, state.size_bytes - freed_bytes),
         )
         return log_start
+
+    def rewrite_batch(self, topic_id: int, partition: int, base_offset: int, value: bytes | None) -> int:
+        """Replaces the batch stored at `base_offset` with `value` (compaction's rewrite of it, spanning
+        the same offsets), or deletes it when `value` is None; returns the bytes freed. The log's start
+        and end stay; its size follows."""
+        state = self.partition(topic_id, partition)
+        key = _RECORD_KEY.pack(topic_id, partition, base_offset)
+        old = self._transaction.get(key, db=self._records)
+        assert state is not None and old is not None, "rewrite of a batch that is not stored"
+        old_size = len(old)
+        if value is None:
+            timestamp_key = _timestamp_key(key, old)
+            if timestamp_key is not None:
+                self._transaction.delete(timestamp_key, db=self._timestamps)
+            self._transaction.delete(key, db=self._records)
+        else:
+            header = (offset_span_of(value), max_timestamp_of(value))
+            # A rewrite keeps the batch's offsets and its maxTimestamp, hence its `timestamps` row.
+            assert header == (offset_span_of(old), max_timestamp_of(old)), "a rewrite changed the header"
+            self._transaction.put(key, value, db=self._records)
+        freed_bytes = old_size - (0 if value is None else len(value))
+        self._put_partition(
+            topic_id,
+            partition,
+            PartitionState(state.log_start_offset, state.log_end_offset, state.size_bytes - freed_bytes),
+        )
+        return freed_bytes
 
     def put_group(self, name: str, state: bytes) -> None:
         """Stores a group's serialized state."""
