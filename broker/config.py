@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kq.broker.consensus import Peer
 from kq.proto.limits import (
+    COMPACTION_CHECK_S_DEFAULT,
     GRPC_WORKERS_DEFAULT,
     KAFKA_DEFAULT_PARTITIONS,
     KAFKA_FRAME_BYTES_DEFAULT,
@@ -44,6 +45,7 @@ class NodeConfig:
     topic_defaults: Mapping[str, str] = field(default_factory=dict)
     retention_check_s: float = RETENTION_CHECK_S_DEFAULT  # How often the leader looks for expired records.
     rack: str = ""  # Kafka's broker.rack ("": none): where follower fetching (KIP-392) sends consumers.
+    compaction_check_s: float = COMPACTION_CHECK_S_DEFAULT  # How often the leader compacts (compact topics).
 
     @property
     def self_peer(self) -> Peer:

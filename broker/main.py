@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from kq.broker.admission import ReaderAdmission, ReaderLimits
+from kq.broker.compactor import Compactor
 from kq.broker.config import ConfigError, KafkaConfig, NodeConfig, parse_address, parse_peers, parse_rack
 from kq.broker.consensus import PySyncObjConsensus
 from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
@@ -32,6 +33,7 @@ from kq.broker.service import BrokerService
 from kq.broker.waiters import AppliedNotifier
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import (
+    COMPACTION_CHECK_S_DEFAULT,
     GRPC_WORKERS_DEFAULT,
     GRPC_WORKERS_MAX,
     GRPC_WORKERS_MIN,
@@ -77,6 +79,9 @@ class BrokerNode:
         self.retention = Retention(
             self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.retention_check_s
         )
+        self.compactor = Compactor(
+            self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.compaction_check_s
+        )
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
         listeners: list[Listener] = []
@@ -109,6 +114,7 @@ class BrokerNode:
         self.batcher.start()
         self.coordinator.start()
         self.retention.start()
+        self.compactor.start()
         try:
             self.grpc_port = self.front.start()
         except FrontEndError as error:
@@ -128,6 +134,7 @@ class BrokerNode:
     def _stop_behind_front(self) -> None:
         self.batcher.stop()
         self.retention.stop()
+        self.compactor.stop()
         self.coordinator.stop()
         self.raft.close()
         self.store.close()
@@ -305,7 +312,8 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     metavar="NAME=VALUE",
     help=(
         "A cluster default of a topic config kq's leader runs (retention.ms, retention.bytes,"
-        " cleanup.policy, delete.retention.ms, min.compaction.lag.ms), by Kafka's name; repeatable."
+        " cleanup.policy, delete.retention.ms, min.compaction.lag.ms, min.cleanable.dirty.ratio), by"
+        " Kafka's name; repeatable."
         " Give every node the same ones."
     ),
 )
@@ -314,6 +322,12 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     default=int(RETENTION_CHECK_S_DEFAULT * 1000),
     type=click.IntRange(100, 86_400_000),
     help="How often the leader trims expired records (Kafka's log.retention.check.interval.ms).",
+)
+@click.option(
+    "--compaction-check-ms",
+    default=int(COMPACTION_CHECK_S_DEFAULT * 1000),
+    type=click.IntRange(100, 86_400_000),
+    help="How often the leader compacts topics with cleanup.policy=compact (Kafka's log.cleaner.backoff.ms).",
 )
 @click.option(
     "--rack",
@@ -346,6 +360,7 @@ def main(
     auto_create_topics: bool,
     topic_default: tuple[str, ...],
     retention_check_ms: int,
+    compaction_check_ms: int,
     rack: str,
     log_level: str,
 ) -> None:
@@ -405,6 +420,7 @@ def main(
         topic_defaults,
         retention_check_ms / 1000,
         rack,
+        compaction_check_s=compaction_check_ms / 1000,
     )
     if kafka is not None:
         try:

@@ -247,7 +247,8 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                     if not response.batches:
                         await wait_for_wake(woken, min(deadline - time.monotonic(), READER_RECHECK_S))
                         continue
-                end = response.batches[-1].base_offset + response.batches[-1].record_count
+                last = response.batches[-1]  # Its offsets end past its records when compaction dropped some.
+                end = last.base_offset + read_header(last.data).last_offset_delta + 1
                 offset = max(offset, end)
                 await context.write(response)
                 # Nothing may keep the sent message alive while the stream waits for the next entry (a

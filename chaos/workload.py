@@ -176,6 +176,7 @@ class Consumer(threading.Thread):
             self._history.observe_hwm(
                 HwmObservation(self.name_, self.node, partition, result.log_end_offset, time.monotonic())
             )
+        self._positions[partition] = max(self._positions[partition], result.next_offset)
         if not result.records:
             return False
         now_s = time.monotonic()
@@ -185,7 +186,6 @@ class Consumer(threading.Thread):
                 for r in result.records
             ]
         )
-        self._positions[partition] = result.records[-1].offset + 1
         return True
 
 

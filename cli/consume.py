@@ -116,9 +116,11 @@ class PartitionReader:
             result = ask(max(wait_ms, SINGLE_PARTITION_WAIT_MS))
         self._min_index = max(self._min_index, result.applied_index)
         records = result.records[:limit]
-        if records:
+        if len(result.records) > limit:
             self._positions[partition] = records[-1].offset + 1
-            self.count += len(records)
+        else:  # Past the records, or past offsets compaction left empty.
+            self._positions[partition] = max(self._positions[partition], result.next_offset)
+        self.count += len(records)
         return records
 
 

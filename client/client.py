@@ -357,13 +357,14 @@ class KqClient(GroupsApi):
         else:
             response = self._connections.read("Fetch", request, node)
         self._saw(response.applied_index)
-        records = _decode_batches(topic, partition, response.batches, offset, max_records)
+        records, next_offset = _decode_batches(topic, partition, response.batches, offset, max_records)
         return FetchResult(
             tuple(records),
             response.log_start_offset,
             response.log_end_offset,
             response.served_by,
             response.applied_index,
+            next_offset,
         )
 
     def _waiting_fetch(self, request: kq_pb2.FetchRequest, node: str | None) -> kq_pb2.FetchResponse:
@@ -423,9 +424,11 @@ class KqClient(GroupsApi):
 
         for response in self._connections.stream("FetchStream", next_request, node):
             self._saw(response.applied_index)
-            for record in _decode_batches(topic, partition, response.batches, offset):
+            records, next_offset = _decode_batches(topic, partition, response.batches, offset)
+            for record in records:
                 offset = record.offset + 1
                 yield record
+            offset = next_offset
 
     # Cluster ------------------------------------------------------------------------------------
 
@@ -491,13 +494,17 @@ def _offsets(partition: kq_pb2.PartitionInfo) -> PartitionOffsets:
 
 def _decode_batches(
     topic: str, partition: int, batches: Iterable[kq_pb2.RecordBatch], offset: int, limit: int = 1 << 62
-) -> list[ConsumerRecord]:
-    """At most `limit` records of served batches from `offset` on (a first batch may start before it).
+) -> tuple[list[ConsumerRecord], int]:
+    """At most `limit` records of served batches from `offset` on (a first batch may start before it),
+    and the offset to read from next: past the last record returned when `limit` cut them short, else
+    past the last batch (a compacted batch's last offsets may hold no record), and `offset` when no
+    batch was served.
 
     Each batch is a stored RecordBatch v2, checked whole (its CRC32C included) as it is decoded;
     parse_batch's default limits are those every stored batch passed.
     """
     records: list[ConsumerRecord] = []
+    next_offset = offset
     for batch in batches:
         if len(records) >= limit:
             break
@@ -519,7 +526,10 @@ def _decode_batches(
                     headers=wire.headers,
                 )
             )
-    return records[:limit]
+        next_offset = max(next_offset, header.base_offset + header.last_offset_delta + 1)
+    if len(records) > limit:
+        return records[:limit], records[limit].offset
+    return records, next_offset
 
 
 def _node_status(address: str, response: kq_pb2.ClusterStatusResponse) -> NodeStatus:

@@ -86,8 +86,7 @@ class Consumer:
             wait_ms=wait_ms,
             node=self._node,
         )
-        if result.records:
-            self._positions[partition] = result.records[-1].offset + 1
+        self._positions[partition] = max(self._positions[partition], result.next_offset)
         return list(result.records)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:

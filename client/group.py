@@ -230,9 +230,10 @@ class GroupConsumer:
         if limit <= 0:
             return []
         position = self._positions[(topic, partition)]
-        return list(
-            self._client.fetch(topic, partition, position, max_records=limit, wait_ms=wait_ms).records
-        )
+        result = self._client.fetch(topic, partition, position, max_records=limit, wait_ms=wait_ms)
+        if not result.records:  # Offsets compaction left without a record: nothing to consume there.
+            self._positions[(topic, partition)] = max(position, result.next_offset)
+        return list(result.records)
 
     def _maybe_auto_commit(self) -> None:
         if self._auto_commit_s is not None and time.monotonic() - self._last_commit >= self._auto_commit_s:

@@ -90,6 +90,9 @@ class FetchResult:
     log_end_offset: int
     served_by: str
     applied_index: int
+    # Where to read next: past the last record, or further when compaction left offsets without a
+    # record there (a compacted topic's offsets have gaps); the fetch offset when nothing was served.
+    next_offset: int
 
 
 @dataclass(frozen=True, slots=True)

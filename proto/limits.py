@@ -161,6 +161,7 @@ COMPACTION_CHECK_S_DEFAULT = 15.0  # The leader's compaction round (`--compactio
 # partition's dirty part with more distinct keys is compacted over several passes (Kafka's dedupe buffer).
 COMPACTION_KEYS_MAX = 500_000
 COMPACTION_SCAN_BATCHES_MAX = 100_000  # Batches one pass reads from one partition (the rest: next pass).
+COMPACTION_READ_BATCHES = 1_000  # Batches per read transaction: none pins old pages for long.
 
 # broker/proposals.py
 PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).

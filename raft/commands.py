@@ -64,6 +64,21 @@ def delete_topic(name: str) -> kq_pb2.Command:
     return kq_pb2.Command(version=COMMAND_VERSION, delete_topic=kq_pb2.DeleteTopicCommand(name=name))
 
 
+def compact(
+    topic: str, topic_id: int, partition: int, batches: Sequence[tuple[int, Sequence[int]]]
+) -> kq_pb2.Command:
+    """Command dropping records from a partition's stored batches: (base offset, offsetDeltas) each."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        compact=kq_pb2.CompactCommand(
+            topic=topic,
+            topic_id=topic_id,
+            partition=partition,
+            batches=[kq_pb2.BatchCompaction(base_offset=b, dropped=list(d)) for b, d in batches],
+        ),
+    )
+
+
 def register_producer(registered_ms: int) -> kq_pb2.Command:
     """Command allocating a new idempotent producer id."""
     return kq_pb2.Command(

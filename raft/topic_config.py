@@ -31,6 +31,7 @@ RETENTION_BYTES = "retention.bytes"
 CLEANUP_POLICY = "cleanup.policy"
 DELETE_RETENTION_MS = "delete.retention.ms"
 MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
+MIN_CLEANABLE_DIRTY_RATIO = "min.cleanable.dirty.ratio"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 MESSAGE_TIMESTAMP_TYPE = "message.timestamp.type"
 
@@ -43,7 +44,7 @@ class ConfigSpec:
     """One config: its Kafka type name (DescribeConfigs' config_type), built-in default, checker, and
     whether apply reads it (then only the built-in default applies, see the module docstring)."""
 
-    kind: str  # "long", "int", "string" or "list", as Kafka's ConfigDef names them.
+    kind: str  # "long", "int", "double", "string" or "list", as Kafka's ConfigDef names them.
     default: str
     problem: Callable[[str], str | None]
     applied: bool
@@ -63,6 +64,17 @@ def _integer(low: int, high: int) -> Callable[[str], str | None]:
         return None
 
     return problem
+
+
+def _ratio_problem(value: str) -> str | None:
+    """A decimal fraction in [0, 1] (digits, at most one point: no exponent, inf or nan)."""
+    whole, _, fraction = value.partition(".")
+    digits = whole + fraction
+    if not digits or not digits.isascii() or not digits.isdigit() or len(value) > 20:
+        return f"{value!r} is not a decimal number"
+    if not 0.0 <= float(value) <= 1.0:
+        return f"{value} is outside [0, 1]"
+    return None
 
 
 def _one_of(*choices: str) -> Callable[[str], str | None]:
@@ -116,6 +128,14 @@ CONFIGS: dict[str, ConfigSpec] = {
         _integer(0, INT64_MAX),
         False,
         "How old a record must be before compaction may drop it.",
+    ),
+    MIN_CLEANABLE_DIRTY_RATIO: ConfigSpec(
+        "double",
+        "0.5",
+        _ratio_problem,
+        False,
+        "Compaction runs on a partition once the part not yet compacted is at least this share of its"
+        " bytes (or a tombstone expires).",
     ),
     MAX_MESSAGE_BYTES: ConfigSpec(
         "int",
@@ -213,6 +233,7 @@ class TopicConfig:
     cleanup_policy: frozenset[str]
     delete_retention_ms: int
     min_compaction_lag_ms: int
+    min_cleanable_dirty_ratio: float
     max_message_bytes: int
     log_append_time: bool
 
@@ -250,6 +271,7 @@ def effective(overrides: Mapping[str, str], defaults: Mapping[str, str] | None =
         cleanup_policy=frozenset(part.strip() for part in current[CLEANUP_POLICY].split(",")),
         delete_retention_ms=int(current[DELETE_RETENTION_MS]),
         min_compaction_lag_ms=int(current[MIN_COMPACTION_LAG_MS]),
+        min_cleanable_dirty_ratio=float(current[MIN_CLEANABLE_DIRTY_RATIO]),
         max_message_bytes=int(current[MAX_MESSAGE_BYTES]),
         log_append_time=current[MESSAGE_TIMESTAMP_TYPE] == LOG_APPEND_TIME,
     )

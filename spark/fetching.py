@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Protocol
 
 from kq.client import (
@@ -92,10 +93,11 @@ def read_range(
         if policy.fetch_delay_ms:
             sleep(policy.fetch_delay_ms / 1000)
         outcome = _fetch(fetcher, offset_range, position, node, min_index, policy)
-        if isinstance(outcome, FetchResult) and outcome.records:
+        if isinstance(outcome, FetchResult) and outcome.next_offset > position:
             records = _checked(outcome.records, position, offset_range.end, node)
-            yield Chunk(records, outcome.served_by)
-            position = records[-1].offset + 1
+            if records:
+                yield Chunk(records, outcome.served_by)
+            position = outcome.next_offset  # Past the records, and past any compaction left empty.
             failed_in_a_row, stall_deadline = 0, time.monotonic() + policy.stall_timeout_s
             continue
         if isinstance(outcome, int):  # Records below `outcome` are gone and failOnDataLoss=false.
@@ -170,14 +172,17 @@ def _after_data_loss(
 def _checked(
     records: Sequence[ConsumerRecord], position: int, end: int, node: str
 ) -> Sequence[ConsumerRecord]:
-    """The records below `end`; they must start at `position` and be consecutive (kq never skips offsets)."""
-    if records[-1].offset >= end:
+    """The records below `end`; they must rise from `position` on (consecutive, except where compaction
+    dropped records of a compacted topic: gaps, as in Kafka)."""
+    if records and records[-1].offset >= end:
         records = [record for record in records if record.offset < end]
-    expected = range(position, position + len(records))
-    if records[0].offset != position or records[-1].offset != expected[-1]:
+    offsets = [record.offset for record in records]
+    if any(later <= earlier for earlier, later in pairwise(offsets)) or (
+        offsets and offsets[0] < position
+    ):
         raise KqSourceError(
             f"kq source: node {node} answered a fetch at offset {position} with offsets "
-            f"{records[0].offset}..{records[-1].offset}; kq offsets are consecutive (a broker bug)"
+            f"{offsets[0]}..{offsets[-1]} out of order or before it (a broker bug)"
         )
     return records
 

@@ -36,7 +36,7 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 # DescribeConfigs config_source values (Kafka's ConfigSource).
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 # Kafka's ConfigType values, by ConfigDef's type names.
-CONFIG_TYPE = {"boolean": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+CONFIG_TYPE = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations.
 
 Config = tuple[str, str, str, bool, int, bool, str | None]  # name, value, type, default, source, r/o, doc

@@ -70,7 +70,10 @@ class FakeCluster:
         records: tuple[ConsumerRecord, ...] = ()
         if fake.applied_index >= min_index:
             records = tuple(record(o) for o in range(offset, min(offset + max_records, fake.log_end)))
-        return FetchResult(records, fake.log_start, fake.log_end, fake.node_id, fake.applied_index)
+        next_offset = records[-1].offset + 1 if records else offset
+        return FetchResult(
+            records, fake.log_start, fake.log_end, fake.node_id, fake.applied_index, next_offset
+        )
 
     def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]:
         """The node's log start and end of partition 0."""
