@@ -32,7 +32,8 @@ def read_partition(
     wait_ms: int = 0,
     timeout_s: float = 0.0,
 ) -> Iterator[ConsumerRecord]:
-    """The records of offsets `start` to `end` (exclusive) as the node at `node` holds them.
+    """The records of offsets `start` to `end` (exclusive) as the node at `node` holds them (in a
+    compacted topic, offsets without a record are stepped over).
 
     Every fetch carries `min_index` (default: the highest index `client` has seen), so a node that
     has not applied it yet answers with no records rather than with older state. An empty answer is
@@ -52,6 +53,9 @@ def read_partition(
             node=node,
             min_index=min_index,
         )
+        if not batch.records and batch.next_offset > offset:
+            offset = batch.next_offset  # Offsets compaction left without a record.
+            continue
         if not batch.records:
             if time.monotonic() >= deadline:
                 raise PartitionReadError(
@@ -59,7 +63,7 @@ def read_partition(
                 )
             continue  # Not applied up to min_index yet: the fetch itself waited wait_ms.
         yield from (record for record in batch.records if record.offset < end)
-        offset = batch.records[-1].offset + 1
+        offset = batch.next_offset
 
 
 def read_whole_partition(client: KqClient, topic: str, partition: int, node: str) -> list[ConsumerRecord]:
