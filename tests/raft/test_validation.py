@@ -107,7 +107,7 @@ def config_maps(draw: st.DrawFn) -> dict[str, str]:
 
 @st.composite
 def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
-    kinds = ["create", "delete", "append", "trim", "join", "leave", "commit", "reset", "configure"]
+    kinds = ["create", "delete", "append", "trim", "compact", "join", "leave", "commit", "reset", "configure"]
     kind = draw(st.sampled_from(kinds))
     if kind == "create":
         return commands.create_topic(draw(names), draw(uint32), 1, draw(config_maps()))
@@ -124,6 +124,21 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
     if kind == "trim":
         topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
         return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)), topic_id)
+    if kind == "compact":
+        topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
+        edits = draw(
+            st.lists(
+                st.tuples(
+                    st.sampled_from([0, 1, 2, 3, 2**64 - 1]),
+                    st.one_of(
+                        st.lists(st.integers(0, 3), max_size=4, unique=True).map(sorted),
+                        st.lists(st.integers(0, 2**32 - 1), max_size=4),
+                    ),
+                ),
+                max_size=4,
+            )
+        )
+        return commands.compact(draw(names), topic_id, draw(st.integers(0, 3)), edits)
     if kind == "join":
         return commands.join_group(draw(names), draw(members()), draw(st.sampled_from(["", "range", "x"])), 5)
     if kind == "leave":
