@@ -43,9 +43,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from kq.broker.background import BackgroundThread
+from kq.broker.background import LeaderRounds
 from kq.broker.consensus import Consensus
-from kq.broker.errors import KqError
 from kq.broker.proposals import propose_and_wait
 from kq.proto.limits import (
     COMPACT_BATCHES_PER_ENTRY_MAX,
@@ -59,7 +58,7 @@ from kq.proto.limits import (
 from kq.proto.records import WorkMeter, parse_batch, read_header
 from kq.raft import commands
 from kq.raft.results import CompactResult, ErrorCode
-from kq.raft.topic_config import TopicConfig, decode_overrides, effective
+from kq.raft.topic_config import TopicConfig
 from kq.storage import Store
 
 logger = logging.getLogger(__name__)
@@ -182,7 +181,7 @@ class PassReport:
     results: list[CompactResult] = field(default_factory=list)
 
 
-class Compactor(BackgroundThread):
+class Compactor(LeaderRounds):
     """The leader's compaction loop (see the module docstring)."""
 
     thread_name = THREAD_NAME
@@ -196,40 +195,15 @@ class Compactor(BackgroundThread):
         check_s: float,
         keys_max: int = COMPACTION_KEYS_MAX,
     ) -> None:
-        self._store = store
-        self._consensus = consensus
-        self._clock_ms = clock_ms
-        self._topic_defaults = dict(topic_defaults)
-        self._check_s = check_s
         self._keys_max = keys_max
         # By (topic id, partition); only this thread touches them. Bounded by the partitions that exist.
         self._clean_to: dict[tuple[int, int], int] = {}  # Where the clean part ends (a hint, see above).
         self._tombstone_due_ms: dict[tuple[int, int], int] = {}  # When a kept tombstone expires.
-        super().__init__()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        """Stops the thread; a proposal in flight ends within PROPOSAL_TIMEOUT_S."""
-        super().stop(PROPOSAL_TIMEOUT_S + self._check_s if timeout_s is None else timeout_s)
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self._check_s):
-            if not self._consensus.is_leader():
-                continue
-            try:
-                self.run_once()
-            except KqError as error:  # Lost leadership, no commit in time: the next round retries.
-                logger.info("compaction round stopped: %s", error)
+        super().__init__(store, consensus, clock_ms, topic_defaults, check_s)
 
     def run_once(self) -> list[PassReport]:
         """One pass over every compacted partition that is due; returns what each pass did."""
-        with self._store.read() as reader:
-            topics = [
-                (
-                    topic,
-                    effective(decode_overrides(reader.topic_configs(topic.topic_id)), self._topic_defaults),
-                )
-                for topic in reader.topics()
-            ]
+        topics = self.topic_configs()
         live = {
             (topic.topic_id, p)
             for topic, config in topics

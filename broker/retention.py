@@ -25,18 +25,16 @@ nothing but its Event; the store and consensus are thread-safe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kq.broker.background import BackgroundThread
-from kq.broker.consensus import Consensus
-from kq.broker.errors import KqError
+from kq.broker.background import LeaderRounds
 from kq.broker.proposals import propose_and_wait
 from kq.proto.limits import PROPOSAL_TIMEOUT_S, TRIM_BATCHES_PER_ENTRY_MAX
 from kq.raft import commands
 from kq.raft.results import TrimResult
-from kq.raft.topic_config import TopicConfig, decode_overrides, effective
-from kq.storage import BatchSpan, PartitionState, Store
+from kq.raft.topic_config import TopicConfig
+from kq.storage import BatchSpan, PartitionState
 
 logger = logging.getLogger(__name__)
 
@@ -93,52 +91,15 @@ def trim_point(
     return None
 
 
-class Retention(BackgroundThread):
+class Retention(LeaderRounds):
     """The leader's retention loop (see the module docstring)."""
 
     thread_name = THREAD_NAME
 
-    def __init__(
-        self,
-        store: Store,
-        consensus: Consensus,
-        clock_ms: Callable[[], int],
-        topic_defaults: Mapping[str, str],
-        check_s: float,
-    ) -> None:
-        self._store = store
-        self._consensus = consensus
-        self._clock_ms = clock_ms
-        self._topic_defaults = dict(topic_defaults)
-        self._check_s = check_s
-        super().__init__()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        """Stops the thread; a proposal in flight ends within PROPOSAL_TIMEOUT_S."""
-        super().stop(PROPOSAL_TIMEOUT_S + self._check_s if timeout_s is None else timeout_s)
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self._check_s):
-            if not self._consensus.is_leader():
-                continue
-            try:
-                self.run_once()
-            except KqError as error:  # Lost leadership, no commit in time: the next round retries.
-                logger.info("retention round stopped: %s", error)
-
     def due(self, now_ms: int) -> list[Trim]:
         """The trims the committed state calls for at `now_ms` (reads only)."""
         due: list[Trim] = []
-        with self._store.read() as reader:
-            topics = reader.topics()
-            configs = {
-                topic.name: effective(
-                    decode_overrides(reader.topic_configs(topic.topic_id)), self._topic_defaults
-                )
-                for topic in topics
-            }
-        for topic in topics:
-            config = configs[topic.name]
+        for topic, config in self.topic_configs():
             if not config.deletes or (config.retention_ms < 0 and config.retention_bytes < 0):
                 continue
             for partition in range(topic.partitions):

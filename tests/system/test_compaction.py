@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from kq.client import KqClient
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.reading import read_whole_partition
 from kq.deploy.waiting import wait_for
 from kq.storage import Store
+from tests.system.checks import kafka_read
 
 pytestmark = pytest.mark.system
 
@@ -55,7 +56,7 @@ def held(client: KqClient, topic: str, node: str) -> list[tuple[int, bytes | Non
     return [(r.offset, r.key, r.value) for r in read_whole_partition(client, topic, 0, node)]
 
 
-def test_compaction_and_trims_replicate_and_survive_a_wiped_follower(tmp_path: Path) -> None:  # noqa: PLR0915
+def test_compaction_and_trims_replicate_and_survive_a_wiped_follower(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path / "cluster", node_args=NODE_ARGS)
     try:
         cluster.start()
@@ -121,23 +122,8 @@ def test_compaction_and_trims_replicate_and_survive_a_wiped_follower(tmp_path: P
             assert [offset for offset, _, _ in reference[1]] == list(range(10, 15))
             offsets = [offset for offset, _, _ in reference[0]]
             assert offsets == sorted(offsets) and offsets[-1] == KEYS * ROUNDS + 9  # The last tombstone.
-        consumer = Consumer(
-            {
-                "bootstrap.servers": cluster.kafka_bootstrap,
-                "group.id": "kv-reader",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        consumer.subscribe(["kv"])
-        seen: list[tuple[bytes | None, bytes | None]] = []
-        deadline = time.monotonic() + WAIT_S
-        while len(seen) < len(expected_kv()) and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                seen.append((message.key(), message.value()))
-        consumer.close()
-        assert seen == expected_kv()
+        messages = kafka_read(cluster.kafka_bootstrap, "kv", "kv-reader", len(expected_kv()), WAIT_S)
+        assert [(m.key(), m.value()) for m in messages] == expected_kv()
     finally:
         cluster.stop()
     dumps = []

@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from kq.client import KqClient, OffsetOutOfRangeError
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
+from tests.system.checks import kafka_read
 
 pytestmark = pytest.mark.system
 
@@ -60,22 +61,7 @@ def test_records_older_than_retention_ms_are_trimmed_on_every_node(cluster: Loca
         )
         with pytest.raises(OffsetOutOfRangeError):
             client.fetch("aged", 0, 0)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": cluster.kafka_bootstrap,
-            "group.id": "aged-reader",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe(["aged"])
-    values: list[bytes] = []
-    deadline = time.monotonic() + WAIT_S
-    while len(values) < 5 and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            values.append(message.value() or b"")
-    consumer.close()
+    values = [m.value() for m in kafka_read(cluster.kafka_bootstrap, "aged", "aged-reader", 5, WAIT_S)]
     assert values == [b"new-%d" % i for i in range(5)]
 
 
