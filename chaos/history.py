@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kq.client import RecordMetadata
@@ -19,6 +19,17 @@ from kq.client import RecordMetadata
 # below the default election timeout (500 ms), so no new leader can have answered it.
 IN_FLIGHT_GRACE_S = 0.2
 PROBE_PREFIX = "probe"  # Producers named so write to one chosen node; their acks do not time failovers.
+# A tombstone (null value) cannot be told apart by its value, so it carries its unique identity, the
+# value it would otherwise have had, in this header: `record_id` reads it back.
+TOMBSTONE_ID_HEADER = "chaos-id"
+
+
+def record_id(value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> bytes | None:
+    """What names one sent record in a history: its value (unique per send), or a tombstone's
+    TOMBSTONE_ID_HEADER; None for a null value without it (which no chaos producer sends)."""
+    if value is not None:
+        return value
+    return next((header for name, header in headers if name == TOMBSTONE_ID_HEADER), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +75,9 @@ class ConsumedRecord:
     node: str
     partition: int
     offset: int
-    value: bytes | None
+    value: bytes | None  # The record's identity (`record_id`): its value, or a tombstone's header.
     read_s: float = 0.0  # When the fetch returned it (anomaly details give it relative to the start).
+    key: bytes | None = None  # As read: compaction may drop it once a newer record has the same key.
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +90,9 @@ class GroupDelivery:
     topic: str
     partition: int
     offset: int
-    value: bytes | None
+    value: bytes | None  # The record's identity (`record_id`).
     delivered_s: float = 0.0  # When the poll returned it.
+    key: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +139,8 @@ class History:
     """Thread-safe record of one run; append through the methods, read the lists when the run is over."""
 
     attempted: dict[bytes, tuple[str, int]] = field(default_factory=dict)  # value -> (producer, sequence)
+    keys: dict[bytes, bytes] = field(default_factory=dict)  # value -> key, for records sent with one
+    tombstones: dict[bytes, int] = field(default_factory=dict)  # identity -> CreateTime (ms) of a tombstone
     acks: list[Ack] = field(default_factory=list)
     unknowns: list[Unknown] = field(default_factory=list)
     hwm: list[HwmObservation] = field(default_factory=list)
@@ -136,15 +151,29 @@ class History:
     group_observations: list[GroupObservation] = field(default_factory=list)
     group_fenced: int = 0  # Commits or joins refused as stale (the member rejoined): normal, counted.
     group_commits_unknown: int = 0  # Commits whose answer never came (they may have been applied).
+    consumer_resets: int = 0  # Reads below the log start (OUT_OF_RANGE) that moved a reader up to it.
     index_max: int = 0  # Highest Raft index acknowledged so far.
     origin_s: float = 0.0  # When the workload started: reports give times relative to it.
     _changed: threading.Condition = field(default_factory=threading.Condition)
 
-    def attempt(self, producer: str, sequences: Sequence[int], values: Sequence[bytes]) -> None:
-        """Records values about to be sent (before the send, so a hung send still counts as tried)."""
+    def attempt(
+        self,
+        producer: str,
+        sequences: Sequence[int],
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] = (),
+        tombstones: Mapping[bytes, int] | None = None,
+    ) -> None:
+        """Records values about to be sent (before the send, so a hung send still counts as tried),
+        with their keys (the checker's compaction rule needs them) and which are tombstones, sent at
+        what CreateTime (ms). `values` are identities (`record_id`): a tombstone's header value."""
         with self._changed:
             for sequence, value in zip(sequences, values, strict=True):
                 self.attempted[value] = (producer, sequence)
+            for value, key in zip(values, keys, strict=False):  # No keys given: none recorded.
+                if key is not None:
+                    self.keys[value] = key
+            self.tombstones.update(tombstones or {})
 
     def acknowledge(
         self, producer: str, sequences: Sequence[int], values: Sequence[bytes], sent: Sequence[RecordMetadata]
@@ -173,6 +202,11 @@ class History:
         """Records records a consumer read."""
         with self._changed:
             self.consumed.extend(records)
+
+    def reset_reader(self) -> None:
+        """Counts a reader moved up to the log start after its position fell below it (OUT_OF_RANGE)."""
+        with self._changed:
+            self.consumer_resets += 1
 
     def deliver_to_group(self, deliveries: Sequence[GroupDelivery]) -> None:
         """Records records a group member's poll returned."""
