@@ -8,7 +8,9 @@ in `RecordingClient`, under the `GroupConsumer`, so no commit path can be missed
 
 Members ride out faults: a failed call is retried on the next poll, a member fenced by a rebalance
 rejoins (the `GroupConsumer` does that on its next poll), and some members leave and rejoin on a
-seeded schedule (churn), so the group also rebalances while the cluster is faulted.
+seeded schedule (churn), so the group also rebalances while the cluster is faulted. A member whose
+position fell below the log start (retention trimmed it) moves up to the log start
+(`ResettingGroupConsumer`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,18 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from kq.chaos.history import ClientError, GroupDelivery, GroupObservation, History
-from kq.client import GroupConsumer, KqClient, KqClientError, RebalanceError, UnavailableError
+from kq.chaos.history import ClientError, GroupDelivery, GroupObservation, History, record_id
+from kq.client import (
+    ConsumerRecord,
+    GroupConsumer,
+    KqClient,
+    KqClientError,
+    OffsetOutOfRangeError,
+    RebalanceError,
+    UnavailableError,
+)
 from kq.client.types import GroupAssignment
 
 logger = logging.getLogger(__name__)
@@ -146,6 +157,42 @@ class RecordingClient(KqClient):
         return committed
 
 
+class ResettingGroupConsumer(GroupConsumer):
+    """A GroupConsumer that, like Kafka's consumer with `auto.offset.reset=earliest`, moves a partition
+    whose position fell below the log start (OUT_OF_RANGE: retention trimmed it) up to the log start.
+
+    The client's GroupConsumer raises OffsetOutOfRangeError from `poll` instead (it resets only a
+    partition without a committed offset, at a join); this stands in for the missing reset, so that
+    a retention scenario tests the cluster rather than that gap. Each move is counted in the history,
+    and `moved` says a position moved without records since the last commit (a manual member commits
+    then too: else the group's committed offset stays below the log start while no record comes).
+    """
+
+    def __init__(
+        self, client: KqClient, group: str, topics: Sequence[str], history: History, **options: Any
+    ) -> None:
+        super().__init__(client, group, topics, **options)
+        self._history = history
+        self.moved = False
+
+    def commit(self) -> None:
+        """Commits the positions (GroupConsumer.commit), which include any moved up to the log start."""
+        super().commit()
+        self.moved = False
+
+    def _fetch(self, topic: str, partition: int, limit: int, wait_ms: int) -> list[ConsumerRecord]:
+        """The GroupConsumer's fetch; below the log start, the move up to it and no records."""
+        try:
+            return super()._fetch(topic, partition, limit, wait_ms)
+        except OffsetOutOfRangeError:
+            start = self._client.list_offsets(topic)[partition].log_start_offset
+            if self._positions[(topic, partition)] < start:  # Else the node asked lags: fetch again.
+                self._positions[(topic, partition)] = start
+                self._history.reset_reader()
+                self.moved = True
+            return []
+
+
 class GroupMember(threading.Thread):
     """One member: polls, records, commits (manual mode), until stopped; leaves and rejoins if it churns."""
 
@@ -174,10 +221,11 @@ class GroupMember(threading.Thread):
         """One GroupConsumer after another (a churning member replaces its own) until stopped."""
         with RecordingClient(self._addresses, self.spec.name, self._history) as client:
             while not self._stopping.is_set():
-                consumer = GroupConsumer(
+                consumer = ResettingGroupConsumer(
                     client,
                     self.spec.group,
                     [self._topic],
+                    self._history,
                     client_id=self.spec.name,
                     session_timeout_ms=SESSION_TIMEOUT_MS,
                     heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
@@ -197,7 +245,7 @@ class GroupMember(threading.Thread):
                 if self.spec.churn and not self._settled.is_set():
                     self._stopping.wait(self._random.uniform(CHURN_AWAY_MIN_S, CHURN_AWAY_MAX_S))
 
-    def _consume(self, consumer: GroupConsumer, churn_at_s: float | None) -> None:
+    def _consume(self, consumer: ResettingGroupConsumer, churn_at_s: float | None) -> None:
         """Polls until stopped (or until it is time to churn), recording and committing."""
         uncommitted = False  # Manual mode: records were returned since the last acknowledged commit.
         while not self._stopping.is_set():
@@ -216,14 +264,15 @@ class GroupMember(threading.Thread):
                                 record.topic,
                                 record.partition,
                                 record.offset,
-                                record.value,
+                                record_id(record.value, record.headers),
                                 now_s,
+                                record.key,
                             )
                             for record in records
                         ]
                     )
                 uncommitted = uncommitted or bool(records)
-                if self.spec.manual_commit and uncommitted:
+                if self.spec.manual_commit and (uncommitted or consumer.moved):
                     consumer.commit()  # After processing (recording) the batch: at-least-once.
                     uncommitted = False
             except RebalanceError:
@@ -239,7 +288,7 @@ class GroupMember(threading.Thread):
                 )
                 self._stopping.wait(MEMBER_RETRY_S)
 
-    def _leave(self, consumer: GroupConsumer) -> None:
+    def _leave(self, consumer: ResettingGroupConsumer) -> None:
         """Commits what was processed (the GroupConsumer does so itself in auto mode) and leaves."""
         if self.spec.manual_commit:
             try:

@@ -1,14 +1,39 @@
-"""Reads every partition of a topic, and a group's committed offsets, from every node, for the checker."""
+"""Reads every partition of a topic, and a group's committed offsets, from every node, for the checker.
+
+Retention and compaction keep working after the load stops (the leader trims or compacts what has
+become due), and every node must be read in the same state: a read counts only when every node
+reported the same applied Raft index before it and after it, so no entry, and with it no trim or
+compaction, was applied anywhere while the nodes were read. Otherwise it is read again, a little
+later, a bounded number of times.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kq.chaos.checker import NodeLogs, PartitionLog
-from kq.client import KqClient
-from kq.deploy.reading import read_partition
+from kq.client import ConsumerRecord, KqClient, OffsetOutOfRangeError
+
+logger = logging.getLogger(__name__)
 
 READ_RETRY_TIMEOUT_S = 10.0
+READ_ATTEMPTS_MAX = 10  # Reads of every node until one is stable (see the module docstring).
+READ_AGAIN_AFTER_S = 1.0  # Pause before reading again: longer than the retention and compaction checks.
+READ_BATCH_RECORDS = 5_000
+READ_BATCH_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class StableRead:
+    """Every node's logs, and whether they were read in one state (else the last attempt's logs)."""
+
+    logs: NodeLogs
+    stable: bool
+    attempts: int
+    applied_index: int  # The one applied index every node held while read (of the last attempt).
 
 
 class _AfterIndexClient(KqClient):
@@ -22,12 +47,38 @@ class _AfterIndexClient(KqClient):
 def _partition_log(
     client: KqClient, topic: str, partition: int, node: str, start: int, end: int
 ) -> PartitionLog:
-    """The records of one partition as `node` holds them, from `start` to `end` (its log start and end)."""
-    records = read_partition(client, topic, partition, node, start, end, min_index=0)
+    """The records of one partition as `node` holds them, from `start` to `end` (its log start and end).
+
+    Offsets may skip (compaction leaves gaps), and an empty answer below `end` means the node holds
+    no record from there on (a compacted tail): reads pass min_index 0, so the node never answers
+    empty for want of an index. The checker judges what is missing.
+    """
+    records: list[ConsumerRecord] = []
+    offset = start
+    while offset < end:
+        batch = client.fetch(
+            topic,
+            partition,
+            offset,
+            max_records=READ_BATCH_RECORDS,
+            max_bytes=READ_BATCH_BYTES,
+            node=node,
+            min_index=0,
+        )
+        if not batch.records:
+            break
+        records += (record for record in batch.records if record.offset < end)
+        offset = batch.records[-1].offset + 1
     return PartitionLog(start, end, tuple(records))
 
 
-def read_everything(topic: str, nodes: dict[str, str], partitions: Sequence[int] | None = None) -> NodeLogs:
+def _applied_index(topic: str, address: str) -> int:
+    """The Raft index `address`'s store has applied (which also proves the topic is there)."""
+    with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S) as client:
+        return client.describe_topic(topic, address).applied_index
+
+
+def _read_once(topic: str, nodes: dict[str, str], partitions: Sequence[int] | None) -> NodeLogs:
     """node id -> partition -> log, for every node id -> gRPC address in `nodes`."""
     logs: dict[str, dict[int, PartitionLog]] = {}
     for node_id, address in nodes.items():
@@ -41,6 +92,34 @@ def read_everything(topic: str, nodes: dict[str, str], partitions: Sequence[int]
                 for p in chosen
             }
     return logs
+
+
+def read_everything(
+    topic: str,
+    nodes: dict[str, str],
+    partitions: Sequence[int] | None = None,
+    attempts: int = READ_ATTEMPTS_MAX,
+) -> StableRead:
+    """Every node's logs of `topic`, read in one state of the cluster (see the module docstring)."""
+    logs: NodeLogs = {}
+    indexes: set[int] = set()
+    for attempt in range(1, attempts + 1):
+        before = {node: _applied_index(topic, address) for node, address in nodes.items()}
+        try:
+            logs = _read_once(topic, nodes, partitions)
+        except OffsetOutOfRangeError as error:  # A trim moved a log start while the node was read.
+            logger.info("read attempt %d: %s", attempt, error)
+            indexes = set()
+        else:
+            after = {node: _applied_index(topic, address) for node, address in nodes.items()}
+            indexes = set(before.values()) | set(after.values())
+            if len(indexes) == 1:
+                return StableRead(logs, True, attempt, indexes.pop())
+            logger.info("read attempt %d: applied indexes moved: %s then %s", attempt, before, after)
+        time.sleep(READ_AGAIN_AFTER_S)
+    if not logs:  # Every attempt met a trim: one more read, unchecked for stability.
+        logs = _read_once(topic, nodes, partitions)
+    return StableRead(logs, False, attempts, max(indexes, default=0))
 
 
 def read_group_offsets(group: str, topic: str, nodes: dict[str, str]) -> dict[str, dict[int, int]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kq.chaos.context import FaultEvent
+from kq.chaos.gaps import COMPACTED, TRIMMED
 from kq.chaos.runner import ScenarioReport
 
 ANOMALIES_SHOWN_PER_SCENARIO = 10
@@ -59,6 +60,7 @@ def _row(report: ScenarioReport) -> list[str]:
         f"{_seconds(leader['median_s'])} / {_seconds(leader['max_s'])}",
         _seconds(other["max_s"]),
         _group_cell(counts),
+        _gaps_cell(report.gaps),
         str(sum(report.anomaly_counts.values())),
         f"{report.duration_s:.0f} s",
     ]
@@ -74,6 +76,13 @@ def _group_cell(counts: dict[str, int]) -> str:
     )
 
 
+def _gaps_cell(gaps: dict[str, int]) -> str:
+    """Acknowledged records missing as documented gaps: trimmed by retention / removed by compaction."""
+    if not gaps:
+        return "-"
+    return f"{gaps.get(TRIMMED, 0)} / {gaps.get(COMPACTED, 0)}"
+
+
 HEADER = [
     "scenario",
     "nodes",
@@ -84,6 +93,7 @@ HEADER = [
     "leader fault→ack median / max (s)",
     "other stall max (s)",
     "group delivered / commits / gen",
+    "gaps trimmed / compacted",
     "anomalies",
     "time",
 ]

@@ -3,13 +3,16 @@
 Phases, each bounded: start a fresh cluster (in a network lab when the scenario partitions) and the
 workload; run the fault rounds; heal everything and see writes resume; stop the producers; wait
 until every node applied everything; let the consumer groups catch up with the log end, stop their
-members and wait again until every node applied their commits; read every partition and the groups'
-committed offsets from every node; check. Whatever happens, every process is stopped by its PID and
-the lab is removed.
+members and wait again until every node applied their commits; set the scenario's final topic
+configs (a time-based retention turned off, so the log start stops moving) and wait until every
+node applied them; read every partition (in one state of every node: `chaos.reader`) and the
+groups' committed offsets from every node; check, allowing the documented gaps the topic's configs
+call for (`chaos.gaps`). Whatever happens, every process is stopped by its PID and the lab is removed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from kq.chaos.checker import Anomaly, CheckResult, check
 from kq.chaos.context import HEALTHY_TIMEOUT_S, STEADY_ACKS, FaultEvent, LivenessError, ScenarioContext
+from kq.chaos.gaps import Lifecycle
 from kq.chaos.group_members import group_member_specs
 from kq.chaos.history import History
 from kq.chaos.netns import NetnsError, NetworkLab, unavailable_reason
@@ -28,7 +32,6 @@ from kq.chaos.scenarios import Scenario, Step
 from kq.chaos.workload import Workload, producer_specs
 from kq.client import KqClient, KqClientError
 from kq.deploy.cluster import LocalCluster
-from kq.deploy.reading import PartitionReadError
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,7 @@ class ScenarioReport:
     faults: list[FaultEvent] = field(default_factory=list)
     anomalies: list[Anomaly] = field(default_factory=list)
     anomaly_counts: dict[str, int] = field(default_factory=dict)
+    gaps: dict[str, int] = field(default_factory=dict)  # Documented gap kind -> acknowledged records.
     notes: list[str] = field(default_factory=list)
     data_dir: str | None = None
     origin_s: float = 0.0  # Monotonic time the workload started; fault times in the JSON count from it.
@@ -103,7 +107,7 @@ def run_scenario(scenario: Scenario, settings: RunSettings) -> ScenarioReport:
             lab.destroy()
     report.duration_s = time.monotonic() - started_s
     report.anomalies, report.anomaly_counts = result.anomalies, result.anomaly_counts
-    report.counts = result.counts
+    report.counts, report.gaps = result.counts, result.gaps
     if not result.ok:
         report.verdict = "FAIL"
         report.reason = ", ".join(f"{count} {kind}" for kind, count in sorted(result.anomaly_counts.items()))
@@ -138,7 +142,7 @@ def _run_on_cluster(
     report: ScenarioReport,
 ) -> CheckResult:
     with KqClient(cluster.bootstrap) as admin:
-        admin.create_topic(TOPIC, settings.partitions)
+        admin.create_topic(TOPIC, settings.partitions, dict(scenario.topic_configs))
         created_index = admin.index_seen
     # Every node knows the topic before the load starts: a consumer pinned to a follower, or a member
     # joining through one, would otherwise be told the topic does not exist (not retriable).
@@ -149,7 +153,7 @@ def _run_on_cluster(
         TOPIC,
         settings.partitions,
         history,
-        producer_specs(settings.producers, cluster.bootstrap, settings.rate_per_producer),
+        producer_specs(settings.producers, cluster.bootstrap, settings.rate_per_producer, scenario.workload),
         cluster.bootstrap,
         rng.randrange(1 << 30),
         group_member_specs(settings.group_members),
@@ -164,7 +168,7 @@ def _run_on_cluster(
     workload.start()
     try:
         _run_rounds(context, rounds, failures)
-        _finish(context, workload, failures)
+        _finish(context, workload, scenario, failures)
     finally:
         workload.stop_producers()
         _stop_probes(context)
@@ -172,7 +176,7 @@ def _run_on_cluster(
         workload.stop_group_members()
         report.faults, report.origin_s = context.faults, history.origin_s
         report.notes += context.notes
-    result = _read_and_check(cluster, history, failures, workload.groups())
+    result = _read_and_check(cluster, history, failures, workload.groups(), scenario.lifecycle(), report)
     if not result.ok:  # Kept with the node logs: the commits and join reads behind a group anomaly.
         (cluster.base_dir / GROUP_HISTORY_FILE).write_text(json.dumps(history.group_excerpt(), indent=1))
     return result
@@ -190,9 +194,12 @@ def _run_rounds(context: ScenarioContext, rounds: list[tuple[Step, int]], failur
                 return
 
 
-def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly]) -> None:
+def _finish(
+    context: ScenarioContext, workload: Workload, scenario: Scenario, failures: list[Anomaly]
+) -> None:
     """Heals every fault, checks writes resume, stops the load and waits for convergence (twice: after
-    the producers stop, and after the groups caught up and their members left)."""
+    the producers stop, and after the groups caught up and their members left). The scenario's final
+    topic configs are set once the producers stopped."""
     try:
         context.heal_everything()
         context.wait_healthy()
@@ -204,6 +211,7 @@ def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly
         context.notes.append(f"producers still sending when stopped (counted as unknown): {hanging}")
     if not _converge(context, failures, "nodes did not converge"):
         return
+    _set_final_configs(context, scenario, failures)
     workload.settle_group_members()
     for group in workload.groups():
         started_s = time.monotonic()
@@ -217,6 +225,21 @@ def _finish(context: ScenarioContext, workload: Workload, failures: list[Anomaly
     if hanging:
         context.notes.append(f"group members still running when stopped: {hanging}")
     _converge(context, failures, "nodes did not converge after the groups stopped")
+
+
+def _set_final_configs(context: ScenarioContext, scenario: Scenario, failures: list[Anomaly]) -> None:
+    """Sets the scenario's final topic configs (once the load is over) and waits until every node
+    applied them: a time-based retention would otherwise trim the whole log while the group catches
+    up and the logs are read."""
+    if not scenario.final_configs:
+        return
+    try:
+        with KqClient(context.cluster.bootstrap) as admin:
+            admin.alter_topic_config(context.topic, dict(scenario.final_configs))
+            index = admin.index_seen
+        context.wait_applied(index, list(context.cluster.nodes))
+    except (KqClientError, LivenessError) as error:
+        failures.append(Anomaly("liveness", f"final topic configs not applied everywhere: {error}"))
 
 
 def _converge(context: ScenarioContext, failures: list[Anomaly], what: str) -> bool:
@@ -242,18 +265,32 @@ def _stop_probes(context: ScenarioContext) -> list[str]:
 
 
 def _read_and_check(
-    cluster: LocalCluster, history: History, failures: list[Anomaly], groups: list[str]
+    cluster: LocalCluster,
+    history: History,
+    failures: list[Anomaly],
+    groups: list[str],
+    lifecycle: Lifecycle,
+    report: ScenarioReport,
 ) -> CheckResult:
     """Reads every node's logs and the groups' committed offsets and checks them; failures join in."""
     addresses = {node: spec.grpc_address for node, spec in cluster.nodes.items() if cluster.running(node)}
     try:
-        logs = read_everything(TOPIC, addresses)
+        read = read_everything(TOPIC, addresses)
+        # After the read: any tombstone compaction dropped before it was older than delete.retention.ms
+        # by now, so the checker's expiry rule never excuses less than compaction did.
+        read_wall_ms = int(time.time() * 1000)
         group_offsets = {group: read_group_offsets(group, TOPIC, addresses) for group in groups}
-    except (KqClientError, PartitionReadError) as error:
+    except KqClientError as error:
         result = CheckResult()
         result.add(Anomaly("unreadable", f"could not read every node after healing: {error}"))
     else:
-        result = check(history, logs, group_offsets)
+        if not read.stable:
+            report.notes.append(
+                f"the nodes kept applying entries while read ({read.attempts} attempts): logs read in "
+                "different states may show as a divergence"
+            )
+        lifecycle = dataclasses.replace(lifecycle, read_wall_ms=read_wall_ms)
+        result = check(history, read.logs, group_offsets, lifecycle)
     for failure in failures:
         result.add(failure)
     return result

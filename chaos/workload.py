@@ -4,7 +4,12 @@ consumer-group members (`chaos.group_members`).
 Each producer is one thread with its own `KqClient` (its own producer id). It sends one request at a
 time, so its send order is its records' `sequence` order, and it records every attempt before
 sending and its outcome after. Each consumer is pinned to one node and reads every partition from
-offset 0, recording what it reads and every change of the node's log end offset it sees.
+offset 0, recording what it reads and every change of the node's log end offset it sees; a consumer
+whose position fell below the log start (retention trimmed it) moves up to the log start.
+
+A scenario shapes what the producers send (`WorkloadShape`): the key space, the producer kinds, and
+the share of tombstones (null values, for compacted topics). Every record is named by a unique
+identity (`chaos.history.record_id`): its value, or for a tombstone a header.
 """
 
 from __future__ import annotations
@@ -18,8 +23,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kq.chaos.group_members import GroupMember, GroupMemberSpec, stop_members
-from kq.chaos.history import ClientError, ConsumedRecord, History, HwmObservation, Unknown
-from kq.client import KqClient, KqClientError, ProducerRecord, RecordMetadata, UnavailableError
+from kq.chaos.history import (
+    TOMBSTONE_ID_HEADER,
+    ClientError,
+    ConsumedRecord,
+    History,
+    HwmObservation,
+    Unknown,
+    record_id,
+)
+from kq.client import (
+    KqClient,
+    KqClientError,
+    OffsetOutOfRangeError,
+    ProducerRecord,
+    RecordMetadata,
+    UnavailableError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +60,23 @@ class ProducerKind(enum.Enum):
     KEYED = "keyed"  # A random key per request; Kafka's partitioner picks the partition.
     UNKEYED = "unkeyed"  # One record per request; the client spreads them round-robin.
     PINNED = "pinned"  # A random explicit partition per request.
+    PINNED_KEYED = "pinned-keyed"  # A random explicit partition and a random key per request.
+
+
+KINDS_DEFAULT = (ProducerKind.KEYED, ProducerKind.UNKEYED, ProducerKind.PINNED)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadShape:
+    """What a scenario's producers send: their kinds (cycled through), how many distinct keys keyed
+    ones draw from, and what share of keyed records are tombstones (null values)."""
+
+    kinds: tuple[ProducerKind, ...] = KINDS_DEFAULT
+    keys: int = KEYS
+    tombstone_share: float = 0.0
+
+
+DEFAULT_SHAPE = WorkloadShape()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +90,8 @@ class ProducerSpec:
     retry_timeout_s: float = 30.0  # The client's default.
     rpc_timeout_s: float = 10.0  # The client's default.
     sends_max: int = 1_000_000
+    keys: int = KEYS
+    tombstone_share: float = 0.0  # Of keyed records.
 
 
 class Producer(threading.Thread):
@@ -88,24 +127,40 @@ class Producer(threading.Thread):
                 self._send_one(client)
 
     def _records(self) -> list[ProducerRecord]:
-        count = 1 if self.spec.kind is ProducerKind.UNKEYED else self._random.randint(1, RECORDS_PER_SEND_MAX)
-        key = f"key-{self._random.randrange(KEYS)}".encode() if self.spec.kind is ProducerKind.KEYED else None
-        partition = (
-            self._random.randrange(self._partitions) if self.spec.kind is ProducerKind.PINNED else None
-        )
+        kind = self.spec.kind
+        count = 1 if kind is ProducerKind.UNKEYED else self._random.randint(1, RECORDS_PER_SEND_MAX)
+        keyed = kind in (ProducerKind.KEYED, ProducerKind.PINNED_KEYED)
+        key = f"key-{self._random.randrange(self.spec.keys)}".encode() if keyed else None
+        pinned = kind in (ProducerKind.PINNED, ProducerKind.PINNED_KEYED)
+        partition = self._random.randrange(self._partitions) if pinned else None
         records = []
         for _ in range(count):
             pad = b"." * self._random.randrange(VALUE_PAD_BYTES_MAX + 1)
             value = f"{self.spec.name}-{self._sequence}".encode() + b"|" + pad
-            records.append(ProducerRecord(value, key=key, partition=partition))
+            if keyed and self._random.random() < self.spec.tombstone_share:
+                # A tombstone: its identity travels in a header; its CreateTime is set here, so the
+                # checker knows when compaction may drop it (delete.retention.ms after it).
+                headers = ((TOMBSTONE_ID_HEADER, value),)
+                now_ms = int(time.time() * 1000)
+                records.append(
+                    ProducerRecord(None, key=key, headers=headers, timestamp_ms=now_ms, partition=partition)
+                )
+            else:
+                records.append(ProducerRecord(value, key=key, partition=partition))
             self._sequence += 1
         return records
 
     def _send_one(self, client: KqClient) -> None:
         records = self._records()
-        values = [record.value or b"" for record in records]
+        values = [record_id(record.value, record.headers) or b"" for record in records]
         sequences = list(range(self._sequence - len(records), self._sequence))
-        self._history.attempt(self.spec.name, sequences, values)
+        tombstones = {
+            value: record.timestamp_ms or 0
+            for value, record in zip(values, records, strict=True)
+            if record.value is None
+        }
+        keys = [record.key for record in records]
+        self._history.attempt(self.spec.name, sequences, values, keys, tombstones)
         try:
             sent: list[RecordMetadata] = client.send_batch(self._topic, records)
         except KqClientError as error:
@@ -140,6 +195,14 @@ class Consumer(threading.Thread):
         """Asks the thread to finish after its current fetch."""
         self._stopping.set()
 
+    def _move_to_log_start(self, client: KqClient) -> None:
+        """After OUT_OF_RANGE: every partition whose position is below the node's log start moves up
+        to it (retention trimmed what lay between; the checker allows skipping only such offsets)."""
+        for partition, offsets in client.list_offsets(self._topic, self.node).items():
+            if self._positions.get(partition, offsets.log_start_offset) < offsets.log_start_offset:
+                self._positions[partition] = offsets.log_start_offset
+                self._history.reset_reader()
+
     def run(self) -> None:
         """Polls until stopped, riding out node restarts and pauses."""
         with KqClient(
@@ -154,6 +217,8 @@ class Consumer(threading.Thread):
                         self._fetch(client, turn, CONSUMER_WAIT_MS)
                 except UnavailableError:
                     self._stopping.wait(CONSUMER_RETRY_S)
+                except OffsetOutOfRangeError:
+                    self._move_to_log_start(client)
                 except KqClientError as error:
                     self._history.client_error(
                         ClientError(self.name_, type(error).__name__, str(error), time.monotonic())
@@ -182,18 +247,30 @@ class Consumer(threading.Thread):
         now_s = time.monotonic()
         self._history.consume(
             [
-                ConsumedRecord(self.name_, self.node, partition, r.offset, r.value, now_s)
+                ConsumedRecord(
+                    self.name_, self.node, partition, r.offset, record_id(r.value, r.headers), now_s, r.key
+                )
                 for r in result.records
             ]
         )
         return True
 
 
-def producer_specs(count: int, bootstrap: Sequence[str], rate_per_s: float) -> list[ProducerSpec]:
-    """`count` producers cycling through the kinds: keyed, unkeyed, pinned, keyed, ..."""
-    kinds = [ProducerKind.KEYED, ProducerKind.UNKEYED, ProducerKind.PINNED]
+def producer_specs(
+    count: int, bootstrap: Sequence[str], rate_per_s: float, shape: WorkloadShape | None = None
+) -> list[ProducerSpec]:
+    """`count` producers cycling through the shape's kinds (by default keyed, unkeyed, pinned, ...)."""
+    shape = shape or DEFAULT_SHAPE
+    kinds = shape.kinds
     return [
-        ProducerSpec(f"p{i}-{kinds[i % 3].value}", kinds[i % 3], tuple(bootstrap), rate_per_s)
+        ProducerSpec(
+            f"p{i}-{kinds[i % len(kinds)].value}",
+            kinds[i % len(kinds)],
+            tuple(bootstrap),
+            rate_per_s,
+            keys=shape.keys,
+            tombstone_share=shape.tombstone_share,
+        )
         for i in range(count)
     ]
 
