@@ -49,9 +49,10 @@ def _partition_log(
 ) -> PartitionLog:
     """The records of one partition as `node` holds them, from `start` to `end` (its log start and end).
 
-    Offsets may skip (compaction leaves gaps), and an empty answer below `end` means the node holds
-    no record from there on (a compacted tail): reads pass min_index 0, so the node never answers
-    empty for want of an index. The checker judges what is missing.
+    Offsets may skip (compaction leaves gaps: each answer says where to read next), and an answer
+    without records or a next offset beyond the one asked means the node holds nothing more below
+    `end`: reads pass min_index 0, so a node never answers empty for want of an index. The checker
+    judges what is missing.
     """
     records: list[ConsumerRecord] = []
     offset = start
@@ -65,10 +66,10 @@ def _partition_log(
             node=node,
             min_index=0,
         )
-        if not batch.records:
+        if batch.next_offset <= offset:
             break
         records += (record for record in batch.records if record.offset < end)
-        offset = batch.records[-1].offset + 1
+        offset = batch.next_offset
     return PartitionLog(start, end, tuple(records))
 
 

@@ -64,6 +64,22 @@ RETENTION_TOPIC_CONFIGS = ((RETENTION_BYTES, "8192"), (RETENTION_MS, "5000"))
 RETENTION_FINAL_CONFIGS = ((RETENTION_MS, "-1"),)
 RETENTION_NODE_ARGS = ("--retention-check-ms", "250")
 
+# Key compaction under leader kills. Every record has a key (records without one are dropped by
+# compaction, as Kafka refuses them), 16 keys so most records are superseded within seconds, and a
+# tenth of them are tombstones. delete.retention.ms stays at its default (a day), so a tombstone goes
+# only once superseded, and a key's newest record, the partition's last one included, always stays.
+# The compactor runs 4 times a second, on a partition once a tenth of it is new.
+COMPACTION_TOPIC_CONFIGS = (
+    (CLEANUP_POLICY, "compact"),
+    ("min.compaction.lag.ms", "0"),
+    ("min.cleanable.dirty.ratio", "0.1"),
+    (DELETE_RETENTION_MS, str(DELETE_RETENTION_MS_DEFAULT)),
+)
+COMPACTION_NODE_ARGS = ("--compaction-check-ms", "250")
+COMPACTION_WORKLOAD = WorkloadShape(
+    kinds=(ProducerKind.KEYED, ProducerKind.PINNED_KEYED), keys=16, tombstone_share=0.1
+)
+
 
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
@@ -127,30 +143,16 @@ SCENARIOS: dict[str, Scenario] = {
             topic_configs=RETENTION_TOPIC_CONFIGS,
             final_configs=RETENTION_FINAL_CONFIGS,
         ),
+        Scenario(
+            "compaction-leader-kill",
+            "kill -9 of the leader, restart it, repeat, while the leader compacts a compact topic by key",
+            ((faults.leader_kill, 12),),
+            node_args=COMPACTION_NODE_ARGS,
+            topic_configs=COMPACTION_TOPIC_CONFIGS,
+            workload=COMPACTION_WORKLOAD,
+        ),
     )
 }
-
-# PENDING: registered in SCENARIOS (and FULL_SET) once key compaction is on main: the node flag
-# --compaction-check-ms and the topic config min.cleanable.dirty.ratio come with it (a node started
-# with the flag before then refuses it). Every record has a key (records without one are dropped by
-# compaction, as Kafka refuses them), 16 keys so most records are superseded within seconds, and a
-# tenth of them tombstones; delete.retention.ms stays at its default (a day), so a tombstone goes only
-# once superseded, and a key's newest record, the partition's last included, always stays.
-COMPACTION_SCENARIO = Scenario(
-    "compaction-leader-kill",
-    "kill -9 of the leader, restart it, repeat, while the leader compacts a compact topic by key",
-    ((faults.leader_kill, 12),),
-    node_args=("--compaction-check-ms", "250"),
-    topic_configs=(
-        (CLEANUP_POLICY, "compact"),
-        ("min.compaction.lag.ms", "0"),
-        ("min.cleanable.dirty.ratio", "0.1"),
-        (DELETE_RETENTION_MS, str(DELETE_RETENTION_MS_DEFAULT)),
-    ),
-    workload=WorkloadShape(
-        kinds=(ProducerKind.KEYED, ProducerKind.PINNED_KEYED), keys=16, tombstone_share=0.1
-    ),
-)
 
 FULL_SET = (
     "leader-kill",
@@ -162,4 +164,5 @@ FULL_SET = (
     "partition-minority",
     "mixed",
     "retention-leader-kill",
+    "compaction-leader-kill",
 )

@@ -1,4 +1,5 @@
-"""The short chaos run of the default suite: leader kills and a leader pause under load, zero anomalies."""
+"""The short chaos runs of the default suite: leader kills and a leader pause under load, and leader
+kills while retention trims the topic; zero anomalies."""
 
 from __future__ import annotations
 
@@ -25,3 +26,16 @@ def test_smoke_scenario_passes_with_no_anomaly(tmp_path: Path) -> None:
     assert report.counts["group_generation_max"] >= 2, "the group's members joined one by one"
     assert report.counts["group_commits"] > 0 and report.counts["group_join_reads"] > 0
     assert report.counts["group_acked_beyond_commit"] == 0, "the group caught up with the log end"
+
+
+def test_retention_smoke_scenario_trims_under_leader_kills_with_no_anomaly(tmp_path: Path) -> None:
+    """Two leader kills while retention trims 4 times a second: records below the final log start are
+    counted as trimmed gaps, everything above it is verified, and nothing else is missing."""
+    report = run_scenario(SCENARIOS["retention-smoke"], RunSettings(tmp_path))
+    print(render([report]))
+    assert report.verdict == "PASS", report.reason
+    assert len(report.faults) == 2
+    assert report.counts["log_start_offset_max"] > 0, "retention trimmed"
+    assert report.gaps["trimmed"] > 0 and report.gaps["compacted"] == 0
+    assert report.counts["records_in_log"] > 0, "the final log still holds the newest records"
+    assert report.counts["group_acked_beyond_commit"] == 0
