@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs `python -m kq.chaos` with kq's virtualenv; every argument is passed on (see `chaos/run.sh --help`).
 #
-#   chaos/run.sh                      the full scenario set on three nodes (about 6 minutes here)
+#   chaos/run.sh                      the full scenario set on three nodes (6-8 minutes here)
 #   chaos/run.sh --nodes 5            the same on five nodes
 #   chaos/run.sh -s leader-kill -s partition-leader --rounds 5 --seed 7
 #   chaos/run.sh --list               what each scenario does
