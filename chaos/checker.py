@@ -420,10 +420,11 @@ def _check_consumed(
     documented gap now (trimmed or compacted since).
     """
     position: dict[tuple[str, int], int] = {}
+    held_offsets = {p: [record.offset for record in log.records] for p, log in reference.items()}
     for record in history.consumed:
         where = (record.consumer, record.partition)
         expected = position.get(where, 0)
-        skipped = _held_between(reference, record.partition, expected, record.offset)
+        skipped = _held_between(held_offsets.get(record.partition, []), expected, record.offset)
         if record.offset < expected or skipped:
             result.add(
                 Anomaly(
@@ -453,13 +454,11 @@ def _check_consumed(
             )
 
 
-def _held_between(reference: Mapping[int, PartitionLog], partition: int, low: int, high: int) -> list[int]:
-    """The offsets in [low, high) at which the final log of `partition` holds a record."""
-    final = reference.get(partition)
-    if final is None or low >= high:
+def _held_between(offsets: Sequence[int], low: int, high: int) -> list[int]:
+    """The offsets in [low, high) among `offsets` (the final log's, rising)."""
+    if low >= high:
         return []
-    offsets = [record.offset for record in final.records]
-    return offsets[bisect.bisect_left(offsets, low) : bisect.bisect_left(offsets, high)]
+    return list(offsets[bisect.bisect_left(offsets, low) : bisect.bisect_left(offsets, high)])
 
 
 def _identity(record: ConsumerRecord | None) -> bytes | None:
