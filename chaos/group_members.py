@@ -25,11 +25,9 @@ from typing import Any
 
 from kq.chaos.history import ClientError, GroupDelivery, GroupObservation, History, record_id
 from kq.client import (
-    ConsumerRecord,
     GroupConsumer,
     KqClient,
     KqClientError,
-    OffsetOutOfRangeError,
     RebalanceError,
     UnavailableError,
 )
@@ -158,15 +156,10 @@ class RecordingClient(KqClient):
 
 
 class ResettingGroupConsumer(GroupConsumer):
-    """A GroupConsumer that, like Kafka's consumer with `auto.offset.reset=earliest`, moves a partition
-    whose position fell below the log start (OUT_OF_RANGE: retention trimmed it) up to the log start.
-
-    The client's GroupConsumer raises OffsetOutOfRangeError from `poll` instead (it resets only a
-    partition without a committed offset, at a join); this stands in for the missing reset, so that
-    a retention scenario tests the cluster rather than that gap. Each move is counted in the history,
-    and `moved` says a position moved without records since the last commit (a manual member commits
-    then too: else the group's committed offset stays below the log start while no record comes).
-    """
+    """A GroupConsumer (`auto_offset_reset="earliest"`: a position retention left below the log start
+    moves up to it) that counts each move in the history; `moved` says a position moved without
+    records since the last commit (a manual member commits then too: else the group's committed offset
+    stays below the log start while no record comes)."""
 
     def __init__(
         self, client: KqClient, group: str, topics: Sequence[str], history: History, **options: Any
@@ -180,17 +173,13 @@ class ResettingGroupConsumer(GroupConsumer):
         super().commit()
         self.moved = False
 
-    def _fetch(self, topic: str, partition: int, limit: int, wait_ms: int) -> list[ConsumerRecord]:
-        """The GroupConsumer's fetch; below the log start, the move up to it and no records."""
-        try:
-            return super()._fetch(topic, partition, limit, wait_ms)
-        except OffsetOutOfRangeError:
-            start = self._client.list_offsets(topic)[partition].log_start_offset
-            if self._positions[(topic, partition)] < start:  # Else the node asked lags: fetch again.
-                self._positions[(topic, partition)] = start
-                self._history.reset_reader()
-                self.moved = True
-            return []
+    def _reset_out_of_range(self, topic: str, partition: int) -> bool:
+        """The GroupConsumer's reset (to the log start: `auto_offset_reset="earliest"`), counted."""
+        moved = super()._reset_out_of_range(topic, partition)
+        if moved:
+            self._history.reset_reader()
+            self.moved = True
+        return moved
 
 
 class GroupMember(threading.Thread):

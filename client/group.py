@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from kq.client.client import KqClient
-from kq.client.errors import KqClientError, RebalanceError, UnknownMemberError
+from kq.client.errors import KqClientError, OffsetOutOfRangeError, RebalanceError, UnknownMemberError
 from kq.client.types import ConsumerRecord
 from kq.proto.limits import GROUP_JOIN_ATTEMPTS_MAX
 
@@ -226,11 +226,28 @@ class GroupConsumer:
         self._closed.wait(timeout_ms / 1000 if not self._rebalance_needed.is_set() else 0)
         return []
 
+    def _reset_out_of_range(self, topic: str, partition: int) -> bool:
+        """After OUT_OF_RANGE: moves a position retention left below the log start (or one past the log
+        end) to the start or the end, as `auto_offset_reset` says (Kafka's auto.offset.reset); whether it
+        moved. A position within the log means the node asked lags behind: it is fetched again."""
+        offsets = self._client.list_offsets(topic)[partition]
+        position = self._positions[(topic, partition)]
+        if offsets.log_start_offset <= position <= offsets.log_end_offset:
+            return False
+        reset = offsets.log_start_offset if self._reset == "earliest" else offsets.log_end_offset
+        logger.info("%s/%d: offset %d out of range, reset to %d", topic, partition, position, reset)
+        self._positions[(topic, partition)] = reset
+        return True
+
     def _fetch(self, topic: str, partition: int, limit: int, wait_ms: int) -> list[ConsumerRecord]:
         if limit <= 0:
             return []
         position = self._positions[(topic, partition)]
-        result = self._client.fetch(topic, partition, position, max_records=limit, wait_ms=wait_ms)
+        try:
+            result = self._client.fetch(topic, partition, position, max_records=limit, wait_ms=wait_ms)
+        except OffsetOutOfRangeError:
+            self._reset_out_of_range(topic, partition)
+            return []
         if not result.records:  # Offsets compaction left without a record: nothing to consume there.
             self._positions[(topic, partition)] = max(position, result.next_offset)
         return list(result.records)

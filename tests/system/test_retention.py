@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from kq.client import KqClient, OffsetOutOfRangeError
+from kq.client import GroupConsumer, KqClient, OffsetOutOfRangeError
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
 from tests.system.checks import kafka_read
@@ -87,3 +87,31 @@ def test_retention_bytes_keeps_the_newest_batches_within_the_bound(cluster: Loca
         assert 5 * 1024 <= partition.size_bytes < 5 * 1024 + batch_bytes + 1
         first = client.fetch("sized", 0, partition.log_start_offset).records[0]
         assert first.value == bytes([partition.log_start_offset]) * 1024
+
+
+def test_a_group_member_below_the_log_start_resets_to_it(cluster: LocalCluster) -> None:
+    """A member read two of ten old records; retention then trims all ten. Its next polls meet
+    OUT_OF_RANGE and, with auto_offset_reset="earliest", move it to the new log start, from where it
+    reads the fresh records (Kafka's consumer does the same)."""
+    now_ms = int(time.time() * 1000)
+    with KqClient(cluster.bootstrap) as client:
+        client.create_topic("regrouped", 1)
+        produce(cluster, "regrouped", [b"old-%d" % i for i in range(10)], now_ms - 3 * HOUR_MS)
+        consumer = GroupConsumer(client, "regroup", ["regrouped"], enable_auto_commit=False)
+        try:
+            first: list[bytes | None] = []
+            deadline = time.monotonic() + WAIT_S
+            while not first and time.monotonic() < deadline:
+                first = [r.value for r in consumer.poll(timeout_ms=500, max_records=2)]
+            assert first == [b"old-0", b"old-1"]
+            client.alter_topic_config("regrouped", {"retention.ms": str(HOUR_MS)})
+            wait_for(lambda: starts(client, cluster, "regrouped") == {10}, "the old records trimmed", WAIT_S)
+            produce(cluster, "regrouped", [b"new-%d" % i for i in range(3)], now_ms)
+            later: list[bytes | None] = []
+            deadline = time.monotonic() + WAIT_S
+            while len(later) < 3 and time.monotonic() < deadline:
+                later += [r.value for r in consumer.poll(timeout_ms=500)]
+            assert later == [b"new-%d" % i for i in range(3)]
+            assert consumer.position("regrouped", 0) == 13
+        finally:
+            consumer.close()
