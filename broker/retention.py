@@ -32,7 +32,7 @@ from kq.broker.background import LeaderRounds
 from kq.broker.proposals import propose_and_wait
 from kq.proto.limits import PROPOSAL_TIMEOUT_S, TRIM_BATCHES_PER_ENTRY_MAX
 from kq.raft import commands
-from kq.raft.results import TrimResult
+from kq.raft.results import PurgeResult, TrimResult
 from kq.raft.topic_config import TopicConfig
 from kq.storage import BatchSpan, PartitionState
 
@@ -116,7 +116,9 @@ class Retention(LeaderRounds):
         return due
 
     def run_once(self) -> list[Trim]:
-        """Proposes every due trim, one after the other; returns those that applied."""
+        """Proposes every due trim, one after the other (after finishing the deletion of deleted
+        topics' batches); returns the trims that applied."""
+        self.purge_deleted()
         done: list[Trim] = []
         for trim in self.due(self._clock_ms()):
             command = commands.trim(trim.topic, trim.partition, trim.before_offset, trim.topic_id)
@@ -131,3 +133,19 @@ class Retention(LeaderRounds):
                 )
                 done.append(trim)
         return done
+
+    def purge_deleted(self) -> int:
+        """Proposes PurgeTopicCommands until every deleted topic's batches are gone (each entry deletes
+        at most TRIM_BATCHES_PER_ENTRY_MAX); returns how many it proposed."""
+        with self._store.read() as reader:
+            pending = reader.purges()
+        proposed = 0
+        for topic_id in pending:
+            done = False
+            while not done and not self._stopping.is_set():
+                result = propose_and_wait(self._consensus, commands.purge_topic(topic_id), PROPOSAL_TIMEOUT_S)
+                proposed += 1
+                done = not isinstance(result, PurgeResult) or result.done
+            if done:
+                logger.info("retention: the batches of deleted topic id %d are deleted", topic_id)
+        return proposed

@@ -79,6 +79,11 @@ def compact(
     )
 
 
+def purge_topic(topic_id: int) -> kq_pb2.Command:
+    """Command deleting more of the batches a deleted topic left (PurgeTopicCommand)."""
+    return kq_pb2.Command(version=COMMAND_VERSION, purge_topic=kq_pb2.PurgeTopicCommand(topic_id=topic_id))
+
+
 def register_producer(registered_ms: int) -> kq_pb2.Command:
     """Command allocating a new idempotent producer id."""
     return kq_pb2.Command(

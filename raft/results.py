@@ -17,6 +17,7 @@ __all__ = [
     "KafkaGroupResult",
     "PartitionAppendResult",
     "ProducerResult",
+    "PurgeResult",
     "RejectedResult",
     "SkippedResult",
     "TopicResult",
@@ -58,6 +59,13 @@ class TrimResult:
 
     error: ErrorCode
     log_start_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    """Result of purging a deleted topic's batches: whether none is left."""
+
+    done: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +136,7 @@ ApplyResult = (
     | AppendResult
     | TrimResult
     | CompactResult
+    | PurgeResult
     | GroupResult
     | KafkaGroupResult
     | ProducerResult

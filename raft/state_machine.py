@@ -40,6 +40,7 @@ from kq.raft.results import (
     KafkaGroupResult,
     PartitionAppendResult,
     ProducerResult,
+    PurgeResult,
     RejectedResult,
     SkippedResult,
     TopicResult,
@@ -148,6 +149,8 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
         return _apply_trim(writer, command.trim)
     if kind == "compact":
         return _apply_compact(writer, command.compact)
+    if kind == "purge_topic":  # Only a deleted topic's batches (its `purges` row says so).
+        return PurgeResult(writer.purge(command.purge_topic.topic_id, TRIM_BATCHES_PER_ENTRY_MAX))
     if kind == "alter_topic_config":
         return _apply_alter_topic_config(writer, command.alter_topic_config)
     if kind in _GROUP_HANDLERS:
@@ -196,7 +199,7 @@ def _apply_delete_topic(writer: StoreWriter, command: kq_pb2.DeleteTopicCommand)
     topic = writer.topic(command.name)
     if topic is None:
         return TopicResult(ErrorCode.UNKNOWN_TOPIC)
-    writer.delete_topic(topic)
+    writer.delete_topic(topic, TRIM_BATCHES_PER_ENTRY_MAX)  # The rest: PurgeTopicCommands (retention).
     return TopicResult(ErrorCode.OK, topic)
 
 

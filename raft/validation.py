@@ -338,6 +338,8 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return topic_name_problem(command.trim.topic)
     if kind == "compact":
         return _compact_problem(command.compact)
+    if kind == "purge_topic":
+        return None if command.purge_topic.topic_id else "a purge names a topic id (from 1)"
     if kind == "join_group":
         return _join_problem(command.join_group)
     if kind == "leave_group":

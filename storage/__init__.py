@@ -39,6 +39,12 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                        left below the log start are skipped). A store written before the index
                        existed gets it built at open, from the batches alone
 
+    purges      key: topic_id u64                                                           (8 bytes)
+                value: empty
+                       a deleted topic whose batches are not all deleted yet: deleting a topic (and
+                       each purge after it) deletes a bounded number of them; the row goes with the
+                       last one
+
 Every write goes through one LMDB write transaction per applied Raft entry, which also stores the
 entry's index in `applied_index`: state and index move together or not at all.
 """

@@ -54,6 +54,7 @@ DATABASE_NAMES = (
     b"offsets",
     b"topic_configs",
     b"timestamps",
+    b"purges",
 )
 _GROUP_NAME_LENGTH = struct.Struct(">H")
 _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
@@ -285,6 +286,7 @@ class StoreReader:
         self._offsets = databases[b"offsets"]
         self._topic_configs = databases[b"topic_configs"]
         self._timestamps = databases[b"timestamps"]
+        self._purges = databases[b"purges"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -433,6 +435,11 @@ class StoreReader:
                 return None
         return None
 
+    def purges(self) -> list[int]:
+        """Ids of deleted topics whose batches are not all deleted yet."""
+        cursor = self._transaction.cursor(db=self._purges)
+        return [_U64.unpack(key)[0] for key in cursor.iternext(values=False)]
+
     def group(self, name: str) -> bytes | None:
         """The group's serialized state (opaque to storage), or None."""
         raw = self._transaction.get(name.encode(), db=self._groups)
@@ -504,14 +511,16 @@ class StoreWriter(StoreReader):
         else:
             self._transaction.delete(_U64.pack(topic_id), db=self._topic_configs)
 
-    def delete_topic(self, topic: TopicMeta) -> None:
-        """Removes the topic, its configs, its partitions and all their records and producer state."""
+    def delete_topic(self, topic: TopicMeta, batches_max: int) -> bool:
+        """Removes the topic, its configs, its partitions and producer state, and at most `batches_max`
+        of its batches; the rest stay, unreachable (topic ids are never reused), under a `purges` row
+        until `purge` deletes them. Returns whether every batch is gone."""
         self._transaction.delete(topic.name.encode(), db=self._topics)
         self._transaction.delete(_U64.pack(topic.topic_id), db=self._topic_configs)
         for partition in range(topic.partitions):
             self._transaction.delete(_PARTITION_KEY.pack(topic.topic_id, partition), db=self._partitions)
-        self._delete_prefix(self._records, _U64.pack(topic.topic_id))
-        self._delete_prefix(self._timestamps, _U64.pack(topic.topic_id))
+        self._transaction.put(_U64.pack(topic.topic_id), b"", db=self._purges)
+        done = self.purge(topic.topic_id, batches_max)
         cursor = self._transaction.cursor(db=self._producers)
         stale = [
             bytes(key)
@@ -528,6 +537,29 @@ class StoreWriter(StoreReader):
         ]
         for key in orphaned:
             self._transaction.delete(key, db=self._offsets)
+        return done
+
+    def purge(self, topic_id: int, batches_max: int) -> bool:
+        """Deletes at most `batches_max` batches of a deleted topic (with their `timestamps` rows);
+        when none is left, its `purges` row too. Returns whether none is left. A topic without a
+        `purges` row (a live one, or one purged already) is left alone."""
+        prefix = _U64.pack(topic_id)
+        if self._transaction.get(prefix, db=self._purges) is None:
+            return True
+        cursor = self._transaction.cursor(db=self._records)
+        deleted = 0
+        if cursor.set_range(prefix):
+            while bytes(cursor.key()[:8]) == prefix:
+                if deleted == batches_max:
+                    return False
+                timestamp_key = _timestamp_key(cursor.key(), cursor.value())
+                if timestamp_key is not None:
+                    self._transaction.delete(timestamp_key, db=self._timestamps)
+                deleted += 1
+                if not cursor.delete():
+                    break
+        self._transaction.delete(prefix, db=self._purges)
+        return True
 
     def _delete_prefix(self, database: Any, prefix: bytes) -> None:
         cursor = self._transaction.cursor(db=database)

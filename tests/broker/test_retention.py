@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kq.broker.retention import Retention, trim_point
 from kq.proto.records import NewRecord, encode_batch
-from kq.raft import commands
+from kq.raft import commands, state_machine
 from kq.raft.state_machine import apply
 from kq.raft.topic_config import effective
 from kq.storage import BatchSpan, PartitionState, Store
+from tests.broker.fake_consensus import FakeConsensus
 from tests.broker.test_batcher import HeldConsensus
 
 HOUR_MS = 3_600_000
@@ -92,4 +95,41 @@ def test_due_reads_committed_state_with_node_defaults(tmp_path: Path) -> None:
     )
     due = {(trim.topic, trim.before_offset) for trim in retention.due(NOW_MS)}
     assert due == {("own", 2), ("inherits", 2)}
+    store.close()
+
+
+def test_a_deleted_topic_s_batches_go_in_bounded_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting a topic deletes at most TRIM_BATCHES_PER_ENTRY_MAX of its batches in that entry (here
+    3); the leader's retention purges the rest, one bounded entry at a time, and nothing else: a
+    purge naming a live topic's id deletes nothing."""
+    monkeypatch.setattr(state_machine, "TRIM_BATCHES_PER_ENTRY_MAX", 3)
+    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+    log = [commands.create_topic("gone", 1, 1), commands.create_topic("kept", 1, 1)]
+    for topic in ("gone", "kept"):
+        for _ in range(10):
+            batch = encode_batch([NewRecord(None, b"v")], base_timestamp_ms=NOW_MS)
+            log.append(commands.append(NOW_MS, [commands.partition_append(topic, 0, batch)]))
+    log.append(commands.delete_topic("gone"))
+    log.append(commands.purge_topic(2))  # "kept": live, untouched.
+    for index, command in enumerate(log, start=1):
+        apply(store, index, commands.encode(command))
+
+    def stored() -> dict[bytes, int]:
+        rows: dict[bytes, int] = {}
+        for database, key, _ in store.dump():
+            if database in (b"records", b"timestamps"):
+                rows[key[:8]] = rows.get(key[:8], 0) + 1
+        return rows
+
+    assert stored() == {(1).to_bytes(8, "big"): 2 * 7, (2).to_bytes(8, "big"): 2 * 10}
+    with store.read() as reader:
+        assert reader.purges() == [1]
+    consensus = FakeConsensus(store, lambda index: None)
+    retention = Retention(store, consensus, lambda: NOW_MS, {}, 1.0)
+    assert retention.purge_deleted() == 3  # 7 batches left: 3, 3, then 1 and the row.
+    assert stored() == {(2).to_bytes(8, "big"): 2 * 10}
+    with store.read() as reader:
+        assert reader.purges() == []
     store.close()

@@ -107,7 +107,19 @@ def config_maps(draw: st.DrawFn) -> dict[str, str]:
 
 @st.composite
 def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
-    kinds = ["create", "delete", "append", "trim", "compact", "join", "leave", "commit", "reset", "configure"]
+    kinds = [
+        "create",
+        "delete",
+        "append",
+        "trim",
+        "compact",
+        "purge",
+        "join",
+        "leave",
+        "commit",
+        "reset",
+        "configure",
+    ]
     kind = draw(st.sampled_from(kinds))
     if kind == "create":
         return commands.create_topic(draw(names), draw(uint32), 1, draw(config_maps()))
@@ -124,6 +136,8 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
     if kind == "trim":
         topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
         return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)), topic_id)
+    if kind == "purge":
+        return commands.purge_topic(draw(st.sampled_from([0, 1, 2, 3, 2**64 - 1])))
     if kind == "compact":
         topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
         edits = draw(

@@ -82,7 +82,7 @@ def test_trim_and_topic_deletion_drop_their_batches_rows(tmp_path: Path) -> None
         assert reader.max_timestamp(topic.topic_id, 0, 3, ROWS_MAX) == (20, 3)
         assert reader.max_timestamp(topic.topic_id, 0, 3, 1) is None  # Its row is skipped, and counted.
     with store.write() as writer:
-        writer.delete_topic(topic)
+        writer.delete_topic(topic, 1_000)
         again = writer.create_topic("t", 1, 0)
     assert not any(database == b"timestamps" for database, _, _ in store.dump())
     with store.read() as reader:
