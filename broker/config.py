@@ -13,6 +13,8 @@ from kq.proto.limits import (
     GRPC_WORKERS_DEFAULT,
     KAFKA_DEFAULT_PARTITIONS,
     KAFKA_FRAME_BYTES_DEFAULT,
+    MAX_DISK_BYTES_MAX,
+    MAX_DISK_BYTES_MIN,
     PEERS_MAX,
     RACK_NAME_LENGTH_MAX,
     READERS_MAX,
@@ -46,6 +48,9 @@ class NodeConfig:
     retention_check_s: float = RETENTION_CHECK_S_DEFAULT  # How often the leader looks for expired records.
     rack: str = ""  # Kafka's broker.rack ("": none): where follower fetching (KIP-392) sends consumers.
     compaction_check_s: float = COMPACTION_CHECK_S_DEFAULT  # How often the leader compacts (compact topics).
+    # `--max-disk-bytes`: the LMDB map, so the store never grows past it; the leader refuses writes near
+    # it (broker/storage_guard.py). None: 64 GiB of address space, bounded by the disk alone.
+    max_disk_bytes: int | None = None
 
     @property
     def self_peer(self) -> Peer:
@@ -87,6 +92,25 @@ def parse_rack(text: str, what: str) -> str:
             f"{what} must be 1 to {RACK_NAME_LENGTH_MAX} letters, digits, '.', '_' or '-', got {text!r}"
         )
     return text
+
+
+_SIZE_UNITS = {"": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_SIZE = re.compile(r"(\d+)\s*([KkMmGgTt]i[Bb])?")
+
+
+def parse_byte_size(text: str, what: str) -> int:
+    """Bytes from `123`, `64MiB`, `10 GiB` (binary units only, so a size means one thing), checked
+    against MAX_DISK_BYTES_MIN and MAX_DISK_BYTES_MAX."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ConfigError(f"{what} must be a number of bytes, optionally with KiB, MiB, GiB or TiB: {text!r}")
+    size = int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+    if not MAX_DISK_BYTES_MIN <= size <= MAX_DISK_BYTES_MAX:
+        raise ConfigError(
+            f"{what} must be between {MAX_DISK_BYTES_MIN // 1024**2} MiB and "
+            f"{MAX_DISK_BYTES_MAX // 1024**4} TiB; got {text!r}"
+        )
+    return size
 
 
 def parse_peers(text: str, self_id: str, self_rack: str = "") -> tuple[Peer, ...]:

@@ -66,6 +66,13 @@ class ResourceExhaustedError(KqError):
     default_code = ErrorCode.QUEUE_FULL
 
 
+class StorageFullError(KqError):
+    """The leader's store is within its headroom of --max-disk-bytes or of a full disk: a write that
+    would grow it is refused before it is proposed (broker/storage_guard.py)."""
+
+    default_code = ErrorCode.STORAGE_FULL
+
+
 class TooManyReadersError(KqError):
     """The node, or the caller's connection, holds its maximum of waiting readers (broker/admission.py)."""
 

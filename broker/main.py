@@ -20,7 +20,15 @@ import click
 
 from kq.broker.admission import ReaderAdmission, ReaderLimits
 from kq.broker.compactor import Compactor
-from kq.broker.config import ConfigError, KafkaConfig, NodeConfig, parse_address, parse_peers, parse_rack
+from kq.broker.config import (
+    ConfigError,
+    KafkaConfig,
+    NodeConfig,
+    parse_address,
+    parse_byte_size,
+    parse_peers,
+    parse_rack,
+)
 from kq.broker.consensus import PySyncObjConsensus
 from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
 from kq.broker.groups import GroupCoordinator
@@ -30,6 +38,7 @@ from kq.broker.kafka.settings import kafka_settings
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
+from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import (
@@ -49,6 +58,7 @@ from kq.proto.limits import (
 from kq.raft.node import DURABILITY_MODES, Durability, RaftBindError, RaftConfig, RaftNode
 from kq.raft.topic_config import defaults_problem, parse_assignments
 from kq.storage import Store
+from kq.storage.store import MAP_SIZE_BYTES_DEFAULT
 
 logger = logging.getLogger("kq.node")
 
@@ -66,7 +76,9 @@ class BrokerNode:
 
     def __init__(self, config: NodeConfig) -> None:
         assert config.raft is not None
-        self.store = Store.open(config.data_dir / "store", sync=config.raft.synced)
+        # --max-disk-bytes is the LMDB map: the store can never grow past it (README, "Disk bounds").
+        map_bytes = config.max_disk_bytes or MAP_SIZE_BYTES_DEFAULT
+        self.store = Store.open(config.data_dir / "store", map_bytes, sync=config.raft.synced)
         self.notifier = AppliedNotifier(self.store.applied_index())
         try:
             self.raft = RaftNode(config.raft, self.store, self.notifier.notify)
@@ -98,6 +110,7 @@ class BrokerNode:
             self.front.workers,
             self.front.reads,
             config.topic_defaults,
+            StorageGuard(self.store.usage, config.node_id),
         )
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
@@ -335,6 +348,16 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     help="This node's rack or zone (Kafka's broker.rack; KQ_RACK): consumers with that client.rack "
     "are sent here to fetch (KIP-392).",
 )
+@click.option(
+    "--max-disk-bytes",
+    default=None,
+    metavar="SIZE",
+    help=(
+        "Bound of this node's store (LMDB's map: it never grows past it), e.g. 64GiB; the leader refuses "
+        "writes that would grow it (STORAGE_FULL, Kafka's KAFKA_STORAGE_ERROR) within 5% of it "
+        "(16 MiB to 1 GiB), or of a full disk. Default: no bound but the disk's (KQ_MAX_DISK_BYTES)."
+    ),
+)
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 def main(
     node_id: str,
@@ -362,6 +385,7 @@ def main(
     retention_check_ms: int,
     compaction_check_ms: int,
     rack: str,
+    max_disk_bytes: str | None,
     log_level: str,
 ) -> None:
     """Runs one kq node."""
@@ -378,6 +402,7 @@ def main(
             topic_defaults = parse_assignments(topic_default)
         except ValueError as error:
             raise ConfigError(f"--topic-default: {error}") from error
+        disk_bound = parse_byte_size(max_disk_bytes, "--max-disk-bytes") if max_disk_bytes else None
         problem = defaults_problem(topic_defaults)
         if problem is not None:
             raise ConfigError(f"--topic-default: {problem}")
@@ -421,6 +446,7 @@ def main(
         retention_check_ms / 1000,
         rack,
         compaction_check_s=compaction_check_ms / 1000,
+        max_disk_bytes=disk_bound,
     )
     if kafka is not None:
         try:

@@ -63,6 +63,7 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             if reader.topic(request.name) is not None:
                 raise AlreadyExistsError(f"topic {request.name} already exists")
+        self._require_room(0)
         configs = {entry.name: entry.value for entry in request.configs}
         command = commands.create_topic(request.name, request.partitions, wall_clock_ms(), configs)
         result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
@@ -172,6 +173,7 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 f"a record batch of {len(request.records)} bytes; the topic's max.message.bytes is {limit}",
                 ErrorCode.MESSAGE_TOO_LARGE,
             )
+        self._require_room(len(request.records))  # Last: a bad request is told what is wrong with it.
         return append
 
     @staticmethod

@@ -15,6 +15,7 @@ from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.groups import GroupCoordinator
 from kq.broker.proposals import Batcher
+from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier, WatchKey, wait_for_wake
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import CATCH_UP_WAIT_S
@@ -42,6 +43,7 @@ class ServiceBase:
         workers: Executor,
         reads: Executor,
         topic_defaults: Mapping[str, str] | None = None,
+        storage_guard: StorageGuard | None = None,
     ) -> None:
         self._node = node
         # This node's defaults of the leader-run topic configs (`--topic-default`, raft/topic_config.py).
@@ -55,6 +57,8 @@ class ServiceBase:
         self._readers = readers  # Slots for calls that wait (broker/admission.py).
         self._workers = workers  # Blocking work of coroutine handlers: proposals, group reads.
         self._reads = reads  # Record reads of coroutine handlers.
+        # The leader's disk bound (broker/storage_guard.py); None: writes are never refused for room.
+        self._storage_guard = storage_guard
         # Stream reads on the read pool now, by what they read (loop only; one per waiting stream at most).
         self._reads_in_flight: dict[tuple[str, int, int, int, int, int], asyncio.Future[Any]] = {}
 
@@ -114,6 +118,12 @@ class ServiceBase:
             if leader is None:
                 raise UnavailableError("no leader is elected right now; retry", ErrorCode.LEADER_UNKNOWN)
             raise NotLeaderError(leader)
+
+    def _require_room(self, incoming_bytes: int) -> None:
+        """On the leader, before proposing a write that grows the store: STORAGE_FULL when the store
+        is within its headroom of full (deletes, trims and small bounded writes never ask)."""
+        if self._storage_guard is not None:
+            self._storage_guard.check(incoming_bytes)
 
     @staticmethod
     def _topic(reader: StoreReader, name: str) -> TopicMeta:

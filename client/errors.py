@@ -138,6 +138,12 @@ class TooManyReadersError(UnavailableError):
     waiting fetches); nothing was read. Another node, or the same one a little later, may admit it."""
 
 
+class StorageFullError(UnavailableError):
+    """The leader's store is nearly full (its disk, or its --max-disk-bytes): it refuses writes that
+    would grow it until retention, DeleteRecords or a deleted topic frees space; nothing was written.
+    Reads still work."""
+
+
 CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_TOPIC: TopicNotFoundError,
     ErrorCode.UNKNOWN_PARTITION: InvalidRequestError,
@@ -164,6 +170,7 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.TOO_MANY_READERS: TooManyReadersError,
     ErrorCode.INVALID_PRODUCER_EPOCH: ProducerFencedError,
     ErrorCode.MESSAGE_TOO_LARGE: InvalidRequestError,
+    ErrorCode.STORAGE_FULL: StorageFullError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

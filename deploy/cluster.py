@@ -151,6 +151,8 @@ class LocalCluster:
     their own session, so they outlive this process (`python -m kq.deploy start`). `racks` (one per
     node, "" for none) gives each node its --rack and lists it in every node's --peers. `durability`
     ("replicated" or "fsync", default: the node's own default) is each node's `--durability`.
+    `node_extra_args` (by node id) are flags for one node only, after `node_args` (so they override
+    them); `set_node_args` changes them for the node's next start.
     """
 
     def __init__(
@@ -171,6 +173,7 @@ class LocalCluster:
         record_pids: bool = False,
         detach: bool = False,
         durability: str | None = None,
+        node_extra_args: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         host_list = list(hosts) if hosts is not None else [LOOPBACK_HOST] * size
         assert len(host_list) == size, "one host per node"
@@ -186,6 +189,7 @@ class LocalCluster:
         self.base_dir = base_dir
         self.secret = secret
         self.node_args = tuple(node_args) + (("--durability", durability) if durability else ())
+        self._extra_args = {node_id: tuple(args) for node_id, args in (node_extra_args or {}).items()}
         self.launcher = launcher
         self.node_command = tuple(node_command) if node_command is not None else default_node_command()
         self.detach = detach
@@ -272,7 +276,13 @@ class LocalCluster:
             *(("--kafka-address", spec.kafka_address) if spec.kafka_address else ()),
             *(("--rack", spec.rack) if spec.rack else ()),
             *self.node_args,
+            *self._extra_args.get(node_id, ()),
         ]
+
+    def set_node_args(self, node_id: str, args: Sequence[str]) -> None:
+        """Flags for `node_id` alone from its next start on (after the cluster's, so they win)."""
+        assert node_id in self.nodes, f"no node {node_id}"
+        self._extra_args[node_id] = tuple(args)
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> str:
         """Starts every node not running, waits until all are ready under one leader; returns the leader."""

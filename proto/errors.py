@@ -4,7 +4,7 @@ Where codes come from: `apply` decides the deterministic rejections (the same on
 UNKNOWN_TOPIC .. INVALID_COMMAND, values 1-15, and INVALID_PRODUCER_EPOCH, 24, returned inside
 results); the gRPC edge adds the conditions only a node can see (INVALID_REQUEST to TOO_MANY_READERS,
 16-23: a malformed request, not the leader, no leader, a proposal that did not commit, a full queue,
-a bug, too many waiting readers).
+a bug, too many waiting readers; and STORAGE_FULL, 26: the leader's disk is nearly full).
 
 How they travel: every non-OK status the broker answers carries the trailing metadata
 `kq-error-code` with the code's number in decimal (numbers never change meaning; names may be
@@ -28,8 +28,8 @@ LEADER_METADATA_KEY = "kq-leader"  # Trailing metadata of a NOT_LEADER answer: t
 
 
 class ErrorCode(enum.IntEnum):
-    """Why a request failed. 1-15, 24 and 25 are decided in apply (the same on every node); 16-23 at the
-    edge."""
+    """Why a request failed. 1-15, 24 and 25 are decided in apply (the same on every node); 16-23 and 26
+    at the edge."""
 
     OK = 0
     UNKNOWN_TOPIC = 1
@@ -57,6 +57,7 @@ class ErrorCode(enum.IntEnum):
     TOO_MANY_READERS = 23  # The node (or this client connection) holds its maximum of waiting readers.
     INVALID_PRODUCER_EPOCH = 24  # Decided in apply: a newer epoch of this producer id wrote to the partition.
     MESSAGE_TOO_LARGE = 25  # Decided in apply: the batch is over its topic's max.message.bytes.
+    STORAGE_FULL = 26  # The leader's store is within its headroom of --max-disk-bytes or of a full disk.
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,11 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     # Kafka's MESSAGE_TOO_LARGE: the batch (as sent, compressed) is over the topic's max.message.bytes.
     ErrorCode.MESSAGE_TOO_LARGE: ErrorSpec(
         _S.INVALID_ARGUMENT, 10, False, "the record batch is larger than the topic's max.message.bytes"
+    ),
+    # Kafka's KAFKA_STORAGE_ERROR (retriable there too): the leader refuses what would grow its store
+    # until retention, DeleteRecords or a deleted topic frees space (broker/storage_guard.py).
+    ErrorCode.STORAGE_FULL: ErrorSpec(
+        _S.RESOURCE_EXHAUSTED, 56, True, "the leader's disk, or its --max-disk-bytes, is nearly full"
     ),
 }
 

@@ -187,6 +187,25 @@ STREAM_MESSAGE_BYTES_MAX = 1024 * 1024  # A stream message's record bytes (the f
 # broker/service_base.py
 CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.
 
+# broker/storage_guard.py: disk bounds (`--max-disk-bytes`, README "Disk bounds"). The bound is the LMDB
+# map size, so the store can never grow past it; the leader refuses writes that grow the store
+# (STORAGE_FULL) once less than the headroom is left, in the map or on the data directory's
+# filesystem. The headroom holds what was accepted before the refusal and is still on its way to
+# apply (PROPOSALS_IN_FLIGHT_MAX entries of ENTRY_BYTES_MAX, and the batcher's queue), the pages that
+# deletes and trims need (LMDB copies every page it changes, even to free others), and group and
+# producer writes, which are never refused.
+MAX_DISK_BYTES_MIN = 64 * 1024 * 1024  # A smaller bound would be mostly headroom.
+MAX_DISK_BYTES_MAX = 16 * 1024**4  # Address space: a store copy being sent or restored maps as much again.
+DISK_HEADROOM_SHARE = 0.05  # Of the bound (Redpanda's storage_space_alert_free_threshold_percent is 5).
+DISK_HEADROOM_BYTES_MIN = 16 * 1024 * 1024
+DISK_HEADROOM_BYTES_MAX = 1024**3
+# How stale the leader's measure of its store may be: it is taken again on the first write after this
+# (a read transaction and a statvfs, tens of microseconds), and what was accepted since counts against it.
+DISK_CHECK_INTERVAL_S = 0.25
+# A store write that fails (LMDB reports only EIO when a commit's pages find no room on the disk) while
+# the data directory's filesystem has less than this free is reported as a full disk (raft/faults.py).
+DISK_FULL_FREE_BYTES_MAX = 2 * ENTRY_BYTES_MAX
+
 # broker/validation.py
 FETCH_RECORDS_DEFAULT = 500
 FETCH_BYTES_DEFAULT = 1024 * 1024

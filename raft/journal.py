@@ -34,6 +34,15 @@ the file is truncated there. The metadata is `journal.kq.meta`, JSON: term, vote
 All I/O goes through a `Disk` (`OS_DISK` in production) so that a test can drop the writes that
 were not synced when it simulates a power cut (tests/raft/test_durability.py). Only the Raft tick
 thread calls a journal (PySyncObj's log is tick-thread state).
+
+A write, truncation or sync that fails (ENOSPC, EIO) is a fault of the machine, not something to
+retry: a failed fdatasync may have dropped the pages it was to write, and PySyncObj, if the call
+raised into it, would carry on with a log that is not what its file holds. So every failing call
+hands one line to `on_fault` (raft/faults.py `fail_stop` in a node: the process ends) before it
+raises `JournalFaultError`. The file stays readable whatever the failure interrupted: an append cut
+short leaves a torn tail past the last good record (cut off at the next open, or overwritten by the
+next append), and a compaction or metadata write that fails leaves the old file in place (it writes a
+new file and renames it over).
 """
 
 from __future__ import annotations
@@ -42,13 +51,15 @@ import json
 import logging
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import crc32c as crc32c_module
 
 from kq.proto.limits import TRANSPORT_BUFFER_BYTES
+from kq.raft.faults import journal_fault_message
 
 logger = logging.getLogger(__name__)
 
@@ -165,27 +176,44 @@ def decode_records(data: bytes) -> tuple[list[Entry], list[int], int]:
     return entries, offsets, position
 
 
+class JournalFaultError(Exception):
+    """The journal could not write, truncate or sync its file (after `on_fault` was told)."""
+
+
+def _ignore_fault(message: str) -> None:
+    """The default `on_fault`: nothing; the failing call raises JournalFaultError."""
+
+
 class RaftJournal:
     """PySyncObj's journal interface over a `journal.kq` file; `sync` makes `flush` and the metadata
     writes durable (`--durability=fsync`)."""
 
-    def __init__(self, directory: Path, sync: bool, disk: Disk = OS_DISK) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        sync: bool,
+        disk: Disk = OS_DISK,
+        on_fault: Callable[[str], None] = _ignore_fault,
+    ) -> None:
         """Opens (creating) the journal in `directory`; a torn tail is cut off. In fsync mode the file
         is synced once here: entries a killed process left in the page cache become durable before
-        this node counts them."""
+        this node counts them. `on_fault` gets one line when the disk fails a call (module docstring)."""
         self._path = directory / JOURNAL_NAME
         self._meta_path = directory / (JOURNAL_NAME + ".meta")
         self._sync = sync
         self._disk = disk
+        self._on_fault = on_fault
         self.syncs = 0  # fdatasyncs of the journal file: group commit makes them fewer than entries.
         data = disk.read(self._path)
         if data is None or not data.startswith(MAGIC):
             if data is not None:
                 logger.warning("%s has no journal header: starting an empty journal", self._path)
-            disk.replace(self._path, MAGIC, sync)
+            with self._failing("create it"):
+                disk.replace(self._path, MAGIC, sync)
             data = MAGIC
         self._entries, self._offsets, self._end = decode_records(data)
-        self._fd = disk.open(self._path)
+        with self._failing("open it"):
+            self._fd = disk.open(self._path)
         self._dirty = sync  # One sync at open (see above).
         if self._end < len(data):
             logger.warning(
@@ -194,7 +222,8 @@ class RaftJournal:
                 len(data) - self._end,
                 self._entries[-1][1] if self._entries else "none",
             )
-            disk.truncate(self._fd, self._end)
+            with self._failing("cut its torn tail"):
+                disk.truncate(self._fd, self._end)
         self.flush()
         self._meta: dict[str, Any] = {"term": 0, "voted_for": None, "commit_index": 1}
         raw_meta = disk.read(self._meta_path)
@@ -207,7 +236,8 @@ class RaftJournal:
     def add(self, command: bytes, idx: int, term: int) -> None:
         """Appends an entry (to the page cache; durable at the next `flush` in fsync mode)."""
         record = encode_record(bytes(command), idx, term)
-        self._disk.write_at(self._fd, self._end, record)
+        with self._failing(f"append entry {idx}"):
+            self._disk.write_at(self._fd, self._end, record)
         self._entries.append((command, idx, term))
         self._offsets.append(self._end)
         self._end += len(record)
@@ -226,7 +256,8 @@ class RaftJournal:
             return
         self._end = self._offsets[position] if position > 0 else len(MAGIC)
         del self._entries[position:], self._offsets[position:]
-        self._disk.truncate(self._fd, self._end)
+        with self._failing("truncate it"):
+            self._disk.truncate(self._fd, self._end)
         self._dirty = True
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802, N803 - PySyncObj's names.
@@ -234,9 +265,13 @@ class RaftJournal:
         to a new file renamed over the journal, so a crash leaves the old journal or the new one."""
         retained = self._entries[entryTo:]
         records = [encode_record(bytes(command), index, term) for command, index, term in retained]
-        self._disk.close(self._fd)
-        self._disk.replace(self._path, MAGIC + b"".join(records), self._sync)
-        self._fd = self._disk.open(self._path)
+        with self._failing("compact it"):
+            # The new file first: a failure leaves the old one open and whole. (Closing first, as this
+            # once did, left a closed descriptor behind a failed write, whose number the process
+            # could reuse for another file that the next append would then write into.)
+            self._disk.replace(self._path, MAGIC + b"".join(records), self._sync)
+            self._disk.close(self._fd)
+            self._fd = self._disk.open(self._path)
         self._entries = retained
         self._offsets = []
         self._end = len(MAGIC)
@@ -256,7 +291,8 @@ class RaftJournal:
         with one fdatasync. True if it synced. Without sync, nothing to do."""
         if not (self._sync and self._dirty):
             return False
-        self._disk.sync(self._fd)
+        with self._failing("sync it"):
+            self._disk.sync(self._fd)
         self._dirty = False
         self.syncs += 1
         return True
@@ -305,8 +341,19 @@ class RaftJournal:
             self._write_meta()
 
     def _write_meta(self) -> None:
-        self._disk.replace(self._meta_path, json.dumps(self._meta).encode(), self._sync)
+        with self._failing("write its term, vote and commit index"):
+            self._disk.replace(self._meta_path, json.dumps(self._meta).encode(), self._sync)
         self._meta_dirty = False
+
+    @contextmanager
+    def _failing(self, action: str) -> Iterator[None]:
+        """Turns an OSError of the block into `on_fault`'s one line, then JournalFaultError."""
+        try:
+            yield
+        except OSError as error:
+            message = journal_fault_message(action, self._path, error)
+            self._on_fault(message)
+            raise JournalFaultError(message) from error
 
 
 def convert_legacy_journal(

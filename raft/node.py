@@ -13,7 +13,6 @@ every `apply` (the only LMDB writer), the snapshot serializer's calls and the pr
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from kq.proto.limits import (
     TICK_WAIT_S,
     TRANSPORT_BUFFER_BYTES,
 )
+from kq.raft.faults import EXIT_ENVIRONMENT_FAULT, apply_fault_message, fail_stop
 from kq.raft.inbound import already_held, refusal, without_commit_advance
 from kq.raft.journal import OS_DISK, Disk, RaftJournal, convert_legacy_journal
 from kq.raft.pysyncobj_adapter import PySyncObjAdapter, read_pysyncobj_journal
@@ -52,7 +52,7 @@ TICK_THREAD_NAME = "kq-raft-tick"
 # broke this way). Every entry stays below it (raft/pysyncobj_adapter.py builds them), so messages
 # carry whole entries only.
 APPEND_ENTRIES_BATCH_BYTES = TRANSPORT_BUFFER_BYTES
-EXIT_APPLY_FAILED = 70  # An environment fault in apply (disk full, I/O): stop rather than diverge.
+EXIT_APPLY_FAILED = EXIT_ENVIRONMENT_FAULT  # A full store or disk, an I/O error: stop, never diverge.
 KEEPALIVE_MESSAGE = {"type": "kq_keepalive"}
 LEGACY_JOURNAL_NAME = "journal"  # PySyncObj's FileJournal, which kq used before raft/journal.py.
 
@@ -169,11 +169,14 @@ class RaftNode(PySyncObjAdapter):
         store: Store,
         on_applied: Callable[[int, ApplyResult | None], None],
         disk: Disk = OS_DISK,
+        on_fault: Callable[[str], None] = fail_stop,
     ) -> None:
         """Opens the journal and binds the Raft port (RaftBindError if it cannot); starts no thread.
 
         In fsync mode the store must have been opened with `sync=True`. `disk` is the journal's file
-        I/O: a test substitutes one that drops unsynced writes at a simulated power cut."""
+        I/O: a test substitutes one that drops unsynced writes at a simulated power cut. `on_fault`
+        gets the one line on a journal or restore that the machine failed (raft/faults.py): it ends
+        the process; a test records it instead (the failing call then raises)."""
         self._store = store
         self._on_applied = on_applied
         self._log_bytes_max = config.compaction_log_bytes_max
@@ -191,9 +194,10 @@ class RaftNode(PySyncObjAdapter):
             lambda index: on_applied(index, None),
             durable=config.synced,
             disk=disk,
+            on_fault=on_fault,
         )
         convert_legacy_journal(raft_dir, LEGACY_JOURNAL_NAME, read_pysyncobj_journal, disk)
-        journal = RaftJournal(raft_dir, config.synced, disk)
+        journal = RaftJournal(raft_dir, config.synced, disk, on_fault)
         finish_compaction(journal, raft_dir / "snapshot")
         try:
             peers = list(config.peer_raft_addresses)
@@ -262,12 +266,9 @@ class RaftNode(PySyncObjAdapter):
         try:
             result = apply(self._store, index, data)
         except BaseException as error:  # An environment fault (or a newer entry): fail-stop, never diverge.
-            debug = logger.isEnabledFor(logging.DEBUG)
-            logger.critical(
-                "stopping: cannot apply entry %d: %s: %s", index, type(error).__name__, error, exc_info=debug
-            )
-            logging.shutdown()
-            os._exit(EXIT_APPLY_FAILED)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("apply of entry %d failed", index, exc_info=True)
+            fail_stop(apply_fault_message(error, index, self._store.path, self._store.map_size_bytes()))
         self._on_applied(index, result)
         self._log_bytes += len(data)
         if self._log_bytes > self._log_bytes_max:

@@ -43,9 +43,12 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 import crc32c as crc32c_module
+import lmdb
 
 from kq.proto.limits import COPY_CHUNK_BYTES, COPY_RETRY_S, HEADER_BYTES_MAX, TRANSMISSION_TIMEOUT_S
+from kq.raft.faults import receive_fault_message, restore_fault_message
 from kq.raft.journal import OS_DISK, Disk
+from kq.raft.state_machine import ENVIRONMENT_ERRORS
 from kq.storage import SnapshotError, Store
 
 logger = logging.getLogger(__name__)
@@ -108,10 +111,14 @@ class SnapshotSerializer:
         on_restored: Callable[[int], None],
         durable: bool = False,
         disk: Disk = OS_DISK,
+        on_fault: Callable[[str], None] | None = None,
     ) -> None:
         """`durable` (`--durability=fsync`): before compaction drops journal entries the store is
-        synced, and a restored copy is synced before the follower acknowledges it."""
+        synced, and a restored copy is synced before the follower acknowledges it. `on_fault` gets
+        one line when the machine fails receiving or restoring a copy (full disk or map: the node
+        stops, raft/faults.py); without it the error is raised to PySyncObj, which logs it."""
         self._store = store
+        self._on_fault = on_fault
         self._durable = durable
         self._disk = disk  # The snapshot file's writes go where the journal's go (tests cut power there).
         self._file_name = file_name
@@ -167,7 +174,13 @@ class SnapshotSerializer:
             applied_index, raft_data = read_header(source)
             has_data = _has_data(source)
             if has_data and applied_index > self._store.applied_index():
-                self._restore(source, applied_index)
+                try:
+                    self._restore(source, applied_index)
+                except Exception as error:
+                    if self._on_fault is not None and _environment_fault(error):
+                        path, map_bytes = self._store.path, self._store.map_size_bytes()
+                        self._on_fault(restore_fault_message(error, applied_index, path, map_bytes))
+                    raise
                 self._on_restored(applied_index)
         if has_data:  # Keep only the header: the data now lives in the store.
             self._rewrite_header_only(raft_data)
@@ -318,7 +331,14 @@ class SnapshotSerializer:
         """Appends a received chunk; True once the whole copy is in `file_name` (then PySyncObj loads it)."""
         if data is None:
             return False
-        chunk, is_first, is_last = data
+        try:
+            return self._receive(*data)
+        except OSError as error:  # The disk is full (or failing): a copy that cannot be kept is no use.
+            if self._on_fault is not None:
+                self._on_fault(receive_fault_message(error, self._file_name.with_suffix(".incoming")))
+            raise
+
+    def _receive(self, chunk: bytes, is_first: bool, is_last: bool) -> bool:
         incoming = self._file_name.with_suffix(".incoming")
         if is_first:
             if self._incoming is not None:
@@ -348,6 +368,12 @@ class SnapshotSerializer:
             self._finish(node, transmission)
         if self._incoming is not None:
             self._incoming.close()
+
+
+def _environment_fault(error: BaseException) -> bool:
+    """Whether restoring failed because of the machine (as apply decides: raft/state_machine.py), not
+    because the copy is bad (SnapshotError)."""
+    return isinstance(error, ENVIRONMENT_ERRORS) or type(error) is lmdb.Error
 
 
 def _header(raft_data: RaftData, applied_index: int) -> bytes:

@@ -93,6 +93,8 @@ def apply(store: Store, index: int, data: bytes) -> ApplyResult:
     except commands.NewerCommandError:
         raise
     except Exception as error:  # The entry's content made apply raise: a bug, rejected alike everywhere.
+        if type(error) is lmdb.Error:  # An errno LMDB has no class for: EIO when a full disk fails a commit.
+            raise EnvironmentFaultError(f"{type(error).__name__}: {error}") from error
         reason = f"{type(error).__name__}: {_first_line(error)}"
         debug = logger.isEnabledFor(logging.DEBUG)
         logger.error("entry %d rejected on this replica as on every other: %s", index, reason, exc_info=debug)

@@ -61,6 +61,7 @@ from kq.storage.store import (
     StoreWriter,
     TopicMeta,
 )
+from kq.storage.usage import StoreUsage
 
 __all__ = [
     "BatchSpan",
@@ -72,6 +73,7 @@ __all__ = [
     "StorageError",
     "Store",
     "StoreReader",
+    "StoreUsage",
     "StoreWriter",
     "StoredBatch",
     "TopicMeta",

@@ -21,6 +21,7 @@ from kq.storage.records import (
     record_count_of,
     stamp_base_offset,
 )
+from kq.storage.usage import StoreUsage, measure
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
 MAX_DATABASES = 12  # The named databases below, with room to add some.
@@ -159,6 +160,10 @@ class Store:
     def map_size_bytes(self) -> int:
         """The address space reserved for the environment."""
         return self._map_size_bytes
+
+    def usage(self) -> StoreUsage:
+        """What the store holds of its map and of its disk (storage/usage.py); any thread."""
+        return measure(self._environment, self._databases, self.path)
 
     def sync(self) -> None:
         """Flushes every commit (its meta page included) to disk."""
