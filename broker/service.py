@@ -31,6 +31,7 @@ from kq.broker.validation import (
 from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.limits import (
+    ENTRY_BYTES_MAX,
     FETCH_STREAM_S_MAX,
     PROPOSAL_TIMEOUT_S,
     READER_RECHECK_S,
@@ -63,7 +64,7 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             if reader.topic(request.name) is not None:
                 raise AlreadyExistsError(f"topic {request.name} already exists")
-        self._require_room(0)
+        self._require_room(ENTRY_BYTES_MAX, counted=False)  # Created only where records would still fit.
         configs = {entry.name: entry.value for entry in request.configs}
         command = commands.create_topic(request.name, request.partitions, wall_clock_ms(), configs)
         result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)

@@ -119,11 +119,12 @@ class ServiceBase:
                 raise UnavailableError("no leader is elected right now; retry", ErrorCode.LEADER_UNKNOWN)
             raise NotLeaderError(leader)
 
-    def _require_room(self, incoming_bytes: int) -> None:
+    def _require_room(self, incoming_bytes: int, counted: bool = True) -> None:
         """On the leader, before proposing a write that grows the store: STORAGE_FULL when the store
-        is within its headroom of full (deletes, trims and small bounded writes never ask)."""
+        is, or with `incoming_bytes` would be, within its headroom of full (deletes, trims and small
+        bounded writes never ask). Not `counted`: only whether so much would still fit."""
         if self._storage_guard is not None:
-            self._storage_guard.check(incoming_bytes)
+            self._storage_guard.check(incoming_bytes, counted)
 
     @staticmethod
     def _topic(reader: StoreReader, name: str) -> TopicMeta:

@@ -34,6 +34,7 @@ from kq.proto.limits import (
     DISK_HEADROOM_BYTES_MAX,
     DISK_HEADROOM_BYTES_MIN,
     DISK_HEADROOM_SHARE,
+    DISK_RESUME_MARGIN_BYTES,
 )
 from kq.storage import StoreUsage
 
@@ -60,12 +61,17 @@ def disk_room_bytes(usage: StoreUsage) -> int:
     return usage.filesystem_free_bytes + max(0, usage.file_bytes - usage.used_bytes)
 
 
-def storage_problem(usage: StoreUsage, accepted_bytes: int, incoming_bytes: int) -> str | None:
+def storage_problem(
+    usage: StoreUsage, accepted_bytes: int, incoming_bytes: int, refusing: bool = False
+) -> str | None:
     """Why a write of `incoming_bytes` must be refused when `accepted_bytes` were accepted since
-    `usage` was measured; None when it may go. Pure: the whole decision, for tests."""
+    `usage` was measured; None when it may go. While `refusing` (the last write was refused), the
+    room must also hold DISK_RESUME_MARGIN_BYTES: refusals end when a full entry fits again, not as
+    soon as a small write does. Pure: the whole decision, for tests."""
     headroom = headroom_bytes(usage.map_bytes)
+    needed = headroom + (DISK_RESUME_MARGIN_BYTES if refusing else 0)
     in_map, on_disk = map_room_bytes(usage), disk_room_bytes(usage)
-    if min(in_map, on_disk) - accepted_bytes - incoming_bytes >= headroom:
+    if min(in_map, on_disk) - accepted_bytes - incoming_bytes >= needed:
         return None
     if in_map <= on_disk:
         held = f"the store holds {_mib(usage.used_bytes)} of its {_mib(usage.map_bytes)} (--max-disk-bytes)"
@@ -99,32 +105,27 @@ class StorageGuard:
         self._usage: StoreUsage | None = None  # The last measure, and when it was taken.
         self._measured_s = -math.inf
         self._accepted_bytes = 0  # Accepted since that measure: not in the store yet, or not in it.
-        self._refusing = False  # For the log: one line when refusals start, one when they end.
+        self._refusing = False  # Since the last refusal; one log line when refusals start, one when they end.
 
-    def check(self, incoming_bytes: int = 0) -> None:
-        """Counts a write of `incoming_bytes` against the room left; StorageFullError when the store
-        is (or with it would be) within its headroom of full."""
+    def check(self, incoming_bytes: int, counted: bool = True) -> None:
+        """Counts a write of `incoming_bytes` against the room left (unless not `counted`: a check that
+        so much would still fit); StorageFullError when the store is, or with it would be, within its
+        headroom of full."""
         with self._lock:
             now = self._clock()
             if self._usage is None or now - self._measured_s >= self._interval_s:
                 self._usage = self._measure()
                 self._measured_s = now
                 self._accepted_bytes = 0
-            problem = storage_problem(self._usage, self._accepted_bytes, incoming_bytes)
-            self._log_change(self._usage)
+            problem = storage_problem(self._usage, self._accepted_bytes, incoming_bytes, self._refusing)
             if problem is None:
-                self._accepted_bytes += incoming_bytes
+                self._accepted_bytes += incoming_bytes if counted else 0
+                if self._refusing:
+                    self._refusing = False
+                    room = min(map_room_bytes(self._usage), disk_room_bytes(self._usage))
+                    logger.info("accepting writes again: %s of room", _mib(room))
                 return
+            if not self._refusing:
+                self._refusing = True
+                logger.warning("refusing writes that grow the store: %s", problem)
         raise StorageFullError(f"node {self._node_id} refuses writes: {problem}")
-
-    def _log_change(self, usage: StoreUsage) -> None:
-        """One line when the store reaches its headroom, one when it has room again (lock held)."""
-        problem = storage_problem(usage, self._accepted_bytes, 0)
-        if (problem is not None) == self._refusing:
-            return
-        self._refusing = problem is not None
-        if problem is not None:
-            logger.warning("refusing writes that grow the store: %s", problem)
-        else:
-            room = min(map_room_bytes(usage), disk_room_bytes(usage))
-            logger.info("accepting writes again: %s of room", _mib(room))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kq.chaos import faults
+from kq.chaos import disk_full, faults
 from kq.chaos.context import ScenarioContext
 from kq.chaos.gaps import DELETE_RETENTION_MS_DEFAULT, Lifecycle
 from kq.chaos.workload import DEFAULT_SHAPE, ProducerKind, WorkloadShape
@@ -122,6 +122,12 @@ SCENARIOS: dict[str, Scenario] = {
             wants_netns=True,
         ),
         Scenario(
+            "disk-full",
+            "fill a follower's disk under load (a tmpfs as root, else a small LMDB map), then its map: it "
+            "must stop with one line while the majority writes on, and catch up once given room",
+            ((disk_full.follower_disk_full, 1), (disk_full.follower_map_full, 1)),
+        ),
+        Scenario(
             "partition-minority",
             "cut a minority of followers off while the majority keeps writing, heal",
             ((faults.partition_minority, 4),),
@@ -165,4 +171,5 @@ FULL_SET = (
     "mixed",
     "retention-leader-kill",
     "compaction-leader-kill",
+    "disk-full",
 )

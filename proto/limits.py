@@ -199,6 +199,9 @@ MAX_DISK_BYTES_MAX = 16 * 1024**4  # Address space: a store copy being sent or r
 DISK_HEADROOM_SHARE = 0.05  # Of the bound (Redpanda's storage_space_alert_free_threshold_percent is 5).
 DISK_HEADROOM_BYTES_MIN = 16 * 1024 * 1024
 DISK_HEADROOM_BYTES_MAX = 1024**3
+# Once refusing, the leader takes writes again only when this much more than the headroom is free (one
+# full entry), so a store at the edge does not take small writes while it refuses large ones.
+DISK_RESUME_MARGIN_BYTES = ENTRY_BYTES_MAX
 # How stale the leader's measure of its store may be: it is taken again on the first write after this
 # (a read transaction and a statvfs, tens of microseconds), and what was accepted since counts against it.
 DISK_CHECK_INTERVAL_S = 0.25

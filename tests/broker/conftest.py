@@ -42,6 +42,7 @@ class Edge:
     address: str
     readers: ReaderAdmission
     front: FrontEnd
+    service: BrokerService
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
     stub.CreateTopic(kq_pb2.CreateTopicRequest(name="t", partitions=2))
     stub.Produce(produce("t", 0, b"v", b"v", b"v"))
     try:
-        yield Edge(stub, consensus, store, channel, address, readers, front)
+        yield Edge(stub, consensus, store, channel, address, readers, front, service)
     finally:
         channel.close()
         front.stop()
