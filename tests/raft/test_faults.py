@@ -1,0 +1,228 @@
+"""Full disks and maps: apply stops (never records a rejection its peers would not), nothing of the
+entry is half-applied, the journal fails loudly and stays readable, and each says so in one line.
+
+Some tests mount a small tmpfs for a real ENOSPC (root only; skipped elsewhere); the rest inject the
+failure."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from kq.chaos.disk_full import mount_tmpfs, resize_tmpfs, tmpfs_unavailable_reason, unmount
+from kq.proto.records import NewRecord, encode_batch
+from kq.raft import commands
+from kq.raft.faults import apply_fault_message, journal_fault_message
+from kq.raft.journal import Disk, JournalFaultError, RaftJournal
+from kq.raft.state_machine import EnvironmentFaultError, apply
+from kq.storage import Store, StoreWriter
+from tests.raft.helpers import append, create
+
+MIB = 1024 * 1024
+MAP_BYTES = 64 * MIB
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs (root only)."""
+    reason = tmpfs_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mount_tmpfs(mount, 4 * MIB)
+    try:
+        yield mount
+    finally:
+        unmount(mount)
+
+
+def big_append(index: int) -> bytes:
+    """An append entry of about 256 KiB (random: no codec shrinks it)."""
+    batch = encode_batch([NewRecord(None, os.urandom(256 * 1024))])
+    return commands.encode(commands.append(index, [commands.partition_append("t", 0, batch)]))
+
+
+def test_an_errno_lmdb_error_stops_apply_instead_of_rejecting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDB reports a commit that found no room on the disk as a bare lmdb.Error (EIO): that is the
+    machine's fault, so apply raises EnvironmentFaultError and records nothing, not a rejection."""
+    store = Store.open(tmp_path / "s", map_size_bytes=MAP_BYTES)
+    apply(store, 1, create("t", 1))
+
+    def failing(*_: object) -> int:
+        raise lmdb.Error("mdb_txn_commit: Input/output error")
+
+    monkeypatch.setattr(StoreWriter, "append", failing)
+    with pytest.raises(EnvironmentFaultError):
+        apply(store, 2, append("t", 0, b"v"))
+    assert store.applied_index() == 1
+    with store.read() as reader:
+        assert reader.rejected_entries() == 0
+
+
+def test_a_full_disk_stops_apply_with_nothing_half_applied_and_room_lets_it_go_on(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A real ENOSPC (a 4 MiB tmpfs): apply stops at one entry with a one-line "disk is full" message;
+    the store, reopened, holds exactly the entries before it; given room, the same entry applies and
+    the store equals one that never ran out of room."""
+    entries = [create("t", 1)] + [big_append(index) for index in range(2, 40)]
+    store = Store.open(small_disk / "s", map_size_bytes=MAP_BYTES)
+    with pytest.raises(EnvironmentFaultError) as stopped:
+        for index, entry in enumerate(entries, start=1):
+            apply(store, index, entry)
+    failed_at = index
+    message = apply_fault_message(stopped.value, failed_at, store.path, MAP_BYTES)
+    assert "is full" in message and f"entry {failed_at}" in message and "\n" not in message
+    store.close()
+    store = Store.open(small_disk / "s", map_size_bytes=MAP_BYTES)
+    assert store.applied_index() == failed_at - 1
+    with store.read() as reader:
+        topic = reader.topic("t")
+        assert topic is not None
+        state = reader.partition(topic.topic_id, 0)
+        assert state is not None and state.log_end_offset == failed_at - 2  # One record per append.
+        assert reader.rejected_entries() == 0
+    resize_tmpfs(small_disk, 64 * MIB)
+    for index in range(failed_at, len(entries) + 1):
+        apply(store, index, entries[index - 1])
+    reference = Store.open(tmp_path / "reference", map_size_bytes=MAP_BYTES)
+    for index, entry in enumerate(entries, start=1):
+        apply(reference, index, entry)
+    assert store.dump() == reference.dump()
+
+
+def test_a_full_map_says_so_and_names_the_bound(tmp_path: Path) -> None:
+    """A MapFullError is the bound, not the disk: the line names --max-disk-bytes."""
+    store = Store.open(tmp_path / "s", map_size_bytes=MIB)
+    apply(store, 1, create("t", 1))
+    with pytest.raises(EnvironmentFaultError) as stopped:
+        for index in range(2, 10):
+            apply(store, index, big_append(index))
+    message = apply_fault_message(stopped.value, 5, store.path, MIB)
+    assert message.startswith("the store is full: entry 5 does not fit in its LMDB map of 1048576 bytes")
+    assert "--max-disk-bytes" in message and "\n" not in message
+
+
+class FullDisk(Disk):
+    """The real file system, until `room` bytes are left: then a write stops short (as a real one does)
+    and raises ENOSPC; a sync or a replace can be made to fail too."""
+
+    def __init__(self) -> None:
+        self.room: int | None = None
+        self.sync_error: OSError | None = None
+        self.replace_error: OSError | None = None
+
+    def write_at(self, fd: int, offset: int, data: bytes) -> None:
+        if self.room is not None and len(data) > self.room:
+            super().write_at(fd, offset, data[: self.room])
+            self.room = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if self.room is not None:
+            self.room -= len(data)
+        super().write_at(fd, offset, data)
+
+    def sync(self, fd: int) -> None:
+        if self.sync_error is not None:
+            raise self.sync_error
+        super().sync(fd)
+
+    def replace(self, path: Path, data: bytes, sync: bool) -> None:
+        if self.replace_error is not None and path.name.endswith(".kq"):
+            raise self.replace_error
+        super().replace(path, data, sync)
+
+
+def journal_with(
+    directory: Path, disk: Disk, faults: list[str], count: int, sync: bool = False
+) -> RaftJournal:
+    journal = RaftJournal(directory, sync, disk, faults.append)
+    for index in range(1, count + 1):
+        journal.add(b"entry-%d" % index, index, 1)
+    return journal
+
+
+def entries_on_disk(directory: Path) -> list[tuple[bytes, int, int]]:
+    journal = RaftJournal(directory, False)
+    try:
+        return [(bytes(command), index, term) for command, index, term in journal[:]]
+    finally:
+        journal.close()
+
+
+def test_an_append_that_finds_the_disk_full_fails_once_loudly_and_leaves_a_readable_journal(
+    tmp_path: Path,
+) -> None:
+    """ENOSPC mid-record: one fault line naming the entry and the full disk, JournalFaultError, the
+    journal still holds what it held (the torn record is cut at the next open); with room again, the
+    next append overwrites the torn bytes."""
+    disk, faults = FullDisk(), list[str]()
+    journal = journal_with(tmp_path, disk, faults, 3)
+    disk.room = 5  # Part of the next record's header.
+    with pytest.raises(JournalFaultError):
+        journal.add(b"entry-4", 4, 1)
+    assert len(faults) == 1 and "cannot append entry 4" in faults[0] and "\n" not in faults[0]
+    assert "No space left on device" in faults[0]
+    assert len(journal) == 3
+    assert [index for _, index, _ in entries_on_disk(tmp_path)] == [1, 2, 3]
+    disk.room = None
+    journal.add(b"entry-4", 4, 1)
+    journal.close()
+    assert [index for _, index, _ in entries_on_disk(tmp_path)] == [1, 2, 3, 4]
+
+
+def test_a_failed_sync_is_a_fault_not_a_retry(tmp_path: Path) -> None:
+    """fsync mode: an fdatasync that fails (its pages may be gone) is reported once, never retried."""
+    disk, faults = FullDisk(), list[str]()
+    journal = journal_with(tmp_path, disk, faults, 2, sync=True)
+    disk.sync_error = OSError(errno.EIO, os.strerror(errno.EIO))
+    with pytest.raises(JournalFaultError):
+        journal.flush()
+    assert len(faults) == 1 and "cannot sync it" in faults[0]
+
+
+def test_a_compaction_that_cannot_write_keeps_the_old_journal_open_and_whole(tmp_path: Path) -> None:
+    """A compaction writes a new file and renames it over: when the write fails, the old journal stays,
+    open (its descriptor was not closed first), and the next append lands in it."""
+    disk, faults = FullDisk(), list[str]()
+    journal = journal_with(tmp_path, disk, faults, 5)
+    disk.replace_error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with pytest.raises(JournalFaultError):
+        journal.deleteEntriesTo(3)
+    assert len(faults) == 1 and "cannot compact it" in faults[0]
+    disk.replace_error = None
+    journal.add(b"entry-6", 6, 1)
+    journal.close()
+    assert [index for _, index, _ in entries_on_disk(tmp_path)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_journal_on_a_full_tmpfs_fails_loudly_and_keeps_every_entry_it_took(small_disk: Path) -> None:
+    """A real ENOSPC: appends of 64 KiB until one fails; the fault line says the disk is full; every
+    entry added before it reads back after a reopen."""
+    faults: list[str] = []
+    journal = RaftJournal(small_disk, True, on_fault=faults.append)
+    added = 0
+    with pytest.raises(JournalFaultError):
+        for index in range(1, 1_000):
+            journal.add(os.urandom(64 * 1024), index, 1)
+            journal.flush()
+            added = index
+    assert len(faults) == 1 and "is full" in faults[0]
+    assert added > 0 and len(journal) == added
+    assert [index for _, index, _ in entries_on_disk(small_disk)] == list(range(1, added + 1))
+
+
+def test_journal_messages_name_what_failed_on_a_disk_with_room(tmp_path: Path) -> None:
+    """An I/O error on a disk with room is not called a full disk."""
+    message = journal_fault_message(
+        "sync it", tmp_path / "journal.kq", OSError(errno.EIO, "Input/output error")
+    )
+    assert message.startswith(f"the Raft journal {tmp_path / 'journal.kq'} failed: cannot sync it: OSError")
+    assert "full" not in message
