@@ -167,13 +167,13 @@ class Filler(threading.Thread):
 
     def __init__(self, bootstrap: list[str]) -> None:
         super().__init__(name="chaos-filler", daemon=True)
-        self._bootstrap = bootstrap
+        self._nodes = bootstrap
         self._stopping = threading.Event()
         self.written_bytes = 0
         self.failures = 0  # Requests that failed (retried by the next one).
 
     def run(self) -> None:
-        with KqClient(self._bootstrap, retry_timeout_s=FILL_RETRY_TIMEOUT_S) as client:
+        with KqClient(self._nodes, retry_timeout_s=FILL_RETRY_TIMEOUT_S) as client:
             while not self._stopping.is_set() and self.written_bytes < FILL_BYTES_MAX:
                 records = [
                     ProducerRecord(os.urandom(FILL_RECORD_BYTES)) for _ in range(FILL_RECORDS_PER_REQUEST)
