@@ -4,11 +4,15 @@ edge in-process: writes that grow the store are refused with STORAGE_FULL, reads
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 
+from kq.broker.config import ConfigError, parse_byte_size
 from kq.broker.errors import StorageFullError
+from kq.broker.main import main
 from kq.broker.storage_guard import (
     StorageGuard,
     disk_room_bytes,
@@ -161,3 +165,26 @@ def test_a_full_leader_refuses_growth_and_still_reads_trims_and_deletes(
     measure.usage = usage(64, 1)
     assert edge.stub.Produce(produce("t", 1, b"accepted")).base_offset == 0
     edge.stub.DeleteTopic(kq_pb2.DeleteTopicRequest(name="t"))
+
+
+def test_max_disk_bytes_takes_bytes_or_binary_units_within_its_limits() -> None:
+    """64MiB, 10 GiB or a plain number; decimal units (ambiguous) and bounds below 64 MiB are refused."""
+    assert parse_byte_size("64MiB", "--max-disk-bytes") == 64 * MIB
+    assert parse_byte_size("10 GiB", "--max-disk-bytes") == 10 * GIB
+    assert parse_byte_size(str(100 * MIB), "--max-disk-bytes") == 100 * MIB
+    for bad in ("1MiB", "64MB", "64 mb", "-64MiB", "", "17TiB"):
+        with pytest.raises(ConfigError, match="--max-disk-bytes"):
+            parse_byte_size(bad, "--max-disk-bytes")
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_kq_node_refuses_a_bad_bound_before_starting(how: str, tmp_path: Path) -> None:
+    """`kq-node --max-disk-bytes` (or KQ_MAX_DISK_BYTES) out of range: a usage error, nothing started."""
+    arguments = ["--node-id", "1", "--grpc-address", "127.0.0.1:1", "--raft-address", "127.0.0.1:2"]
+    arguments += ["--peers", "1=127.0.0.1:2=127.0.0.1:1", "--data-dir", str(tmp_path), "--secret", "s"]
+    env = {"KQ_MAX_DISK_BYTES": "1MiB"} if how == "environment" else {}
+    if how == "flag":
+        arguments += ["--max-disk-bytes", "1MiB"]
+    result = CliRunner().invoke(main, arguments, env=env)
+    assert result.exit_code == 2 and "--max-disk-bytes must be between 64 MiB and 16 TiB" in result.output
+    assert not any(tmp_path.iterdir())
