@@ -19,9 +19,11 @@ from kq.proto.records import NewRecord, encode_batch
 from kq.raft import commands
 from kq.raft.faults import apply_fault_message, journal_fault_message
 from kq.raft.journal import Disk, JournalFaultError, RaftJournal
+from kq.raft.snapshot import SnapshotSerializer
 from kq.raft.state_machine import EnvironmentFaultError, apply
 from kq.storage import Store, StoreWriter
 from tests.raft.helpers import append, create
+from tests.raft.test_snapshot import CHUNK_BYTES, FakeLog, stream
 
 MIB = 1024 * 1024
 MAP_BYTES = 64 * MIB
@@ -226,3 +228,54 @@ def test_journal_messages_name_what_failed_on_a_disk_with_room(tmp_path: Path) -
     )
     assert message.startswith(f"the Raft journal {tmp_path / 'journal.kq'} failed: cannot sync it: OSError")
     assert "full" not in message
+
+
+def test_a_copy_of_the_leaders_store_that_does_not_fit_stops_the_follower_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Restoring needs room for the copy beside the store it replaces: a follower whose map cannot hold
+    it reports one line naming the bound (then stops), and its store is left as it was."""
+    source = Store.open(tmp_path / "leader-store", map_size_bytes=MAP_BYTES)
+    entries = [create("t", 1)] + [big_append(index) for index in range(2, 10)]  # About 2 MiB.
+    for index, entry in enumerate(entries, start=1):
+        apply(source, index, entry)
+    small = Store.open(tmp_path / "follower-store", map_size_bytes=MIB)
+    faults: list[str] = []
+    (tmp_path / "leader").mkdir()
+    (tmp_path / "follower").mkdir()
+    sender = SnapshotSerializer(
+        source, tmp_path / "leader" / "snapshot", CHUNK_BYTES, FakeLog(), lambda i: None
+    )
+    receiver = SnapshotSerializer(
+        small,
+        tmp_path / "follower" / "snapshot",
+        CHUNK_BYTES,
+        FakeLog(),
+        lambda i: None,
+        on_fault=faults.append,
+    )
+    stream(sender, receiver)
+    with pytest.raises(lmdb.MapFullError):
+        receiver.deserialize()
+    assert len(faults) == 1 and faults[0].startswith(
+        "the store is full: the leader's copy at applied index 9"
+    )
+    assert "--max-disk-bytes" in faults[0] and small.applied_index() == 0
+    sender.close()
+
+
+def test_a_copy_that_cannot_be_received_on_a_full_disk_stops_the_follower(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A real ENOSPC while a copy's chunks are written: one line saying the disk is full."""
+    store = Store.open(tmp_path / "store", map_size_bytes=MAP_BYTES)
+    faults: list[str] = []
+    receiver = SnapshotSerializer(
+        store, small_disk / "snapshot", CHUNK_BYTES, FakeLog(), lambda i: None, on_fault=faults.append
+    )
+    chunk = os.urandom(MIB)
+    with pytest.raises(OSError):
+        receiver.setTransmissionData((chunk, True, False))
+        for _ in range(8):
+            receiver.setTransmissionData((chunk, False, False))
+    assert len(faults) == 1 and "is full" in faults[0] and "cannot receive the leader's copy" in faults[0]
