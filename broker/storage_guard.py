@@ -78,7 +78,7 @@ def storage_problem(
     else:
         held = f"its disk has {_mib(usage.filesystem_free_bytes)} free"
     return (
-        f"{held}; writes are refused while less than {_mib(headroom)} would be left: "
+        f"{held}; writes are refused while less than {_mib(needed)} would be left: "
         "delete records or topics, lower retention, or give the nodes more room"
     )
 
