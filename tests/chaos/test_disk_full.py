@@ -1,9 +1,11 @@
-"""The disk-full chaos scenario in the default suite: a follower's disk (a tmpfs as root, else its LMDB
-map) and then its map fill under load; it stops with its one line each time, the majority writes on,
-it catches up, and the checker finds nothing acknowledged lost or duplicated."""
+"""The disk-full chaos scenario's first round in the default suite: a follower's disk (a tmpfs as root,
+so a real ENOSPC; else its LMDB map) fills under load; it stops with its one line, the majority writes
+on, it catches up, and the checker finds nothing acknowledged lost or duplicated. (The map round is
+what tests/system/test_disk_full.py checks byte for byte; `chaos/disk-full.sh` runs both.)"""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -16,12 +18,13 @@ from kq.chaos.scenarios import SCENARIOS
 pytestmark = pytest.mark.system
 
 
-def test_disk_full_scenario_passes_with_no_anomaly(tmp_path: Path) -> None:
-    """Two rounds, two fail-stops, zero anomalies, and writes acknowledged throughout."""
-    report = run_scenario(SCENARIOS["disk-full"], RunSettings(tmp_path))
+def test_a_follower_whose_disk_fills_under_load_stops_and_catches_up_with_no_anomaly(tmp_path: Path) -> None:
+    """One round: one fail-stop, zero anomalies, and writes acknowledged throughout."""
+    full = SCENARIOS["disk-full"]
+    report = run_scenario(dataclasses.replace(full, steps=full.steps[:1]), RunSettings(tmp_path))
     print(render([report]))  # Shown by pytest on failure: the verdict table and the anomalies.
     assert report.verdict == "PASS", report.reason
-    assert [event.kind for event in report.faults][1] == "follower-map-full"
+    assert [event.kind for event in report.faults] in (["follower-tmpfs-full"], ["follower-map-full"])
     assert all(event.time_to_ack_s is not None for event in report.faults)
     assert report.counts["records_acknowledged"] > 0 and report.counts["nodes_read"] == 3
 
