@@ -126,6 +126,14 @@ class ScenarioContext:
         """Waits until every one of `nodes` applied Raft index `index`."""
         self.bounded(lambda bound_s: self.cluster.wait_applied(index, nodes, bound_s), timeout_s)
 
+    def wait_caught_up(self, node: str) -> None:
+        """Waits until `node` applied everything the leader had committed when this was called."""
+        leader = self.wait_healthy()
+        status = self.cluster.statuses().get(leader)
+        if status is None:
+            raise LivenessError(f"leader {leader} stopped answering")
+        self.wait_applied(status.commit_index, [node])
+
     def wait_acks(self, count: int, timeout_s: float = STEADY_TIMEOUT_S) -> None:
         """Waits until `count` more records are acknowledged."""
         target = self.history.acks_count() + count

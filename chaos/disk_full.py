@@ -232,7 +232,7 @@ def _fill_follower(context: ScenarioContext, way: str) -> None:
         finally:
             cluster.set_node_args(follower, [])
     context.wait_healthy()
-    _wait_caught_up(context, follower)
+    context.wait_caught_up(follower)
 
 
 def _fill_and_heal(context: ScenarioContext, follower: str, way: str, make_room: Callable[[], None]) -> None:
@@ -242,7 +242,7 @@ def _fill_and_heal(context: ScenarioContext, follower: str, way: str, make_room:
     log_path = cluster.log_path(follower)
     context.start(follower)
     context.wait_healthy()
-    _wait_caught_up(context, follower)
+    context.wait_caught_up(follower)
     log_offset = log_path.stat().st_size
     event = context.fault(f"follower-{way}-full", [follower], leader_fault=False)
     filler = Filler(cluster.bootstrap)
@@ -276,19 +276,10 @@ def _fill_and_heal(context: ScenarioContext, follower: str, way: str, make_room:
 
     context.heal(event, restart_with_room)
     context.wait_healthy()
-    _wait_caught_up(context, follower)
+    context.wait_caught_up(follower)
     with KqClient(cluster.bootstrap) as admin:
         admin.delete_topic(FILL_TOPIC)  # Frees the space on every node.
-    _wait_caught_up(context, follower)
+    context.wait_caught_up(follower)
     if way == "tmpfs":
         cluster.stop_node(follower)  # To move back off the tmpfs (the caller restarts it).
         context.down.add(follower)
-
-
-def _wait_caught_up(context: ScenarioContext, node: str) -> None:
-    """Waits until `node` applied everything the leader had committed when this was called."""
-    leader = context.wait_healthy()
-    status = context.cluster.statuses().get(leader)
-    if status is None:
-        raise LivenessError(f"leader {leader} stopped answering")
-    context.wait_applied(status.commit_index, [node])

@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 
-from kq.chaos.context import LivenessError, ScenarioContext
+from kq.chaos.context import ScenarioContext
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def follower_snapshot(context: ScenarioContext) -> None:
     log_bytes = log_path.stat().st_size
     context.heal(event, lambda: context.start(follower))
     context.wait_healthy()
-    _wait_caught_up(context, follower)
+    context.wait_caught_up(follower)
     with open(log_path, "rb") as log:
         log.seek(log_bytes)
         restored = SNAPSHOT_RESTORED_LINE.encode() in log.read()
@@ -96,15 +96,6 @@ def _wait_compacted_past(context: ScenarioContext, leader: str, applied_index: i
 
     what = f"leader {leader} to compact past index {applied_index}"
     context.until(compacted, what, COMPACTION_TIMEOUT_S, COMPACTION_POLL_S)
-
-
-def _wait_caught_up(context: ScenarioContext, node: str) -> None:
-    """Waits until `node` applied everything the leader had committed when this was called."""
-    leader = context.wait_healthy()
-    status = context.cluster.statuses().get(leader)
-    if status is None:
-        raise LivenessError(f"leader {leader} stopped answering")
-    context.wait_applied(status.commit_index, [node])
 
 
 def cold_restart(context: ScenarioContext) -> None:
@@ -139,7 +130,7 @@ def rolling_restart(context: ScenarioContext) -> None:
         context.heal(event, functools.partial(_start_all, context, [node]))
         context.wait_resumed(event)
         context.wait_healthy()
-        _wait_caught_up(context, node)
+        context.wait_caught_up(node)
 
 
 def partition_leader(context: ScenarioContext) -> None:
@@ -187,7 +178,7 @@ def partition_minority(context: ScenarioContext) -> None:
 
 def _wait_all_caught_up(context: ScenarioContext) -> None:
     for node in context.cluster.nodes:
-        _wait_caught_up(context, node)
+        context.wait_caught_up(node)
 
 
 def random_fault(context: ScenarioContext) -> None:
