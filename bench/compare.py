@@ -27,6 +27,8 @@ from rich.console import Console
 from kq.bench.compare_report import build_document, render, write
 from kq.bench.nats_cluster import NatsServerMissingError, find_nats_server
 from kq.bench.side_by_side import (
+    BASELINE,
+    DURABILITIES,
     FULL_COUNTS,
     QUICK_COUNTS,
     RUNS_DEFAULT,
@@ -35,6 +37,7 @@ from kq.bench.side_by_side import (
     SYSTEMS,
     CompareSettings,
     System,
+    column_for,
     run_system,
 )
 from kq.deploy.cluster import work_dir
@@ -60,9 +63,12 @@ def _machine() -> dict[str, Any]:
     return {"cpu_model": model, "memory_gib": memory_kib / (1024 * 1024)}
 
 
-def _meta(started: float) -> dict[str, Any]:
+def _meta(started: float, load_at_start: tuple[float, float, float]) -> dict[str, Any]:
+    """Where and how the run happened; the load averages say how busy the shared machine was."""
     return {
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
+        "load_average_start": list(load_at_start),
+        "load_average_end": list(os.getloadavg()),
         "started_at_unix": started,
         "duration_s": time.time() - started,
         "command": " ".join(["python -m kq.bench.compare", *map(shlex.quote, sys.argv[1:])]),
@@ -91,13 +97,22 @@ def _system(name: str, settings: CompareSettings, base_dir: Path) -> AbstractCon
 
 
 def run_comparison(settings: CompareSettings) -> dict[str, dict[str, Any]]:
-    """Each system in turn: start its cluster, run every scenario, stop it (by PID, always)."""
+    """Each system in turn: start its cluster, run every scenario, stop it (by PID, always).
+
+    A kq system runs once per `kq_durabilities` entry, each on a fresh cluster in its own directory,
+    one after the other; the result is keyed by report column (`column_for`).
+    """
     raws: dict[str, dict[str, Any]] = {}
     with work_dir(settings.base_dir, "kq-compare-") as base_dir:
         for name in settings.systems:
-            logger.info("starting %s", name)
-            with _system(name, settings, base_dir) as system:
-                raws[name] = run_system(system, settings)
+            durabilities = (DURABILITIES[0],) if name == BASELINE else settings.kq_durabilities
+            for durability in durabilities:
+                column = column_for(name, durability)
+                logger.info("starting %s (%s)", column, durability)
+                chosen = replace(settings, kq_durability=durability)
+                system_dir = base_dir / column if column != name else base_dir
+                with _system(name, chosen, system_dir) as system:
+                    raws[column] = run_system(system, chosen)
     return raws
 
 
@@ -111,6 +126,20 @@ def parse_systems(values: tuple[str, ...]) -> tuple[str, ...]:
     if unknown:
         raise click.BadParameter(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
     return tuple(s for s in SYSTEMS if s in named) if named else SYSTEMS
+
+
+def parse_durabilities(value: str) -> tuple[str, ...]:
+    """`--kq-durability`: one kq-node durability or a comma-separated list, duplicates dropped, in order.
+
+    Raises click.BadParameter on an empty list or a value that is not a durability.
+    """
+    named = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    unknown = [name for name in named if name not in DURABILITIES]
+    if unknown or not named:
+        raise click.BadParameter(
+            f"unknown durability {', '.join(unknown) or '(none)'}; choose from {', '.join(DURABILITIES)}"
+        )
+    return named
 
 
 def _settings_document(settings: CompareSettings) -> dict[str, Any]:
@@ -167,9 +196,12 @@ def _settings_document(settings: CompareSettings) -> dict[str, Any]:
 )
 @click.option(
     "--kq-durability",
-    type=click.Choice(["replicated", "fsync"]),
+    "kq_durabilities",
     default="replicated",
-    help="The kq nodes' --durability (both kq columns): fsync acknowledges once a majority has it on disk.",
+    callback=lambda _context, _parameter, value: parse_durabilities(value),
+    help="The kq nodes' --durability: replicated, fsync, or both comma-separated (each kq system then "
+    "runs once per mode, fsync in its own 'kq-fsync' column). fsync acknowledges once a majority has "
+    "it on disk.",
 )
 @click.option("--time-cap-s", type=click.FloatRange(1, 600), default=SCENARIO_TIME_CAP_S)
 @click.option(
@@ -200,7 +232,7 @@ def main(
     kq_max_in_flight: int,
     nats_max_pending: int,
     nats_consume: str,
-    kq_durability: str,
+    kq_durabilities: tuple[str, ...],
     time_cap_s: float,
     output: Path | None,
     base_dir: Path | None,
@@ -235,12 +267,13 @@ def main(
         kq_max_in_flight=kq_max_in_flight,
         nats_max_pending=nats_max_pending,
         nats_consume=nats_consume,
-        kq_durability=kq_durability,
+        kq_durability=kq_durabilities[0],
+        kq_durabilities=kq_durabilities,
         base_dir=base_dir,
     )
-    started = time.time()
+    started, load_at_start = time.time(), os.getloadavg()
     raws = run_comparison(settings)
-    document = build_document(_meta(started), _settings_document(settings), raws)
+    document = build_document(_meta(started, load_at_start), _settings_document(settings), raws)
     json_path, markdown_path = write(
         document, output, time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
     )

@@ -142,6 +142,7 @@ class KqKafkaSystem:
             "failover": "kill -9 of the agreed leader; writers: one idempotent Producer each, one record "
             f"in flight, request.timeout.ms={WRITER_REQUEST_TIMEOUT_MS}, librdkafka's retries",
             "partitions": settings.partitions,
+            "durability": f"kq-node --durability={settings.kq_durability}",
         }
 
     def latency(self, sends: int) -> LatencySample:

@@ -114,6 +114,7 @@ class KqSystem:
             "consume_client": f"KqClient.fetch from a follower, max_records={FETCH_RECORDS_PER_REQUEST}",
             "failover": "kill -9 of the agreed leader; writers: KqClient.send, one in flight each",
             "partitions": settings.partitions,
+            "durability": f"kq-node --durability={settings.kq_durability}",
         }
 
     def latency(self, sends: int) -> LatencySample:

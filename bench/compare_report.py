@@ -1,7 +1,8 @@
 """The side-by-side report: per-run figures, medians of the runs, ratios to NATS, targets; JSON and Markdown.
 
 Every figure is the median over the runs, with min..max beside it. Each kq column (kq's gRPC client,
-and "kq-kafka", the same cluster type through its Kafka port) gets a ratio: its median over NATS's,
+and "kq-kafka", the same cluster type through its Kafka port; each also as "-fsync" when that run's
+nodes had `--durability=fsync`) gets a ratio: its median over NATS's,
 whichever way is better: above 1 is better for rates, below 1 for latency, CPU and failover gaps
 (the "better" column says which). A row's `ratio` is kq (gRPC)/NATS, `ratios` holds every column's.
 """
@@ -19,20 +20,27 @@ from rich.table import Table
 from kq.bench.report import BYTES_PER_MIB, MICROSECONDS_PER_S, RESULTS_DIR, percentile, spread
 from kq.bench.side_by_side import (
     BASELINE,
+    COLUMNS,
     CONSUME,
     FAILOVER,
+    KQ_GRPC_COLUMNS,
     LATENCY,
     PRODUCE_LARGE,
     PRODUCE_LARGE_THREADS,
     PRODUCE_SMALL,
     PRODUCE_SMALL_THREADS,
-    SYSTEMS,
 )
 
 TARGET_PRODUCE_RATIO = 0.5  # Batched produce: kq msgs/s ≥ 0.5 x NATS.
 TARGET_CONSUME_RATIO = 0.5
 TARGET_P50_MS = 2.0
-LABELS = {"kq": "kq", "kq-kafka": "kq (Kafka)", "nats": "NATS"}
+LABELS = {
+    "kq": "kq",
+    "kq-fsync": "kq (fsync)",
+    "kq-kafka": "kq (Kafka)",
+    "kq-kafka-fsync": "kq (Kafka, fsync)",
+    "nats": "NATS",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +54,7 @@ class Figure:
     higher_is_better: bool
     digits: int
     # kq's (gRPC) value from this scenario instead, compared with NATS's `scenario`; such a row is
-    # kq's gRPC API only, so kq-kafka shows nothing there.
+    # kq's gRPC API only, so the kq-kafka columns show nothing there.
     kq_scenario: str | None = None
 
 
@@ -149,9 +157,10 @@ def figures(summaries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "better": "higher" if figure.higher_is_better else "lower",
         }
         for system, scenarios in summaries.items():
-            if figure.kq_scenario and system not in ("kq", BASELINE):
+            grpc = system in KQ_GRPC_COLUMNS
+            if figure.kq_scenario and not grpc and system != BASELINE:
                 continue  # A kq gRPC-only row (send_batch).
-            scenario = figure.kq_scenario if system == "kq" and figure.kq_scenario else figure.scenario
+            scenario = figure.kq_scenario if grpc and figure.kq_scenario else figure.scenario
             summary = scenarios.get(scenario, {}).get("summary", {})
             if figure.metric in summary:
                 row[system] = dict(summary[figure.metric])
@@ -273,7 +282,7 @@ def _ratio_header(system: str) -> str:
 
 def markdown(document: dict[str, Any]) -> str:
     """The report as Markdown: context, the table, targets, how each system was driven."""
-    meta, systems = document["meta"], [s for s in SYSTEMS if s in document["systems"]]
+    meta, systems = document["meta"], [s for s in COLUMNS if s in document["systems"]]
     ratio_systems = _ratio_systems(systems)
     lines = [
         f"# kq vs NATS JetStream, {meta['date']}",
@@ -303,6 +312,16 @@ def markdown(document: dict[str, Any]) -> str:
         for name, text in document["systems"][system]["describe"].items():
             lines.append(f"- {LABELS[system]} {name}: {text}")
     lines += ["", _other_load_line(document), ""]
+    if "load_average_start" in meta:
+        start, end = meta["load_average_start"], meta["load_average_end"]
+        lines += [
+            "Load average (1, 5, 15 min) at the start: "
+            + ", ".join(f"{value:.2f}" for value in start)
+            + "; at the end: "
+            + ", ".join(f"{value:.2f}" for value in end)
+            + ".",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -320,7 +339,7 @@ def _other_load_line(document: dict[str, Any]) -> str:
 
 def render(document: dict[str, Any], console: Console) -> None:
     """Prints the table and the targets."""
-    systems = [s for s in SYSTEMS if s in document["systems"]]
+    systems = [s for s in COLUMNS if s in document["systems"]]
     ratio_systems = _ratio_systems(systems)
     table = Table(title=f"kq vs NATS JetStream: median of {document['settings']['runs']} run(s) (min..max)")
     table.add_column("figure")

@@ -22,8 +22,13 @@ from kq.bench.produce_fetch import LatencySample, ThroughputSample
 
 logger = logging.getLogger(__name__)
 
-SYSTEMS = ("kq", "kq-kafka", "nats")  # The report's column order; NATS is the baseline of the ratios.
+SYSTEMS = ("kq", "kq-kafka", "nats")  # The order systems run in; NATS is the baseline of the ratios.
 BASELINE = "nats"  # The system every ratio in the report divides by.
+DURABILITIES = ("replicated", "fsync")  # kq-node's --durability values; the first is kq's default.
+# The report's columns, in order: a kq system under `--durability=fsync` gets its own column
+# ("kq-fsync"), so one run can put both modes beside NATS (`--kq-durability replicated,fsync`).
+COLUMNS = ("kq", "kq-fsync", "kq-kafka", "kq-kafka-fsync", "nats")
+KQ_GRPC_COLUMNS = ("kq", "kq-fsync")  # Columns measured with kq's gRPC client (the send_batch rows).
 LATENCY = "latency-100b"  # (1) one record in flight.
 PRODUCE_SMALL = "produce-100b"  # (2) pipelined produce of 100-byte values.
 PRODUCE_LARGE = "produce-1kib"  # (2) pipelined produce of 1 KiB values.
@@ -96,6 +101,8 @@ class CompareSettings:
     nats_fetch_batch: int = 10_000  # Messages per pull request of the NATS consumer.
     nats_consume: str = "pull"  # How nats-py reads: "pull", "fetch" or "ordered" (`bench.nats_consume`).
     kq_durability: str = "replicated"  # The kq nodes' --durability ("fsync": acknowledged once on disk).
+    # Each kq system runs once per durability here, in this order (its `kq_durability` set to each).
+    kq_durabilities: tuple[str, ...] = ("replicated",)
     base_dir: Path | None = None  # Where servers keep data; None means a fresh temporary directory.
 
     def records_for(self, scenario: str) -> int:
@@ -108,6 +115,14 @@ class CompareSettings:
             PRODUCE_LARGE_THREADS: self.counts.produce_large_records,
             CONSUME: self.counts.consume_records,
         }[scenario]
+
+
+def column_for(system: str, durability: str) -> str:
+    """The report column of `system` run with kq-node's `--durability=durability` (NATS has one)."""
+    assert durability in DURABILITIES, f"unknown durability {durability!r}"
+    if system == BASELINE or durability == DURABILITIES[0]:
+        return system
+    return f"{system}-{durability}"
 
 
 def value_for(scenario: str) -> bytes:
