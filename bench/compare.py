@@ -99,21 +99,43 @@ def _system(name: str, settings: CompareSettings, base_dir: Path) -> AbstractCon
 def run_comparison(settings: CompareSettings) -> dict[str, dict[str, Any]]:
     """Each system in turn: start its cluster, run every scenario, stop it (by PID, always).
 
-    A kq system runs once per `kq_durabilities` entry, each on a fresh cluster in its own directory,
-    one after the other; the result is keyed by report column (`column_for`).
+    A kq system runs once per `kq_durabilities` entry, each on a fresh cluster in its own directory;
+    the result is keyed by report column (`column_for`). With `interleave`, the systems take turns
+    instead: round N starts a fresh cluster of every system in turn and does run N of its scenarios
+    there, so load from other work on a shared machine falls on every column alike.
     """
+    plan = [
+        (name, durability)
+        for name in settings.systems
+        for durability in ((DURABILITIES[0],) if name == BASELINE else settings.kq_durabilities)
+    ]
+    rounds = range(1, settings.runs + 1) if settings.interleave else range(1, 2)
     raws: dict[str, dict[str, Any]] = {}
     with work_dir(settings.base_dir, "kq-compare-") as base_dir:
-        for name in settings.systems:
-            durabilities = (DURABILITIES[0],) if name == BASELINE else settings.kq_durabilities
-            for durability in durabilities:
+        for round_number in rounds:
+            round_dir = base_dir / f"round{round_number}" if settings.interleave else base_dir
+            for name, durability in plan:
                 column = column_for(name, durability)
-                logger.info("starting %s (%s)", column, durability)
-                chosen = replace(settings, kq_durability=durability)
-                system_dir = base_dir / column if column != name else base_dir
-                with _system(name, chosen, system_dir) as system:
-                    raws[column] = run_system(system, chosen)
+                logger.info("starting %s, round %d", column, round_number)
+                chosen = replace(
+                    settings, kq_durability=durability, runs=1 if settings.interleave else settings.runs
+                )
+                with _system(name, chosen, round_dir / column if column != name else round_dir) as system:
+                    raw = run_system(system, chosen)
+                merge_round(raws, column, raw, round_number if settings.interleave else None)
     return raws
+
+
+def merge_round(
+    raws: dict[str, dict[str, Any]], column: str, raw: dict[str, Any], round_number: int | None
+) -> None:
+    """Adds one system's runs to its column; an interleaved round's runs are numbered by the round."""
+    if round_number is not None:
+        raw = {**raw, "runs": [{**run, "run": round_number} for run in raw["runs"]]}
+    if column not in raws:
+        raws[column] = raw
+    else:
+        raws[column]["runs"].extend(raw["runs"])
 
 
 def parse_systems(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -203,6 +225,12 @@ def _settings_document(settings: CompareSettings) -> dict[str, Any]:
     "runs once per mode, fsync in its own 'kq-fsync' column). fsync acknowledges once a majority has "
     "it on disk.",
 )
+@click.option(
+    "--interleave/--no-interleave",
+    default=False,
+    help="Systems take turns, one run each on a fresh cluster per round, instead of all runs of one "
+    "system then the next: on a shared machine, other work's load then falls on every column alike.",
+)
 @click.option("--time-cap-s", type=click.FloatRange(1, 600), default=SCENARIO_TIME_CAP_S)
 @click.option(
     "--output",
@@ -233,6 +261,7 @@ def main(
     nats_max_pending: int,
     nats_consume: str,
     kq_durabilities: tuple[str, ...],
+    interleave: bool,
     time_cap_s: float,
     output: Path | None,
     base_dir: Path | None,
@@ -269,6 +298,7 @@ def main(
         nats_consume=nats_consume,
         kq_durability=kq_durabilities[0],
         kq_durabilities=kq_durabilities,
+        interleave=interleave,
         base_dir=base_dir,
     )
     started, load_at_start = time.time(), os.getloadavg()

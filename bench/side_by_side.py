@@ -103,6 +103,7 @@ class CompareSettings:
     kq_durability: str = "replicated"  # The kq nodes' --durability ("fsync": acknowledged once on disk).
     # Each kq system runs once per durability here, in this order (its `kq_durability` set to each).
     kq_durabilities: tuple[str, ...] = ("replicated",)
+    interleave: bool = False  # Round-robin: run N of every system on fresh clusters, then run N + 1.
     base_dir: Path | None = None  # Where servers keep data; None means a fresh temporary directory.
 
     def records_for(self, scenario: str) -> int:

@@ -11,11 +11,22 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
-from kq.bench.compare import parse_systems
+from kq.bench.compare import merge_round, parse_durabilities, parse_systems
 from kq.bench.compare_report import build_document, markdown
-from kq.bench.side_by_side import CONSUME, FAILOVER, LATENCY, PRODUCE_LARGE, PRODUCE_SMALL, SCENARIOS, SYSTEMS
+from kq.bench.side_by_side import (
+    CONSUME,
+    FAILOVER,
+    LATENCY,
+    PRODUCE_LARGE,
+    PRODUCE_SMALL,
+    PRODUCE_SMALL_THREADS,
+    SCENARIOS,
+    SYSTEMS,
+    column_for,
+)
 from tests.bench.quick import run_quick
 
 QUICK_RUN_TIMEOUT_S = 300.0  # A quick run takes about twenty seconds; this only bounds a hung cluster.
@@ -79,6 +90,61 @@ def test_report_gives_kq_kafka_its_own_ratio_to_nats() -> None:
     text = markdown(document)
     assert "| kq | kq (Kafka) | NATS | kq/NATS | kq (Kafka)/NATS | better |" in text
     assert "| 0.75 | 0.50 |" in text
+
+
+def test_durability_option_takes_both_modes_and_names_their_columns() -> None:
+    """`--kq-durability replicated,fsync` keeps the order; fsync runs get their own "-fsync" column."""
+    assert parse_durabilities("replicated, fsync,replicated") == ("replicated", "fsync")
+    assert parse_durabilities("fsync") == ("fsync",)
+    for bad in ("", "sync", "fsync,power"):
+        with pytest.raises(click.BadParameter):
+            parse_durabilities(bad)
+    assert [column_for("kq", d) for d in ("replicated", "fsync")] == ["kq", "kq-fsync"]
+    assert column_for("kq-kafka", "fsync") == "kq-kafka-fsync" and column_for("nats", "replicated") == "nats"
+
+
+def test_interleaved_rounds_add_up_to_one_column_numbered_by_round() -> None:
+    """Round N's single run of a system joins its column as run N; a plain run keeps its own numbers."""
+    raws: dict[str, dict[str, Any]] = {}
+    for round_number in (1, 2, 3):
+        raw = {"system": "kq", "describe": {"client": "kq"}, "runs": [_throughput(PRODUCE_SMALL, 1.0)]}
+        merge_round(raws, "kq-fsync", raw, round_number)
+    assert [run["run"] for run in raws["kq-fsync"]["runs"]] == [1, 2, 3]
+    merge_round(raws, "nats", {"system": "nats", "describe": {}, "runs": [{"run": 7}]}, None)
+    assert raws["nats"]["runs"] == [{"run": 7}]
+
+
+def test_report_puts_kq_fsync_beside_kq_with_its_send_batch_rows() -> None:
+    """A kq-fsync column gets its own ratio to NATS and, being kq's gRPC client, the send_batch rows."""
+    raws = {
+        name: {
+            "system": name.removesuffix("-fsync"),
+            "describe": {"client": name},
+            "runs": [_throughput(PRODUCE_SMALL, rate), _throughput(PRODUCE_SMALL_THREADS, 2 * rate)],
+        }
+        for name, rate in (("kq", 30_000.0), ("kq-fsync", 10_000.0), ("nats", 40_000.0))
+    }
+    meta = {
+        "date": "today",
+        "cpus": 2,
+        "cpu_model": "cpu",
+        "memory_gib": 24.0,
+        "platform": "linux",
+        "python": "3.11",
+        "git_commit": "0123456789abcdef",
+        "git_dirty": False,
+        "command": "compare",
+        "load_average_start": [1.0, 2.0, 3.0],
+        "load_average_end": [4.0, 5.0, 6.0],
+    }
+    document = build_document(meta, {"runs": 1}, raws)
+    rows = {row["key"]: row for row in document["figures"]}
+    ratios = rows["produce_100b_msgs_per_s"]["ratios"]
+    assert ratios == {"kq": pytest.approx(0.75), "kq-fsync": pytest.approx(0.25)}
+    assert rows["send_batch_100b_msgs_per_s"]["kq-fsync"]["median"] == pytest.approx(20_000.0)
+    text = markdown(document)
+    assert "| kq | kq (fsync) | NATS | kq/NATS | kq (fsync)/NATS | better |" in text
+    assert "at the start: 1.00, 2.00, 3.00; at the end: 4.00, 5.00, 6.00" in text
 
 
 @pytest.mark.system
