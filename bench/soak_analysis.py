@@ -16,6 +16,14 @@ the `raft.snapshot` logger writes `snapshot started at applied index N` and
 `snapshot at applied index N written in X.XXX s` (older nodes: without ` in X.XXX s`; the
 duration then comes from the two timestamps) or `snapshot at applied index N failed`. Lines that
 do not match the format (tracebacks, output of the interpreter) belong to the record above them.
+
+Disk size levelling. With `retention.bytes` set, a node's data directory must stop growing once
+retention trims as fast as the producer writes. The samples are cut at the midpoint of the sampled
+time; the size *levelled off* when the peak over the second half exceeds the peak over the first
+half by at most a fraction of the latter (`SIZE_GROWTH_MAX_FRACTION_DEFAULT`, 10 %). Peaks, not
+last values, because the LMDB file never shrinks while the journal and snapshot files come and go:
+a file still growing raises the second half's peak by what it grew, whatever the noise. The
+least-squares slope over the second half is reported beside it.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 KIB_PER_MIB = 1024
+BYTES_PER_MIB = 1024 * 1024
+SIZE_GROWTH_MAX_FRACTION_DEFAULT = 0.10  # Second half's size peak over the first half's, at most +10 %.
 FLOOR_WINDOW_S_DEFAULT = 60.0
 WINDOW_COVERAGE_MIN = 0.5  # Share of a window's span its samples must cover for its minimum to count.
 ERROR_LINES_SHOWN_MAX = 10
@@ -199,3 +209,71 @@ def snapshot_stats(scan: LogScan, gap_min_s: float) -> SnapshotStats:
         gap_min_s=min(gaps) if gaps else None,
         back_to_back=sum(1 for g in gaps if g < gap_min_s),
     )
+
+
+# Disk size levelling ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SizeLevel:
+    """Whether a size series levelled off: its peak over the second half against the first half's."""
+
+    first_half_peak_bytes: int
+    second_half_peak_bytes: int
+    growth_bytes: int  # Second half's peak minus the first half's (negative when it shrank).
+    growth_fraction: float | None  # growth_bytes over the first half's peak; None if that is 0.
+    second_half_slope_mib_per_min: float | None
+    growth_max_fraction: float
+    levelled: bool
+
+
+def size_level(samples: Sequence[tuple[float, int]], growth_max_fraction: float) -> SizeLevel | None:
+    """Judges (seconds since start, bytes) samples; None without two samples in each half."""
+    assert growth_max_fraction >= 0, "a growth bound is not negative"
+    if not samples:
+        return None
+    middle_s = (samples[0][0] + samples[-1][0]) / 2
+    first = [size for time_s, size in samples if time_s < middle_s]
+    second = [(time_s, size) for time_s, size in samples if time_s >= middle_s]
+    if len(first) < 2 or len(second) < 2:
+        return None
+    first_peak, second_peak = max(first), max(size for _, size in second)
+    growth = second_peak - first_peak
+    return SizeLevel(
+        first_half_peak_bytes=first_peak,
+        second_half_peak_bytes=second_peak,
+        growth_bytes=growth,
+        growth_fraction=growth / first_peak if first_peak > 0 else None,
+        second_half_slope_mib_per_min=_slope([(t / 60, b / BYTES_PER_MIB) for t, b in second]),
+        growth_max_fraction=growth_max_fraction,
+        levelled=growth <= growth_max_fraction * first_peak,
+    )
+
+
+def _slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (x, y) points; None below two distinct x."""
+    if len(points) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    if spread == 0:
+        return None
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+
+
+def at_intervals(times_s: Sequence[float], interval_s: float) -> list[int]:
+    """Indexes of the first sample at or after each multiple of `interval_s`, and of the last sample.
+
+    `times_s` ascend; the report prints these rows of a long timeline (every 5 minutes by default).
+    """
+    assert interval_s > 0, "a report interval is positive"
+    chosen: list[int] = []
+    next_s = 0.0
+    for index, time_s in enumerate(times_s):
+        if time_s >= next_s:
+            chosen.append(index)
+            next_s = (int(time_s // interval_s) + 1) * interval_s
+    if times_s and chosen[-1] != len(times_s) - 1:
+        chosen.append(len(times_s) - 1)
+    return chosen

@@ -10,12 +10,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kq.bench.disk_usage import DiskUsage
 from kq.bench.soak_analysis import (
+    BYTES_PER_MIB,
     ERROR_LINES_SHOWN_MAX,
     KIB_PER_MIB,
     LogScan,
+    at_intervals,
     floor_points,
     least_squares_slope,
+    size_level,
     snapshot_stats,
 )
 
@@ -28,6 +32,9 @@ class Limits:
 
     slope_max_mib_per_min: float = SLOPE_MAX_MIB_PER_MIN
     snapshot_gap_min_s: float = 5.0
+    # With retention: how far a node's size peak over the second half may exceed the first half's,
+    # as a fraction of the latter. None (no retention): sizes are reported, not judged.
+    size_growth_max_fraction: float | None = None
 
 
 def node_section(
@@ -53,6 +60,26 @@ def node_section(
         "snapshot_unmatched_ends": scan.unmatched_ends,
         "error_line_count": scan.error_count,
         "error_lines": list(scan.error_lines),
+    }
+
+
+def disk_section(
+    samples: Sequence[tuple[float, DiskUsage]], growth_max_fraction: float, interval_s: float
+) -> dict[str, Any]:
+    """One node's data directory over time: whether the total and the LMDB file levelled off, and the
+    samples at every `interval_s` (rows of the printed table: seconds, then sizes in bytes)."""
+    totals = [(t, usage.total_bytes) for t, usage in samples]
+    lmdb = [(t, usage.lmdb_bytes) for t, usage in samples]
+    levels = {"total": size_level(totals, growth_max_fraction), "lmdb": size_level(lmdb, growth_max_fraction)}
+    rows = [samples[i] for i in at_intervals([t for t, _ in samples], interval_s)]
+    return {
+        "levels": {name: asdict(level) if level is not None else None for name, level in levels.items()},
+        "columns": ["t_s", "total_bytes", "lmdb_bytes", "journal_bytes", "other_bytes", "allocated_bytes"],
+        "rows": [
+            [round(t, 1), u.total_bytes, u.lmdb_bytes, u.journal_bytes, u.other_bytes, u.allocated_bytes]
+            for t, u in rows
+        ],
+        "max_total_bytes": max((u.total_bytes for _, u in samples), default=None),
     }
 
 
@@ -94,6 +121,8 @@ def verdict(report: dict[str, Any], limits: Limits) -> list[str]:
     digests = report["digests"]
     if not digests["equal"]:
         failures.append("digests differ between nodes (or a node could not be read)")
+    if not digests.get("log_starts_equal", True):
+        failures.append("nodes report different log starts")
     acked = report["produce"]["acked"]
     for name, consumer in sorted(report["consume"].items()):
         if consumer["distinct"] < acked or consumer["gap_records"]:
@@ -102,7 +131,37 @@ def verdict(report: dict[str, Any], limits: Limits) -> list[str]:
                 if consumer["distinct"] < acked
                 else f"{name} consumer skipped {consumer['gap_records']} offset(s)"
             )
+            if "OffsetOutOfRangeError" in consumer.get("errors", {}).get("kinds", {}):
+                failures[-1] += " (it fell behind retention: records were trimmed before it read them)"
+    if limits.size_growth_max_fraction is not None:
+        failures += _retention_failures(report, limits.size_growth_max_fraction)
     return failures
+
+
+def _retention_failures(report: dict[str, Any], growth_max_fraction: float) -> list[str]:
+    """With retention on: it trimmed, it settled, and every node's sizes levelled off."""
+    failures: list[str] = []
+    retention = report.get("retention") or {}
+    if not any(start > 0 for start in (retention.get("log_starts") or {}).values()):
+        failures.append("retention trimmed nothing: every log still starts at offset 0")
+    if not retention.get("settled", False):
+        failures.append("retention kept trimming after the last write (log starts did not settle)")
+    for node_id, node in sorted(report["nodes"].items()):
+        for name, level in sorted(node["disk"]["levels"].items()):
+            what = "data directory" if name == "total" else "LMDB file"
+            if level is None:
+                failures.append(f"node {node_id}: {what} size not judged (under 2 samples in a half)")
+            elif not level["levelled"]:
+                failures.append(
+                    f"node {node_id}: {what} still grows: peak {_mib(level['second_half_peak_bytes'])} MiB "
+                    f"over the second half > first half's {_mib(level['first_half_peak_bytes'])} MiB "
+                    f"+ {growth_max_fraction:.0%}"
+                )
+    return failures
+
+
+def _mib(value: int | None) -> str:
+    return "?" if value is None else f"{value / BYTES_PER_MIB:,.1f}"
 
 
 def render(report: dict[str, Any]) -> str:
@@ -128,6 +187,8 @@ def render(report: dict[str, Any]) -> str:
     lines.append("node  floor slope MiB/min  RssAnon MiB first/min/max/last  RssFile MiB last")
     for node_id, node in sorted(report["nodes"].items()):
         lines += _node_lines(node_id, node)
+    lines.append("")
+    lines += _disk_lines(report)
     lines.append("")
     lines += _error_lines(report)
     digests = report["digests"]
@@ -158,6 +219,53 @@ def _node_lines(node_id: str, node: dict[str, Any]) -> list[str]:
         f"min gap {_number(snap['gap_min_s'], '.1f')} s, back-to-back {snap['back_to_back']}, "
         f"failed {snap['failed']}, unfinished {snap['unfinished']}",
     ]
+
+
+def _disk_lines(report: dict[str, Any]) -> list[str]:
+    """Retention, each node's data directory over time, and whether its sizes levelled off."""
+    settings, lines = report["settings"], []
+    retention = report.get("retention")
+    if settings.get("retention_bytes") is not None:
+        lines.append(
+            f"retention: retention.bytes={settings['retention_bytes']:,} per partition, checked every "
+            f"{settings['retention_check_ms']:,} ms; log starts at the end "
+            f"{(retention or {}).get('log_starts')}, settled: {(retention or {}).get('settled')} "
+            f"(after {(retention or {}).get('waited_s')} s)"
+        )
+    nodes = sorted(report["nodes"].items())
+    if not nodes:
+        return lines
+    lines.append("data directory per node, MiB: total (LMDB data.mdb + Raft journal + other)")
+    lines.append("   time  " + "  ".join(f"{'node ' + n:>30}" for n, _ in nodes))
+    rows = {n: node["disk"]["rows"] for n, node in nodes}
+    for index in range(max(len(r) for r in rows.values())):
+        cells, time_s = [], None
+        for node_id, _ in nodes:
+            if index < len(rows[node_id]):
+                t, total, lmdb, journal, other, _allocated = rows[node_id][index]
+                time_s = t
+                cells.append(f"{_mib(total)} ({_mib(lmdb)} + {_mib(journal)} + {_mib(other)})")
+            else:
+                cells.append("")
+        lines.append(f"{_number(time_s, '7.0f')}s  " + "  ".join(f"{cell:>30}" for cell in cells))
+    for node_id, node in nodes:
+        for name, level in sorted(node["disk"]["levels"].items()):
+            lines.append(f"  node {node_id} {name}: {_level_text(level)}")
+    return lines
+
+
+def _level_text(level: dict[str, Any] | None) -> str:
+    if level is None:
+        return "not judged (under 2 samples in a half)"
+    fraction = level["growth_fraction"]
+    growth = "n/a" if fraction is None else f"{fraction:+.1%}"
+    return (
+        f"peak {_mib(level['first_half_peak_bytes'])} MiB in the first half, "
+        f"{_mib(level['second_half_peak_bytes'])} MiB in the second ({growth}; bound "
+        f"+{level['growth_max_fraction']:.0%}), second-half slope "
+        f"{_number(level['second_half_slope_mib_per_min'], '+.2f')} MiB/min: "
+        + ("levelled off" if level["levelled"] else "STILL GROWING")
+    )
 
 
 def _error_lines(report: dict[str, Any]) -> list[str]:

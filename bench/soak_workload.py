@@ -88,7 +88,8 @@ class RecordTracker:
 
     @property
     def distinct(self) -> int:
-        """Distinct offsets read (the topic is fresh and nothing is deleted, so they start at 0)."""
+        """Distinct offsets read (the topic is fresh, so they start at 0; with retention the consumer
+        reads each record before it is trimmed, or the trimmed ones count as skipped)."""
         return sum(self.next_offsets.values()) - self.gap_records
 
     def reached(self, log_ends: Mapping[int, int]) -> bool:
@@ -290,6 +291,7 @@ class NodeDigest:
     sha256: str
     records: int
     log_ends: dict[int, int]
+    log_starts: dict[int, int]  # Above 0 where retention trimmed: the digest covers what is left.
 
 
 class DigestError(RuntimeError):
@@ -321,6 +323,7 @@ def node_digest(address: str, topic: str, min_index: int, timeout_s: float) -> N
     with KqClient([address], retry_timeout_s=DIGEST_RETRY_TIMEOUT_S) as client:
         offsets = client.list_offsets(topic, address)
         log_ends = {p: o.log_end_offset for p, o in sorted(offsets.items())}
+        log_starts = {p: o.log_start_offset for p, o in sorted(offsets.items())}
         for partition, partition_offsets in sorted(offsets.items()):
             start, end = partition_offsets.log_start_offset, partition_offsets.log_end_offset
             remaining_s = max(0.0, deadline - time.monotonic())
@@ -341,4 +344,4 @@ def node_digest(address: str, topic: str, min_index: int, timeout_s: float) -> N
                     records += 1
             except PartitionReadError as error:
                 raise DigestError(f"{address}: {error}") from error
-    return NodeDigest(digest.hexdigest(), records, log_ends)
+    return NodeDigest(digest.hexdigest(), records, log_ends, log_starts)

@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 
+from kq.bench.disk_usage import classify, measure
 from kq.bench.soak_analysis import (
     ERROR_LINES_SHOWN_MAX,
     FloorPoint,
+    at_intervals,
     floor_points,
     least_squares_slope,
     scan_log,
+    size_level,
     snapshot_stats,
 )
 from kq.bench.soak_report import Limits, verdict
@@ -172,9 +175,105 @@ def test_verdict_passes_a_clean_report_and_names_each_failure() -> None:
     assert len(verdict(lost, limits)) == 3  # Digests, and each consumer short of the acked count.
 
 
-@pytest.mark.system
-def test_short_soak_reports_equal_digests_and_no_lost_records(tmp_path: Path) -> None:
-    """A 36-second soak at a low rate writes a complete report: equal digests, consumed >= acked."""
+MIB = 1024 * 1024
+
+
+def _plateau(minutes: int, growth_mib_per_min: float) -> list[tuple[float, int]]:
+    """Samples every 10 s: 3 minutes of ramp to 200 MiB, then a sawtooth of ±8 MiB (journal files
+    coming and going) on a base that grows `growth_mib_per_min` from then on."""
+    samples = []
+    for step in range(minutes * 6 + 1):
+        time_s = step * SAMPLE_PERIOD_S
+        ramp = min(time_s / 180, 1.0) * 200
+        growth = max(0.0, time_s - 180) / 60 * growth_mib_per_min
+        samples.append((time_s, int((ramp + growth + 8 * ((step % 3) - 1)) * MIB)))
+    return samples
+
+
+def test_size_level_sees_a_plateau_after_a_ramp_and_a_size_that_keeps_growing() -> None:
+    """A ramp then a noisy flat size levels off; 2 MiB/min more on 200 MiB over 30 minutes does not."""
+    flat = size_level(_plateau(30, 0.0), growth_max_fraction=0.10)
+    assert flat is not None and flat.levelled
+    assert flat.growth_bytes == 0 and flat.second_half_slope_mib_per_min == pytest.approx(0.0, abs=0.5)
+    growing = size_level(_plateau(30, 2.0), growth_max_fraction=0.10)
+    assert growing is not None and not growing.levelled
+    assert growing.growth_fraction == pytest.approx(30 / 224, abs=0.02)  # 15 min x 2 MiB over the peak.
+    assert growing.second_half_slope_mib_per_min == pytest.approx(2.0, abs=0.3)
+    looser = size_level(_plateau(30, 2.0), growth_max_fraction=0.20)
+    assert looser is not None and looser.levelled
+
+
+def test_size_level_needs_two_samples_in_each_half() -> None:
+    """One or three samples cannot show a trend: not judged."""
+    assert size_level([], 0.1) is None
+    assert size_level([(0.0, 1), (5.0, 2), (10.0, 3)], 0.1) is None
+    assert size_level([(0.0, 1), (4.0, 2), (6.0, 2), (10.0, 2)], 0.1) is not None
+
+
+def test_at_intervals_takes_the_first_sample_of_each_interval_and_the_last() -> None:
+    """Rows every 300 s of samples every 10 s (with a late one), ending with the last sample."""
+    times = [10.0 * n for n in range(95)] + [951.5]
+    chosen = at_intervals(times, 300.0)
+    assert [times[i] for i in chosen] == [0.0, 300.0, 600.0, 900.0, 951.5]
+    assert at_intervals([3.0, 7.0], 300.0) == [0, 1]
+
+
+def test_disk_usage_splits_lmdb_journal_and_the_rest(tmp_path: Path) -> None:
+    """data.mdb and journal files are counted apart; other files, nested too, make up the rest."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "data.mdb").write_bytes(b"x" * 5000)
+    (tmp_path / "store" / "lock.mdb").write_bytes(b"x" * 100)
+    (tmp_path / "raft").mkdir()
+    (tmp_path / "raft" / "journal.kq").write_bytes(b"x" * 700)
+    (tmp_path / "raft" / "journal.kq.meta").write_bytes(b"x" * 30)
+    (tmp_path / "raft" / "snapshot").write_bytes(b"x" * 20)
+    usage = measure(tmp_path)
+    parts = (usage.total_bytes, usage.lmdb_bytes, usage.journal_bytes, usage.other_bytes)
+    assert parts == (5850, 5000, 730, 120)
+    assert usage.files == 5 and usage.allocated_bytes > 0
+    assert measure(tmp_path / "missing").total_bytes == 0
+    assert [classify(name) for name in ("data.mdb", "journal", "lock.mdb")] == ["lmdb", "journal", "other"]
+
+
+def _retention_report(**retention: Any) -> dict[str, Any]:
+    """A passing report of a retention soak; `retention` replaces entries of its retention section."""
+    level = {"levelled": True, "first_half_peak_bytes": 100, "second_half_peak_bytes": 101}
+    report = _report(retention={"settled": True, "log_starts": {"0": 10, "1": 0}, **retention})
+    for node in report["nodes"].values():
+        node["disk"] = {"levels": {"total": dict(level), "lmdb": dict(level)}}
+    return report
+
+
+def test_verdict_with_retention_wants_trims_a_settled_end_and_level_sizes() -> None:
+    """Retention on: no trim, trims after the last write, a growing or unjudged size each fail."""
+    limits = Limits(size_growth_max_fraction=0.1)
+    assert verdict(_retention_report(), limits) == []
+    assert verdict(_retention_report(), Limits()) == []  # Off: sizes are not judged.
+    untrimmed = verdict(_retention_report(log_starts={"0": 0, "1": 0}, settled=False), limits)
+    assert len(untrimmed) == 2 and "trimmed nothing" in untrimmed[0] and "settle" in untrimmed[1]
+    growing = _retention_report()
+    growing["nodes"]["2"]["disk"]["levels"]["lmdb"] = {
+        "levelled": False,
+        "first_half_peak_bytes": 100 * MIB,
+        "second_half_peak_bytes": 150 * MIB,
+    }
+    growing["nodes"]["3"]["disk"]["levels"]["total"] = None
+    failures = verdict(growing, limits)
+    assert len(failures) == 2
+    assert "node 2: LMDB file still grows: peak 150.0 MiB" in failures[0]
+    assert "node 3: data directory size not judged" in failures[1]
+
+
+def test_verdict_names_a_consumer_that_fell_behind_retention() -> None:
+    """Skipped offsets with OUT_OF_RANGE errors are blamed on retention outrunning the consumer."""
+    behind = {"distinct": 90, "gap_records": 10, "errors": {"kinds": {"OffsetOutOfRangeError": 3}}}
+    caught_up = {"distinct": 100, "gap_records": 0}
+    failures = verdict(_report(consume={"plain": behind, "group": caught_up}), Limits())
+    assert len(failures) == 1 and "fell behind retention" in failures[0]
+
+
+def _run_soak(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
+    """A 36-second soak at 300 records/s with `extra` arguments: its JSON report and its process."""
     output = tmp_path / "soak.json"
     completed = subprocess.run(
         [
@@ -195,6 +294,7 @@ def test_short_soak_reports_equal_digests_and_no_lost_records(tmp_path: Path) ->
             str(output),
             "--keep-dir",
             str(tmp_path / "cluster"),
+            *extra,
         ],
         cwd=REPO,
         check=False,  # FAIL (exit 1) is expected in so short a run: it is checked against the report.
@@ -205,6 +305,37 @@ def test_short_soak_reports_equal_digests_and_no_lost_records(tmp_path: Path) ->
     report = json.loads(output.read_text())
     assert completed.returncode == (0 if report["verdict"]["pass"] else 1), completed.stderr[-2000:]
     assert "VERDICT:" in completed.stdout
+    return report, completed
+
+
+@pytest.mark.system
+def test_short_soak_with_retention_trims_and_compares_what_is_left(tmp_path: Path) -> None:
+    """retention.bytes of 32 KiB a partition: logs are trimmed alike on every node, the consumers still
+    read every record, and every sample measures each node's data directory."""
+    retention = ("--retention-bytes", "32768", "--retention-check-ms", "1000")
+    report, completed = _run_soak(tmp_path, *retention, "--size-report-interval-s", "10")
+    assert report["aborted"] == [] and report["produce"]["errors"]["count"] == 0
+    acked = report["produce"]["acked"]
+    for consumer in report["consume"].values():
+        assert consumer["distinct"] >= acked and consumer["gap_records"] == 0 and consumer["caught_up"]
+    retention = report["retention"]
+    assert retention["settled"] and all(start > 0 for start in retention["log_starts"].values())
+    digests = report["digests"]
+    assert digests["equal"] and digests["log_starts_equal"]
+    assert all(0 < entry["records"] < acked for entry in digests["per_node"].values())
+    for node in report["nodes"].values():
+        disk = node["disk"]
+        assert set(disk["levels"]) == {"total", "lmdb"} and len(disk["rows"]) >= 4
+        assert all(row[1] >= row[2] > 0 for row in disk["rows"][1:])  # Total holds the LMDB file.
+    assert all(sample["nodes"]["1"]["dir_bytes"] > 0 for sample in report["samples"])
+    assert "data directory per node" in completed.stdout
+    assert not any("trimmed nothing" in failure for failure in report["verdict"]["failures"])
+
+
+@pytest.mark.system
+def test_short_soak_reports_equal_digests_and_no_lost_records(tmp_path: Path) -> None:
+    """A 36-second soak at a low rate writes a complete report: equal digests, consumed >= acked."""
+    report, _ = _run_soak(tmp_path)
     assert report["aborted"] == []
     acked = report["produce"]["acked"]
     assert acked > 0 and report["produce"]["errors"]["count"] == 0
