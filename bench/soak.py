@@ -90,6 +90,9 @@ class SoakSettings:
     retention_check_ms: int = RETENTION_CHECK_MS_DEFAULT  # Passed to the nodes with retention_bytes.
     size_growth_max_fraction: float = SIZE_GROWTH_MAX_FRACTION_DEFAULT
     size_report_interval_s: float = SIZE_REPORT_INTERVAL_S_DEFAULT  # Rows of the printed size table.
+    # The Producer's batch_size; None: its default. Each batch is one LMDB value on every node, and
+    # values of many pages fragment LMDB's free space (bench/README.md, "Soak with retention").
+    batch_bytes: int | None = None
 
     @property
     def limits(self) -> Limits:
@@ -173,6 +176,9 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[SoakSettings, Path | No
         default=defaults.size_report_interval_s,
         help="the printed size table shows a sample this often",
     )
+    parser.add_argument(
+        "--batch-bytes", type=int, default=None, help="the Producer's batch_size (default: the Producer's)"
+    )
     parser.add_argument("--json", type=Path, help="also write the report as JSON here")
     arguments = parser.parse_args(argv)
     if arguments.retention_bytes is not None and arguments.retention_bytes < 0:
@@ -194,6 +200,7 @@ def parse_arguments(argv: Sequence[str] | None) -> tuple[SoakSettings, Path | No
         retention_check_ms=arguments.retention_check_ms,
         size_growth_max_fraction=arguments.size_growth_max_fraction,
         size_report_interval_s=arguments.size_report_interval_s,
+        batch_bytes=arguments.batch_bytes,
     )
     return settings, arguments.json
 
@@ -411,7 +418,9 @@ def _run_in(base: Path, settings: SoakSettings) -> dict[str, Any]:
         admin = KqClient(cluster.bootstrap)
         try:
             admin.create_topic(TOPIC, settings.partitions, configs=settings.topic_configs)
-            producer = PacedProducer(cluster.bootstrap, TOPIC, settings.rate, settings.value_bytes)
+            producer = PacedProducer(
+                cluster.bootstrap, TOPIC, settings.rate, settings.value_bytes, settings.batch_bytes
+            )
             plain = PlainConsumerLoop(cluster.bootstrap, TOPIC, cluster.nodes[follower].grpc_address)
             group = GroupConsumerLoop(cluster.bootstrap, TOPIC, GROUP)
             for role in (plain, group, producer):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kq.client import Consumer, ConsumerRecord, GroupConsumer, KqClient, KqClientError, Producer
+from kq.client.producer import BATCH_BYTES_DEFAULT
 from kq.deploy.reading import PartitionReadError, read_partition
 
 logger = logging.getLogger(__name__)
@@ -114,10 +115,14 @@ class PacedProducer:
     says how far it ever fell behind. A second thread waits on each send's result in send order.
     """
 
-    def __init__(self, bootstrap: list[str], topic: str, rate: float, value_bytes: int) -> None:
+    def __init__(
+        self, bootstrap: list[str], topic: str, rate: float, value_bytes: int, batch_bytes: int | None = None
+    ) -> None:
+        """`batch_bytes`: the Producer's `batch_size` (None: its default, 256 KiB)."""
         assert rate > 0 and value_bytes >= SEQUENCE.size, "a positive rate and room for the sequence"
         self._client = KqClient(bootstrap)
-        self._producer = Producer(self._client, linger_ms=LINGER_MS)
+        batch_size = BATCH_BYTES_DEFAULT if batch_bytes is None else batch_bytes
+        self._producer = Producer(self._client, linger_ms=LINGER_MS, batch_size=batch_size)
         self._topic = topic
         self._rate = rate
         self._padding = bytes((i * 131 + 17) % 251 for i in range(value_bytes - SEQUENCE.size))
