@@ -310,8 +310,9 @@ def _run_soak(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], subprocess.C
 
 @pytest.mark.system
 def test_short_soak_with_retention_trims_and_compares_what_is_left(tmp_path: Path) -> None:
-    """retention.bytes of 32 KiB a partition: logs are trimmed alike on every node, the consumers still
-    read every record, and every sample measures each node's data directory."""
+    """A 36-second soak at a low rate with retention.bytes of 32 KiB a partition writes a complete
+    report: logs are trimmed alike on every node, the digests of what is left are equal, the consumers
+    still read every record, and every sample measures each node's data directory."""
     retention = ("--retention-bytes", "32768", "--retention-check-ms", "1000")
     report, completed = _run_soak(tmp_path, *retention, "--size-report-interval-s", "10")
     assert report["aborted"] == [] and report["produce"]["errors"]["count"] == 0
@@ -328,26 +329,13 @@ def test_short_soak_with_retention_trims_and_compares_what_is_left(tmp_path: Pat
         assert set(disk["levels"]) == {"total", "lmdb"} and len(disk["rows"]) >= 4
         assert all(row[1] >= row[2] > 0 for row in disk["rows"][1:])  # Total holds the LMDB file.
     assert all(sample["nodes"]["1"]["dir_bytes"] > 0 for sample in report["samples"])
-    assert "data directory per node" in completed.stdout
-    assert not any("trimmed nothing" in failure for failure in report["verdict"]["failures"])
-
-
-@pytest.mark.system
-def test_short_soak_reports_equal_digests_and_no_lost_records(tmp_path: Path) -> None:
-    """A 36-second soak at a low rate writes a complete report: equal digests, consumed >= acked."""
-    report, _ = _run_soak(tmp_path)
-    assert report["aborted"] == []
-    acked = report["produce"]["acked"]
-    assert acked > 0 and report["produce"]["errors"]["count"] == 0
-    for consumer in report["consume"].values():
-        assert consumer["distinct"] >= acked and consumer["gap_records"] == 0 and consumer["caught_up"]
-    digests = report["digests"]
-    assert digests["equal"] and set(digests["per_node"]) == {"1", "2", "3"}
-    assert all(entry["records"] >= acked for entry in digests["per_node"].values())
-    assert len(report["samples"]) >= 10
+    # The rest of a complete report (one run serves both: each soak costs the suite ~40 s).
+    assert acked > 0 and set(digests["per_node"]) == {"1", "2", "3"} and len(report["samples"]) >= 10
     for node in report["nodes"].values():
         assert node["anon_mib"]["max"] > 0 and node["file_mib"]["last"] > 0
         assert isinstance(node["anon_floor_slope_mib_per_min"], float)  # Measured; its value is not judged.
         assert {"count", "first_s", "last_s", "max_s", "overlaps", "gap_min_s"} <= set(node["snapshots"])
         assert isinstance(node["error_line_count"], int)
     assert isinstance(report["verdict"]["failures"], list)
+    assert "data directory per node" in completed.stdout
+    assert not any("trimmed nothing" in failure for failure in report["verdict"]["failures"])
