@@ -91,7 +91,7 @@ class SoakSettings:
     size_growth_max_fraction: float = SIZE_GROWTH_MAX_FRACTION_DEFAULT
     size_report_interval_s: float = SIZE_REPORT_INTERVAL_S_DEFAULT  # Rows of the printed size table.
     # The Producer's batch_size; None: its default. Each batch is one LMDB value on every node, and
-    # values of many pages fragment LMDB's free space (bench/README.md, "Soak with retention").
+    # values of many pages fragment LMDB's free space (README.md, "Soak").
     batch_bytes: int | None = None
 
     @property
