@@ -133,6 +133,9 @@ def verdict(report: dict[str, Any], limits: Limits) -> list[str]:
             )
             if "OffsetOutOfRangeError" in consumer.get("errors", {}).get("kinds", {}):
                 failures[-1] += " (it fell behind retention: records were trimmed before it read them)"
+            elif report.get("settings", {}).get("retention_bytes") is not None:
+                # The group consumer moves past trimmed offsets by itself (auto_offset_reset), silently.
+                failures[-1] += " (retention is on: trimmed before it read them, if not lost)"
     if limits.size_growth_max_fraction is not None:
         failures += _retention_failures(report, limits.size_growth_max_fraction)
     return failures

@@ -270,6 +270,9 @@ def test_verdict_names_a_consumer_that_fell_behind_retention() -> None:
     caught_up = {"distinct": 100, "gap_records": 0}
     failures = verdict(_report(consume={"plain": behind, "group": caught_up}), Limits())
     assert len(failures) == 1 and "fell behind retention" in failures[0]
+    skipped = {"distinct": 100, "gap_records": 10}  # A group consumer that moved up by itself.
+    report = _report(consume={"plain": caught_up, "group": skipped}, settings={"retention_bytes": 1})
+    assert "retention is on" in verdict(report, Limits())[0]
 
 
 def _run_soak(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
