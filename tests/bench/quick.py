@@ -40,3 +40,19 @@ def run_quick(
     assert finished.returncode == 0, finished.stderr[-4000:]
     report: dict[str, Any] = json.loads(output.read_text())
     return report, finished.stdout
+
+
+def report_meta(command: str, **extra: Any) -> dict[str, Any]:
+    """The machine and run facts a comparison report's header holds, fixed for the report tests."""
+    return {
+        "date": "today",
+        "cpus": 2,
+        "cpu_model": "cpu",
+        "memory_gib": 24.0,
+        "platform": "linux",
+        "python": "3.11",
+        "git_commit": "0123456789abcdef",
+        "git_dirty": False,
+        "command": command,
+        **extra,
+    }

@@ -24,6 +24,7 @@ from kq.bench.side_by_side import (
     PRODUCE_SMALL_THREADS,
     SCENARIOS,
 )
+from tests.bench.quick import report_meta
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK_RUN_TIMEOUT_S = 300.0  # A quick run takes about half a minute; this only bounds a hung cluster.
@@ -87,17 +88,7 @@ def _raw(system: str, rate: float, gaps: list[float | None]) -> dict[str, Any]:
 def test_table_has_medians_ratios_and_targets() -> None:
     """Figures are medians over runs; the ratio is kq over NATS; a run that never recovered is flagged."""
     raws = {"kq": _raw("kq", 50_000.0, [1.0, 3.0, None]), "nats": _raw("nats", 100_000.0, [5.0, 6.0, 7.0])}
-    meta = {
-        "date": "today",
-        "cpus": 2,
-        "cpu_model": "cpu",
-        "memory_gib": 24.0,
-        "platform": "linux",
-        "python": "3.11",
-        "git_commit": "0123456789abcdef",
-        "git_dirty": False,
-        "command": "python -m kq.bench.compare",
-    }
+    meta = report_meta(command="python -m kq.bench.compare")
     document = build_document(meta, {"runs": 3}, raws)
     rows = {row["key"]: row for row in document["figures"]}
 

@@ -27,7 +27,7 @@ from kq.bench.side_by_side import (
     SYSTEMS,
     column_for,
 )
-from tests.bench.quick import run_quick
+from tests.bench.quick import report_meta, run_quick
 
 QUICK_RUN_TIMEOUT_S = 300.0  # A quick run takes about twenty seconds; this only bounds a hung cluster.
 RATE_FIGURES = {
@@ -70,17 +70,7 @@ def test_report_gives_kq_kafka_its_own_ratio_to_nats() -> None:
         name: {"system": name, "describe": {"client": name}, "runs": [_throughput(PRODUCE_SMALL, rate)]}
         for name, rate in (("kq", 30_000.0), ("kq-kafka", 20_000.0), ("nats", 40_000.0))
     }
-    meta = {
-        "date": "today",
-        "cpus": 2,
-        "cpu_model": "cpu",
-        "memory_gib": 24.0,
-        "platform": "linux",
-        "python": "3.11",
-        "git_commit": "0123456789abcdef",
-        "git_dirty": False,
-        "command": "compare",
-    }
+    meta = report_meta(command="compare")
     document = build_document(meta, {"runs": 1}, raws)
     rows = {row["key"]: row for row in document["figures"]}
     produce = rows["produce_100b_msgs_per_s"]
@@ -124,19 +114,9 @@ def test_report_puts_kq_fsync_beside_kq_with_its_send_batch_rows() -> None:
         }
         for name, rate in (("kq", 30_000.0), ("kq-fsync", 10_000.0), ("nats", 40_000.0))
     }
-    meta = {
-        "date": "today",
-        "cpus": 2,
-        "cpu_model": "cpu",
-        "memory_gib": 24.0,
-        "platform": "linux",
-        "python": "3.11",
-        "git_commit": "0123456789abcdef",
-        "git_dirty": False,
-        "command": "compare",
-        "load_average_start": [1.0, 2.0, 3.0],
-        "load_average_end": [4.0, 5.0, 6.0],
-    }
+    meta = report_meta(
+        command="compare", load_average_start=[1.0, 2.0, 3.0], load_average_end=[4.0, 5.0, 6.0]
+    )
     document = build_document(meta, {"runs": 1}, raws)
     rows = {row["key"]: row for row in document["figures"]}
     ratios = rows["produce_100b_msgs_per_s"]["ratios"]
