@@ -237,10 +237,8 @@ class Compactor(LeaderRounds):
                 return None
             dirty_from = max(self._clean_to.get(key, 0), state.log_start_offset)
             dirty_bytes = sum(
-                len(value)
-                for _, value in reader.stored_batches(
-                    topic_id, partition, dirty_from, COMPACTION_SCAN_BATCHES_MAX
-                )
+                span.size_bytes
+                for span in reader.batch_spans(topic_id, partition, dirty_from, COMPACTION_SCAN_BATCHES_MAX)
             )
         ratio_due = dirty_bytes > 0 and dirty_bytes >= config.min_cleanable_dirty_ratio * state.size_bytes
         tombstone_due = self._tombstone_due_ms.get(key, now_ms + 1) <= now_ms

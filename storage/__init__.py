@@ -16,7 +16,19 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                        its baseOffset (bytes 0-7) stamped to the key's base_offset, nothing added;
                        it carries its record count and its own CRC32C, verified on every read
                        (storage/records.py; the whole layout in proto/records.py). The batch holds
-                       offsets base_offset .. base_offset + recordsCount - 1
+                       offsets base_offset .. base_offset + lastOffsetDelta. Only its first
+                       `piece_bytes` (one LMDB page minus the 16-byte overflow page header: 4,080 on
+                       4 KiB pages) are here, its header among them; the rest are in `record_pieces`
+    record_pieces
+                key: topic_id u64 | partition u32 | base_offset u64 | piece u32 (from 1)    (24 bytes)
+                value: the batch's bytes after its first piece, `piece_bytes` a piece (the last one
+                       shorter): the whole batch is its `records` value then its pieces in order,
+                       12 + batchLength bytes in all. Why: LMDB keeps a value longer than half a page
+                       on a run of contiguous overflow pages and extends the file when its free list
+                       has no run that long; batches of mixed sizes, stored whole, made a node's file
+                       keep growing under retention. One-page pieces fit any page a trim frees
+                       (bench/lmdb_growth.py). A store written before pieces holds batches whole in
+                       `records`; reads and deletes take both
     producers   key: producer_id u64 | topic_id u64 | partition u32                         (20 bytes)
                 value: epoch u16 | count u8, then `count` x
                        (first_sequence u32 | record_count u32 | base_offset u64)   (3 + 16 x count bytes)

@@ -83,6 +83,16 @@ def max_timestamp_of(batch: bytes | memoryview) -> int:
     return int(_MAX_TIMESTAMP.unpack_from(batch, _MAX_TIMESTAMP_AT)[0])
 
 
+_BATCH_LENGTH = struct.Struct(">i")
+_BATCH_LENGTH_AT = 8
+
+
+def stored_length_of(batch: bytes | memoryview) -> int:
+    """The bytes of a whole stored batch, 12 + batchLength, read from its header: what a batch stored
+    in pieces adds up to (storage/__init__.py, `record_pieces`)."""
+    return _LENGTH_PREFIX_BYTES + int(_BATCH_LENGTH.unpack_from(batch, _BATCH_LENGTH_AT)[0])
+
+
 def stamp_base_offset(batch: bytes, base_offset: int) -> bytes:
     """The stored value of `batch` at `base_offset`: only its first 8 bytes change."""
     return _BASE_OFFSET.pack(base_offset) + batch[_BASE_OFFSET.size :]

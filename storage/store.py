@@ -14,12 +14,14 @@ import lmdb
 
 from kq.storage.errors import StorageError
 from kq.storage.records import (
+    HEADER_BYTES,
     StoredBatch,
     decode_batch,
     max_timestamp_of,
     offset_span_of,
     record_count_of,
     stamp_base_offset,
+    stored_length_of,
 )
 from kq.storage.usage import StoreUsage, measure
 
@@ -29,12 +31,16 @@ MAX_READERS = 512  # gRPC worker threads and long-polls each hold a reader slot 
 COPY_BATCH_ROWS = 1_000  # Rows per write transaction of a store copy; a stop is noticed between batches.
 COPY_BATCH_BYTES = 16 * 1024 * 1024
 PRODUCER_APPENDS_KEPT = 5  # Like Kafka: a retry of any of the last five appends is recognized.
+# LMDB's header on each overflow page (PAGEHDRSZ on 64-bit builds): a stored piece of a batch is at most
+# one page minus this, so it fills exactly one overflow page (storage/__init__.py, `record_pieces`).
+OVERFLOW_PAGE_HEADER_BYTES = 16
 
 _U64 = struct.Struct(">Q")
 _TOPIC = struct.Struct(">QIq")
 _PARTITION_KEY = struct.Struct(">QI")
 _PARTITION_STATE = struct.Struct(">QQQ")
 _RECORD_KEY = struct.Struct(">QIQ")
+_PIECE_INDEX = struct.Struct(">I")  # After a _RECORD_KEY: a `record_pieces` key.
 _TIMESTAMP_KEY = struct.Struct(">QIQQ")  # topic_id, partition, INT64_MAX - maxTimestamp, base_offset
 _INT64_MAX = 2**63 - 1
 _PRODUCER_KEY = struct.Struct(">QQI")
@@ -56,6 +62,7 @@ DATABASE_NAMES = (
     b"topic_configs",
     b"timestamps",
     b"purges",
+    b"record_pieces",
 )
 _GROUP_NAME_LENGTH = struct.Struct(">H")
 _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
@@ -122,6 +129,7 @@ class Store:
         self.path = path
         self._map_size_bytes = map_size_bytes
         self._databases = {name: environment.open_db(name) for name in DATABASE_NAMES}
+        self._piece_bytes = int(environment.stat()["psize"]) - OVERFLOW_PAGE_HEADER_BYTES
 
     @classmethod
     def open(cls, path: Path, map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT, sync: bool = False) -> Store:
@@ -177,7 +185,7 @@ class Store:
     def write(self) -> Iterator[StoreWriter]:
         """One write transaction: committed when the block ends normally, aborted if it raises."""
         with self._environment.begin(write=True) as transaction:
-            yield StoreWriter(transaction, self._databases)
+            yield StoreWriter(transaction, self._databases, self._piece_bytes)
 
     @contextmanager
     def read(self) -> Iterator[StoreReader]:
@@ -292,6 +300,7 @@ class StoreReader:
         self._topic_configs = databases[b"topic_configs"]
         self._timestamps = databases[b"timestamps"]
         self._purges = databases[b"purges"]
+        self._pieces = databases[b"record_pieces"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -335,8 +344,24 @@ class StoreReader:
         """The partition's first `count_max` stored batches, oldest first, read lazily (headers only;
         batches a trim left below the log start included, so retention sees what is still to delete).
         Consume it inside the read transaction."""
-        for base_offset, value in self.stored_batches(topic_id, partition, 0, count_max):
-            yield BatchSpan(base_offset, offset_span_of(value), max_timestamp_of(value), len(value))
+        return self.batch_spans(topic_id, partition, 0, count_max)
+
+    def batch_spans(self, topic_id: int, partition: int, offset: int, count_max: int) -> Iterator[BatchSpan]:
+        """The spans of the partition's first `count_max` batches from `offset` on (its batch holding
+        `offset` included), oldest first, read lazily from their headers alone (no piece read).
+        Consume it inside the read transaction."""
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        cursor = self._transaction.cursor(db=self._records)
+        if not self._seek_batch(cursor, topic_id, partition, offset):
+            return
+        for _ in range(count_max):
+            key, head = cursor.item()
+            if bytes(key[:12]) != prefix:
+                return
+            base_offset = _RECORD_KEY.unpack(key)[2]
+            yield BatchSpan(base_offset, offset_span_of(head), max_timestamp_of(head), stored_length_of(head))
+            if not cursor.next():
+                return
 
     def producer_window(self, producer_id: int, topic_id: int, partition: int) -> ProducerWindow | None:
         """The producer's epoch and remembered appends on this partition, or None if it never appended."""
@@ -366,10 +391,11 @@ class StoreReader:
             return []
         result: list[StoredBatch] = []
         total_bytes = 0
-        for raw_key, raw in cursor:
+        for raw_key, head in cursor:
             if bytes(raw_key[:12]) != prefix or (result and total_bytes >= max_bytes):
                 break
             base_offset = _RECORD_KEY.unpack(raw_key)[2]
+            raw = self._whole(raw_key, head)
             batch = decode_batch(raw, base_offset)
             if result:
                 assert base_offset >= result[-1].next_offset, f"batches overlap at offset {base_offset}"
@@ -379,7 +405,7 @@ class StoreReader:
 
     def stored_batches(
         self, topic_id: int, partition: int, offset: int, count_max: int
-    ) -> Iterator[tuple[int, memoryview]]:
+    ) -> Iterator[tuple[int, bytes | memoryview]]:
         """(base offset, stored bytes) of the partition's first `count_max` batches from `offset` on
         (its batch holding `offset` included), oldest first, read lazily and unchecked: what the
         compactor scans. Consume it inside the read transaction."""
@@ -390,14 +416,34 @@ class StoreReader:
         for _ in range(count_max):
             if bytes(cursor.key()[:12]) != prefix:
                 return
-            yield _RECORD_KEY.unpack(cursor.key())[2], cursor.value()
+            yield _RECORD_KEY.unpack(cursor.key())[2], self._whole(cursor.key(), cursor.value())
             if not cursor.next():
                 return
 
     def stored_batch(self, topic_id: int, partition: int, base_offset: int) -> bytes | None:
         """The batch stored at exactly `base_offset`, unchecked, or None."""
-        raw = self._transaction.get(_RECORD_KEY.pack(topic_id, partition, base_offset), db=self._records)
-        return None if raw is None else bytes(raw)
+        key = _RECORD_KEY.pack(topic_id, partition, base_offset)
+        raw = self._transaction.get(key, db=self._records)
+        return None if raw is None else bytes(self._whole(key, raw))
+
+    def _whole(self, record_key: bytes | memoryview, head: bytes | memoryview) -> bytes | memoryview:
+        """The stored batch whose `records` value is `head`: `head` itself, or `head` followed by its
+        `record_pieces` (a batch longer than one piece). Reads no more pieces than its header's
+        batchLength asks for; a piece missing or a length the pieces do not add up to leaves it
+        short or long, which `decode_batch` reports as corrupt."""
+        if len(head) < HEADER_BYTES or len(head) >= stored_length_of(head):
+            return head  # Whole, or too short to say (decode_batch reports that).
+        total = stored_length_of(head)
+        parts = [bytes(head)]
+        size = len(head)
+        cursor = self._transaction.cursor(db=self._pieces)
+        prefix = bytes(record_key)
+        found = cursor.set_range(prefix + _PIECE_INDEX.pack(1))
+        while found and size < total and bytes(cursor.key()[: len(prefix)]) == prefix:
+            parts.append(bytes(cursor.value()))
+            size += len(parts[-1])
+            found = cursor.next()
+        return b"".join(parts)
 
     def _seek_batch(self, cursor: Any, topic_id: int, partition: int, offset: int) -> bool:
         """Puts `cursor` on the partition's batch holding `offset`, else on its first batch after it
@@ -477,6 +523,33 @@ def _group_prefix(group: str) -> bytes:
 
 class StoreWriter(StoreReader):
     """Typed writes inside the one write transaction of an applied entry."""
+
+    def __init__(self, transaction: Any, databases: dict[bytes, Any], piece_bytes: int) -> None:
+        super().__init__(transaction, databases)
+        self._piece_bytes = piece_bytes
+
+    def _put_batch(self, record_key: bytes, value: bytes) -> None:
+        """Stores a batch under `record_key`: its first `piece_bytes` in `records`, the rest in
+        `record_pieces`, one page-sized piece per value, so that every value that LMDB keeps on
+        overflow pages takes exactly one page and any page a trim frees fits any later piece."""
+        view = memoryview(value)
+        piece = self._piece_bytes
+        self._transaction.put(record_key, view[:piece], db=self._records)
+        for index, start in enumerate(range(piece, len(value), piece), start=1):
+            piece_key = record_key + _PIECE_INDEX.pack(index)
+            self._transaction.put(piece_key, view[start : start + piece], db=self._pieces)
+
+    def _delete_pieces(self, record_key: bytes | memoryview, head: bytes | memoryview) -> None:
+        """Deletes the `record_pieces` of the batch whose `records` row is `head` (the caller deletes
+        or replaces that row)."""
+        if len(head) >= stored_length_of(head):
+            return
+        prefix = bytes(record_key)
+        cursor = self._transaction.cursor(db=self._pieces)
+        if cursor.set_range(prefix + _PIECE_INDEX.pack(1)):
+            while bytes(cursor.key()[: len(prefix)]) == prefix:
+                if not cursor.delete():
+                    break
 
     def _put_meta_u64(self, name: bytes, value: int) -> None:
         self._transaction.put(name, _U64.pack(value), db=self._meta)
@@ -560,6 +633,7 @@ class StoreWriter(StoreReader):
                 timestamp_key = _timestamp_key(cursor.key(), cursor.value())
                 if timestamp_key is not None:
                     self._transaction.delete(timestamp_key, db=self._timestamps)
+                self._delete_pieces(cursor.key(), cursor.value())
                 deleted += 1
                 if not cursor.delete():
                     break
@@ -595,8 +669,8 @@ class StoreWriter(StoreReader):
         assert 0 < record_count == offset_span_of(batch), "apply appends only checked batches"
         value = stamp_base_offset(batch, base_offset)
         record_key = _RECORD_KEY.pack(topic_id, partition, base_offset)
-        added = self._transaction.put(record_key, value, db=self._records, overwrite=False)
-        assert added, "an offset was already taken"
+        assert self._transaction.get(record_key, db=self._records) is None, "an offset was already taken"
+        self._put_batch(record_key, value)
         timestamp_key = _timestamp_key(record_key, value)
         if timestamp_key is not None:
             self._transaction.put(timestamp_key, b"", db=self._timestamps)
@@ -627,11 +701,12 @@ class StoreWriter(StoreReader):
                 span = offset_span_of(cursor.value())  # From the stored v2 header.
                 if _RECORD_KEY.unpack(cursor.key())[2] + span > log_start:
                     break
-                freed_bytes += len(cursor.value())
+                freed_bytes += stored_length_of(cursor.value())
                 deleted += 1
                 timestamp_key = _timestamp_key(cursor.key(), cursor.value())
                 if timestamp_key is not None:
                     self._transaction.delete(timestamp_key, db=self._timestamps)
+                self._delete_pieces(cursor.key(), cursor.value())
                 if not cursor.delete():
                     break
         self._put_partition(
@@ -649,17 +724,19 @@ class StoreWriter(StoreReader):
         key = _RECORD_KEY.pack(topic_id, partition, base_offset)
         old = self._transaction.get(key, db=self._records)
         assert state is not None and old is not None, "rewrite of a batch that is not stored"
-        old_size = len(old)
+        old_size = stored_length_of(old)
         if value is None:
             timestamp_key = _timestamp_key(key, old)
             if timestamp_key is not None:
                 self._transaction.delete(timestamp_key, db=self._timestamps)
+            self._delete_pieces(key, old)
             self._transaction.delete(key, db=self._records)
         else:
             header = (offset_span_of(value), max_timestamp_of(value))
             # A rewrite keeps the batch's offsets and its maxTimestamp, hence its `timestamps` row.
             assert header == (offset_span_of(old), max_timestamp_of(old)), "a rewrite changed the header"
-            self._transaction.put(key, value, db=self._records)
+            self._delete_pieces(key, old)
+            self._put_batch(key, value)
         freed_bytes = old_size - (0 if value is None else len(value))
         self._put_partition(
             topic_id,

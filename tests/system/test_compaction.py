@@ -31,7 +31,7 @@ HOUR_MS = 3_600_000
 WAIT_S = 60.0
 KEYS = 20
 ROUNDS = 10
-LOG_DATABASES = {b"topics", b"partitions", b"records", b"timestamps", b"topic_configs"}
+LOG_DATABASES = {b"topics", b"partitions", b"records", b"record_pieces", b"timestamps", b"topic_configs"}
 NODE_ARGS = (
     "--compaction-check-ms",
     "200",

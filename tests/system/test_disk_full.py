@@ -39,7 +39,15 @@ REQUESTS_MAX = 200  # Far past the 48 MiB at which a 64 MiB bound refuses.
 WAIT_S = 60.0
 KAFKA_STORAGE_ERROR = 56
 # What the nodes write (records, topics, offsets); groups and producer ids are left out, nothing else.
-LOG_DATABASES = {b"topics", b"partitions", b"records", b"timestamps", b"topic_configs", b"meta"}
+LOG_DATABASES = {
+    b"topics",
+    b"partitions",
+    b"records",
+    b"record_pieces",
+    b"timestamps",
+    b"topic_configs",
+    b"meta",
+}
 
 
 def big_batch() -> bytes:
