@@ -7,6 +7,7 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                   b"next_topic_id"     -> u64  topic ids are never reused, so a recreated topic is new
                   b"next_producer_id"  -> u64  idempotent producer ids, allocated from 1
                   b"rejected_entries"  -> u64  committed entries apply refused as a whole (a bug's trace)
+                  b"layout"            -> u64  this layout's version, 2 (none: 1, upgraded at open)
     topics      key: topic name (UTF-8, <= 249 bytes)
                 value: topic_id u64 | partitions u32 | created_ms i64                      (20 bytes)
     partitions  key: topic_id u64 | partition u32                                           (12 bytes)
@@ -29,7 +30,7 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                        keep growing under retention. One-page pieces fit any page a trim frees
                        (bench/lmdb_growth.py). A store written before pieces holds batches whole in
                        `records`; reads and deletes take both
-    producers   key: producer_id u64 | topic_id u64 | partition u32                         (20 bytes)
+    producers   key: topic_id u64 | partition u32 | producer_id u64                         (20 bytes)
                 value: epoch u16 | count u8, then `count` x
                        (first_sequence u32 | record_count u32 | base_offset u64)   (3 + 16 x count bytes)
                        the producer's epoch on that partition and its last PRODUCER_APPENDS_KEPT
@@ -38,6 +39,11 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                 value: the group's state, serialized by raft/ (a `GroupState` protobuf, deterministic)
     offsets     key: name_length u16 | group name | topic_id u64 | partition u32
                 value: committed_offset u64 | commit_time_ms i64                              (16 bytes)
+    offset_topics
+                key: topic_id u64 | partition u32 | name_length u16 | group name
+                value: empty
+                       one row per `offsets` row, its key's tail moved to the front: a topic's
+                       committed offsets, found without reading every group's
     topic_configs
                 key: topic_id u64                                                           (8 bytes)
                 value: the topic's config overrides, a `TopicConfigs` protobuf, entries sorted by name
@@ -53,9 +59,14 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
 
     purges      key: topic_id u64                                                           (8 bytes)
                 value: empty
-                       a deleted topic whose batches are not all deleted yet: deleting a topic (and
-                       each purge after it) deletes a bounded number of them; the row goes with the
-                       last one
+                       a deleted topic whose rows are not all deleted yet (batches, producer state,
+                       committed offsets: each a range that starts with the topic id): deleting a
+                       topic (and each purge after it) deletes a bounded number of them; the row
+                       goes with the last one
+
+Layout 1 (before `layout` existed) keyed `producers` producer first and had no `offset_topics`:
+opening such a store, or receiving a copy of one, re-keys the one and builds the other (storage/store.py
+`_upgrade`), a pure function of the rows, so replicas that upgrade stay equal.
 
 Every write goes through one LMDB write transaction per applied Raft entry, which also stores the
 entry's index in `applied_index`: state and index move together or not at all.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +43,8 @@ _RECORD_KEY = struct.Struct(">QIQ")
 _PIECE_INDEX = struct.Struct(">I")  # After a _RECORD_KEY: a `record_pieces` key.
 _TIMESTAMP_KEY = struct.Struct(">QIQQ")  # topic_id, partition, INT64_MAX - maxTimestamp, base_offset
 _INT64_MAX = 2**63 - 1
-_PRODUCER_KEY = struct.Struct(">QQI")
+_PRODUCER_KEY = struct.Struct(">QIQ")  # topic_id, partition, producer_id: a topic's rows are one range.
+_OLD_PRODUCER_KEY = struct.Struct(">QQI")  # producer_id, topic_id, partition: layout 1.
 _PRODUCER_EPOCH = struct.Struct(">HB")  # epoch, count of the appends that follow
 _PRODUCER_APPEND = struct.Struct(">IIQ")  # first sequence, record count, base offset
 
@@ -51,6 +52,8 @@ _APPLIED_INDEX = b"applied_index"
 _NEXT_TOPIC_ID = b"next_topic_id"
 _NEXT_PRODUCER_ID = b"next_producer_id"
 _REJECTED_ENTRIES = b"rejected_entries"
+_LAYOUT = b"layout"
+LAYOUT_VERSION = 2  # 2: producers keyed topic first, offset_topics; a store without the row is 1.
 DATABASE_NAMES = (
     b"meta",
     b"topics",
@@ -63,6 +66,7 @@ DATABASE_NAMES = (
     b"timestamps",
     b"purges",
     b"record_pieces",
+    b"offset_topics",
 )
 _GROUP_NAME_LENGTH = struct.Struct(">H")
 _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
@@ -132,7 +136,13 @@ class Store:
         self._piece_bytes = int(environment.stat()["psize"]) - OVERFLOW_PAGE_HEADER_BYTES
 
     @classmethod
-    def open(cls, path: Path, map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT, sync: bool = False) -> Store:
+    def open(
+        cls,
+        path: Path,
+        map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT,
+        sync: bool = False,
+        upgrade: bool = True,
+    ) -> Store:
         """Opens (creating) the environment in directory `path`.
 
         `sync=False` skips the fsync at each commit: a commit still reaches the page cache, so it
@@ -142,6 +152,9 @@ class Store:
         each commit's data pages but not its meta page (MDB_NOMETASYNC): the store stays intact and
         a power loss may undo only the last commit, which the Raft journal replays; `sync()` makes
         that one durable too (before compaction drops its journal entries).
+
+        `upgrade` brings a store written by an older kq to the current layout (and marks a new one
+        with it); only a store copy's empty target skips it, as it takes the source's rows as they are.
         """
         path.mkdir(parents=True, exist_ok=True)
         environment = lmdb.open(
@@ -160,9 +173,10 @@ class Store:
         store = cls(environment, path, map_size_bytes)
         with environment.begin(write=False) as transaction:
             missing = _timestamp_index_missing(transaction, store._databases)
-        if missing:  # A store written before the index existed: built once, from the batches alone.
+            old_layout = _layout_version(transaction, store._databases) < LAYOUT_VERSION
+        if upgrade and (missing or old_layout):  # Written by an older kq (or new): brought up to date once.
             with environment.begin(write=True) as transaction:
-                _build_timestamp_index(transaction, store._databases)
+                _upgrade(transaction, store._databases)
         return store
 
     def map_size_bytes(self) -> int:
@@ -213,14 +227,16 @@ class Store:
         between batches (node shutdown) instead of holding the environment open until it ends.
         Raises StorageError when `stopping` is set.
         """
-        copy = Store.open(directory, map_size_bytes=self._map_size_bytes)
+        copy = Store.open(directory, map_size_bytes=self._map_size_bytes, upgrade=False)
         try:
             for name in DATABASE_NAMES:
                 for batch in _batches(transaction.cursor(db=self._databases[name])):
                     if stopping.is_set():
                         raise StorageError("store copy stopped: the node is shutting down")
                     with copy._environment.begin(write=True) as target:
-                        target.cursor(db=copy._databases[name]).putmulti(batch, append=True)
+                        _, added = target.cursor(db=copy._databases[name]).putmulti(batch, append=True)
+                    if added != len(batch):  # MDB_APPEND skips a row out of order instead of raising.
+                        raise StorageError(f"store copy: {len(batch) - added} rows of {name!r} not copied")
             copy._environment.sync(True)
         finally:
             copy.close()
@@ -232,9 +248,10 @@ class Store:
                 target_db = self._databases[name]
                 transaction.drop(target_db, delete=False)
                 cursor = source.cursor(db=other._databases[name])
-                transaction.cursor(db=target_db).putmulti(iter(cursor), append=True)
-            if _timestamp_index_missing(transaction, self._databases):  # A copy from an older node.
-                _build_timestamp_index(transaction, self._databases)
+                consumed, added = transaction.cursor(db=target_db).putmulti(iter(cursor), append=True)
+                if added != consumed:  # MDB_APPEND skips a row out of order instead of raising.
+                    raise StorageError(f"store replace: {consumed - added} rows of {name!r} not copied")
+            _upgrade(transaction, self._databases)  # A copy from an older node.
 
     def dump(self) -> list[tuple[bytes, bytes, bytes]]:
         """Every (database, key, value) in order: for tests that compare replicas byte by byte."""
@@ -257,6 +274,34 @@ def _batches(cursor: Any) -> Iterator[list[tuple[bytes, bytes]]]:
             batch, size_bytes = [], 0
     if batch:
         yield batch
+
+
+def _layout_version(transaction: Any, databases: dict[bytes, Any]) -> int:
+    raw = transaction.get(_LAYOUT, db=databases[b"meta"])
+    return 1 if raw is None else int(_U64.unpack(raw)[0])
+
+
+def _upgrade(transaction: Any, databases: dict[bytes, Any]) -> None:
+    """Brings a store written by an older kq to the current layout, from its own rows alone (a pure
+    function of them, so replicas that upgrade end equal): the `timestamps` index, then layout 2."""
+    if _timestamp_index_missing(transaction, databases):
+        _build_timestamp_index(transaction, databases)
+    if _layout_version(transaction, databases) < 2:
+        producers = databases[b"producers"]
+        rows = [(bytes(key), bytes(value)) for key, value in transaction.cursor(db=producers)]
+        transaction.drop(producers, delete=False)
+        for key, value in rows:
+            producer_id, topic_id, partition = _OLD_PRODUCER_KEY.unpack(key)
+            transaction.put(_PRODUCER_KEY.pack(topic_id, partition, producer_id), value, db=producers)
+        for key in transaction.cursor(db=databases[b"offsets"]).iternext(values=False):
+            transaction.put(_offset_topic_key(bytes(key)), b"", db=databases[b"offset_topics"])
+    transaction.put(_LAYOUT, _U64.pack(LAYOUT_VERSION), db=databases[b"meta"])
+
+
+def _offset_topic_key(offset_key: bytes) -> bytes:
+    """The `offset_topics` row of an `offsets` key: its topic and partition first, then its group."""
+    split = len(offset_key) - _OFFSET_TAIL.size
+    return offset_key[split:] + offset_key[:split]
 
 
 def _timestamp_index_missing(transaction: Any, databases: dict[bytes, Any]) -> bool:
@@ -301,6 +346,7 @@ class StoreReader:
         self._timestamps = databases[b"timestamps"]
         self._purges = databases[b"purges"]
         self._pieces = databases[b"record_pieces"]
+        self._offset_topics = databases[b"offset_topics"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -365,7 +411,7 @@ class StoreReader:
 
     def producer_window(self, producer_id: int, topic_id: int, partition: int) -> ProducerWindow | None:
         """The producer's epoch and remembered appends on this partition, or None if it never appended."""
-        raw = self._transaction.get(_PRODUCER_KEY.pack(producer_id, topic_id, partition), db=self._producers)
+        raw = self._transaction.get(_PRODUCER_KEY.pack(topic_id, partition, producer_id), db=self._producers)
         if raw is None:
             return None
         raw = bytes(raw)
@@ -487,7 +533,8 @@ class StoreReader:
         return None
 
     def purges(self) -> list[int]:
-        """Ids of deleted topics whose batches are not all deleted yet."""
+        """Ids of deleted topics whose rows (batches, producer state, committed offsets) are not all
+        deleted yet."""
         cursor = self._transaction.cursor(db=self._purges)
         return [_U64.unpack(key)[0] for key in cursor.iternext(values=False)]
 
@@ -590,63 +637,65 @@ class StoreWriter(StoreReader):
             self._transaction.delete(_U64.pack(topic_id), db=self._topic_configs)
 
     def delete_topic(self, topic: TopicMeta, batches_max: int) -> bool:
-        """Removes the topic, its configs, its partitions and producer state, and at most `batches_max`
-        of its batches; the rest stay, unreachable (topic ids are never reused), under a `purges` row
-        until `purge` deletes them. Returns whether every batch is gone."""
+        """Removes the topic, its configs and its partitions, and at most `batches_max` of its rows left
+        (batches, producer state, groups' committed offsets); the rest stay, unreachable (topic ids are
+        never reused), under a `purges` row until `purge` deletes them. Returns whether every row is
+        gone."""
         self._transaction.delete(topic.name.encode(), db=self._topics)
         self._transaction.delete(_U64.pack(topic.topic_id), db=self._topic_configs)
         for partition in range(topic.partitions):
             self._transaction.delete(_PARTITION_KEY.pack(topic.topic_id, partition), db=self._partitions)
         self._transaction.put(_U64.pack(topic.topic_id), b"", db=self._purges)
-        done = self.purge(topic.topic_id, batches_max)
-        cursor = self._transaction.cursor(db=self._producers)
-        stale = [
-            bytes(key)
-            for key in cursor.iternext(values=False)
-            if _PRODUCER_KEY.unpack(key)[1] == topic.topic_id
-        ]
-        for key in stale:
-            self._transaction.delete(key, db=self._producers)
-        offsets_cursor = self._transaction.cursor(db=self._offsets)
-        orphaned = [
-            bytes(key)
-            for key in offsets_cursor.iternext(values=False)
-            if _OFFSET_TAIL.unpack_from(key, len(key) - _OFFSET_TAIL.size)[0] == topic.topic_id
-        ]
-        for key in orphaned:
-            self._transaction.delete(key, db=self._offsets)
-        return done
+        return self.purge(topic.topic_id, batches_max)
 
-    def purge(self, topic_id: int, batches_max: int) -> bool:
-        """Deletes at most `batches_max` batches of a deleted topic (with their `timestamps` rows);
-        when none is left, its `purges` row too. Returns whether none is left. A topic without a
-        `purges` row (a live one, or one purged already) is left alone."""
+    def purge(self, topic_id: int, rows_max: int) -> bool:
+        """Deletes at most `rows_max` rows of a deleted topic: its batches (with their pieces and
+        `timestamps` rows), then its producer state, then the groups' committed offsets of it (with
+        their `offset_topics` rows); when none is left, its `purges` row too. Returns whether none is
+        left. A topic without a `purges` row (a live one, or one purged already) is left alone."""
         prefix = _U64.pack(topic_id)
         if self._transaction.get(prefix, db=self._purges) is None:
             return True
-        cursor = self._transaction.cursor(db=self._records)
-        deleted = 0
-        if cursor.set_range(prefix):
-            while bytes(cursor.key()[:8]) == prefix:
-                if deleted == batches_max:
-                    return False
-                timestamp_key = _timestamp_key(cursor.key(), cursor.value())
-                if timestamp_key is not None:
-                    self._transaction.delete(timestamp_key, db=self._timestamps)
-                self._delete_pieces(cursor.key(), cursor.value())
-                deleted += 1
-                if not cursor.delete():
-                    break
+        budget = [rows_max]
+        for database, delete_one in (
+            (self._records, self._delete_stored_batch),
+            (self._producers, None),
+            (self._offset_topics, self._delete_committed_offset),
+        ):
+            if not self._delete_topic_rows(database, prefix, budget, delete_one):
+                return False
         self._transaction.delete(prefix, db=self._purges)
         return True
 
-    def _delete_prefix(self, database: Any, prefix: bytes) -> None:
+    def _delete_topic_rows(
+        self, database: Any, prefix: bytes, budget: list[int], delete_one: Callable[[Any, Any], None] | None
+    ) -> bool:
+        """Deletes the rows of `database` under `prefix` while `budget[0]` lasts (calling `delete_one`
+        with each row's key and value first, for what goes with it); whether none is left."""
         cursor = self._transaction.cursor(db=database)
         if not cursor.set_range(prefix):
-            return
+            return True
         while bytes(cursor.key()[: len(prefix)]) == prefix:
+            if budget[0] == 0:
+                return False
+            if delete_one is not None:
+                delete_one(cursor.key(), cursor.value())
+            budget[0] -= 1
             if not cursor.delete():
                 break
+        return True
+
+    def _delete_stored_batch(self, record_key: Any, head: Any) -> None:
+        """What goes with a `records` row: its `timestamps` row and its pieces."""
+        timestamp_key = _timestamp_key(record_key, head)
+        if timestamp_key is not None:
+            self._transaction.delete(timestamp_key, db=self._timestamps)
+        self._delete_pieces(record_key, head)
+
+    def _delete_committed_offset(self, offset_topic_key: Any, _: Any) -> None:
+        """What an `offset_topics` row stands for: the group's `offsets` row."""
+        key = bytes(offset_topic_key)
+        self._transaction.delete(key[_OFFSET_TAIL.size :] + key[: _OFFSET_TAIL.size], db=self._offsets)
 
     def _put_partition(self, topic_id: int, partition: int, state: PartitionState) -> None:
         self._transaction.put(
@@ -703,10 +752,7 @@ class StoreWriter(StoreReader):
                     break
                 freed_bytes += stored_length_of(cursor.value())
                 deleted += 1
-                timestamp_key = _timestamp_key(cursor.key(), cursor.value())
-                if timestamp_key is not None:
-                    self._transaction.delete(timestamp_key, db=self._timestamps)
-                self._delete_pieces(cursor.key(), cursor.value())
+                self._delete_stored_batch(cursor.key(), cursor.value())
                 if not cursor.delete():
                     break
         self._put_partition(
@@ -726,10 +772,7 @@ class StoreWriter(StoreReader):
         assert state is not None and old is not None, "rewrite of a batch that is not stored"
         old_size = stored_length_of(old)
         if value is None:
-            timestamp_key = _timestamp_key(key, old)
-            if timestamp_key is not None:
-                self._transaction.delete(timestamp_key, db=self._timestamps)
-            self._delete_pieces(key, old)
+            self._delete_stored_batch(key, old)
             self._transaction.delete(key, db=self._records)
         else:
             header = (offset_span_of(value), max_timestamp_of(value))
@@ -752,7 +795,14 @@ class StoreWriter(StoreReader):
     def delete_group(self, name: str) -> None:
         """Removes a group and all its committed offsets."""
         self._transaction.delete(name.encode(), db=self._groups)
-        self._delete_prefix(self._offsets, _group_prefix(name))
+        prefix = _group_prefix(name)
+        cursor = self._transaction.cursor(db=self._offsets)
+        if not cursor.set_range(prefix):
+            return
+        while bytes(cursor.key()[: len(prefix)]) == prefix:
+            self._transaction.delete(_offset_topic_key(bytes(cursor.key())), db=self._offset_topics)
+            if not cursor.delete():
+                break
 
     def commit_offset(
         self, group: str, topic_id: int, partition: int, offset: int, commit_time_ms: int
@@ -760,6 +810,7 @@ class StoreWriter(StoreReader):
         """Stores the group's committed offset for one partition."""
         key = _group_prefix(group) + _OFFSET_TAIL.pack(topic_id, partition)
         self._transaction.put(key, _COMMITTED.pack(offset, commit_time_ms), db=self._offsets)
+        self._transaction.put(_offset_topic_key(key), b"", db=self._offset_topics)
 
     def remember_producer_append(
         self, producer_id: int, topic_id: int, partition: int, epoch: int, append: ProducerAppend
@@ -775,4 +826,4 @@ class StoreWriter(StoreReader):
         raw = _PRODUCER_EPOCH.pack(epoch, len(appends)) + b"".join(
             _PRODUCER_APPEND.pack(a.first_sequence, a.record_count, a.base_offset) for a in appends
         )
-        self._transaction.put(_PRODUCER_KEY.pack(producer_id, topic_id, partition), raw, db=self._producers)
+        self._transaction.put(_PRODUCER_KEY.pack(topic_id, partition, producer_id), raw, db=self._producers)
