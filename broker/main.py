@@ -396,6 +396,10 @@ def main(
         peer_list = parse_peers(peers, node_id, rack)
         if election_timeout_min_ms >= election_timeout_max_ms:
             raise ConfigError("--election-timeout-min-ms must be below --election-timeout-max-ms")
+        if election_timeout_min_ms <= 3 * heartbeat_ms:  # PySyncObj's rule: three heartbeats per timeout.
+            raise ConfigError("--election-timeout-min-ms must be above three times --heartbeat-ms")
+        if leader_fallback_ms <= heartbeat_ms:
+            raise ConfigError("--leader-fallback-ms must be above --heartbeat-ms")
         if not secret:
             raise ConfigError("--secret must not be empty")
         try:

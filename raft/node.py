@@ -111,7 +111,8 @@ def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
         raftMinTimeout=config.election_timeout_min_s,
         raftMaxTimeout=config.election_timeout_max_s,
         appendEntriesPeriod=config.heartbeat_period_s,
-        connectionTimeout=config.connection_timeout_s,
+        # PySyncObj requires it at least raftMaxTimeout (else an AssertionError at start).
+        connectionTimeout=max(config.connection_timeout_s, config.election_timeout_max_s),
         connectionRetryTime=config.connection_retry_s,
         leaderFallbackTimeout=config.leader_fallback_timeout_s,
         appendEntriesUseBatch=False,  # True adds ~100 ms per commit; kq's batcher groups instead.
