@@ -51,6 +51,7 @@ class NodeConfig:
     # `--max-disk-bytes`: the LMDB map, so the store never grows past it; the leader refuses writes near
     # it (broker/storage_guard.py). None: 64 GiB of address space, bounded by the disk alone.
     max_disk_bytes: int | None = None
+    http_address: str = ""  # `--http-address`: /metrics, /healthz, /readyz ("": not served).
 
     @property
     def self_peer(self) -> Peer:

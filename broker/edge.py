@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from kq.broker.errors import KqError, abort_async, abort_with
+from kq.broker.metrics import GRPC_REQUEST_LATENCY, observe_latency
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX, UNARY_CALLS_MAX
 
@@ -133,18 +134,23 @@ class EdgeInterceptor(_Interceptor):
         return handler
 
     def _unary(self, method: str, behavior: Callable[[Any, Any], Any]) -> Callable[[Any, _Context], Any]:
+        name = method.rsplit("/", 1)[-1]  # The latency label: one of the server's own method names.
         if inspect.iscoroutinefunction(behavior):
 
             async def handle_on_loop(request: Any, context: _Context) -> Any:
+                started_s = time.monotonic()
                 await _refuse_undecodable(request, context)
                 try:
                     return await behavior(request, context)
                 except Exception as error:
                     await self._fail(method, error, context)
+                finally:
+                    observe_latency(GRPC_REQUEST_LATENCY, name, started_s)
 
             return handle_on_loop
 
         async def handle_in_pool(request: Any, context: _Context) -> Any:
+            started_s = time.monotonic()
             await _refuse_undecodable(request, context)
             if self.unary_calls >= self._unary_calls_max:
                 await abort_async(
@@ -161,6 +167,7 @@ class EdgeInterceptor(_Interceptor):
                 await self._fail(method, error, context)
             finally:
                 self.unary_calls -= 1
+                observe_latency(GRPC_REQUEST_LATENCY, name, started_s)
 
         return handle_in_pool
 

@@ -249,7 +249,7 @@ class GroupRpcs(ServiceBase):
             state.assignor = state.assignor or "range"  # What the group will use when it has members.
             return kq_pb2.DescribeGroupResponse(
                 group=state,
-                partitions=_lags(reader, state),
+                partitions=partition_lags(reader, state),
                 served_by=self._node.node_id,
                 applied_index=reader.applied_index(),
             )
@@ -303,7 +303,7 @@ def _new_member_id(client_id: str) -> str:
     return f"{client_id[:MEMBER_ID_PREFIX_MAX] or 'member'}-{uuid.uuid4().hex[:12]}"
 
 
-def _lags(reader: StoreReader, state: kq_pb2.GroupState) -> list[kq_pb2.PartitionLag]:
+def partition_lags(reader: StoreReader, state: kq_pb2.GroupState) -> list[kq_pb2.PartitionLag]:
     """Per partition of every topic the group owns or committed to: committed offset, log end, lag.
 
     Without a committed offset the lag counts from the log start (what an `earliest` consumer has left).

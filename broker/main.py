@@ -32,9 +32,12 @@ from kq.broker.config import (
 from kq.broker.consensus import PySyncObjConsensus
 from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
 from kq.broker.groups import GroupCoordinator
+from kq.broker.http_endpoints import HttpEndpoints, readiness
 from kq.broker.kafka.apis import KafkaApis
 from kq.broker.kafka.listener import KafkaListener
 from kq.broker.kafka.settings import kafka_settings
+from kq.broker.logs import LOG_FORMATS, LogFormat, configure_logging
+from kq.broker.metrics import LeadershipWatch, NodeCollector, SnapshotCounts, register_node
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
@@ -119,6 +122,22 @@ class BrokerNode:
                 KafkaListener(config.kafka.address, apis.answer, config.kafka.frame_bytes_max, apis.close)
             )
         self.grpc_port = 0  # Bound by start().
+        self.leadership = LeadershipWatch()  # The main thread's health poll feeds it; scrapes read it.
+        self.http: HttpEndpoints | None = None
+        if config.http_address:
+            host, _, port = config.http_address.rpartition(":")
+            self.http = HttpEndpoints((host, int(port)), self.consensus.status)
+            register_node(
+                NodeCollector(
+                    config.node_id,
+                    self.store,
+                    self.consensus,
+                    self.leadership,
+                    lambda: SnapshotCounts(*self.raft.snapshots_written()),
+                    self.batcher.queue_depth,
+                )
+            )
+        self.http_port = 0  # Bound by start() when there is an HTTP address.
 
     def start(self) -> None:
         """Starts every thread of the node (the threads table of DESIGN.md); SystemExit if the gRPC
@@ -133,14 +152,24 @@ class BrokerNode:
         except FrontEndError as error:
             self._stop_behind_front()
             raise SystemExit(str(error)) from error
+        if self.http is not None:
+            try:
+                self.http_port = self.http.start()
+            except OSError as error:
+                self.stop()
+                raise SystemExit(f"cannot serve HTTP (--http-address): {error}") from error
 
     def update_health(self) -> None:
-        """SERVING once this node is ready and knows a leader; NOT_SERVING otherwise."""
+        """SERVING when /readyz would answer ready (broker/http_endpoints.py `readiness`); NOT_SERVING
+        otherwise. Also counts leadership changes for the metrics."""
         status = self.consensus.status()
-        self.front.set_serving(status.ready and bool(status.leader_id))
+        self.leadership.observe(status.leader_id)
+        self.front.set_serving(readiness(status).ready)
 
     def stop(self) -> None:
         """Stops every thread, in the order of the class docstring, then closes the store."""
+        if self.http is not None:
+            self.http.stop()
         self.front.stop()
         self._stop_behind_front()
 
@@ -171,12 +200,9 @@ def raise_open_files_limit() -> int:
     return hard
 
 
-def run_node(config: NodeConfig, log_level: str) -> None:
+def run_node(config: NodeConfig, log_level: str, log_format: LogFormat = "auto") -> None:
     """Runs the node until SIGTERM or SIGINT; the main thread handles signals and the health status."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        format=f"%(asctime)s %(levelname)s node={config.node_id} %(name)s: %(message)s",
-    )
+    configure_logging(config.node_id, log_level, log_format)
     stopping = threading.Event()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signal_number, lambda *_: stopping.set())
@@ -196,6 +222,8 @@ def run_node(config: NodeConfig, log_level: str) -> None:
     )
     if config.kafka is not None:
         logger.info("serving Kafka on %s (broker id %s)", config.kafka.address, config.node_id)
+    if node.http is not None:
+        logger.info("serving /metrics, /healthz and /readyz on %s", config.http_address)
     try:
         while not stopping.wait(HEALTH_POLL_S):
             node.update_health()
@@ -358,7 +386,19 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
         "(16 MiB to 1 GiB), or of a full disk. Default: no bound but the disk's (KQ_MAX_DISK_BYTES)."
     ),
 )
+@click.option(
+    "--http-address",
+    default="",
+    help="host:port of this node's HTTP port: /metrics (Prometheus), /healthz, /readyz; empty: none "
+    "(KQ_HTTP_ADDRESS).",
+)
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option(
+    "--log-format",
+    default="auto",
+    type=click.Choice(LOG_FORMATS),
+    help="json: one JSON object a line; text: for people; auto: text on a terminal, else json.",
+)
 def main(
     node_id: str,
     grpc_address: str,
@@ -387,11 +427,15 @@ def main(
     rack: str,
     max_disk_bytes: str | None,
     log_level: str,
+    http_address: str,
+    log_format: LogFormat,
 ) -> None:
     """Runs one kq node."""
     try:
         parse_address(grpc_address, "--grpc-address")
         parse_address(raft_address, "--raft-address")
+        if http_address:
+            parse_address(http_address, "--http-address")
         parse_rack(rack, "--rack")
         peer_list = parse_peers(peers, node_id, rack)
         if election_timeout_min_ms >= election_timeout_max_ms:
@@ -451,11 +495,12 @@ def main(
         rack,
         compaction_check_s=compaction_check_ms / 1000,
         max_disk_bytes=disk_bound,
+        http_address=http_address,
     )
     if kafka is not None:
         try:
             kafka_settings(config, kafka)
         except ConfigError as error:
             raise click.UsageError(str(error)) from error
-    run_node(config, log_level)
+    run_node(config, log_level, log_format)
     sys.exit(0)

@@ -144,6 +144,10 @@ class Batcher:
         self._stopping = False  # Read and written by the kq-batcher thread only.
         self._thread: threading.Thread | None = None
 
+    def queue_depth(self) -> int:
+        """Requests waiting in the queue for the batcher thread (approximate; any thread)."""
+        return self._queue.qsize()
+
     def start(self) -> None:
         """Starts the kq-batcher thread."""
         assert self._thread is None, "started twice"

@@ -17,6 +17,7 @@ from kq.broker.errors import (
     error_for_code,
 )
 from kq.broker.group_service import GroupRpcs
+from kq.broker.metrics import count_fetched, count_produced
 from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
 from kq.broker.service_base import stored_records
 from kq.broker.validation import (
@@ -187,6 +188,8 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         error = error_for_code(outcome.result.error, f"{request.topic}/{request.partition}")
         if error is not None:
             raise error
+        if not outcome.result.duplicate:
+            count_produced(request.topic, read_header(request.records).record_count, len(request.records))
         return kq_pb2.ProduceResponse(
             partition=request.partition,
             base_offset=outcome.result.base_offset,
@@ -301,6 +304,7 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
             batches: list[StoredBatch] = []
             if caught_up and offset < state.log_end_offset:
                 batches = reader.batches(topic.topic_id, request.partition, offset, max_bytes)
+                count_fetched(request.topic, batches)
         response = kq_pb2.FetchResponse(
             log_start_offset=state.log_start_offset,
             log_end_offset=state.log_end_offset,

@@ -44,6 +44,7 @@ class RunSettings:
     base_kafka_port: int
     program: str  # How the user called us, for the hints we print ("deploy/run-cluster.sh").
     racks: tuple[str, ...] = ()  # One per node (KQ_RACKS), or none.
+    base_http_port: int = 9640  # Node N: /metrics, /healthz, /readyz on this+N.
 
     def cluster(self) -> LocalCluster:
         """The cluster of this run directory, with every node that still runs adopted by its PID.
@@ -58,6 +59,7 @@ class RunSettings:
             grpc_ports=[self.base_grpc_port + n for n in range(1, size + 1)],
             raft_ports=[self.base_raft_port + n for n in range(1, size + 1)],
             kafka_ports=[self.base_kafka_port + n for n in range(1, size + 1)],
+            http_ports=[self.base_http_port + n for n in range(1, size + 1)],
             racks=self.racks or None,
             record_pids=True,
             detach=True,
@@ -132,7 +134,8 @@ def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
     for node_id, spec in cluster.nodes.items():
         click.echo(
             f"  node {node_id}  gRPC {spec.grpc_address}  Kafka {spec.kafka_address}  "
-            f"Raft {spec.raft_address}  PID {cluster.pid(node_id) or '-'}  log {cluster.log_path(node_id)}"
+            f"Raft {spec.raft_address}  PID {cluster.pid(node_id) or '-'}  log {cluster.log_path(node_id)}\n"
+            f"          metrics {spec.metrics_url}  health http://{spec.http_address}/readyz"
         )
     bootstrap = ""
     if settings.base_grpc_port != 9100 or settings.nodes != 3:
@@ -195,6 +198,13 @@ PORT_BASE = click.IntRange(1, 65535 - NODES_MAX)
     help="Node N: Kafka listener this+N (9092, 9093, 9094 by default)",
 )
 @click.option(
+    "--base-http-port",
+    envvar="KQ_BASE_HTTP_PORT",
+    default=9640,
+    type=PORT_BASE,
+    help="Node N: HTTP port this+N for /metrics, /healthz and /readyz (9641, 9642, 9643 by default)",
+)
+@click.option(
     "--racks",
     envvar="KQ_RACKS",
     default="",
@@ -211,21 +221,29 @@ def main(
     base_raft_port: int,
     ready_timeout_s: float,
     base_kafka_port: int,
+    base_http_port: int,
     racks: str,
     program: str,
 ) -> None:
     """A local kq cluster on 127.0.0.1 that keeps running after this command.
 
     Options also come from KQ_RUN_DIR, KQ_NODES, KQ_BASE_GRPC_PORT, KQ_BASE_RAFT_PORT, KQ_BASE_KAFKA_PORT,
-    KQ_READY_TIMEOUT_S and KQ_RACKS; KQ_SECRET is the cluster's Raft secret (default: generated into the run
-    directory). Other KQ_* variables reach kq-node as its options (e.g. KQ_LOG_LEVEL=debug).
+    KQ_BASE_HTTP_PORT, KQ_READY_TIMEOUT_S and KQ_RACKS; KQ_SECRET is the cluster's Raft secret (default:
+    generated into the run directory). Other KQ_* variables reach kq-node as its options (e.g.
+    KQ_LOG_LEVEL=debug).
     """
     grpc_ports = range(base_grpc_port + 1, base_grpc_port + nodes + 1)
     raft_ports = range(base_raft_port + 1, base_raft_port + nodes + 1)
     kafka_ports = range(base_kafka_port + 1, base_kafka_port + nodes + 1)
-    if set(grpc_ports) & set(raft_ports) or set(kafka_ports) & (set(grpc_ports) | set(raft_ports)):
+    ranges = [
+        set(grpc_ports),
+        set(raft_ports),
+        set(kafka_ports),
+        set(range(base_http_port + 1, base_http_port + nodes + 1)),
+    ]
+    if sum(len(ports) for ports in ranges) != len(set().union(*ranges)):
         raise click.BadParameter(
-            "the gRPC, Raft and Kafka port ranges overlap", param_hint="--base-raft-port"
+            "the gRPC, Raft, Kafka and HTTP port ranges overlap", param_hint="--base-raft-port"
         )
     rack_list = tuple(rack.strip() for rack in racks.split(",")) if racks else ()
     if rack_list and len(rack_list) != nodes:
@@ -241,6 +259,7 @@ def main(
         base_kafka_port,
         program,
         rack_list,
+        base_http_port,
     )
 
 

@@ -17,6 +17,7 @@ but no majority follows it in that term, so it is never taken for the leader.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -139,6 +140,12 @@ class NodeSpec:
     data_dir: Path
     kafka_address: str = ""  # "": the node runs no Kafka listener.
     rack: str = ""  # "": none (the node's --rack, Kafka's broker.rack).
+    http_address: str = ""  # "": no HTTP port (/metrics, /healthz, /readyz).
+
+    @property
+    def metrics_url(self) -> str:
+        """The node's Prometheus endpoint ("" without an HTTP port)."""
+        return f"http://{self.http_address}/metrics" if self.http_address else ""
 
 
 class LocalCluster:
@@ -169,6 +176,7 @@ class LocalCluster:
         raft_ports: Sequence[int] | None = None,
         kafka_ports: Sequence[int] | None = None,
         kafka: bool = True,
+        http_ports: Sequence[int] | None = None,
         racks: Sequence[str] | None = None,
         record_pids: bool = False,
         detach: bool = False,
@@ -184,6 +192,8 @@ class LocalCluster:
         if kafka and kafka_ports is None:
             kafka_ports = free_ports(size)
         assert not kafka or (kafka_ports is not None and len(kafka_ports) == size), "one Kafka port per node"
+        http_ports = list(http_ports) if http_ports is not None else free_ports(size)
+        assert len(http_ports) == size, "one HTTP port per node"
         rack_list = list(racks) if racks is not None else [""] * size
         assert len(rack_list) == size, "one rack per node"
         self.base_dir = base_dir
@@ -201,6 +211,7 @@ class LocalCluster:
                 base_dir / f"node{i + 1}",
                 f"{host_list[i]}:{kafka_ports[i]}" if kafka and kafka_ports is not None else "",
                 rack_list[i],
+                f"{host_list[i]}:{http_ports[i]}",
             )
             for i in range(size)
         }
@@ -248,7 +259,8 @@ class LocalCluster:
         taken = []
         for node_id in node_ids:
             spec = self.nodes[node_id]
-            for address in filter(None, (spec.grpc_address, spec.raft_address, spec.kafka_address)):
+            addresses = (spec.grpc_address, spec.raft_address, spec.kafka_address, spec.http_address)
+            for address in filter(None, addresses):
                 reason = address_in_use(address)
                 if reason is not None:
                     taken.append(f"{address} ({reason})")
@@ -275,6 +287,10 @@ class LocalCluster:
             str(spec.data_dir),
             *(("--kafka-address", spec.kafka_address) if spec.kafka_address else ()),
             *(("--rack", spec.rack) if spec.rack else ()),
+            *(("--http-address", spec.http_address) if spec.http_address else ()),
+            # Text logs unless node_args say otherwise: the harness's log scanners read text lines.
+            "--log-format",
+            "text",
             *self.node_args,
             *self._extra_args.get(node_id, ()),
         ]
@@ -296,7 +312,7 @@ class LocalCluster:
         spec = self.nodes[node_id]
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path(node_id).open("a") as log:
-            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}: starting node {node_id} ===\n")
+            log.write(self._start_marker(node_id))
         return self._processes.start(
             node_id,
             self.node_command_line(node_id),
@@ -304,6 +320,22 @@ class LocalCluster:
             environment={**os.environ, "KQ_SECRET": self.secret},
             detach=self.detach,
         )
+
+    def _start_marker(self, node_id: str) -> str:
+        """The line the log gets before each start: in the node's log format (JSON when its arguments
+        ask for it, so that every line of a JSON log parses)."""
+        arguments = [*self.node_args, *self._extra_args.get(node_id, ())]
+        formats = [arguments[i + 1] for i, word in enumerate(arguments[:-1]) if word == "--log-format"]
+        if formats[-1:] == ["json"]:
+            entry = {
+                "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "level": "INFO",
+                "node": node_id,
+                "logger": "kq.deploy.cluster",
+                "message": f"starting node {node_id}",
+            }
+            return json.dumps(entry) + "\n"
+        return f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')}: starting node {node_id} ===\n"
 
     def adopt_running(self) -> dict[str, int]:
         """Takes over the nodes a PID file names that still run on this cluster's data (by PID)."""

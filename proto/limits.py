@@ -133,6 +133,17 @@ GRPC_CONCURRENT_RPCS_MAX = READERS_MAX + UNARY_CALLS_MAX + 1_024
 GRPC_PENDING_CALLS_MAX = READERS_MAX + UNARY_CALLS_MAX
 LOOP_CALL_TIMEOUT_S = 10.0  # A thread waiting for the serving loop to run a call (health changes).
 
+# broker/metrics.py, broker/http_endpoints.py: the node's HTTP port (/metrics, /healthz, /readyz).
+# Series stay bounded whatever the cluster holds: topics counted by name (later ones as "_other"),
+# partitions and groups a scrape reports (the rest counted in kq_metrics_series_dropped).
+METRICS_TOPICS_MAX = 200
+METRICS_PARTITION_SERIES_MAX = 4_096
+METRICS_GROUPS_MAX = 512
+# /readyz: ready while this node's applied index is within this many entries of the commit index.
+READY_APPLY_LAG_MAX = 1_000
+HTTP_THREADS_MAX = 8  # Concurrent HTTP requests (scrapes and probes); one more waits for a slot.
+HTTP_REQUEST_TIMEOUT_S = 10.0  # A client that sends its request slower than this is dropped.
+
 # broker/config.py
 PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
 

@@ -277,6 +277,10 @@ class RaftNode(PySyncObjAdapter):
             self.forceLogCompaction()
         return result
 
+    def snapshots_written(self) -> tuple[int, float]:
+        """Snapshots this node wrote since it started, and the seconds they took (any thread)."""
+        return self._snapshots.written, self._snapshots.written_seconds
+
     def status(self) -> dict[str, Any]:
         """PySyncObj's status dictionary."""
         return dict(self.getStatus())

@@ -9,6 +9,7 @@ runs the handler and encodes its response. ApiVersions advertises exactly the ta
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from kq.broker.kafka.framing import (
 from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
+from kq.broker.metrics import KAFKA_REQUEST_LATENCY, observe_latency
 from kq.proto.limits import LOG_INTERVAL_S
 
 logger = logging.getLogger(__name__)
@@ -89,6 +91,7 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             request = decode_request(frame, schema)
         except FrameError as error:
             raise CloseConnectionError(str(error)) from error
+        started_s = time.monotonic()
         try:
             response = await handler(request, connection)
         except CloseConnectionError:
@@ -103,6 +106,8 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
                 exc_info=True,
             )
             raise CloseConnectionError(f"internal error in API {prefix.api_key}") from error
+        name = getattr(handler, "__name__", str(prefix.api_key))  # produce, fetch, ...: a fixed set.
+        observe_latency(KAFKA_REQUEST_LATENCY, name, started_s)
         return None if response is None else encode_response(request.correlation_id, response)
 
     def _unsupported_version(self, api_key: int, api_version: int, correlation_id: int) -> bytes:

@@ -38,6 +38,7 @@ from kq.broker.kafka.base import (
 from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
+from kq.broker.metrics import count_fetched
 from kq.broker.service_base import stored_records
 from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
 from kq.proto import kq_pb2
@@ -362,6 +363,7 @@ def _read_partition(
     if offset == state.log_end_offset or (max_bytes <= 0 and not first):
         return read
     batches = reader.batches(topic.topic_id, partition, offset, max(max_bytes, 1))
+    count_fetched(topic_name, batches)
     return PartitionRead(
         topic_name,
         partition,
