@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from kq.cli.cluster import cluster
+from kq.cli.console import console
 from kq.cli.consume import consume
 from kq.cli.context import DEFAULT_BOOTSTRAP, RETRY_TIMEOUT_S_DEFAULT, Settings, parse_bootstrap
 from kq.cli.errors import PROGRAM_NAME, CommandError, UsageLineError
@@ -89,6 +90,7 @@ kq.add_command(produce)
 kq.add_command(consume)
 kq.add_command(groups)
 kq.add_command(cluster)
+kq.add_command(console)
 
 
 def main() -> None:

@@ -144,6 +144,15 @@ READY_APPLY_LAG_MAX = 1_000
 HTTP_THREADS_MAX = 8  # Concurrent HTTP requests (scrapes and probes); one more waits for a slot.
 HTTP_REQUEST_TIMEOUT_S = 10.0  # A client that sends its request slower than this is dropped.
 
+# console/ (`kq console`): what one page shows and what the console keeps.
+CONSOLE_RECORDS_MAX = 100  # Records one browse page shows (the next page starts after them).
+CONSOLE_VALUE_BYTES_MAX = 2_048  # Bytes of one key, value or header shown; the rest is cut, and says so.
+CONSOLE_PRODUCE_BYTES_MAX = 64 * 1024  # A key or value typed into the produce form.
+CONSOLE_LAG_SAMPLE_S = 2.0  # How often the console samples each group's total lag (the lag chart).
+CONSOLE_LAG_SAMPLES_MAX = 300  # Samples kept a group: ten minutes at CONSOLE_LAG_SAMPLE_S.
+CONSOLE_GROUPS_SAMPLED_MAX = 100  # Groups whose lag is sampled; the chart of others says so.
+CONSOLE_TIMEOUT_S = 5.0  # One cluster call of a page; past it the page says the cluster did not answer.
+
 # broker/config.py
 PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
 
