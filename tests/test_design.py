@@ -26,7 +26,7 @@ WAIT_S = 20.0  # An in-process node electing itself and stopping, on a busy 2-co
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 # The code of a node process and of the client library (the harnesses name their own threads).
-SOURCE_FOLDERS = ("proto", "storage", "raft", "broker", "client", "cli", "spark")
+SOURCE_FOLDERS = ("proto", "storage", "raft", "broker", "client", "cli", "spark", "console")
 POOL_SUFFIX = "_<n>"  # ThreadPoolExecutor names its threads <prefix>_0, <prefix>_1, ...
 
 
