@@ -38,10 +38,10 @@ from kq.proto.limits import (
     READER_RECHECK_S,
     STREAM_MESSAGE_BYTES_MAX,
 )
-from kq.proto.records import WireRecord, read_header
+from kq.proto.records import WireRecord, parse_batch, read_header
 from kq.raft import commands, topic_config
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
-from kq.raft.topic_config import altered, applied_config, configs_problem, decode_overrides
+from kq.raft.topic_config import altered, applied_config, configs_problem, decode_overrides, effective
 from kq.storage import StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
@@ -169,12 +169,15 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
-            limit = applied_config(decode_overrides(reader.topic_configs(topic.topic_id))).max_message_bytes
+            overrides = decode_overrides(reader.topic_configs(topic.topic_id))
+        limit = applied_config(overrides).max_message_bytes
         if len(request.records) > limit:  # Apply decides it too (the config may change meanwhile).
             raise InvalidArgumentError(
                 f"a record batch of {len(request.records)} bytes; the topic's max.message.bytes is {limit}",
                 ErrorCode.MESSAGE_TOO_LARGE,
             )
+        if effective(overrides, self._topic_defaults).compacts:
+            _check_keyed(request)
         self._require_room(len(request.records))  # Last: a bad request is told what is wrong with it.
         return append
 
@@ -486,3 +489,18 @@ def _stored_record(offset: int, record: WireRecord, log_append_time: bool) -> kq
     if record.value is not None:
         message.value = record.value
     return message
+
+
+def _check_keyed(request: kq_pb2.ProduceRequest) -> None:
+    """Refuses a batch with a record without a key for a compacted topic, as Kafka does (its
+    INVALID_RECORD): compaction keeps the newest record per key, so a keyless one would only be
+    dropped later. An edge policy, not apply's: if the topic turns compacted between this check and
+    the commit, compaction drops such records (README, "Topic configs, retention and compaction").
+    The batch passed `checked_append`, so it decodes within the limits."""
+    for record in parse_batch(request.records):
+        if record.key is None:
+            raise InvalidArgumentError(
+                f"record {record.offset_delta} has no key: topic {request.topic} is compacted "
+                "(cleanup.policy=compact) and keeps records by key",
+                ErrorCode.INVALID_REQUEST,
+            )

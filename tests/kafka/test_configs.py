@@ -94,3 +94,30 @@ def test_alter_configs_replaces_every_override(kafka_cluster: LocalCluster) -> N
     configs = described(client, "replaced")
     assert configs["retention.bytes"] == ("2048", False)
     assert configs["retention.ms"] == ("-1", True)
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(kafka_cluster: LocalCluster) -> None:
+    """As Kafka: a keyless record to a cleanup.policy=compact topic is INVALID_RECORD for a Kafka
+    producer and INVALID_ARGUMENT (InvalidRequestError) for kq's client; keyed ones are stored."""
+    from confluent_kafka import KafkaError, Producer
+
+    from kq.client.errors import InvalidRequestError
+
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("keyed-only", partitions=1, configs={"cleanup.policy": "compact"})
+        with pytest.raises(InvalidRequestError, match="has no key"):
+            kq.send("keyed-only", b"v", partition=0)
+        assert kq.send("keyed-only", b"v", b"k", partition=0).offset == 0
+        producer = Producer({"bootstrap.servers": kafka_cluster.kafka_bootstrap, "enable.idempotence": False})
+        errors: list[KafkaError | None] = []
+        producer.produce(
+            "keyed-only", b"no key", partition=0, on_delivery=lambda error, _: errors.append(error)
+        )
+        assert producer.flush(TIMEOUT_S) == 0  # Alone: Kafka refuses a whole batch with a keyless record.
+        producer.produce(
+            "keyed-only", b"keyed", key=b"k2", partition=0, on_delivery=lambda e, _: errors.append(e)
+        )
+        assert producer.flush(TIMEOUT_S) == 0
+        assert errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD
+        assert errors[1] is None
+        assert kq.list_offsets("keyed-only")[0].log_end_offset == 2
