@@ -288,9 +288,9 @@ class LocalCluster:
             *(("--kafka-address", spec.kafka_address) if spec.kafka_address else ()),
             *(("--rack", spec.rack) if spec.rack else ()),
             *(("--http-address", spec.http_address) if spec.http_address else ()),
-            # Text logs unless node_args say otherwise: the harness's log scanners read text lines.
-            "--log-format",
-            "text",
+            # Text logs unless node_args or KQ_LOG_FORMAT say otherwise: the harness's log scanners
+            # (soak, fuzz, chaos) and `run-cluster.sh logs` read text lines.
+            *(() if os.environ.get("KQ_LOG_FORMAT") else ("--log-format", "text")),
             *self.node_args,
             *self._extra_args.get(node_id, ()),
         ]
@@ -323,10 +323,11 @@ class LocalCluster:
 
     def _start_marker(self, node_id: str) -> str:
         """The line the log gets before each start: in the node's log format (JSON when its arguments
-        ask for it, so that every line of a JSON log parses)."""
+        or KQ_LOG_FORMAT ask for it, so that every line of a JSON log parses)."""
         arguments = [*self.node_args, *self._extra_args.get(node_id, ())]
         formats = [arguments[i + 1] for i, word in enumerate(arguments[:-1]) if word == "--log-format"]
-        if formats[-1:] == ["json"]:
+        chosen = formats[-1] if formats else os.environ.get("KQ_LOG_FORMAT", "text")
+        if chosen in ("json", "auto"):  # "auto" is JSON here: the log is a file.
             entry = {
                 "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "level": "INFO",
