@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import grpc
+from confluent_kafka import Producer as KafkaProducer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,6 +22,7 @@ from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
 
 TOPIC = "operated"
+OTHER_TOPIC = "operated-by-kafka"  # Auto-created by the Kafka producer's Metadata request.
 GROUP = "metered"
 PARTITIONS = 3
 WAIT_S = 30.0
@@ -133,9 +135,18 @@ def test_metrics_exist_and_move_under_load_and_the_lag_equals_the_clis(tmp_path:
             ends = {p: o.log_end_offset for p, o in client.list_offsets(TOPIC).items()}
             records = client.fetch(TOPIC, 0, 0, max_records=500).records
             assert records
+        kafka = KafkaProducer({"bootstrap.servers": cluster.kafka_bootstrap})
+        kafka.produce(OTHER_TOPIC, b"through Kafka", key=b"k")
+        assert kafka.flush(WAIT_S) == 0
         after = {node: scrape(address) for node, address in http.items()}
         produced_after = sum(total(s, "kq_kafka_records_produced_total", topic=TOPIC) for s in after.values())
         assert produced_after == 5_001 > produced_before
+        assert (
+            sum(total(s, "kq_kafka_records_produced_total", topic=OTHER_TOPIC) for s in after.values()) == 1
+        )
+        kafka_latency = "kq_kafka_request_latency_seconds_count"
+        assert sum(total(s, kafka_latency, request="produce") for s in after.values()) >= 1
+        assert sum(total(s, kafka_latency, request="metadata") for s in after.values()) >= 1
         assert sum(total(s, "kq_kafka_records_fetched_total", topic=TOPIC) for s in after.values()) >= len(
             records
         )
