@@ -16,12 +16,12 @@ from kq.proto.limits import (
     MAX_DISK_BYTES_MAX,
     MAX_DISK_BYTES_MIN,
     PEERS_MAX,
-    RACK_NAME_LENGTH_MAX,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
 )
 from kq.raft.node import RaftConfig
+from kq.raft.validation import address_problem, node_id_problem, rack_problem
 
 
 class ConfigError(ValueError):
@@ -75,24 +75,25 @@ class KafkaConfig:
     auto_create_topics: bool = True
 
 
-def parse_address(text: str, what: str) -> str:
-    """Checks `host:port` and returns it unchanged."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{what} must be host:port, got {text!r}")
+def _checked(text: str, problem: str | None) -> str:
+    if problem is not None:
+        raise ConfigError(problem)
     return text
 
 
-_RACK_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{RACK_NAME_LENGTH_MAX}}}")
+def parse_address(text: str, what: str) -> str:
+    """Checks `host:port` as a member's address in the Raft log is checked, and returns it unchanged."""
+    return _checked(text, address_problem(text, what))
 
 
 def parse_rack(text: str, what: str) -> str:
     """Checks a rack name ("" for none) and returns it unchanged."""
-    if text and not _RACK_NAME.fullmatch(text):
-        raise ConfigError(
-            f"{what} must be 1 to {RACK_NAME_LENGTH_MAX} letters, digits, '.', '_' or '-', got {text!r}"
-        )
-    return text
+    return _checked(text, rack_problem(text, what))
+
+
+def parse_node_id(text: str) -> str:
+    """Checks a node id and returns it unchanged."""
+    return _checked(text, node_id_problem(text))
 
 
 _SIZE_UNITS = {"": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
@@ -130,7 +131,7 @@ def parse_peers(text: str, self_id: str, self_rack: str = "") -> tuple[Peer, ...
             )
         node_id, raft_address, grpc_address = fields[:3]
         peer = Peer(
-            node_id,
+            parse_node_id(node_id),
             parse_address(raft_address, "peer raft address"),
             parse_address(grpc_address, "peer gRPC address"),
             parse_address(fields[3], "peer Kafka address") if len(fields) == 4 else "",

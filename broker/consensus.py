@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kq.raft.node import RaftNode
 from kq.raft.results import ApplyResult
+
+if TYPE_CHECKING:
+    from kq.broker.membership import Membership
 
 PYSYNCOBJ_SUCCESS = 0  # pysyncobj.FAIL_REASON.SUCCESS
 
@@ -58,13 +61,11 @@ class Consensus(Protocol):
 
 
 class PySyncObjConsensus:
-    """Consensus over a RaftNode, mapping Raft addresses to configured peers."""
+    """Consensus over a RaftNode, mapping Raft addresses to members (broker/membership.py)."""
 
-    def __init__(self, node: RaftNode, self_peer: Peer, peers: tuple[Peer, ...]) -> None:
+    def __init__(self, node: RaftNode, membership: Membership) -> None:
         self._node = node
-        self._self = self_peer
-        self._by_raft_address = {peer.raft_address: peer for peer in (self_peer, *peers)}
-        self._peers = peers
+        self._membership = membership
 
     def propose(self, data: bytes, callback: Callable[[ApplyResult | None, int], None]) -> None:
         """Queues `data` with PySyncObj."""
@@ -76,7 +77,7 @@ class PySyncObjConsensus:
 
     def _leader(self) -> Peer | None:
         address = self._node.leader_address()
-        return None if address is None else self._by_raft_address.get(address)
+        return None if address is None else self._membership.view.known.get(address)
 
     def leader_grpc_address(self) -> str | None:
         """The known leader's gRPC address."""
@@ -87,6 +88,7 @@ class PySyncObjConsensus:
         """Reads PySyncObj's status dictionary."""
         raw = self._node.status()
         leader = self._leader()
+        peers = self._membership.view.peers
         role = {0: "follower", 1: "candidate", 2: "leader"}.get(int(raw["state"]), "unknown")
         return ConsensusStatus(
             role=role,
@@ -97,11 +99,11 @@ class PySyncObjConsensus:
             applied_index=int(raw["last_applied"]),
             connected={
                 peer.node_id: raw.get(f"partner_node_status_server_{peer.raft_address}", 0) == 2
-                for peer in self._peers
+                for peer in peers
             },
             ready=bool(self._node.isReady()),
             log_entries=int(raw["log_len"]),
             match_indexes={
-                peer.node_id: int(raw.get(f"match_idx_server_{peer.raft_address}", 0)) for peer in self._peers
+                peer.node_id: int(raw.get(f"match_idx_server_{peer.raft_address}", 0)) for peer in peers
             },
         )

@@ -73,6 +73,13 @@ class StorageFullError(KqError):
     default_code = ErrorCode.STORAGE_FULL
 
 
+class MembershipError(KqError):
+    """A membership change that cannot be made as asked (the default), or one that must wait for the
+    previous change to commit (MEMBERSHIP_CHANGE_PENDING)."""
+
+    default_code = ErrorCode.MEMBERSHIP_REFUSED
+
+
 class TooManyReadersError(KqError):
     """The node, or the caller's connection, holds its maximum of waiting readers (broker/admission.py)."""
 
@@ -186,5 +193,10 @@ _REJECTIONS: dict[ErrorCode, tuple[type[KqError], str]] = {
     ErrorCode.MESSAGE_TOO_LARGE: (
         InvalidArgumentError,
         "the record batch for {subject} is larger than the topic's max.message.bytes",
+    ),
+    ErrorCode.MEMBERSHIP_REFUSED: (
+        MembershipError,
+        "node {subject}: its id or an address belongs to another member, or the cluster holds its "
+        "maximum number of registered members",
     ),
 }

@@ -26,6 +26,7 @@ from kq.broker.config import (
     NodeConfig,
     parse_address,
     parse_byte_size,
+    parse_node_id,
     parse_peers,
     parse_rack,
 )
@@ -35,8 +36,9 @@ from kq.broker.groups import GroupCoordinator
 from kq.broker.http_endpoints import HttpEndpoints, readiness
 from kq.broker.kafka.apis import KafkaApis
 from kq.broker.kafka.listener import KafkaListener
-from kq.broker.kafka.settings import kafka_settings
+from kq.broker.kafka.settings import check_kafka_members, kafka_settings
 from kq.broker.logs import LOG_FORMATS, LogFormat, configure_logging
+from kq.broker.membership import Membership, MembershipChanges
 from kq.broker.metrics import LeadershipWatch, NodeCollector, SnapshotCounts, register_node
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.retention import Retention
@@ -59,6 +61,7 @@ from kq.proto.limits import (
     RETENTION_CHECK_S_DEFAULT,
 )
 from kq.raft.node import DURABILITY_MODES, Durability, RaftBindError, RaftConfig, RaftNode
+from kq.raft.results import ApplyResult
 from kq.raft.topic_config import defaults_problem, parse_assignments
 from kq.storage import Store
 from kq.storage.store import MAP_SIZE_BYTES_DEFAULT
@@ -84,11 +87,13 @@ class BrokerNode:
         self.store = Store.open(config.data_dir / "store", map_bytes, sync=config.raft.synced)
         self.notifier = AppliedNotifier(self.store.applied_index())
         try:
-            self.raft = RaftNode(config.raft, self.store, self.notifier.notify)
+            self.raft = RaftNode(config.raft, self.store, self._on_applied)
         except RaftBindError as error:
             self.store.close()
             raise SystemExit(str(error)) from error
-        self.consensus = PySyncObjConsensus(self.raft, config.self_peer, config.peers)
+        self.membership = Membership(config.self_peer, config.peers, self.store, self.raft.voters)
+        self.raft.on_voters_changed(self.membership.refresh)
+        self.consensus = PySyncObjConsensus(self.raft, self.membership)
         self.batcher = Batcher(self.consensus, wall_clock_ms)
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
         self.retention = Retention(
@@ -103,7 +108,7 @@ class BrokerNode:
         self.front = FrontEnd(config.grpc_address, config.grpc_workers, self.notifier, services, listeners)
         service = BrokerService(
             config.self_peer,
-            config.peers,
+            self.membership,
             self.store,
             self.consensus,
             self.batcher,
@@ -114,10 +119,11 @@ class BrokerNode:
             self.front.reads,
             config.topic_defaults,
             StorageGuard(self.store.usage, config.node_id),
+            MembershipChanges(self.raft, self.consensus, self.membership, kafka=config.kafka is not None),
         )
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
-            apis = KafkaApis(service, kafka_settings(config, config.kafka))
+            apis = KafkaApis(service, kafka_settings(config, config.kafka, lambda: self.membership.view))
             listeners.append(
                 KafkaListener(config.kafka.address, apis.answer, config.kafka.frame_bytes_max, apis.close)
             )
@@ -138,6 +144,11 @@ class BrokerNode:
                 )
             )
         self.http_port = 0  # Bound by start() when there is an HTTP address.
+
+    def _on_applied(self, index: int, result: ApplyResult | None) -> None:
+        """Each applied entry (tick thread): wakes its waiters; a member command refreshes the view."""
+        self.notifier.notify(index, result)
+        self.membership.on_applied(result)
 
     def start(self) -> None:
         """Starts every thread of the node (the threads table of DESIGN.md); SystemExit if the gRPC
@@ -399,6 +410,16 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     type=click.Choice(LOG_FORMATS),
     help="json: one JSON object a line; text: for people; auto: text on a terminal, else json.",
 )
+@click.option(
+    "--join",
+    is_flag=True,
+    default=False,
+    help=(
+        "This node is being added to a running cluster (`kq cluster add-node`): while its data directory "
+        "is new it starts no election, and waits for the leader (KQ_JOIN). --peers names the current "
+        "members."
+    ),
+)
 def main(
     node_id: str,
     grpc_address: str,
@@ -429,6 +450,7 @@ def main(
     log_level: str,
     http_address: str,
     log_format: LogFormat,
+    join: bool,
 ) -> None:
     """Runs one kq node."""
     try:
@@ -437,6 +459,7 @@ def main(
         if http_address:
             parse_address(http_address, "--http-address")
         parse_rack(rack, "--rack")
+        parse_node_id(node_id)
         peer_list = parse_peers(peers, node_id, rack)
         if election_timeout_min_ms >= election_timeout_max_ms:
             raise ConfigError("--election-timeout-min-ms must be below --election-timeout-max-ms")
@@ -477,6 +500,7 @@ def main(
         compaction_min_time_s=compaction_min_time_s,
         compaction_log_bytes_max=compaction_log_mib * 1024 * 1024,
         durability=durability,
+        join=join,
     )
     config = NodeConfig(
         node_id,
@@ -499,7 +523,7 @@ def main(
     )
     if kafka is not None:
         try:
-            kafka_settings(config, kafka)
+            check_kafka_members(config)
         except ConfigError as error:
             raise click.UsageError(str(error)) from error
     run_node(config, log_level, log_format)

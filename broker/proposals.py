@@ -69,7 +69,7 @@ def propose_and_wait(consensus: Consensus, command: kq_pb2.Command, timeout_s: f
             future.set_exception(UnavailableError(f"proposal not committed (reason {reason}); retry"))
 
     consensus.propose(commands.encode(command), on_result)
-    return _wait(future, timeout_s, consensus)
+    return wait_result(future, timeout_s, consensus)
 
 
 def refused(result: RejectedResult) -> InvalidArgumentError:
@@ -79,7 +79,7 @@ def refused(result: RejectedResult) -> InvalidArgumentError:
     )
 
 
-def _wait(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
+def wait_result(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
     """The proposal's result; UnavailableError at the timeout or as soon as this node stops leading.
 
     A partitioned leader's proposals cannot commit, so its clients are told at once (within
@@ -95,7 +95,7 @@ def _wait(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
 
 
 async def wait_async(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
-    """`_wait` for a coroutine on the front-end loop: the same answers, holding no thread."""
+    """`wait_result` for a coroutine on the front-end loop: the same answers, holding no thread."""
     waited = asyncio.wrap_future(future)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -156,7 +156,7 @@ class Batcher:
 
     def append(self, checked: CheckedAppend, timeout_s: float) -> AppendOutcome:
         """Queues one produce request and waits for its result."""
-        return _wait(self.submit(checked), timeout_s, self._consensus)
+        return wait_result(self.submit(checked), timeout_s, self._consensus)
 
     async def append_async(self, checked: CheckedAppend, timeout_s: float) -> AppendOutcome:
         """`append` for a coroutine on the front-end loop (the Kafka listener): no thread waits."""

@@ -17,6 +17,7 @@ from kq.broker.errors import (
     error_for_code,
 )
 from kq.broker.group_service import GroupRpcs
+from kq.broker.membership import MembershipChanges, MembershipView, peer_statuses
 from kq.broker.metrics import count_fetched, count_produced
 from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
 from kq.broker.service_base import stored_records
@@ -361,7 +362,7 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
     ) -> kq_pb2.ClusterStatusResponse:
         """This node's view of the cluster."""
         status = self._consensus.status()
-        peers = self._peers
+        view = self._membership.view
         return kq_pb2.ClusterStatusResponse(
             node_id=self._node.node_id,
             role=status.role,
@@ -370,19 +371,36 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
             term=status.term,
             commit_index=status.commit_index,
             applied_index=status.applied_index,
-            peers=[
-                kq_pb2.PeerStatus(
-                    node_id=peer.node_id,
-                    grpc_address=peer.grpc_address,
-                    raft_address=peer.raft_address,
-                    connected=status.connected.get(peer.node_id, False),
-                )
-                for peer in peers
-            ],
+            peers=peer_statuses(view.peers, status.connected, status.match_indexes),
             ready=status.ready,
             grpc_address=self._node.grpc_address,
             raft_log_entries=status.log_entries,
+            raft_address=self._node.raft_address,
+            cluster_id=view.cluster_id,
         )
+
+    def AddNode(
+        self, request: kq_pb2.AddNodeRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.AddNodeResponse:
+        """Adds a running node (started with --join) to the Raft voters, on the leader."""
+        view = self._changes().add(request.member)
+        return kq_pb2.AddNodeResponse(index=self._store.applied_index(), members=self._member_rows(view))
+
+    def RemoveNode(
+        self, request: kq_pb2.RemoveNodeRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.RemoveNodeResponse:
+        """Removes a node (running or not) from the Raft voters, on the leader."""
+        view = self._changes().remove(request.node_id)
+        return kq_pb2.RemoveNodeResponse(index=self._store.applied_index(), members=self._member_rows(view))
+
+    def _changes(self) -> MembershipChanges:
+        self._require_leader()
+        assert self._membership_changes is not None, "a node with Raft has membership changes"
+        return self._membership_changes
+
+    def _member_rows(self, view: MembershipView) -> list[kq_pb2.PeerStatus]:
+        status = self._consensus.status()
+        return peer_statuses(view.members, status.connected, status.match_indexes, self._node.node_id)
 
 
 def _raise_for(result: TopicResult, subject: str) -> None:

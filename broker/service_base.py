@@ -14,6 +14,7 @@ from kq.broker.admission import ReaderAdmission
 from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.groups import GroupCoordinator
+from kq.broker.membership import Membership, MembershipChanges
 from kq.broker.proposals import Batcher
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier, WatchKey, wait_for_wake
@@ -33,7 +34,7 @@ class ServiceBase:
     def __init__(
         self,
         node: Peer,
-        peers: tuple[Peer, ...],
+        membership: Membership,
         store: Store,
         consensus: Consensus,
         batcher: Batcher,
@@ -44,11 +45,13 @@ class ServiceBase:
         reads: Executor,
         topic_defaults: Mapping[str, str] | None = None,
         storage_guard: StorageGuard | None = None,
+        membership_changes: MembershipChanges | None = None,
     ) -> None:
         self._node = node
         # This node's defaults of the leader-run topic configs (`--topic-default`, raft/topic_config.py).
         self._topic_defaults: Mapping[str, str] = dict(topic_defaults or {})
-        self._peers = peers
+        self._membership = membership  # The members as this node knows them (broker/membership.py).
+        self._membership_changes = membership_changes  # AddNode, RemoveNode; None: no Raft node here.
         self._store = store
         self._consensus = consensus
         self._batcher = batcher

@@ -144,6 +144,15 @@ class StorageFullError(UnavailableError):
     Reads still work."""
 
 
+class MembershipChangePendingError(UnavailableError):
+    """The previous membership change has not committed yet; this one was not made. Retry shortly."""
+
+
+class MembershipRefusedError(KqClientError):
+    """The membership change cannot be made as asked: the node id or an address is taken, the node is
+    not a member, or the change would leave the cluster without a majority of running nodes."""
+
+
 CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_TOPIC: TopicNotFoundError,
     ErrorCode.UNKNOWN_PARTITION: InvalidRequestError,
@@ -171,6 +180,8 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.INVALID_PRODUCER_EPOCH: ProducerFencedError,
     ErrorCode.MESSAGE_TOO_LARGE: InvalidRequestError,
     ErrorCode.STORAGE_FULL: StorageFullError,
+    ErrorCode.MEMBERSHIP_REFUSED: MembershipRefusedError,
+    ErrorCode.MEMBERSHIP_CHANGE_PENDING: MembershipChangePendingError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

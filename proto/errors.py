@@ -28,8 +28,8 @@ LEADER_METADATA_KEY = "kq-leader"  # Trailing metadata of a NOT_LEADER answer: t
 
 
 class ErrorCode(enum.IntEnum):
-    """Why a request failed. 1-15, 24 and 25 are decided in apply (the same on every node); 16-23 and 26
-    at the edge."""
+    """Why a request failed. 1-15, 24, 25 and 27 are decided in apply (the same on every node); 16-23,
+    26-28 at the edge."""
 
     OK = 0
     UNKNOWN_TOPIC = 1
@@ -58,6 +58,10 @@ class ErrorCode(enum.IntEnum):
     INVALID_PRODUCER_EPOCH = 24  # Decided in apply: a newer epoch of this producer id wrote to the partition.
     MESSAGE_TOO_LARGE = 25  # Decided in apply: the batch is over its topic's max.message.bytes.
     STORAGE_FULL = 26  # The leader's store is within its headroom of --max-disk-bytes or of a full disk.
+    # A membership change that cannot be made as asked (a taken id or address, no such member, a change
+    # that would leave no majority up): decided at the edge, and in apply for the registered addresses.
+    MEMBERSHIP_REFUSED = 27
+    MEMBERSHIP_CHANGE_PENDING = 28  # At the edge: the previous membership change has not committed yet.
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,13 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     # until retention, DeleteRecords or a deleted topic frees space (broker/storage_guard.py).
     ErrorCode.STORAGE_FULL: ErrorSpec(
         _S.RESOURCE_EXHAUSTED, 56, True, "the leader's disk, or its --max-disk-bytes, is nearly full"
+    ),
+    # Kafka has no membership API; its nearest codes are INVALID_REQUEST and REBALANCE_IN_PROGRESS.
+    ErrorCode.MEMBERSHIP_REFUSED: ErrorSpec(
+        _S.FAILED_PRECONDITION, 42, False, "the membership change cannot be made as asked"
+    ),
+    ErrorCode.MEMBERSHIP_CHANGE_PENDING: ErrorSpec(
+        _S.UNAVAILABLE, 27, True, "the previous membership change has not committed yet"
     ),
 }
 

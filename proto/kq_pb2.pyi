@@ -170,6 +170,8 @@ class Command(_message.Message):
     ALTER_TOPIC_CONFIG_FIELD_NUMBER: _builtins.int
     COMPACT_FIELD_NUMBER: _builtins.int
     PURGE_TOPIC_FIELD_NUMBER: _builtins.int
+    REGISTER_MEMBER_FIELD_NUMBER: _builtins.int
+    UNREGISTER_MEMBER_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -202,6 +204,10 @@ class Command(_message.Message):
     def compact(self) -> Global___CompactCommand: ...
     @_builtins.property
     def purge_topic(self) -> Global___PurgeTopicCommand: ...
+    @_builtins.property
+    def register_member(self) -> Global___RegisterMemberCommand: ...
+    @_builtins.property
+    def unregister_member(self) -> Global___UnregisterMemberCommand: ...
     def __init__(
         self,
         *,
@@ -221,12 +227,14 @@ class Command(_message.Message):
         alter_topic_config: Global___AlterTopicConfigCommand | None = ...,
         compact: Global___CompactCommand | None = ...,
         purge_topic: Global___PurgeTopicCommand | None = ...,
+        register_member: Global___RegisterMemberCommand | None = ...,
+        unregister_member: Global___UnregisterMemberCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "register_member", b"register_member", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "register_member", b"register_member", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -382,6 +390,93 @@ class PurgeTopicCommand(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PurgeTopicCommand: _TypeAlias = PurgeTopicCommand  # noqa: Y015
+
+@_typing.final
+class Member(_message.Message):
+    """A cluster member's addresses, as `--peers` spells them (id=raft=grpc[=kafka][@rack]). The Raft voter
+    set itself is PySyncObj's (its MEMBERSHIP entries); this is how every node maps a voter's Raft
+    address to the addresses clients use. raft/validation.py `member_problem` checks every field.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    RAFT_ADDRESS_FIELD_NUMBER: _builtins.int
+    GRPC_ADDRESS_FIELD_NUMBER: _builtins.int
+    KAFKA_ADDRESS_FIELD_NUMBER: _builtins.int
+    RACK_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    raft_address: _builtins.str
+    grpc_address: _builtins.str
+    kafka_address: _builtins.str
+    """"": no Kafka listener."""
+    rack: _builtins.str
+    """"": none."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        raft_address: _builtins.str = ...,
+        grpc_address: _builtins.str = ...,
+        kafka_address: _builtins.str = ...,
+        rack: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grpc_address", b"grpc_address", "kafka_address", b"kafka_address", "node_id", b"node_id", "rack", b"rack", "raft_address", b"raft_address"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Member: _TypeAlias = Member  # noqa: Y015
+
+@_typing.final
+class RegisterMemberCommand(_message.Message):
+    """Records a member's addresses before the leader adds it to the Raft voters (broker/membership.py)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    """The cluster id the proposing leader reports; stored by the first such entry only, so a node that
+    joins later reports the id the cluster always had.
+    """
+    @_builtins.property
+    def member(self) -> Global___Member: ...
+    def __init__(
+        self,
+        *,
+        member: Global___Member | None = ...,
+        cluster_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "member", b"member"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterMemberCommand: _TypeAlias = RegisterMemberCommand  # noqa: Y015
+
+@_typing.final
+class UnregisterMemberCommand(_message.Message):
+    """Forgets a member's addresses once it left the Raft voters."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterMemberCommand: _TypeAlias = UnregisterMemberCommand  # noqa: Y015
 
 @_typing.final
 class AppendCommand(_message.Message):
@@ -1652,10 +1747,17 @@ class PeerStatus(_message.Message):
     GRPC_ADDRESS_FIELD_NUMBER: _builtins.int
     RAFT_ADDRESS_FIELD_NUMBER: _builtins.int
     CONNECTED_FIELD_NUMBER: _builtins.int
+    KAFKA_ADDRESS_FIELD_NUMBER: _builtins.int
+    RACK_FIELD_NUMBER: _builtins.int
+    MATCH_INDEX_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     grpc_address: _builtins.str
     raft_address: _builtins.str
     connected: _builtins.bool
+    kafka_address: _builtins.str
+    rack: _builtins.str
+    match_index: _builtins.int
+    """The leader's match index for this member (0: not heard yet); meaningful on the leader only."""
     def __init__(
         self,
         *,
@@ -1663,10 +1765,13 @@ class PeerStatus(_message.Message):
         grpc_address: _builtins.str = ...,
         raft_address: _builtins.str = ...,
         connected: _builtins.bool = ...,
+        kafka_address: _builtins.str = ...,
+        rack: _builtins.str = ...,
+        match_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connected", b"connected", "grpc_address", b"grpc_address", "node_id", b"node_id", "raft_address", b"raft_address"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connected", b"connected", "grpc_address", b"grpc_address", "kafka_address", b"kafka_address", "match_index", b"match_index", "node_id", b"node_id", "rack", b"rack", "raft_address", b"raft_address"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1687,6 +1792,8 @@ class ClusterStatusResponse(_message.Message):
     READY_FIELD_NUMBER: _builtins.int
     GRPC_ADDRESS_FIELD_NUMBER: _builtins.int
     RAFT_LOG_ENTRIES_FIELD_NUMBER: _builtins.int
+    RAFT_ADDRESS_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     role: _builtins.str
     """"leader", "follower" or "candidate"."""
@@ -1698,6 +1805,8 @@ class ClusterStatusResponse(_message.Message):
     ready: _builtins.bool
     grpc_address: _builtins.str
     raft_log_entries: _builtins.int
+    raft_address: _builtins.str
+    cluster_id: _builtins.str
     @_builtins.property
     def peers(self) -> _containers.RepeatedCompositeFieldContainer[Global___PeerStatus]: ...
     def __init__(
@@ -1714,14 +1823,109 @@ class ClusterStatusResponse(_message.Message):
         ready: _builtins.bool = ...,
         grpc_address: _builtins.str = ...,
         raft_log_entries: _builtins.int = ...,
+        raft_address: _builtins.str = ...,
+        cluster_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "commit_index", b"commit_index", "grpc_address", b"grpc_address", "leader_address", b"leader_address", "leader_id", b"leader_id", "node_id", b"node_id", "peers", b"peers", "raft_log_entries", b"raft_log_entries", "ready", b"ready", "role", b"role", "term", b"term"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "cluster_id", b"cluster_id", "commit_index", b"commit_index", "grpc_address", b"grpc_address", "leader_address", b"leader_address", "leader_id", b"leader_id", "node_id", b"node_id", "peers", b"peers", "raft_address", b"raft_address", "raft_log_entries", b"raft_log_entries", "ready", b"ready", "role", b"role", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterStatusResponse: _TypeAlias = ClusterStatusResponse  # noqa: Y015
+
+@_typing.final
+class AddNodeRequest(_message.Message):
+    """Adds a node to the Raft voters (leader only; one change at a time). Start the node first, with
+    --join and --peers naming the current members.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def member(self) -> Global___Member: ...
+    def __init__(
+        self,
+        *,
+        member: Global___Member | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddNodeRequest: _TypeAlias = AddNodeRequest  # noqa: Y015
+
+@_typing.final
+class AddNodeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___PeerStatus]:
+        """The members afterwards, the new one included."""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        members: _abc.Iterable[Global___PeerStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "members", b"members"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddNodeResponse: _TypeAlias = AddNodeResponse  # noqa: Y015
+
+@_typing.final
+class RemoveNodeRequest(_message.Message):
+    """Removes a node from the Raft voters (leader only). The node may be down (replacing a dead machine)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveNodeRequest: _TypeAlias = RemoveNodeRequest  # noqa: Y015
+
+@_typing.final
+class RemoveNodeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___PeerStatus]: ...
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        members: _abc.Iterable[Global___PeerStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "members", b"members"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveNodeResponse: _TypeAlias = RemoveNodeResponse  # noqa: Y015
 
 @_typing.final
 class JoinGroupRequest(_message.Message):

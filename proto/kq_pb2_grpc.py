@@ -139,6 +139,16 @@ class BrokerStub:
                 request_serializer=kq_dot_proto_dot_kq__pb2.DeleteGroupRequest.SerializeToString,
                 response_deserializer=kq_dot_proto_dot_kq__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
+        self.AddNode = channel.unary_unary(
+                '/kq.v1.Broker/AddNode',
+                request_serializer=kq_dot_proto_dot_kq__pb2.AddNodeRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.AddNodeResponse.FromString,
+                _registered_method=True)
+        self.RemoveNode = channel.unary_unary(
+                '/kq.v1.Broker/RemoveNode',
+                request_serializer=kq_dot_proto_dot_kq__pb2.RemoveNodeRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.RemoveNodeResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -271,6 +281,18 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddNode(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveNode(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -378,6 +400,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteGroup,
                     request_deserializer=kq_dot_proto_dot_kq__pb2.DeleteGroupRequest.FromString,
                     response_serializer=kq_dot_proto_dot_kq__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'AddNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddNode,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.AddNodeRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.AddNodeResponse.SerializeToString,
+            ),
+            'RemoveNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveNode,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.RemoveNodeRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.RemoveNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -947,6 +979,60 @@ class Broker:
             '/kq.v1.Broker/DeleteGroup',
             kq_dot_proto_dot_kq__pb2.DeleteGroupRequest.SerializeToString,
             kq_dot_proto_dot_kq__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/AddNode',
+            kq_dot_proto_dot_kq__pb2.AddNodeRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.AddNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/RemoveNode',
+            kq_dot_proto_dot_kq__pb2.RemoveNodeRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.RemoveNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

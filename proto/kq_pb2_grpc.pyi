@@ -57,6 +57,8 @@ class BrokerStub:
     DescribeGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DescribeGroupRequest, _kq_pb2.DescribeGroupResponse]
     ResetOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ResetOffsetsRequest, _kq_pb2.ResetOffsetsResponse]
     DeleteGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteGroupRequest, _kq_pb2.DeleteGroupResponse]
+    AddNode: _grpc.UnaryUnaryMultiCallable[_kq_pb2.AddNodeRequest, _kq_pb2.AddNodeResponse]
+    RemoveNode: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RemoveNodeRequest, _kq_pb2.RemoveNodeResponse]
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -83,6 +85,8 @@ class BrokerAsyncStub(BrokerStub):
     DescribeGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.DescribeGroupRequest, _kq_pb2.DescribeGroupResponse]  # type: ignore[assignment]
     ResetOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.ResetOffsetsRequest, _kq_pb2.ResetOffsetsResponse]  # type: ignore[assignment]
     DeleteGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteGroupRequest, _kq_pb2.DeleteGroupResponse]  # type: ignore[assignment]
+    AddNode: _aio.UnaryUnaryMultiCallable[_kq_pb2.AddNodeRequest, _kq_pb2.AddNodeResponse]  # type: ignore[assignment]
+    RemoveNode: _aio.UnaryUnaryMultiCallable[_kq_pb2.RemoveNodeRequest, _kq_pb2.RemoveNodeResponse]  # type: ignore[assignment]
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -232,5 +236,19 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.DeleteGroupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.DeleteGroupResponse, _abc.Awaitable[_kq_pb2.DeleteGroupResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AddNode(
+        self,
+        request: _kq_pb2.AddNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.AddNodeResponse, _abc.Awaitable[_kq_pb2.AddNodeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RemoveNode(
+        self,
+        request: _kq_pb2.RemoveNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.RemoveNodeResponse, _abc.Awaitable[_kq_pb2.RemoveNodeResponse]]: ...
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -156,6 +156,15 @@ CONSOLE_TIMEOUT_S = 5.0  # One cluster call of a page; past it the page says the
 # broker/config.py
 PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
 
+# broker/membership.py, raft/validation.py `member_problem`
+# Registered members' addresses kept (the voters, plus a few left behind by changes cut short).
+MEMBERS_MAX = 2 * PEERS_MAX
+NODE_ID_LENGTH_MAX = 64  # A node id: letters, digits, '.', '_', '-' (an integer with a Kafka listener).
+HOST_LENGTH_MAX = 253  # A DNS name's length; addresses are host:port with a host of [A-Za-z0-9.-_].
+CLUSTER_ID_LENGTH_MAX = 64
+MEMBERSHIP_CHANGE_TIMEOUT_S = 15.0  # An add or remove not committed by then is answered UNAVAILABLE.
+MEMBER_PROBE_TIMEOUT_S = 2.0  # The leader asks a node it is about to add whether it is up.
+
 # broker/edge.py
 LOG_INTERVAL_S = 10.0  # At most one line per method per interval for unexpected errors.
 REASON_CHARS_MAX = 200  # Characters of a decoder's message quoted back to the client.

@@ -194,3 +194,18 @@ def reset_offsets(group: str, offsets: Sequence[kq_pb2.OffsetEntry]) -> kq_pb2.C
 def delete_group(group: str) -> kq_pb2.Command:
     """Command deleting a group without members."""
     return kq_pb2.Command(version=COMMAND_VERSION, delete_group=kq_pb2.DeleteGroupCommand(group=group))
+
+
+def register_member(member: kq_pb2.Member, cluster_id: str) -> kq_pb2.Command:
+    """Command recording a cluster member's addresses (and, the first time, the cluster id)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        register_member=kq_pb2.RegisterMemberCommand(member=member, cluster_id=cluster_id),
+    )
+
+
+def unregister_member(node_id: str) -> kq_pb2.Command:
+    """Command forgetting a member's addresses once it left the Raft voters."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION, unregister_member=kq_pb2.UnregisterMemberCommand(node_id=node_id)
+    )

@@ -13,6 +13,7 @@ every `apply` (the only LMDB writer), the snapshot serializer's calls and the pr
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -85,6 +86,9 @@ class RaftConfig:
     # A snapshot copies nothing (raft/snapshot.py), so compacting often is cheap.
     compaction_log_bytes_max: int = 32 * 1024 * 1024
     durability: Durability = "replicated"  # "fsync": acknowledged once on disk on a majority.
+    # `--join`: this node is being added to a running cluster. While its data directory is new it
+    # never starts an election: it waits for the leader that adds it (broker/membership.py).
+    join: bool = False
 
     @property
     def synced(self) -> bool:
@@ -132,7 +136,7 @@ def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
         serializer=_unused_hook,
         deserializer=_unused_hook,
         useFork=False,
-        dynamicMembershipChange=False,
+        dynamicMembershipChange=True,  # AddNode/RemoveNode (broker/membership.py).
         commandsWaitLeader=True,
         pollerType="auto",
     )
@@ -211,6 +215,13 @@ class RaftNode(PySyncObjAdapter):
         assert config.connection_timeout_s > 2 * KEEPALIVE_PERIOD_S
         self._keepalive_due = 0.0
         self.addOnTickCallback(self._send_keepalives)
+        # A joining node waits for a leader only while it holds nothing: after a restart it is a member.
+        self._joining = config.join and len(journal) <= 1 and not (raft_dir / "snapshot").exists()
+        self._join_wait_s = config.election_timeout_max_s
+        self._voters = frozenset((config.raft_address, *config.peer_raft_addresses))
+        self._on_voters: Callable[[frozenset[str]], None] | None = None
+        self._tick_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.addOnTickCallback(self._tick_housekeeping)
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -251,6 +262,46 @@ class RaftNode(PySyncObjAdapter):
         self._keepalive_due = now + KEEPALIVE_PERIOD_S
         self.send_to_peers(KEEPALIVE_MESSAGE)
 
+    def _tick_housekeeping(self) -> None:
+        """A tick callback: a joining node's election wait, the calls queued for the tick thread, and
+        the voters' publication when a membership entry changed them."""
+        if self._joining:
+            self.defer_election(self._join_wait_s)
+        while True:
+            try:
+                call = self._tick_calls.get_nowait()
+            except queue.Empty:
+                break
+            call()
+        voters = self.voter_addresses()
+        if voters != self._voters:
+            logger.info("cluster voters now: %s", ", ".join(sorted(voters)))
+            self._voters = voters
+            if self._on_voters is not None:
+                self._on_voters(voters)
+
+    # Membership ---------------------------------------------------------------------------------
+
+    def voters(self) -> frozenset[str]:
+        """The Raft addresses of the voters, this node included, as of the last tick (any thread).
+
+        PySyncObj changes its voter set when a MEMBERSHIP entry reaches the log (not when it commits,
+        as Raft's single-server changes require), and back if that entry is overwritten."""
+        return self._voters
+
+    def on_voters_changed(self, callback: Callable[[frozenset[str]], None]) -> None:
+        """Calls `callback(voters)` on the tick thread whenever the voter set changes."""
+        self._on_voters = callback
+
+    def change_membership(self, kind: str, raft_address: str, callback: ProposalCallback) -> None:
+        """Proposes adding (`kind` "add") or removing ("remove") a voter; any thread. The address was
+        checked (raft/validation.py `address_problem`): it becomes a PySyncObj node on every replica."""
+        self.propose_membership(kind, raft_address, callback)
+
+    def hand_over_leadership(self, callback: ProposalCallback) -> None:
+        """Asks the most caught-up connected follower to take over now (leader only); any thread."""
+        self._tick_calls.put(lambda: self.transfer_leadership(callback))
+
     # Proposals and apply ----------------------------------------------------------------------
 
     def propose(self, data: bytes, callback: ProposalCallback) -> None:
@@ -282,7 +333,15 @@ class RaftNode(PySyncObjAdapter):
         return self._snapshots.written, self._snapshots.written_seconds
 
     def status(self) -> dict[str, Any]:
-        """PySyncObj's status dictionary."""
+        """PySyncObj's status dictionary (any thread).
+
+        getStatus iterates PySyncObj's node sets, which a membership change replaces on the tick
+        thread: an iteration that met one is made again (a change is rare; three tries suffice)."""
+        for _ in range(2):
+            try:
+                return dict(self.getStatus())
+            except RuntimeError:  # "Set changed size during iteration".
+                continue
         return dict(self.getStatus())
 
     # The log view the snapshot serializer reads (tick thread only) ---------------------------------
@@ -313,6 +372,9 @@ class RaftNode(PySyncObjAdapter):
     def peer_message(self, node: Any, message: Any) -> Any | None:
         """kq's three safety fixes (raft/inbound.py) before PySyncObj handles a peer's message."""
         kind = message.get("type") if isinstance(message, dict) else None
+        if self._joining and kind == "append_entries":
+            logger.info("a leader contacted this joining node: it takes part in elections from now on")
+            self._joining = False
         if kind == "apply_command":  # A proposal forwarded by a node that is not the leader.
             answer = refusal(message)
             if answer is not None:

@@ -43,6 +43,13 @@ as Python mangles it):
 - `_SyncObj__raftCommitIndex`, read: a store-copy chunk may not raise it (raft/inbound.py).
 - `_SyncObj__onMessageReceived`, overridden: every peer message passes `peer_message` first (kq's
   three inbound fixes).
+- `_SyncObj__raftElectionDeadline`, written: a node joining a running cluster (`--join`) pushes its
+  election deadline on while no leader has contacted it yet, so it does not raise its term (and
+  unseat the leader once it is added) before it holds any entry.
+- `_addNodeToCluster`, `_removeNodeFromCluster`, overridden: the handlers of PySyncObj's admin
+  messages (`syncobj_admin -add/-remove`) refuse, so membership changes only through kq's AddNode and
+  RemoveNode, which validate the address and register the node's other addresses first.
+- `transferLeadership`, called on the tick thread only (it reads the match indexes).
 - `_isLeader`, `_getLeader`, called: the leader flag and address (PySyncObj's "protected" getters).
 - `_applyCommand`, `_methodToID`, `_getFuncName`, `pysyncobj.syncobj._COMMAND_TYPE.REGULAR`: what
   `@replicated` itself calls to queue a call (`propose_call`), so that kq chooses the entry's bytes.
@@ -58,11 +65,12 @@ measures the entry sizes above.
 from __future__ import annotations
 
 import pickle
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, SupportsIndex
 
-from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.journal import FileJournal
 from pysyncobj.syncobj import _COMMAND_TYPE
 
@@ -100,6 +108,7 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
     """
 
     _SyncObj__raftLog: Any  # Typed here: the adapter both reads PySyncObj's log slot and writes it.
+    _SyncObj__raftElectionDeadline: float
 
     def __init__(
         self,
@@ -141,6 +150,22 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
             self.sync_journal()
         SyncObj._SyncObj__sendNextNodeIdx(self, node, reset, nextNodeIdx, success)
 
+    def propose_membership(self, kind: str, address: str, callback: Callable[[Any, int], None]) -> None:
+        """Queues a MEMBERSHIP entry adding (`kind` "add") or removing ("remove") the node at the Raft
+        `address` (checked by the caller: raft/validation.py `address_problem`); `callback(result,
+        reason)` runs on the tick thread once it committed, or failed (REQUEST_DENIED: a change is
+        still pending, or the leader's first entry of its term has not committed)."""
+        if kind == "add":
+            self.addNodeToCluster(address, callback)
+        else:
+            self.removeNodeFromCluster(address, callback)
+
+    def _addNodeToCluster(self, args: Any, callback: Callable[[Any, int], None]) -> None:  # noqa: N802
+        callback(None, FAIL_REASON.REQUEST_DENIED)  # PySyncObj's admin message: see the module docstring.
+
+    def _removeNodeFromCluster(self, args: Any, callback: Callable[[Any, int], None]) -> None:  # noqa: N802
+        callback(None, FAIL_REASON.REQUEST_DENIED)
+
     def propose_call(self, method: str, argument: bytes, callback: Callable[[Any, int], None]) -> None:
         """Queues the call `method(argument)` of a `@replicated` method, as `@replicated` does, with the
         entry built by `entry_command`; `callback(result, reason)` runs on the tick thread."""
@@ -165,6 +190,19 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
     def cluster_nodes(self) -> set[Any]:
         """Every node of the cluster, this one included (PySyncObj's node objects)."""
         return set(self._SyncObj__otherNodes | {self._SyncObj__selfNode})
+
+    def voter_addresses(self) -> frozenset[str]:
+        """The Raft addresses of the cluster's voters as this node knows them, its own included."""
+        return frozenset(str(node.address) for node in self.cluster_nodes())
+
+    def defer_election(self, seconds: float) -> None:
+        """Puts this node's next election at least `seconds` away (a joining node's wait)."""
+        deadline = time.monotonic() + seconds
+        self._SyncObj__raftElectionDeadline = max(self._SyncObj__raftElectionDeadline, deadline)
+
+    def transfer_leadership(self, callback: Callable[[Any, int], None]) -> None:
+        """Asks the most caught-up connected follower to start an election now (leader only)."""
+        self.transferLeadership(None, callback)
 
     def connected_match_indexes(self) -> list[int]:
         """The match index of each connected follower (0: not heard yet); meaningful on the leader."""

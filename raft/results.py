@@ -15,6 +15,7 @@ __all__ = [
     "ErrorCode",
     "GroupResult",
     "KafkaGroupResult",
+    "MemberResult",
     "PartitionAppendResult",
     "ProducerResult",
     "PurgeResult",
@@ -23,6 +24,13 @@ __all__ = [
     "TopicResult",
     "TrimResult",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberResult:
+    """Result of registering or unregistering a member's addresses."""
+
+    error: ErrorCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,5 +148,6 @@ ApplyResult = (
     | GroupResult
     | KafkaGroupResult
     | ProducerResult
+    | MemberResult
     | SkippedResult
 )

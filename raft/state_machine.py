@@ -18,7 +18,13 @@ from typing import Any
 import lmdb
 
 from kq.proto import kq_pb2
-from kq.proto.limits import ENTRY_BYTES_MAX, ENTRY_WORK_MAX, TOPICS_MAX, TRIM_BATCHES_PER_ENTRY_MAX
+from kq.proto.limits import (
+    ENTRY_BYTES_MAX,
+    ENTRY_WORK_MAX,
+    MEMBERS_MAX,
+    TOPICS_MAX,
+    TRIM_BATCHES_PER_ENTRY_MAX,
+)
 from kq.proto.records import (
     NO_PRODUCER_ID,
     SEQUENCE_MODULUS,
@@ -38,6 +44,7 @@ from kq.raft.results import (
     ErrorCode,
     GroupResult,
     KafkaGroupResult,
+    MemberResult,
     PartitionAppendResult,
     ProducerResult,
     PurgeResult,
@@ -159,6 +166,11 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
         return _GROUP_HANDLERS[kind](writer, getattr(command, kind))
     if kind == "register_producer":
         return ProducerResult(writer.allocate_producer_id())
+    if kind == "register_member":
+        return _apply_register_member(writer, command.register_member)
+    if kind == "unregister_member":  # Forgetting an unknown member is no error: a retry after a cut-off.
+        writer.delete_member(command.unregister_member.node_id)
+        return MemberResult(ErrorCode.OK)
     raise commands.UnknownCommandError(f"no handler for command kind {kind}")
 
 
@@ -171,6 +183,25 @@ _GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult | KafkaGroup
     "kafka_join_group": groups.apply_kafka_join,
     "kafka_sync_group": groups.apply_kafka_sync,
 }
+
+
+def _apply_register_member(writer: StoreWriter, command: kq_pb2.RegisterMemberCommand) -> MemberResult:
+    """Stores a member's addresses (checked by command_problem) unless another member has one of them
+    or the table is full; the first registration also records the cluster id."""
+    member = command.member
+    registered = writer.members()
+    addresses = {member.raft_address, member.grpc_address, member.kafka_address} - {""}
+    for node_id, raw in registered:
+        other = kq_pb2.Member.FromString(raw)
+        taken = {other.raft_address, other.grpc_address, other.kafka_address}
+        if node_id != member.node_id and addresses & taken:
+            return MemberResult(ErrorCode.MEMBERSHIP_REFUSED)
+    if len(registered) >= MEMBERS_MAX and member.node_id not in {node_id for node_id, _ in registered}:
+        return MemberResult(ErrorCode.MEMBERSHIP_REFUSED)
+    writer.put_member(member.node_id, member.SerializeToString(deterministic=True))
+    if command.cluster_id and not writer.cluster_id():
+        writer.set_cluster_id(command.cluster_id)
+    return MemberResult(ErrorCode.OK)
 
 
 def _apply_create_topic(writer: StoreWriter, command: kq_pb2.CreateTopicCommand) -> TopicResult:

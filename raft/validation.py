@@ -26,6 +26,7 @@ from kq.proto.limits import (
     APPENDS_PER_ENTRY_MAX,
     CLIENT_HOST_LENGTH_MAX,
     CLIENT_ID_LENGTH_MAX,
+    CLUSTER_ID_LENGTH_MAX,
     COMPACT_BATCHES_PER_ENTRY_MAX,
     COMPACT_DROPPED_PER_ENTRY_MAX,
     GROUP_INSTANCE_ID_LENGTH_MAX,
@@ -33,13 +34,16 @@ from kq.proto.limits import (
     GROUP_PROTOCOLS_MAX,
     HEADER_NAME_BYTES_MAX,
     HEADERS_PER_RECORD_MAX,
+    HOST_LENGTH_MAX,
     MEMBER_ASSIGNMENT_BYTES_MAX,
     MEMBER_ID_LENGTH_MAX,
     MEMBER_METADATA_BYTES_MAX,
+    NODE_ID_LENGTH_MAX,
     OFFSETS_PER_COMMIT_MAX,
     PARTITIONS_MAX,
     PROTOCOL_NAME_LENGTH_MAX,
     PROTOCOL_TYPE_LENGTH_MAX,
+    RACK_NAME_LENGTH_MAX,
     REBALANCE_TIMEOUT_MS_MAX,
     REBALANCE_TIMEOUT_MS_MIN,
     RECORD_BYTES_MAX,
@@ -55,6 +59,8 @@ from kq.raft.patterns import pattern_problem
 from kq.raft.topic_config import configs_problem
 
 TOPIC_NAME_PATTERN = re.compile(r"[A-Za-z0-9._-]+")  # A fixed, linear pattern: not user input.
+NAME_PATTERN = TOPIC_NAME_PATTERN  # Node ids, rack names and hosts use the same alphabet.
+CLUSTER_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]+")  # Kafka's cluster ids: URL-safe base64.
 
 
 def topic_name_problem(name: str, what: str = "topic") -> str | None:
@@ -318,6 +324,55 @@ def _compact_problem(command: kq_pb2.CompactCommand) -> str | None:
     return topic_name_problem(command.topic)
 
 
+def node_id_problem(node_id: str) -> str | None:
+    """Why `node_id` is not a legal node id (`--node-id`, a member's id), or None."""
+    if not 0 < len(node_id) <= NODE_ID_LENGTH_MAX or not NAME_PATTERN.fullmatch(node_id):
+        return f"a node id is 1 to {NODE_ID_LENGTH_MAX} letters, digits, '.', '_' or '-', got {node_id!r}"
+    return None
+
+
+def address_problem(address: str, what: str) -> str | None:
+    """Why `address` is not `host:port` (a host of letters, digits, '.', '_', '-'; a port 1-65535).
+
+    The host's alphabet is narrower than DNS allows on purpose: a member's Raft address becomes a
+    PySyncObj node (`TCPNode` splits it at the last ':') on every replica, so nothing it cannot parse
+    may reach the log."""
+    host, _, port = address.rpartition(":")
+    if (
+        not 0 < len(host) <= HOST_LENGTH_MAX
+        or not NAME_PATTERN.fullmatch(host)
+        or not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536)
+    ):
+        return f"{what} must be host:port, got {address!r}"
+    return None
+
+
+def rack_problem(rack: str, what: str) -> str | None:
+    """Why `rack` is not a rack name ("" for none), or None."""
+    if rack and (len(rack) > RACK_NAME_LENGTH_MAX or not NAME_PATTERN.fullmatch(rack)):
+        return f"{what} must be 1 to {RACK_NAME_LENGTH_MAX} letters, digits, '.', '_' or '-', got {rack!r}"
+    return None
+
+
+def cluster_member_problem(member: kq_pb2.Member) -> str | None:
+    """Why `member` cannot be registered: its id, addresses and rack (the Kafka address may be "")."""
+    return (
+        node_id_problem(member.node_id)
+        or address_problem(member.raft_address, "a Raft address")
+        or address_problem(member.grpc_address, "a gRPC address")
+        or (address_problem(member.kafka_address, "a Kafka address") if member.kafka_address else None)
+        or rack_problem(member.rack, "a rack")
+    )
+
+
+def cluster_id_problem(cluster_id: str) -> str | None:
+    """Why `cluster_id` is not a cluster id ("" for none), or None."""
+    too_long = len(cluster_id) > CLUSTER_ID_LENGTH_MAX
+    if cluster_id and (too_long or not CLUSTER_ID_PATTERN.fullmatch(cluster_id)):
+        return f"a cluster id is 1 to {CLUSTER_ID_LENGTH_MAX} letters, digits, '_' or '-'"
+    return None
+
+
 def command_problem(command: kq_pb2.Command) -> str | None:
     """Why `command` must not be applied, or None. Appends' batches are checked by `append_problem`."""
     kind = command.WhichOneof("kind")
@@ -357,4 +412,9 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return _kafka_sync_problem(command.kafka_sync_group)
     if kind == "register_producer":
         return None
+    if kind == "register_member":
+        register = command.register_member
+        return cluster_member_problem(register.member) or cluster_id_problem(register.cluster_id)
+    if kind == "unregister_member":
+        return node_id_problem(command.unregister_member.node_id)
     return f"unknown command kind {kind}"

@@ -26,7 +26,7 @@ from kq.storage.records import (
 from kq.storage.usage import StoreUsage, measure
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
-MAX_DATABASES = 12  # The named databases below, with room to add some.
+MAX_DATABASES = 16  # The named databases below, with room to add some.
 MAX_READERS = 512  # gRPC worker threads and long-polls each hold a reader slot while they read.
 COPY_BATCH_ROWS = 1_000  # Rows per write transaction of a store copy; a stop is noticed between batches.
 COPY_BATCH_BYTES = 16 * 1024 * 1024
@@ -53,6 +53,7 @@ _NEXT_TOPIC_ID = b"next_topic_id"
 _NEXT_PRODUCER_ID = b"next_producer_id"
 _REJECTED_ENTRIES = b"rejected_entries"
 _LAYOUT = b"layout"
+_CLUSTER_ID = b"cluster_id"
 LAYOUT_VERSION = 2  # 2: producers keyed topic first, offset_topics; a store without the row is 1.
 DATABASE_NAMES = (
     b"meta",
@@ -67,6 +68,7 @@ DATABASE_NAMES = (
     b"purges",
     b"record_pieces",
     b"offset_topics",
+    b"members",
 )
 _GROUP_NAME_LENGTH = struct.Struct(">H")
 _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
@@ -347,6 +349,7 @@ class StoreReader:
         self._purges = databases[b"purges"]
         self._pieces = databases[b"record_pieces"]
         self._offset_topics = databases[b"offset_topics"]
+        self._members = databases[b"members"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -359,6 +362,15 @@ class StoreReader:
     def rejected_entries(self) -> int:
         """How many committed entries apply refused as a whole (identical on every replica)."""
         return self._meta_u64(_REJECTED_ENTRIES)
+
+    def members(self) -> list[tuple[str, bytes]]:
+        """Every registered cluster member: (node id, its encoded `Member`), by node id."""
+        return [(bytes(key).decode(), bytes(raw)) for key, raw in self._transaction.cursor(db=self._members)]
+
+    def cluster_id(self) -> str:
+        """The cluster id the first registered member recorded ("": none yet)."""
+        raw = self._transaction.get(_CLUSTER_ID, db=self._meta)
+        return "" if raw is None else bytes(raw).decode()
 
     def topic(self, name: str) -> TopicMeta | None:
         """The topic called `name`, or None."""
@@ -628,6 +640,18 @@ class StoreWriter(StoreReader):
         for partition in range(partitions):
             self._put_partition(topic_id, partition, PartitionState(0, 0, 0))
         return TopicMeta(name, topic_id, partitions, created_ms)
+
+    def put_member(self, node_id: str, member: bytes) -> None:
+        """Stores a member's encoded addresses under its node id (replacing any)."""
+        self._transaction.put(node_id.encode(), member, db=self._members)
+
+    def delete_member(self, node_id: str) -> bool:
+        """Forgets a member; whether it was registered."""
+        return bool(self._transaction.delete(node_id.encode(), db=self._members))
+
+    def set_cluster_id(self, cluster_id: str) -> None:
+        """Records the cluster id (the caller checked that none is recorded)."""
+        self._transaction.put(_CLUSTER_ID, cluster_id.encode(), db=self._meta)
 
     def set_topic_configs(self, topic_id: int, overrides: bytes) -> None:
         """Stores a topic's config overrides (empty bytes: none)."""

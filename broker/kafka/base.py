@@ -9,11 +9,14 @@ error code of its row in kq's one error table (proto/errors.py).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kq.broker.consensus import Peer
 from kq.broker.errors import KqError, UnavailableError
 from kq.broker.kafka.forward import LeaderForwarder
+from kq.broker.membership import MembershipView
 from kq.broker.service import BrokerService
 from kq.broker.service_base import ServiceBase
 from kq.proto.errors import ErrorCode, spec_of
@@ -52,6 +55,9 @@ MEMBER_ID_REQUIRED = 79
 INVALID_RECORD = 87
 
 
+BROKER_ID_MAX = 2**31 - 1  # Kafka's broker ids are int32.
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaBrokerInfo:
     """One node as Kafka clients see it: a number and the address of its Kafka listener."""
@@ -77,15 +83,51 @@ class FetchTotals:
     lagging: int = 0  # Fetches past this node's log end but within the leader's, waited for (not refused).
 
 
-@dataclass(frozen=True, slots=True)
 class KafkaSettings:
-    """The listener's configuration (node flags)."""
+    """The listener's configuration (node flags), and the cluster's brokers: the members that have a
+    Kafka address and an integer id, rebuilt when the membership changes (broker/membership.py)."""
 
-    brokers: tuple[KafkaBrokerInfo, ...]  # Every node of the cluster, this one included.
-    self_broker_id: int
-    cluster_id: str
-    auto_create_topics: bool
-    default_partitions: int
+    def __init__(
+        self,
+        view: Callable[[], MembershipView],
+        self_broker_id: int,
+        auto_create_topics: bool,
+        default_partitions: int,
+    ) -> None:
+        self._view = view
+        self.self_broker_id = self_broker_id
+        self.auto_create_topics = auto_create_topics
+        self.default_partitions = default_partitions
+        self._brokers: tuple[MembershipView | None, tuple[KafkaBrokerInfo, ...]] = (None, ())
+
+    @property
+    def brokers(self) -> tuple[KafkaBrokerInfo, ...]:
+        """Every member serving Kafka, this node included, by broker id (any thread)."""
+        view = self._view()
+        built_from, brokers = self._brokers
+        if built_from is not view:
+            brokers = kafka_brokers(view.members)
+            self._brokers = (view, brokers)  # One reference swap: readers see the old or the new pair.
+        return brokers
+
+    @property
+    def cluster_id(self) -> str:
+        """Kafka's cluster id: the one the cluster recorded, else derived from --peers."""
+        return self._view().cluster_id
+
+
+def kafka_brokers(members: Iterable[Peer]) -> tuple[KafkaBrokerInfo, ...]:
+    """The members that can be Kafka brokers (an integer id, a Kafka address), by broker id."""
+    brokers = []
+    for peer in members:
+        if peer.node_id.isdigit() and int(peer.node_id) <= BROKER_ID_MAX and peer.kafka_address:
+            host, _, port = peer.kafka_address.rpartition(":")
+            brokers.append(
+                KafkaBrokerInfo(
+                    int(peer.node_id), peer.node_id, host, int(port), peer.grpc_address, peer.rack or None
+                )
+            )
+    return tuple(sorted(brokers, key=lambda broker: broker.broker_id))
 
 
 def kafka_code(error: KqError, not_leader: int = NOT_LEADER_OR_FOLLOWER) -> int:
@@ -106,7 +148,7 @@ class KafkaBase(ServiceBase):
     def __init__(self, service: BrokerService, settings: KafkaSettings) -> None:
         super().__init__(
             service._node,
-            service._peers,
+            service._membership,
             service._store,
             service._consensus,
             service._batcher,
@@ -118,17 +160,16 @@ class KafkaBase(ServiceBase):
         )
         self._service = service
         self._settings = settings
-        self._by_node_id = {broker.node_id: broker for broker in settings.brokers}
-        self._by_grpc_address = {broker.grpc_address: broker for broker in settings.brokers}
         self._forwarder = LeaderForwarder()
         self._fetch_totals = FetchTotals()
 
     def _leader_broker(self) -> KafkaBrokerInfo | None:
         """The Kafka broker of the Raft leader this node knows of."""
         if self._consensus.is_leader():
-            return self._by_node_id.get(self._node.node_id)
-        address = self._consensus.leader_grpc_address()
-        return None if address is None else self._by_grpc_address.get(address)
+            address: str | None = self._node.grpc_address
+        else:
+            address = self._consensus.leader_grpc_address()
+        return next((broker for broker in self._settings.brokers if broker.grpc_address == address), None)
 
     def _live_broker_ids(self) -> tuple[int, ...]:
         """Brokers this node is connected to over Raft, and itself: the in-sync replicas it reports."""

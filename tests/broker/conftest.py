@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -13,6 +14,7 @@ from kq.broker.admission import ReaderAdmission, ReaderLimits
 from kq.broker.consensus import Peer
 from kq.broker.front import FrontEnd, Registration
 from kq.broker.groups import GroupCoordinator
+from kq.broker.membership import Membership, MembershipChanges
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.service import BrokerService
 from kq.broker.waiters import AppliedNotifier
@@ -45,6 +47,28 @@ class Edge:
     service: BrokerService
 
 
+class NoVoters:
+    """The in-process node's Raft for membership changes: it has no voters to change."""
+
+    def change_membership(self, kind: str, raft_address: str, callback: Callable[[Any, int], None]) -> None:
+        """Refused, as PySyncObj refuses a change while another is pending."""
+        callback(None, 6)
+
+    def hand_over_leadership(self, callback: Callable[[Any, int], None]) -> None:
+        """No follower to hand over to."""
+        callback(None, 6)
+
+
+class _Unreachable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+
+def no_answer(grpc_address: str, timeout_s: float) -> kq_pb2.ClusterStatusResponse:
+    """No node answers at any address."""
+    raise _Unreachable()
+
+
 @pytest.fixture
 def edge(tmp_path: Path) -> Iterator[Edge]:
     store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
@@ -55,9 +79,11 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
     coordinator = GroupCoordinator(store, consensus, wall_clock_ms)
     services: list[Registration] = []
     front = FrontEnd("127.0.0.1:0", EDGE_WORKERS, notifier, services)
+    node = Peer("1", "127.0.0.1:1", "127.0.0.1:2")
+    membership = Membership(node, (), store)
     service = BrokerService(
-        Peer("1", "127.0.0.1:1", "127.0.0.1:2"),
-        (),
+        node,
+        membership,
         store,
         consensus,
         batcher,
@@ -66,6 +92,7 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
         readers,
         front.workers,
         front.reads,
+        membership_changes=MembershipChanges(NoVoters(), consensus, membership, kafka=False, probe=no_answer),
     )
     services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
     batcher.start()

@@ -84,6 +84,8 @@ def _produce_as(producer_id: int, sequence: int, epoch: int = 0) -> kq_pb2.Produ
 
 _AHEAD = 10**9  # A Raft index no node of the test has applied.
 _ONE_OFFSET = [kq_pb2.OffsetEntry(topic="t", partition=0, offset=1)]
+_NEW_NODE = kq_pb2.Member(node_id="4", raft_address="127.0.0.1:7004", grpc_address="127.0.0.1:8004")
+_BAD_NODE = kq_pb2.Member(node_id="4", raft_address="127.0.0.1:70000", grpc_address="127.0.0.1:8004")
 _S = grpc.StatusCode
 _E = ErrorCode
 CASES = [
@@ -231,6 +233,15 @@ CASES = [
         _E.GROUP_HAS_MEMBERS,
         member,
     ),
+    Case("AddNode", kq_pb2.AddNodeRequest(member=_NEW_NODE), _S.FAILED_PRECONDITION, _E.NOT_LEADER, follower),
+    Case("AddNode", kq_pb2.AddNodeRequest(member=_BAD_NODE), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    # The node to add does not answer (the fixture's probe): it is not added.
+    Case("AddNode", kq_pb2.AddNodeRequest(member=_NEW_NODE), _S.FAILED_PRECONDITION, _E.MEMBERSHIP_REFUSED),
+    Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="9"), _S.FAILED_PRECONDITION, _E.MEMBERSHIP_REFUSED),
+    Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="a b"), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="1"), _S.FAILED_PRECONDITION, _E.NOT_LEADER, follower),
+    # The fixture's one node leads and no follower can take over: removing it cannot go ahead yet.
+    Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="1"), _S.UNAVAILABLE, _E.NOT_COMMITTED),
 ]
 
 
