@@ -115,6 +115,22 @@ def parse_byte_size(text: str, what: str) -> int:
     return size
 
 
+def parse_peer(item: str) -> Peer:
+    """Parses one `id=raft_host:port=grpc_host:port[=kafka_host:port][@rack]`."""
+    spec, at, rack = item.partition("@")
+    fields = spec.split("=")
+    if len(fields) not in (3, 4) or not fields[0] or (at and not rack):
+        raise ConfigError(f"peer {item!r} must be id=raft_host:port=grpc_host:port[=kafka_host:port][@rack]")
+    node_id, raft_address, grpc_address = fields[:3]
+    return Peer(
+        parse_node_id(node_id),
+        parse_address(raft_address, "peer raft address"),
+        parse_address(grpc_address, "peer gRPC address"),
+        parse_address(fields[3], "peer Kafka address") if len(fields) == 4 else "",
+        parse_rack(rack, "a peer's rack"),
+    )
+
+
 def parse_peers(text: str, self_id: str, self_rack: str = "") -> tuple[Peer, ...]:
     """Parses `id=raft_host:port=grpc_host:port[=kafka_host:port][@rack],...`; the entry for `self_id`
     (if listed) is dropped, after checking that any rack it names is `self_rack` (the node's --rack).
@@ -123,20 +139,8 @@ def parse_peers(text: str, self_id: str, self_rack: str = "") -> tuple[Peer, ...
     one, and every spec written before racks existed still parses the same."""
     peers: list[Peer] = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        spec, at, rack = item.partition("@")
-        fields = spec.split("=")
-        if len(fields) not in (3, 4) or not fields[0] or (at and not rack):
-            raise ConfigError(
-                f"peer {item!r} must be id=raft_host:port=grpc_host:port[=kafka_host:port][@rack]"
-            )
-        node_id, raft_address, grpc_address = fields[:3]
-        peer = Peer(
-            parse_node_id(node_id),
-            parse_address(raft_address, "peer raft address"),
-            parse_address(grpc_address, "peer gRPC address"),
-            parse_address(fields[3], "peer Kafka address") if len(fields) == 4 else "",
-            parse_rack(rack, "a peer's rack"),
-        )
+        peer = parse_peer(item)
+        node_id, rack = peer.node_id, peer.rack
         if node_id != self_id:
             peers.append(peer)
         elif rack and rack != self_rack:

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kq.client import ConsumerRecord, KqClientError, NodeStatus, TopicInfo
-from kq.client.types import TopicConfigValue, TopicDescription
+from kq.client.types import PeerState, TopicConfigValue, TopicDescription
 
 TABLE_WIDTH_NOT_TTY = 200  # Characters; rich would squeeze tables into 80 when output is a pipe.
 NULL_PLAIN = b"null"  # How the plain format shows a missing key or value (as Kafka's console consumer).
@@ -239,11 +239,28 @@ def status_to_dict(address: str, status: NodeStatus | KqClientError) -> dict[str
         "leader_address": status.leader_address,
         "ready": status.ready,
         "raft_log_entries": status.raft_log_entries,
+        "raft_address": status.raft_address,
+        "cluster_id": status.cluster_id,
         "peers": [
             {"node_id": p.node_id, "address": p.grpc_address, "connected": p.connected} for p in status.peers
         ],
         "error": None,
     }
+
+
+def members_table(members: Sequence[PeerState]) -> Table:
+    """The cluster's voters after a membership change, as the leader sees them."""
+    table = plain_table("node", "gRPC address", "Raft address", "Kafka address", "rack", "connected")
+    for member in members:
+        table.add_row(
+            member.node_id,
+            member.grpc_address,
+            member.raft_address,
+            member.kafka_address or "-",
+            member.rack or "-",
+            "yes" if member.connected else "no",
+        )
+    return table
 
 
 # Printing ---------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from kq.proto.limits import (
     CLIENT_STATUS_TIMEOUT_S,
     CLIENT_TOPICS_CACHED_MAX,
     FETCH_RECORDS_MAX,
+    MEMBERSHIP_CALL_TIMEOUT_S,
     RECORDS_PER_APPEND_MAX,
 )
 from kq.proto.records import (
@@ -433,13 +434,57 @@ class KqClient(GroupsApi):
     # Cluster ------------------------------------------------------------------------------------
 
     def cluster_status(self) -> list[NodeStatus | KqClientError]:
-        """Every bootstrap node's own status, or the error reaching it."""
-        results: list[NodeStatus | KqClientError] = []
-        for address, outcome in self._connections.call_each(
-            "ClusterStatus", kq_pb2.ClusterStatusRequest(), CLIENT_STATUS_TIMEOUT_S
-        ):
-            results.append(outcome if isinstance(outcome, KqClientError) else _node_status(address, outcome))
-        return results
+        """The own status of every bootstrap node and of every member they name (a node added since the
+        bootstrap list was written), or the error reaching it."""
+        return [outcome for _, outcome in self.cluster_status_by_address()]
+
+    def cluster_status_by_address(self) -> list[tuple[str, NodeStatus | KqClientError]]:
+        """`cluster_status` with the gRPC address each answer (or error) came from."""
+        request = kq_pb2.ClusterStatusRequest()
+        outcomes = self._connections.call_each("ClusterStatus", request, CLIENT_STATUS_TIMEOUT_S)
+        asked = {address for address, _ in outcomes}
+        named = {
+            peer.grpc_address
+            for _, outcome in outcomes
+            if not isinstance(outcome, KqClientError)
+            for peer in outcome.peers
+            if peer.grpc_address
+        }
+        more = sorted(named - asked)
+        outcomes += self._connections.call_each("ClusterStatus", request, CLIENT_STATUS_TIMEOUT_S, more)
+        return [
+            (address, outcome if isinstance(outcome, KqClientError) else _node_status(address, outcome))
+            for address, outcome in outcomes
+        ]
+
+    def add_node(
+        self, node_id: str, raft_address: str, grpc_address: str, kafka_address: str = "", rack: str = ""
+    ) -> list[PeerState]:
+        """Adds a running node (started with `--join`) to the cluster's voters; the members afterwards.
+
+        Adding a member again is no error. Raises MembershipRefusedError when the id or an address is
+        another member's, the node does not answer, or the cluster would be left without a majority."""
+        member = kq_pb2.Member(
+            node_id=node_id,
+            raft_address=raft_address,
+            grpc_address=grpc_address,
+            kafka_address=kafka_address,
+            rack=rack,
+        )
+        response = self._connections.write(
+            "AddNode", kq_pb2.AddNodeRequest(member=member), timeout_s=MEMBERSHIP_CALL_TIMEOUT_S
+        )
+        self._saw(response.index)
+        return [_peer_state(peer) for peer in response.members]
+
+    def remove_node(self, node_id: str) -> list[PeerState]:
+        """Removes a node (running or not) from the cluster's voters; the members afterwards. Removing
+        the leader first hands its leadership to another node."""
+        response = self._connections.write(
+            "RemoveNode", kq_pb2.RemoveNodeRequest(node_id=node_id), timeout_s=MEMBERSHIP_CALL_TIMEOUT_S
+        )
+        self._saw(response.index)
+        return [_peer_state(peer) for peer in response.members]
 
     def node_status(self, node: str) -> NodeStatus:
         """One node's status."""
@@ -544,7 +589,21 @@ def _node_status(address: str, response: kq_pb2.ClusterStatusResponse) -> NodeSt
         applied_index=response.applied_index,
         ready=response.ready,
         raft_log_entries=response.raft_log_entries,
-        peers=tuple(PeerState(p.node_id, p.grpc_address, p.connected) for p in response.peers),
+        peers=tuple(_peer_state(peer) for peer in response.peers),
+        raft_address=response.raft_address,
+        cluster_id=response.cluster_id,
+    )
+
+
+def _peer_state(peer: kq_pb2.PeerStatus) -> PeerState:
+    return PeerState(
+        peer.node_id,
+        peer.grpc_address,
+        peer.connected,
+        peer.raft_address,
+        peer.kafka_address,
+        peer.rack,
+        peer.match_index,
     )
 
 

@@ -135,14 +135,15 @@ class Connections:
         except grpc.RpcError as error:
             raise from_rpc_error(error, address) from None
 
-    def write(self, method: str, request: Any) -> Any:
-        """Calls `method` on the leader, following redirects and retrying retriable failures."""
+    def write(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        """Calls `method` on the leader, following redirects and retrying retriable failures; each
+        attempt may take `timeout_s` (default: the client's RPC timeout)."""
         deadline = time.monotonic() + self.retry_timeout_s
         address = self.leader or self._next_address()
         hops, backoff_s = 0, CLIENT_BACKOFF_INITIAL_S
         while True:
             try:
-                response = self._call(address, method, request, self.rpc_timeout_s)
+                response = self._call(address, method, request, timeout_s or self.rpc_timeout_s)
             except KqClientError as error:
                 if error.leader_hint is not None and hops < CLIENT_REDIRECTS_MAX:
                     logger.debug("%s redirected from %s to %s", method, address, error.leader_hint)
@@ -225,10 +226,13 @@ class Connections:
             time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, CLIENT_STREAM_BACKOFF_MAX_S)
 
-    def call_each(self, method: str, request: Any, timeout_s: float) -> list[tuple[str, Any | KqClientError]]:
-        """Calls `method` once on every bootstrap node: (address, response or error)."""
+    def call_each(
+        self, method: str, request: Any, timeout_s: float, addresses: Sequence[str] | None = None
+    ) -> list[tuple[str, Any | KqClientError]]:
+        """Calls `method` once on every node of `addresses` (default: the bootstrap nodes): (address,
+        response or error)."""
         results: list[tuple[str, Any | KqClientError]] = []
-        for address in self.bootstrap:
+        for address in self.bootstrap if addresses is None else addresses:
             try:
                 results.append((address, self._call(address, method, request, timeout_s)))
             except KqClientError as error:

@@ -97,11 +97,15 @@ class FetchResult:
 
 @dataclass(frozen=True, slots=True)
 class PeerState:
-    """A peer as one node sees it."""
+    """A member as one node sees it."""
 
     node_id: str
     grpc_address: str
-    connected: bool
+    connected: bool  # The node answering is connected to it over Raft.
+    raft_address: str = ""
+    kafka_address: str = ""  # "": no Kafka listener.
+    rack: str = ""
+    match_index: int = 0  # The leader's match index for it (0: not heard, or not asked of the leader).
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,8 @@ class NodeStatus:
     ready: bool
     raft_log_entries: int
     peers: tuple[PeerState, ...] = field(default=())
+    raft_address: str = ""
+    cluster_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,6 +194,8 @@ COMPACTION_READ_BATCHES = 1_000  # Batches per read transaction: none pins old p
 
 # broker/proposals.py
 PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).
+# A client's AddNode/RemoveNode attempt: the probe, two proposals and the membership entry's commit.
+MEMBERSHIP_CALL_TIMEOUT_S = MEMBER_PROBE_TIMEOUT_S + 2 * PROPOSAL_TIMEOUT_S + MEMBERSHIP_CHANGE_TIMEOUT_S + 3
 LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
 BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
 PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queue up and get batched.
