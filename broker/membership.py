@@ -138,8 +138,9 @@ class Membership:
             self._view = self._build()
 
     def on_applied(self, result: ApplyResult | None) -> None:
-        """Called with each applied entry's result (tick thread): a member command changes the view."""
-        if isinstance(result, MemberResult):
+        """Called with each applied entry's result (tick thread): a member command changes the view,
+        and so may a store restored from a copy (None)."""
+        if result is None or isinstance(result, MemberResult):
             self.refresh()
 
     def _build(self) -> MembershipView:

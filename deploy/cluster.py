@@ -379,6 +379,64 @@ class LocalCluster:
         """Stops every node this cluster started or adopted: SIGTERM to all at once, SIGKILL later."""
         self._processes.stop(self._processes.names(), timeout_s)
 
+    # Membership -------------------------------------------------------------------------------------
+
+    def new_node_spec(self) -> NodeSpec:
+        """A spec for one more node (the next free id, free ports on the first node's host, a Kafka
+        listener if the cluster has them), listed in `nodes` so `peers_argument` names it; not started."""
+        first = next(iter(self.nodes.values()))
+        host = first.grpc_address.rpartition(":")[0]
+        node_id = str(max(int(n) for n in self.nodes if n.isdigit()) + 1)
+        grpc_port, raft_port, kafka_port, http_port = free_ports(4)
+        spec = NodeSpec(
+            node_id,
+            f"{host}:{grpc_port}",
+            f"{host}:{raft_port}",
+            self.base_dir / f"node{node_id}",
+            f"{host}:{kafka_port}" if first.kafka_address else "",
+            "",
+            f"{host}:{http_port}",
+        )
+        self.nodes[node_id] = spec
+        return spec
+
+    def add_node(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Starts one more node with --join and adds it to the voters (`kq cluster add-node`); waits
+        until it is ready under the leader. Returns its id."""
+        spec = self.new_node_spec()
+        self.set_node_args(spec.node_id, ("--join",))
+        self.start_node(spec.node_id)
+        with KqClient(self.bootstrap, retry_timeout_s=timeout_s) as client:
+            wait_for(
+                lambda: self._answers(client, spec.grpc_address),
+                f"node {spec.node_id} to answer at {spec.grpc_address}",
+                timeout_s,
+                poll_s=READY_POLL_S,
+            )
+            client.add_node(spec.node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
+        self.wait_ready(timeout_s)
+        return spec.node_id
+
+    def remove_node(self, node_id: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Removes a node from the voters (`kq cluster remove-node`; it may be down), stops it by its PID
+        and drops it from `nodes` (its data directory stays)."""
+        others = [spec.grpc_address for n, spec in self.nodes.items() if n != node_id and self.running(n)]
+        with KqClient(others or self.bootstrap, retry_timeout_s=timeout_s) as client:
+            client.remove_node(node_id)
+        if self.running(node_id):
+            self.stop_node(node_id)
+        del self.nodes[node_id]
+
+    def _answers(self, client: KqClient, address: str) -> bool:
+        exited = self._processes.exited()
+        if exited:
+            raise NodeDiedError(f"node(s) {', '.join(exited)} exited; logs in {self.base_dir}")
+        try:
+            client.node_status(address)
+        except KqClientError:
+            return False
+        return True
+
     # What the nodes say -----------------------------------------------------------------------------
 
     def statuses(self) -> dict[str, NodeStatus | None]:
