@@ -239,7 +239,9 @@ CASES = [
     Case("AddNode", kq_pb2.AddNodeRequest(member=_NEW_NODE), _S.FAILED_PRECONDITION, _E.MEMBERSHIP_REFUSED),
     Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="9"), _S.FAILED_PRECONDITION, _E.MEMBERSHIP_REFUSED),
     Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="a b"), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
-    Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="1"), _S.FAILED_PRECONDITION, _E.NOT_LEADER, follower),
+    Case(
+        "RemoveNode", kq_pb2.RemoveNodeRequest(node_id="1"), _S.FAILED_PRECONDITION, _E.NOT_LEADER, follower
+    ),
     # The fixture's one node leads and no follower can take over: removing it cannot go ahead yet.
     Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="1"), _S.UNAVAILABLE, _E.NOT_COMMITTED),
 ]
