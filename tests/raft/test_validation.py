@@ -12,6 +12,7 @@ import lmdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pysyncobj.node import TCPNode
 
 import kq.raft.groups
 import kq.raft.patterns
@@ -25,7 +26,7 @@ from kq.raft.patterns import compile_pattern, pattern_problem
 from kq.raft.results import ErrorCode, GroupResult, RejectedResult, SkippedResult
 from kq.raft.state_machine import EnvironmentFaultError, apply
 from kq.raft.topic_config import CONFIGS
-from kq.raft.validation import append_problem, command_problem
+from kq.raft.validation import append_problem, cluster_member_problem, command_problem
 from kq.storage import Store
 
 MAP_BYTES = 64 * 1024**2
@@ -100,6 +101,31 @@ config_values = st.one_of(
 )
 
 
+node_ids = st.one_of(st.sampled_from(["1", "4", "", "a b", "x" * 65, "é", "1\n"]), st.text(max_size=8))
+hosts = st.one_of(
+    st.sampled_from(["127.0.0.1", "localhost", "", "h" * 254, "::1", "[::1]", "a:b", "ho st", "١٢٧"]),
+    st.text(max_size=12),
+)
+ports = st.one_of(
+    st.sampled_from(["1", "65535", "0", "65536", "", "-1", "७", "99999999999999999999", "08"]),
+    st.integers(0, 70000).map(str),
+)
+addresses = st.one_of(st.builds(lambda host, port: f"{host}:{port}", hosts, ports), st.text(max_size=16))
+cluster_ids = st.one_of(st.sampled_from(["", "Pbh6JQM4TVsqg7NU0NBnVQ", "a" * 65, "a b"]), st.text(max_size=8))
+
+
+@st.composite
+def cluster_members(draw: st.DrawFn) -> kq_pb2.Member:
+    """Members whose fields are sometimes legal, often hostile (every one ends in the Raft log)."""
+    return kq_pb2.Member(
+        node_id=draw(node_ids),
+        raft_address=draw(addresses),
+        grpc_address=draw(addresses),
+        kafka_address=draw(st.one_of(st.just(""), addresses)),
+        rack=draw(st.one_of(st.just(""), names)),
+    )
+
+
 @st.composite
 def config_maps(draw: st.DrawFn) -> dict[str, str]:
     return draw(st.dictionaries(config_names, config_values, max_size=9))
@@ -119,8 +145,14 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         "commit",
         "reset",
         "configure",
+        "register_member",
+        "unregister_member",
     ]
     kind = draw(st.sampled_from(kinds))
+    if kind == "register_member":
+        return commands.register_member(draw(cluster_members()), draw(cluster_ids))
+    if kind == "unregister_member":
+        return commands.unregister_member(draw(node_ids))
     if kind == "create":
         return commands.create_topic(draw(names), draw(uint32), 1, draw(config_maps()))
     if kind == "configure":
@@ -237,6 +269,18 @@ def test_what_the_edge_accepts_applies_without_raising_and_identically(
         assert left.dump() == right.dump()
         with left.read() as reader:
             assert reader.rejected_entries() == sum(command_problem(c) is not None for c in fuzzed)
+
+
+@settings(max_examples=300)
+@given(cluster_members())
+def test_an_accepted_member_is_an_address_pysyncobj_can_hold(member: kq_pb2.Member) -> None:
+    """What `cluster_member_problem` accepts becomes a PySyncObj node on every replica (its MEMBERSHIP
+    entry): its Raft address must split into a host and an integer port there, as it does here."""
+    if cluster_member_problem(member) is not None:
+        return
+    node = TCPNode(member.raft_address)
+    assert node.port == int(member.raft_address.rpartition(":")[2]) and 0 < node.port < 65536
+    assert node.host and node.host.isascii()
 
 
 def test_an_entry_that_raises_is_refused_alike_and_replay_skips_it(

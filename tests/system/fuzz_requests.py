@@ -62,6 +62,8 @@ RPCS: dict[str, RpcSpec] = {
     "DescribeGroup": RpcSpec(kq_pb2.DescribeGroupRequest, kq_pb2.DescribeGroupResponse, False),
     "ResetOffsets": RpcSpec(kq_pb2.ResetOffsetsRequest, kq_pb2.ResetOffsetsResponse, True),
     "DeleteGroup": RpcSpec(kq_pb2.DeleteGroupRequest, kq_pb2.DeleteGroupResponse, True),
+    "AddNode": RpcSpec(kq_pb2.AddNodeRequest, kq_pb2.AddNodeResponse, True),
+    "RemoveNode": RpcSpec(kq_pb2.RemoveNodeRequest, kq_pb2.RemoveNodeResponse, True),
 }
 
 
@@ -198,6 +200,28 @@ def _reset_offsets(h: Hostile) -> Message:
     )
 
 
+# Node ids that are never a member of the fuzzed cluster: a removal must not shrink it below a majority.
+_STRANGER_IDS = ("4", "9", "0", "", "a b", "x" * 65)
+
+
+def _address(h: Hostile) -> str:
+    """A host:port on loopback (nothing, or a kq node that is not the one asked for, answers there),
+    or a hostile one; never a name that would need a DNS lookup."""
+    host = h.rng.choice(["127.0.0.1", "localhost", "", "::1", "[::1]", h.text()])
+    return f"{host}:{h.rng.choice([h.u32(), 1, 0, 65535, 65536])}" if h.chance(0.8) else h.text()
+
+
+def _add_node(h: Hostile) -> Message:
+    member = kq_pb2.Member(
+        node_id=h.rng.choice([*_STRANGER_IDS, "1", h.text()]),
+        raft_address=_address(h),
+        grpc_address=_address(h),
+        kafka_address=_address(h) if h.chance(0.5) else "",
+        rack=h.rng.choice(["", "a", h.text()]),
+    )
+    return kq_pb2.AddNodeRequest(member=member)
+
+
 BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "CreateTopic": _create_topic,
     "DeleteTopic": _delete_topic,
@@ -221,6 +245,8 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "DescribeGroup": lambda h: kq_pb2.DescribeGroupRequest(group=h.group(), min_index=_min_index(h)),
     "ResetOffsets": _reset_offsets,
     "DeleteGroup": lambda h: kq_pb2.DeleteGroupRequest(group=h.group()),
+    "AddNode": _add_node,
+    "RemoveNode": lambda h: kq_pb2.RemoveNodeRequest(node_id=h.rng.choice([*_STRANGER_IDS, h.text()])),
 }
 assert set(BUILDERS) == set(RPCS), "every RPC has a builder"
 

@@ -117,6 +117,11 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
     "DescribeGroup": lambda h: kq_pb2.DescribeGroupRequest(group=h.rng.choice(GROUPS)),
     "ResetOffsets": _reset_offsets,
     "DeleteGroup": lambda h: kq_pb2.DeleteGroupRequest(group=h.rng.choice(GROUPS)),
+    # Well formed, for a node nobody runs (refused: it does not answer) or one that is not a member.
+    "AddNode": lambda h: kq_pb2.AddNodeRequest(
+        member=kq_pb2.Member(node_id="9", raft_address="127.0.0.1:1", grpc_address="127.0.0.1:2")
+    ),
+    "RemoveNode": lambda h: kq_pb2.RemoveNodeRequest(node_id="9"),
 }
 
 

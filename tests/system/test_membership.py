@@ -16,9 +16,14 @@ WAIT_TIMEOUT_S = 60.0
 RECORDS = 300
 
 
-def _answers(cluster: LocalCluster) -> dict[str, NodeStatus]:
-    statuses = cluster.statuses()
-    return {node: status for node, status in statuses.items() if status is not None}
+def _check_members(cluster: LocalCluster, cluster_id: str) -> None:
+    """Every node of `cluster.nodes` answers, names the others as its peers, and reports `cluster_id`."""
+    statuses: dict[str, NodeStatus | None] = cluster.statuses()
+    assert set(statuses) == set(cluster.nodes)
+    for node, status in statuses.items():
+        assert status is not None, f"node {node} does not answer"
+        assert {peer.node_id for peer in status.peers} == set(cluster.nodes) - {node}, node
+        assert status.cluster_id == cluster_id, f"node {node} reports another cluster id"
 
 
 def test_a_node_is_added_and_the_leader_removed_under_writes(tmp_path: Path) -> None:
@@ -28,6 +33,7 @@ def test_a_node_is_added_and_the_leader_removed_under_writes(tmp_path: Path) -> 
     cluster = LocalCluster(tmp_path / "cluster", node_args=("--compaction-min-entries", "50"))
     try:
         leader = cluster.start()
+        started_with = cluster.peers_argument()
         with KqClient(cluster.bootstrap) as client:
             cluster_id = client.node_status(cluster.bootstrap[0]).cluster_id
             client.create_topic("members", partitions=2)
@@ -42,11 +48,8 @@ def test_a_node_is_added_and_the_leader_removed_under_writes(tmp_path: Path) -> 
         new = cluster.add_node()
         assert new == "4"
         cluster.wait_applied(sent[-1].index, list(cluster.nodes), timeout_s=WAIT_TIMEOUT_S)
-        statuses = _answers(cluster)
-        assert set(statuses) == {"1", "2", "3", "4"}
-        for node, status in statuses.items():
-            assert {peer.node_id for peer in status.peers} == {"1", "2", "3", "4"} - {node}, node
-            assert status.cluster_id == cluster_id, f"node {node} reports another cluster id"
+        assert set(cluster.nodes) == {"1", "2", "3", "4"}
+        _check_members(cluster, cluster_id)
         log = cluster.log_path(new).read_text()
         assert "store restored from snapshot" in log, "the new node must have caught up through a store copy"
         with KqClient(cluster.bootstrap) as client:
@@ -57,6 +60,21 @@ def test_a_node_is_added_and_the_leader_removed_under_writes(tmp_path: Path) -> 
         admin = confluent_kafka.AdminClient({"bootstrap.servers": cluster.nodes[new].kafka_address})
         brokers = admin.list_topics(timeout=10).brokers
         assert sorted(brokers) == [1, 2, 3, 4]
+
+        # A member restarted with the --peers it was started with still knows node 4 (from its Raft
+        # journal and snapshot), and the cluster commits with it.
+        follower = next(node for node in ("1", "2", "3") if node != cluster.wait_ready())
+        cluster.stop_node(follower)
+        cluster.set_node_args(follower, ("--peers", started_with))
+        cluster.start_node(follower)
+        cluster.wait_ready(WAIT_TIMEOUT_S)
+        restarted = cluster.statuses()[follower]
+        assert restarted is not None and {peer.node_id for peer in restarted.peers} == {
+            "1",
+            "2",
+            "3",
+            "4",
+        } - {follower}
 
         leader = cluster.wait_ready()
         with KqClient([cluster.nodes[new].grpc_address]) as client:
@@ -72,11 +90,7 @@ def test_a_node_is_added_and_the_leader_removed_under_writes(tmp_path: Path) -> 
         with KqClient(cluster.bootstrap) as client:
             last = client.send("members", b"after", partition=0)
         cluster.wait_applied(last.index, list(cluster.nodes), timeout_s=WAIT_TIMEOUT_S)
-        statuses = _answers(cluster)
-        assert set(statuses) == set(cluster.nodes)
-        for node, status in statuses.items():
-            assert {peer.node_id for peer in status.peers} == set(cluster.nodes) - {node}, node
-            assert status.cluster_id == cluster_id
+        _check_members(cluster, cluster_id)
     finally:
         cluster.stop()
 
