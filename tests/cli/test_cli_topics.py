@@ -129,14 +129,16 @@ def test_cluster_status_shows_every_node_and_exactly_one_leader(run_kq: RunKq, c
 
 
 def test_cluster_status_shows_an_unreachable_node_as_down(run_kq: RunKq, cluster: LocalCluster) -> None:
-    """A bootstrap address nobody listens on is a `down` row with the reason; the command still succeeds."""
+    """A bootstrap address nobody listens on is a `down` row with the reason; the command still succeeds,
+    and lists the members the answering node names too."""
     dead = f"127.0.0.1:{free_ports(1)[0]}"
     result = run_kq("--bootstrap", f"{dead},{cluster.bootstrap[0]}", "cluster", "status", "--format", "json")
     assert result.exit_code == 0, result.output
-    down, up = json.loads(result.stdout)
+    down, *up = json.loads(result.stdout)
     assert (down["address"], down["role"]) == (dead, "down")
     assert dead in down["error"]
-    assert up["error"] is None
+    assert [status["address"] for status in up] == [cluster.bootstrap[0], *sorted(cluster.bootstrap[1:])]
+    assert all(status["error"] is None for status in up)
 
 
 def test_topic_configs_are_set_shown_altered_and_refused(
