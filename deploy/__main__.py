@@ -1,4 +1,5 @@
-"""`python -m kq.deploy`: start, stop, status, logs, restart, kill, clean: a local cluster (kq.deploy.cli)."""
+"""`python -m kq.deploy`: start, stop, status, logs, restart, kill, add, remove, clean: a local cluster
+(kq.deploy.cli)."""
 
 from kq.deploy.cli import main
 

@@ -2,10 +2,15 @@
 
 Node N serves gRPC on 127.0.0.1:<base gRPC port + N> and Raft on 127.0.0.1:<base Raft port + N>
 (9101.. and 7101.. by default, the `kq` command's default bootstrap). The run directory holds each
-node's data (`nodeN/`), log (`nodeN.log`) and PID (`nodeN.pid`), and the generated cluster secret
-(`secret`, mode 600) unless KQ_SECRET gives one. Every command works from the PID files through
-`LocalCluster`: a node is signalled only by its recorded PID, and only while that process still runs
-on this run directory's data.
+node's data (`nodeN/`), log (`nodeN.log`) and PID (`nodeN.pid`), the generated cluster secret
+(`secret`, mode 600) unless KQ_SECRET gives one, and the current members' ids (`members`, one a line,
+written by the first `start` and by `add` and `remove`; 1..--nodes until then). Every command acts
+on those members, through `LocalCluster`: a node is signalled only by its recorded PID, and only while
+that process still runs on this run directory's data.
+
+Node ids are never reused while a data directory `nodeN/` stays (a removed node's store would rejoin
+with its old state): `add` takes the id after the highest member or data directory, up to NODES_MAX,
+the most the fixed port scheme leaves room for.
 """
 
 from __future__ import annotations
@@ -15,17 +20,20 @@ import secrets
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import click
 
-from kq.client import NodeStatus
-from kq.deploy.cluster import LocalCluster, NodeDiedError, agreed_leader
-from kq.deploy.waiting import WaitTimeoutError
+from kq.client import KqClient, KqClientError, MembershipRefusedError, NodeStatus
+from kq.deploy.cluster import STATUS_TIMEOUT_S, LocalCluster, NodeDiedError, agreed_leader
+from kq.deploy.waiting import WaitTimeoutError, wait_for
 
-NODES_MAX = 9
+NODES_MAX = 9  # Node ids run 1..9: with the default bases, Kafka's 9091+N stays below gRPC's 9101.
+MEMBERS_FILE = "members"
+ANSWER_POLL_S = 0.2  # How often `add` asks the new node for its status while it starts.
 SECRET_BYTES = 32
 LOG_LINES_DEFAULT = 20
 FOLLOW_POLL_S = 0.5  # How often `logs --follow` looks for new lines (pacing output, not synchronization).
@@ -43,29 +51,67 @@ class RunSettings:
     ready_timeout_s: float
     base_kafka_port: int
     program: str  # How the user called us, for the hints we print ("deploy/run-cluster.sh").
-    racks: tuple[str, ...] = ()  # One per node (KQ_RACKS), or none.
+    racks: tuple[str, ...] = ()  # Node N's is the Nth (KQ_RACKS), or none; a node added later has none.
     base_http_port: int = 9640  # Node N: /metrics, /healthz, /readyz on this+N.
 
-    def cluster(self) -> LocalCluster:
-        """The cluster of this run directory, with every node that still runs adopted by its PID.
+    def member_ids(self) -> list[str]:
+        """The current members: the run directory's `members` file, or 1..nodes before the first start."""
+        remembered = read_members(self.run_dir)
+        return remembered if remembered is not None else [str(n) for n in range(1, self.nodes + 1)]
+
+    def ports(self, node_id: str) -> tuple[int, int, int, int]:
+        """Node `node_id`'s gRPC, Raft, Kafka and HTTP ports: each base plus the id."""
+        number = int(node_id)
+        bases = (self.base_grpc_port, self.base_raft_port, self.base_kafka_port, self.base_http_port)
+        return bases[0] + number, bases[1] + number, bases[2] + number, bases[3] + number
+
+    def cluster(self, node_ids: Sequence[str] | None = None) -> LocalCluster:
+        """The cluster of this run directory (`node_ids`, default the current members), with every node
+        that still runs adopted by its PID.
 
         Its secret is set (`_secret`) only by the commands that start nodes.
         """
-        size = self.nodes
+        ids = list(node_ids) if node_ids is not None else self.member_ids()
+        ports = [self.ports(node_id) for node_id in ids]
+        racks = [self.racks[int(n) - 1] if int(n) <= len(self.racks) else "" for n in ids]
         cluster = LocalCluster(
             self.run_dir,
-            size,
+            len(ids),
             "",
-            grpc_ports=[self.base_grpc_port + n for n in range(1, size + 1)],
-            raft_ports=[self.base_raft_port + n for n in range(1, size + 1)],
-            kafka_ports=[self.base_kafka_port + n for n in range(1, size + 1)],
-            http_ports=[self.base_http_port + n for n in range(1, size + 1)],
-            racks=self.racks or None,
+            grpc_ports=[grpc for grpc, _, _, _ in ports],
+            raft_ports=[raft for _, raft, _, _ in ports],
+            kafka_ports=[kafka for _, _, kafka, _ in ports],
+            http_ports=[http for _, _, _, http in ports],
+            racks=racks if self.racks else None,
             record_pids=True,
             detach=True,
+            node_ids=ids,
         )
         cluster.adopt_running()
         return cluster
+
+
+def read_members(run_dir: Path) -> list[str] | None:
+    """The member ids `run_dir/members` lists, in id order; None when there is no such file yet."""
+    path = run_dir / MEMBERS_FILE
+    if not path.exists():
+        return None
+    words = path.read_text().split()
+    if not words or not all(word.isdigit() and 1 <= int(word) <= NODES_MAX for word in words):
+        raise DeployError(f"{path} should list node ids from 1 to {NODES_MAX}, one a line; it holds {words}")
+    return sorted({str(int(word)) for word in words}, key=int)
+
+
+def write_members(run_dir: Path, node_ids: Sequence[str]) -> None:
+    """Replaces `run_dir/members` atomically (a synced temporary file renamed over it), so a crash
+    leaves the old list or the new one, never a torn file that would start the wrong nodes."""
+    path = run_dir / MEMBERS_FILE
+    temporary = run_dir / f".{MEMBERS_FILE}.tmp"
+    with temporary.open("w") as members:
+        members.write("".join(f"{node_id}\n" for node_id in sorted(node_ids, key=int)))
+        members.flush()
+        os.fsync(members.fileno())
+    os.replace(temporary, path)
 
 
 def say(message: str) -> None:
@@ -97,14 +143,22 @@ def _secret(run_dir: Path, create: bool) -> str:
 
 
 def _node_id(settings: RunSettings, node: str) -> str:
-    if not node.isdigit() or not 1 <= int(node) <= settings.nodes:
-        raise DeployError(f"expected a node id from 1 to {settings.nodes}, got '{node}'")
+    """The member id `node` names (checked against the current members)."""
+    members = settings.member_ids()
+    if not node.isdigit() or str(int(node)) not in members:
+        raise DeployError(f"node '{node}' is not a member; the members are {' '.join(members)}")
     return str(int(node))
 
 
 def _one_node(settings: RunSettings, node: str) -> tuple[str, LocalCluster]:
     """The node id a command names (checked) and the cluster, its running nodes adopted."""
     return _node_id(settings, node), settings.cluster()
+
+
+def _overlapping_ports(settings: RunSettings, node_ids: Sequence[str]) -> bool:
+    """Whether two of the gRPC, Raft, Kafka and HTTP ports of `node_ids` are the same port."""
+    ports = [port for node_id in node_ids for port in settings.ports(node_id)]
+    return len(ports) != len(set(ports))
 
 
 def _start_and_wait(cluster: LocalCluster, settings: RunSettings, node_ids: list[str]) -> str:
@@ -129,17 +183,29 @@ def _start_and_wait(cluster: LocalCluster, settings: RunSettings, node_ids: list
         raise DeployError(f"{error}") from error
 
 
-def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
-    say(f"cluster is up; leader: node {leader} ({cluster.nodes[leader].grpc_address})")
-    for node_id, spec in cluster.nodes.items():
+def _node_lines(cluster: LocalCluster, node_ids: Sequence[str]) -> None:
+    """Each node's addresses, PID and log, two lines a node."""
+    for node_id in node_ids:
+        spec = cluster.nodes[node_id]
         click.echo(
             f"  node {node_id}  gRPC {spec.grpc_address}  Kafka {spec.kafka_address}  "
             f"Raft {spec.raft_address}  PID {cluster.pid(node_id) or '-'}  log {cluster.log_path(node_id)}\n"
             f"          metrics {spec.metrics_url}  health http://{spec.http_address}/readyz"
         )
-    bootstrap = ""
-    if settings.base_grpc_port != 9100 or settings.nodes != 3:
-        bootstrap = f" --bootstrap {','.join(cluster.bootstrap)}"
+
+
+def _bootstrap_option(cluster: LocalCluster, settings: RunSettings) -> str:
+    """` --bootstrap <members>` for the kq commands we print, or "" when the CLI's default finds them."""
+    if settings.base_grpc_port == 9100 and list(cluster.nodes) == ["1", "2", "3"]:
+        return ""
+    return f" --bootstrap {','.join(cluster.bootstrap)}"
+
+
+def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
+    say(f"cluster is up; leader: node {leader} ({cluster.nodes[leader].grpc_address})")
+    _node_lines(cluster, list(cluster.nodes))
+    bootstrap = _bootstrap_option(cluster, settings)
+    if bootstrap:
         click.echo("\nThese are not the kq CLI's default nodes: the commands below pass --bootstrap.")
     bin_dir = Path(sys.executable).parent
     program = settings.program
@@ -154,6 +220,7 @@ def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
         f"  bootstrap.servers={cluster.kafka_bootstrap}\n"
         f"  kcat -b {cluster.kafka_bootstrap} -L\n\n"
         f"Failover demo:  {program} kill {leader}   (then: {program} status, {program} restart {leader})\n"
+        f"Membership:     {program} add   (one more node)   {program} remove N\n"
         f"Logs:           {program} logs [N] [--follow]\n"
         f"Stop:           {program} stop"
     )
@@ -174,9 +241,16 @@ PORT_BASE = click.IntRange(1, 65535 - NODES_MAX)
     envvar="KQ_RUN_DIR",
     default="run",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Data, logs, PIDs and secret (KQ_RUN_DIR).",
+    help="Data, logs, PIDs, secret and members (KQ_RUN_DIR).",
 )
-@click.option("--nodes", envvar="KQ_NODES", default=3, type=click.IntRange(1, NODES_MAX), help="Node count.")
+@click.option(
+    "--nodes",
+    envvar="KQ_NODES",
+    default=3,
+    type=click.IntRange(1, NODES_MAX),
+    help="Node count of a new cluster; once started, the run directory's members file says which nodes "
+    "run ('add' and 'remove' change it).",
+)
 @click.option(
     "--base-grpc-port", envvar="KQ_BASE_GRPC_PORT", default=9100, type=PORT_BASE, help="Node N: gRPC this+N"
 )
@@ -188,7 +262,7 @@ PORT_BASE = click.IntRange(1, 65535 - NODES_MAX)
     envvar="KQ_READY_TIMEOUT_S",
     default=60.0,
     type=click.FloatRange(1, 3600),
-    help="How long start, restart and kill wait for a leader.",
+    help="How long start, restart, kill, add and remove wait for a leader.",
 )
 @click.option(
     "--base-kafka-port",
@@ -226,6 +300,9 @@ def main(
     program: str,
 ) -> None:
     """A local kq cluster on 127.0.0.1 that keeps running after this command.
+
+    The run directory remembers the current members (its `members` file): `add` and `remove` change
+    them, and every other command acts on them.
 
     Options also come from KQ_RUN_DIR, KQ_NODES, KQ_BASE_GRPC_PORT, KQ_BASE_RAFT_PORT, KQ_BASE_KAFKA_PORT,
     KQ_BASE_HTTP_PORT, KQ_READY_TIMEOUT_S and KQ_RACKS; KQ_SECRET is the cluster's Raft secret (default:
@@ -266,8 +343,13 @@ def main(
 @main.command()
 @click.pass_obj
 def start(settings: RunSettings) -> None:
-    """Start every node that is not running (running ones are left alone) and wait for a leader."""
+    """Start every member that is not running (running ones are left alone) and wait for a leader."""
     settings.run_dir.mkdir(parents=True, exist_ok=True)
+    remembered = read_members(settings.run_dir)
+    if remembered is None:
+        write_members(settings.run_dir, settings.member_ids())  # The first start fixes the members.
+    elif remembered != [str(n) for n in range(1, settings.nodes + 1)]:
+        say(f"the members are node(s) {' '.join(remembered)} (from {settings.run_dir / MEMBERS_FILE})")
     cluster = settings.cluster()
     missing = [node_id for node_id in cluster.nodes if not cluster.running(node_id)]
     if not missing:
@@ -285,7 +367,7 @@ def start(settings: RunSettings) -> None:
 @main.command()
 @click.pass_obj
 def stop(settings: RunSettings) -> None:
-    """SIGTERM every node by its recorded PID, SIGKILL after 10 s; returns once none runs."""
+    """SIGTERM every member by its recorded PID, SIGKILL after 10 s; returns once none runs."""
     cluster = settings.cluster()
     running = list(cluster.pids())
     cluster.stop()
@@ -334,9 +416,12 @@ def _status_columns(status: NodeStatus | None, pid: int | None) -> str:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until Ctrl-C.")
 @click.pass_obj
 def logs(settings: RunSettings, node: str | None, lines: int, follow: bool) -> None:
-    """The last lines of each node's log (or of NODE's)."""
+    """The last lines of each member's log (or of NODE's: a removed node's log stays too)."""
     cluster = settings.cluster()
-    node_ids = [_node_id(settings, node)] if node is not None else list(cluster.nodes)
+    node_ids = list(cluster.nodes)
+    if node is not None:
+        removed = node.isdigit() and cluster.log_path(str(int(node))).exists()
+        node_ids = [str(int(node)) if removed else _node_id(settings, node)]
     paths = {node_id: cluster.log_path(node_id) for node_id in node_ids}
     for node_id, path in paths.items():
         click.echo(f"==> node {node_id}: {path} <==")
@@ -398,17 +483,146 @@ def kill(settings: RunSettings, node: str) -> None:
     )
 
 
+def _next_node_id(settings: RunSettings, members: Sequence[str]) -> str:
+    """The id after the highest member and the highest data directory left in the run directory (a
+    removed node's store must not come back under a new node), if the port scheme has room for it."""
+    numbers = {int(node_id) for node_id in members}
+    numbers |= {n for n in range(1, NODES_MAX + 1) if (settings.run_dir / f"node{n}").exists()}
+    number = max(numbers) + 1
+    if number > NODES_MAX:
+        raise DeployError(
+            f"no node id left: ids run from 1 to {NODES_MAX}, and a removed node's id is taken while its "
+            f"data directory ({settings.run_dir}/node<N>) stays; delete that, or '{settings.program} clean'"
+        )
+    return str(number)
+
+
+def _wait_answers(cluster: LocalCluster, node_id: str, timeout_s: float) -> None:
+    """Waits until the started node `node_id` answers a status call; NodeDiedError if it exits."""
+    address = cluster.nodes[node_id].grpc_address
+
+    def answers() -> bool:
+        if not cluster.running(node_id):
+            raise NodeDiedError(f"node {node_id} exited; see {cluster.log_path(node_id)}")
+        try:
+            client.node_status(address)
+        except KqClientError:
+            return False
+        return True
+
+    with KqClient([address], retry_timeout_s=STATUS_TIMEOUT_S, rpc_timeout_s=STATUS_TIMEOUT_S) as client:
+        wait_for(answers, f"node {node_id} to answer at {address}", timeout_s, poll_s=ANSWER_POLL_S)
+
+
+def _join(cluster: LocalCluster, settings: RunSettings, node_id: str) -> None:
+    """Starts `node_id` with --join and adds it to the voters. On failure it is stopped; its data
+    directory goes too when it certainly never became a member (so its id is free again)."""
+    spec = cluster.nodes[node_id]
+    running = [cluster.nodes[n].grpc_address for n in cluster.nodes if n != node_id and cluster.running(n)]
+    cluster.set_node_args(node_id, ("--join",))  # Its new store waits for the leader, starting no election.
+    say(f"started node {node_id} (PID {cluster.start_node(node_id)}) with --join; adding it to the voters")
+    asked = False
+    try:
+        _wait_answers(cluster, node_id, settings.ready_timeout_s)
+        with KqClient(running, retry_timeout_s=settings.ready_timeout_s) as client:
+            asked = True
+            client.add_node(node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
+    except (WaitTimeoutError, NodeDiedError, KqClientError) as error:
+        lines = _tail(cluster.log_path(node_id), FAILED_START_LOG_LINES)
+        click.echo(f"\n--- last lines of {cluster.log_path(node_id)} ---\n" + "\n".join(lines), err=True)
+        cluster.stop_node(node_id)
+        if not asked or isinstance(error, MembershipRefusedError):
+            shutil.rmtree(spec.data_dir, ignore_errors=True)
+            raise DeployError(f"node {node_id} was not added: {error}") from error
+        raise DeployError(
+            f"adding node {node_id} failed: {error}; it is stopped, and may or may not be a voter: see "
+            f"'kq cluster status' (its data stays in {spec.data_dir})"
+        ) from error
+
+
+@main.command()
+@click.pass_obj
+def add(settings: RunSettings) -> None:
+    """Start one more node (the next id; its ports follow the same scheme) with --join, add it to the
+    voters, and wait until it is ready under the leader."""
+    members = settings.member_ids()
+    if not settings.cluster(members).pids():
+        raise DeployError(f"no member is running; '{settings.program} start' first")
+    node_id = _next_node_id(settings, members)
+    if _overlapping_ports(settings, [*members, node_id]):
+        raise DeployError(
+            f"node {node_id}'s ports would overlap another node's: set the KQ_BASE_*_PORT variables apart"
+        )
+    cluster = settings.cluster([*members, node_id])
+    cluster.secret = _secret(settings.run_dir, create=False)
+    taken = cluster.addresses_in_use([node_id])
+    if taken:
+        raise DeployError(f"node {node_id}'s port(s) in use: {', '.join(taken)}; stop whatever holds them")
+    _join(cluster, settings, node_id)
+    write_members(settings.run_dir, list(cluster.nodes))
+    try:
+        leader = cluster.wait_ready(settings.ready_timeout_s, [node_id])
+    except (WaitTimeoutError, NodeDiedError) as error:
+        raise DeployError(
+            f"node {node_id} is a voter now but not ready: {error}; see '{settings.program} status' and "
+            f"'{settings.program} logs {node_id}'"
+        ) from error
+    say(f"node {node_id} is a member and ready; leader: node {leader} ({cluster.nodes[leader].grpc_address})")
+    _node_lines(cluster, [node_id])
+    click.echo(
+        f"\nThe members are now node(s) {' '.join(cluster.nodes)}; every command acts on them.\n"
+        f"  kq{_bootstrap_option(cluster, settings)} cluster status\n"
+        f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap}\n"
+        f"Remove it again: {settings.program} remove {node_id}"
+    )
+
+
+@main.command()
+@click.argument("node")
+@click.pass_obj
+def remove(settings: RunSettings, node: str) -> None:
+    """Remove NODE from the voters (it may be down) and stop it by its recorded PID; its data directory
+    stays ('clean' deletes it), and its id is not given to a new node while it does."""
+    node_id, cluster = _one_node(settings, node)
+    others = [spec.grpc_address for n, spec in cluster.nodes.items() if n != node_id and cluster.running(n)]
+    if not others:
+        raise DeployError(f"no other member is running to remove node {node_id} through")
+    try:
+        with KqClient(others, retry_timeout_s=settings.ready_timeout_s) as client:
+            client.remove_node(node_id)  # Removing the leader first hands its leadership over.
+    except KqClientError as error:
+        raise DeployError(f"node {node_id} was not removed: {error}") from error
+    remaining = [n for n in cluster.nodes if n != node_id]
+    write_members(settings.run_dir, remaining)  # Before the stop: a voter no longer, whatever happens next.
+    pid = cluster.pid(node_id)
+    data_dir = cluster.nodes[node_id].data_dir
+    if pid is not None:
+        cluster.stop_node(node_id)
+    del cluster.nodes[node_id]
+    stopped = f"stopped its process (PID {pid})" if pid is not None else "it was not running"
+    say(f"removed node {node_id} from the voters and {stopped}; its data stays in {data_dir}")
+    alive = list(cluster.pids())
+    if 2 * len(alive) <= len(cluster.nodes):
+        say(f"only {len(alive)} of the {len(cluster.nodes)} members run: no leader until more start")
+        return
+    try:
+        leader = cluster.wait_ready(settings.ready_timeout_s, alive)
+    except (WaitTimeoutError, NodeDiedError) as error:
+        raise DeployError(f"{error}; see '{settings.program} status'") from error
+    say(f"the members are node(s) {' '.join(remaining)}; leader: node {leader}")
+
+
 @main.command()
 @click.pass_context
 def clean(context: click.Context) -> None:
-    """Stop every node, then delete what these commands wrote in the run directory (nothing else)."""
+    """Stop every member, then delete what these commands wrote in the run directory (nothing else):
+    the data and logs of every node id they give (removed nodes' too), the secret and the members."""
     context.invoke(stop)
     settings: RunSettings = context.obj
-    cluster = settings.cluster()
-    for node_id, spec in cluster.nodes.items():
-        shutil.rmtree(spec.data_dir, ignore_errors=True)
-        cluster.log_path(node_id).unlink(missing_ok=True)
-    for name in ("secret", "install.log"):
+    for number in range(1, NODES_MAX + 1):
+        shutil.rmtree(settings.run_dir / f"node{number}", ignore_errors=True)
+        (settings.run_dir / f"node{number}.log").unlink(missing_ok=True)
+    for name in ("secret", "install.log", MEMBERS_FILE, f".{MEMBERS_FILE}.tmp"):
         (settings.run_dir / name).unlink(missing_ok=True)
     try:
         settings.run_dir.rmdir()

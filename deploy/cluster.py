@@ -159,7 +159,9 @@ class LocalCluster:
     node, "" for none) gives each node its --rack and lists it in every node's --peers. `durability`
     ("replicated" or "fsync", default: the node's own default) is each node's `--durability`.
     `node_extra_args` (by node id) are flags for one node only, after `node_args` (so they override
-    them); `set_node_args` changes them for the node's next start.
+    them); `set_node_args` changes them for the node's next start. `node_ids` (one per node, default
+    1..size) names the nodes, for a cluster whose members changed (`python -m kq.deploy` after `remove`);
+    the per-node sequences above follow its order.
     """
 
     def __init__(
@@ -182,6 +184,7 @@ class LocalCluster:
         detach: bool = False,
         durability: str | None = None,
         node_extra_args: Mapping[str, Sequence[str]] | None = None,
+        node_ids: Sequence[str] | None = None,
     ) -> None:
         host_list = list(hosts) if hosts is not None else [LOOPBACK_HOST] * size
         assert len(host_list) == size, "one host per node"
@@ -196,6 +199,8 @@ class LocalCluster:
         assert len(http_ports) == size, "one HTTP port per node"
         rack_list = list(racks) if racks is not None else [""] * size
         assert len(rack_list) == size, "one rack per node"
+        ids = list(node_ids) if node_ids is not None else [str(i + 1) for i in range(size)]
+        assert len(ids) == len(set(ids)) == size, "one distinct id per node"
         self.base_dir = base_dir
         self.secret = secret
         self.node_args = tuple(node_args) + (("--durability", durability) if durability else ())
@@ -204,11 +209,11 @@ class LocalCluster:
         self.node_command = tuple(node_command) if node_command is not None else default_node_command()
         self.detach = detach
         self.nodes = {
-            str(i + 1): NodeSpec(
-                str(i + 1),
+            ids[i]: NodeSpec(
+                ids[i],
                 f"{host_list[i]}:{grpc_ports[i]}",
                 f"{host_list[i]}:{raft_ports[i]}",
-                base_dir / f"node{i + 1}",
+                base_dir / f"node{ids[i]}",
                 f"{host_list[i]}:{kafka_ports[i]}" if kafka and kafka_ports is not None else "",
                 rack_list[i],
                 f"{host_list[i]}:{http_ports[i]}",

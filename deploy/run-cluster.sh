@@ -1,32 +1,45 @@
 #!/usr/bin/env bash
 # Runs a local kq cluster on 127.0.0.1 (three nodes), for trying kq out and for failover demos.
 #
-#   deploy/run-cluster.sh [start]     install kq into .venv if needed, start every node not running,
+#   deploy/run-cluster.sh [start]     install kq into .venv if needed, start every member not running,
 #                                     wait for a leader (a second start leaves running nodes alone)
 #   deploy/run-cluster.sh status      each node's process (PID) and its view of the cluster; the leader
 #   deploy/run-cluster.sh logs [N]    the last lines of each node's log (-n LINES; --follow keeps going)
 #   deploy/run-cluster.sh stop        SIGTERM every node by its recorded PID, SIGKILL after 10 s
 #   deploy/run-cluster.sh restart N   stop node N and start it again
 #   deploy/run-cluster.sh kill N      kill -9 of node N (then watch the others elect a leader)
+#   deploy/run-cluster.sh add         start one more node (the next id) with --join, add it to the voters
+#                                     (kq cluster add-node), wait until it is ready
+#   deploy/run-cluster.sh remove N    remove node N from the voters (it may be down), stop it by its PID;
+#                                     its data stays (clean deletes it), and so its id is not reused
 #   deploy/run-cluster.sh clean       stop, then delete what these commands wrote in the run directory
+#
+# The run directory remembers the members ($KQ_RUN_DIR/members, one id a line): the first start writes
+# 1..KQ_NODES, add and remove change it, and every other command acts on those nodes (start after stop
+# starts the current members). Node ids run from 1 to 9.
 #
 # This script only installs kq; every command is `python -m kq.deploy` (deploy/cli.py on kq's one
 # cluster harness, deploy/cluster.py), which signals only the PIDs it recorded, and only while each
 # still runs kq-node on this run directory's data.
 #
 # Ports (fixed, so the kq CLI's default --bootstrap finds them): node N serves gRPC on
-# 127.0.0.1:$((9100 + N)) and Raft on 127.0.0.1:$((7100 + N)).
+# 127.0.0.1:$((9100 + N)), Raft on 127.0.0.1:$((7100 + N)), Kafka on 127.0.0.1:$((9091 + N)) and
+# HTTP (/metrics, /readyz) on 127.0.0.1:$((9640 + N)); an added node follows the same scheme.
 #
 # Environment:
-#   KQ_RUN_DIR          data, logs (nodeN.log), PIDs (nodeN.pid), secret   (default: <project>/run)
+#   KQ_RUN_DIR          data, logs (nodeN.log), PIDs (nodeN.pid), secret, members
+#                                                                          (default: <project>/run)
 #   KQ_VENV             virtualenv holding kq; created when missing        (default: <project>/.venv)
 #   KQ_PYTHON           interpreter (3.11 or newer) that creates the venv  (default: python3)
 #   KQ_SECRET           the cluster's Raft password (default: generated once into $KQ_RUN_DIR/secret)
 #   KQ_BASE_GRPC_PORT   node N's gRPC port is this + N                     (default: 9100)
 #   KQ_BASE_RAFT_PORT   node N's Raft port is this + N                     (default: 7100)
-#   KQ_READY_TIMEOUT_S  how long start, restart and kill wait for a leader (default: 60)
+#   KQ_BASE_KAFKA_PORT  node N's Kafka port is this + N                    (default: 9091)
+#   KQ_BASE_HTTP_PORT   node N's HTTP port is this + N                     (default: 9640)
+#   KQ_NODES            how many nodes the first start starts              (default: 3)
+#   KQ_READY_TIMEOUT_S  how long the commands wait for a leader           (default: 60)
 #   KQ_RACKS            each node's rack, comma-separated, e.g. a,b,c: consumers with a client.rack
-#                       fetch from that rack's node (KIP-392)          (default: none)
+#                       fetch from that rack's node (KIP-392); an added node has none (default: none)
 #   KQ_DURABILITY       replicated or fsync: when a write is acknowledged (default: replicated;
 #                       README.md, "Durability"); passed to every node as --durability
 # Other KQ_* variables reach kq-node as its options (e.g. KQ_LOG_LEVEL=debug); see `kq-node --help`.

@@ -22,22 +22,27 @@ from kq.deploy.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "run-cluster.sh"
 NODE_IDS = ("1", "2", "3")
+ALL_NODE_IDS = ("1", "2", "3", "4")  # With the one `add` gives: every port and PID file a test may use.
 SCRIPT_TIMEOUT_S = 120.0  # The script itself waits at most 60 s for a leader.
 CONSUME_TIMEOUT_S = 30.0
+STATUS_TIMEOUT_S = 30.0
 PORT_ATTEMPTS_MAX = 200
 REAP_TIMEOUT_S = 15.0
-# Below Linux's ephemeral range (32768+), so outgoing connections do not take the ports meanwhile.
-GRPC_BASE_RANGE = (20_000, 26_000)
-RAFT_BASE_RANGE = (26_000, 32_000)
+# Below Linux's ephemeral range (32768+), so outgoing connections do not take the ports meanwhile; one
+# range per kind, so that no test (nor another copy of this one) uses the fixed defaults (9101.., 9092..).
+GRPC_BASE_RANGE = (20_000, 23_000)
+RAFT_BASE_RANGE = (23_000, 26_000)
+KAFKA_BASE_RANGE = (26_000, 29_000)
+HTTP_BASE_RANGE = (29_000, 32_000)
 
 
 def free_base(low: int, high: int) -> int:
-    """A port base in [low, high) whose base+1..base+3 are all free on 127.0.0.1 right now."""
+    """A port base in [low, high) whose base+1..base+4 are all free on 127.0.0.1 right now."""
     for _ in range(PORT_ATTEMPTS_MAX):
-        base = random.randrange(low, high - 3)
-        if all(address_in_use(f"127.0.0.1:{base + int(node_id)}") is None for node_id in NODE_IDS):
+        base = random.randrange(low, high - len(ALL_NODE_IDS))
+        if all(address_in_use(f"127.0.0.1:{base + int(node_id)}") is None for node_id in ALL_NODE_IDS):
             return base
-    raise RuntimeError(f"no three consecutive free ports in [{low}, {high})")
+    raise RuntimeError(f"no {len(ALL_NODE_IDS)} consecutive free ports in [{low}, {high})")
 
 
 def _is_our_node(pid: int, run_dir: Path) -> bool:
@@ -52,6 +57,8 @@ class ScriptCluster:
     run_dir: Path
     grpc_base: int
     raft_base: int
+    kafka_base: int
+    http_base: int
     seen_pids: set[int] = field(default_factory=set)
 
     @property
@@ -68,6 +75,8 @@ class ScriptCluster:
             "KQ_VENV": sys.prefix,  # The venv running these tests: the script must not reinstall.
             "KQ_BASE_GRPC_PORT": str(self.grpc_base),
             "KQ_BASE_RAFT_PORT": str(self.raft_base),
+            "KQ_BASE_KAFKA_PORT": str(self.kafka_base),
+            "KQ_BASE_HTTP_PORT": str(self.http_base),
         }
         result = subprocess.run(
             ["bash", str(SCRIPT), *arguments],
@@ -87,12 +96,41 @@ class ScriptCluster:
     def pids(self) -> dict[str, int]:
         """The PIDs recorded now, by node id."""
         recorded = {}
-        for node_id in NODE_IDS:
+        for node_id in ALL_NODE_IDS:
             pid_file = self.run_dir / f"node{node_id}.pid"
             if pid_file.exists():
                 recorded[node_id] = int(pid_file.read_text())
         self.seen_pids |= set(recorded.values())
         return recorded
+
+    def status_rows(self) -> dict[str, str]:
+        """`status`'s row of each node it lists, by node id, and its last line (the leader)."""
+        lines = self.run("status").stdout.splitlines()
+        rows = {line.split()[0]: line for line in lines if line[:1].isdigit()}
+        rows["leader"] = lines[-1] if lines else ""
+        return rows
+
+    def wait_status(self, node_ids: set[str]) -> dict[str, str]:
+        """Waits until `status` lists exactly `node_ids`, each running and ready, and a leader."""
+        seen: dict[str, str] = {}
+
+        def settled() -> bool:
+            seen.clear()
+            seen.update(self.status_rows())
+            rows = {node: row for node, row in seen.items() if node != "leader"}
+            return (
+                set(rows) == node_ids
+                and all("running" in row and row.endswith("yes") for row in rows.values())
+                and seen["leader"].startswith("leader: node")
+            )
+
+        wait_for(
+            settled,
+            f"status to show nodes {sorted(node_ids)} ready",
+            STATUS_TIMEOUT_S,
+            last_state=lambda: repr(seen),
+        )
+        return seen
 
     def kill_leftovers(self) -> None:
         """SIGKILLs any node this test saw that still runs on its run directory, by PID."""
@@ -103,7 +141,13 @@ class ScriptCluster:
 
 @pytest.fixture
 def script_cluster(tmp_path: Path) -> Iterator[ScriptCluster]:
-    scripted = ScriptCluster(tmp_path / "run", free_base(*GRPC_BASE_RANGE), free_base(*RAFT_BASE_RANGE))
+    scripted = ScriptCluster(
+        tmp_path / "run",
+        free_base(*GRPC_BASE_RANGE),
+        free_base(*RAFT_BASE_RANGE),
+        free_base(*KAFKA_BASE_RANGE),
+        free_base(*HTTP_BASE_RANGE),
+    )
     try:
         yield scripted
     finally:
@@ -174,3 +218,51 @@ def test_script_starts_serves_survives_kill_and_stops_everything(script_cluster:
         "every node process to be gone",
         REAP_TIMEOUT_S,
     )
+
+
+@pytest.mark.system
+def test_script_adds_and_removes_nodes_and_remembers_the_members(script_cluster: ScriptCluster) -> None:
+    """`add` starts node 4 and makes it a voter that serves what was written through node 1; `remove 1`
+    takes node 1 out and ends its process; `stop` then `start` brings back exactly nodes 2, 3 and 4."""
+    cluster = script_cluster
+    cluster.run("start")
+    added = cluster.run("add").stdout
+    assert "node 4 is a member and ready" in added and "remove 4" in added
+    cluster.wait_status({"1", "2", "3", "4"})
+    pids = cluster.pids()
+    assert sorted(pids) == ["1", "2", "3", "4"]
+    with KqClient([cluster.grpc_address("1")]) as through_one:
+        through_one.create_topic("members", partitions=1)
+        through_one.send("members", b"through node 1")
+    with KqClient([cluster.grpc_address("4")]) as at_four:
+        records = consume(at_four, "members", 1, node=cluster.grpc_address("4"))
+        assert [record.value for record in records] == [b"through node 1"]
+        peers = at_four.node_status(cluster.grpc_address("4")).peers
+        assert {peer.node_id for peer in peers} == {"1", "2", "3"}
+
+    removed = cluster.run("remove", "1").stdout
+    assert f"removed node 1 from the voters and stopped its process (PID {pids['1']})" in removed
+    assert "1" not in cluster.pids()
+    wait_for(
+        lambda: not _is_our_node(pids["1"], cluster.run_dir), "node 1's process to be gone", REAP_TIMEOUT_S
+    )
+    status = cluster.wait_status({"2", "3", "4"})
+    assert "1" not in status
+    assert cluster.run("restart", "1", check=False).returncode != 0, "a removed node is no member to restart"
+
+    cluster.run("stop")
+    assert cluster.pids() == {}
+    started = cluster.run("start").stdout
+    assert "started node(s) 2 3 4" in started and "cluster is up" in started
+    assert sorted(cluster.pids()) == ["2", "3", "4"]
+    cluster.wait_status({"2", "3", "4"})
+    members = [cluster.grpc_address(node_id) for node_id in ("2", "3", "4")]
+    with KqClient(members) as client:
+        client.send("members", b"after the restart")
+        records = consume(client, "members", 2, node=cluster.grpc_address("2"))
+        assert [record.value for record in records] == [b"through node 1", b"after the restart"]
+        peers = client.node_status(cluster.grpc_address("4")).peers
+        assert {peer.node_id for peer in peers} == {"2", "3"}
+
+    assert "no node is running" in cluster.run("stop").stdout
+    assert cluster.pids() == {}
