@@ -28,12 +28,11 @@ from typing import IO, Any
 import click
 
 from kq.client import KqClient, KqClientError, MembershipRefusedError, NodeStatus
-from kq.deploy.cluster import STATUS_TIMEOUT_S, LocalCluster, NodeDiedError, agreed_leader
-from kq.deploy.waiting import WaitTimeoutError, wait_for
+from kq.deploy.cluster import LocalCluster, NodeDiedError, agreed_leader
+from kq.deploy.waiting import WaitTimeoutError
 
 NODES_MAX = 9  # Node ids run 1..9: with the default bases, Kafka's 9091+N stays below gRPC's 9101.
 MEMBERS_FILE = "members"
-ANSWER_POLL_S = 0.2  # How often `add` asks the new node for its status while it starts.
 SECRET_BYTES = 32
 LOG_LINES_DEFAULT = 20
 FOLLOW_POLL_S = 0.5  # How often `logs --follow` looks for new lines (pacing output, not synchronization).
@@ -497,41 +496,18 @@ def _next_node_id(settings: RunSettings, members: Sequence[str]) -> str:
     return str(number)
 
 
-def _wait_answers(cluster: LocalCluster, node_id: str, timeout_s: float) -> None:
-    """Waits until the started node `node_id` answers a status call; NodeDiedError if it exits."""
-    address = cluster.nodes[node_id].grpc_address
-
-    def answers() -> bool:
-        if not cluster.running(node_id):
-            raise NodeDiedError(f"node {node_id} exited; see {cluster.log_path(node_id)}")
-        try:
-            client.node_status(address)
-        except KqClientError:
-            return False
-        return True
-
-    with KqClient([address], retry_timeout_s=STATUS_TIMEOUT_S, rpc_timeout_s=STATUS_TIMEOUT_S) as client:
-        wait_for(answers, f"node {node_id} to answer at {address}", timeout_s, poll_s=ANSWER_POLL_S)
-
-
 def _join(cluster: LocalCluster, settings: RunSettings, node_id: str) -> None:
     """Starts `node_id` with --join and adds it to the voters. On failure it is stopped; its data
     directory goes too when it certainly never became a member (so its id is free again)."""
     spec = cluster.nodes[node_id]
-    running = [cluster.nodes[n].grpc_address for n in cluster.nodes if n != node_id and cluster.running(n)]
-    cluster.set_node_args(node_id, ("--join",))  # Its new store waits for the leader, starting no election.
-    say(f"started node {node_id} (PID {cluster.start_node(node_id)}) with --join; adding it to the voters")
-    asked = False
+    say(f"starting node {node_id} with --join and adding it to the voters")
     try:
-        _wait_answers(cluster, node_id, settings.ready_timeout_s)
-        with KqClient(running, retry_timeout_s=settings.ready_timeout_s) as client:
-            asked = True
-            client.add_node(node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
+        cluster.join_node(node_id, settings.ready_timeout_s)
     except (WaitTimeoutError, NodeDiedError, KqClientError) as error:
         lines = _tail(cluster.log_path(node_id), FAILED_START_LOG_LINES)
         click.echo(f"\n--- last lines of {cluster.log_path(node_id)} ---\n" + "\n".join(lines), err=True)
         cluster.stop_node(node_id)
-        if not asked or isinstance(error, MembershipRefusedError):
+        if not isinstance(error, KqClientError) or isinstance(error, MembershipRefusedError):
             shutil.rmtree(spec.data_dir, ignore_errors=True)
             raise DeployError(f"node {node_id} was not added: {error}") from error
         raise DeployError(

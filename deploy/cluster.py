@@ -409,18 +409,26 @@ class LocalCluster:
         """Starts one more node with --join and adds it to the voters (`kq cluster add-node`); waits
         until it is ready under the leader. Returns its id."""
         spec = self.new_node_spec()
-        self.set_node_args(spec.node_id, ("--join",))
-        self.start_node(spec.node_id)
-        with KqClient(self.bootstrap, retry_timeout_s=timeout_s) as client:
+        self.join_node(spec.node_id, timeout_s)
+        self.wait_ready(timeout_s)
+        return spec.node_id
+
+    def join_node(self, node_id: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Starts node `node_id` (in `nodes`, not yet a voter) with --join, waits until it answers, and
+        adds it to the voters through the running members. Raises NodeDiedError or WaitTimeoutError
+        before the add was asked, a KqClientError from the add itself."""
+        spec = self.nodes[node_id]
+        members = [s.grpc_address for n, s in self.nodes.items() if n != node_id and self.running(n)]
+        self.set_node_args(node_id, ("--join",))  # Its new store waits for the leader, starting no election.
+        self.start_node(node_id)
+        with KqClient(members, retry_timeout_s=timeout_s) as client:
             wait_for(
-                lambda: self._answers(client, spec.grpc_address),
-                f"node {spec.node_id} to answer at {spec.grpc_address}",
+                lambda: self._answers(client, node_id),
+                f"node {node_id} to answer at {spec.grpc_address}",
                 timeout_s,
                 poll_s=READY_POLL_S,
             )
-            client.add_node(spec.node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
-        self.wait_ready(timeout_s)
-        return spec.node_id
+            client.add_node(node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
 
     def remove_node(self, node_id: str, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Removes a node from the voters (`kq cluster remove-node`; it may be down), stops it by its PID
@@ -432,12 +440,12 @@ class LocalCluster:
             self.stop_node(node_id)
         del self.nodes[node_id]
 
-    def _answers(self, client: KqClient, address: str) -> bool:
-        exited = self._processes.exited()
-        if exited:
-            raise NodeDiedError(f"node(s) {', '.join(exited)} exited; logs in {self.base_dir}")
+    def _answers(self, client: KqClient, node_id: str) -> bool:
+        """Whether the started node answers a status call; NodeDiedError once it exited."""
+        if not self.running(node_id):
+            raise NodeDiedError(f"node {node_id} exited; see {self.log_path(node_id)}")
         try:
-            client.node_status(address)
+            client.node_status(self.nodes[node_id].grpc_address)
         except KqClientError:
             return False
         return True
