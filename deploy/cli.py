@@ -469,13 +469,9 @@ def kill(settings: RunSettings, node: str) -> None:
     cluster.kill_node(node_id)
     say(f"killed node {node_id} (PID {pid}) with SIGKILL")
     alive = list(cluster.pids())
-    if 2 * len(alive) <= len(cluster.nodes):
-        say(f"only {len(alive)} of {len(cluster.nodes)} nodes run: no majority, no leader until one restarts")
+    leader = _leader_of_running(cluster, settings, "nodes run: no majority, no leader until one restarts")
+    if leader is None:
         return
-    try:
-        leader = cluster.wait_ready(settings.ready_timeout_s, alive)
-    except (WaitTimeoutError, NodeDiedError) as error:
-        raise DeployError(f"{error}; see '{settings.program} status'") from error
     say(
         f"nodes {' '.join(alive)} follow leader node {leader} ({cluster.nodes[leader].grpc_address}); "
         f"'{settings.program} restart {node_id}' brings node {node_id} back"
@@ -553,6 +549,19 @@ def add(settings: RunSettings) -> None:
     )
 
 
+def _leader_of_running(cluster: LocalCluster, settings: RunSettings, too_few: str) -> str | None:
+    """The leader the running nodes follow once ready, or None (saying "only N of M `too_few`") when
+    too few run for a majority."""
+    alive = list(cluster.pids())
+    if 2 * len(alive) <= len(cluster.nodes):
+        say(f"only {len(alive)} of {len(cluster.nodes)} {too_few}")
+        return None
+    try:
+        return cluster.wait_ready(settings.ready_timeout_s, alive)
+    except (WaitTimeoutError, NodeDiedError) as error:
+        raise DeployError(f"{error}; see '{settings.program} status'") from error
+
+
 @main.command()
 @click.argument("node")
 @click.pass_obj
@@ -577,14 +586,9 @@ def remove(settings: RunSettings, node: str) -> None:
     del cluster.nodes[node_id]
     stopped = f"stopped its process (PID {pid})" if pid is not None else "it was not running"
     say(f"removed node {node_id} from the voters and {stopped}; its data stays in {data_dir}")
-    alive = list(cluster.pids())
-    if 2 * len(alive) <= len(cluster.nodes):
-        say(f"only {len(alive)} of the {len(cluster.nodes)} members run: no leader until more start")
+    leader = _leader_of_running(cluster, settings, "members run: no leader until more start")
+    if leader is None:
         return
-    try:
-        leader = cluster.wait_ready(settings.ready_timeout_s, alive)
-    except (WaitTimeoutError, NodeDiedError) as error:
-        raise DeployError(f"{error}; see '{settings.program} status'") from error
     say(f"the members are node(s) {' '.join(remaining)}; leader: node {leader}")
 
 
