@@ -307,7 +307,10 @@ class MembershipChanges:
         """This leader is to be removed: another node leads first; the client retries there."""
         done: Future[int] = Future()
         self._raft.hand_over_leadership(lambda _result, reason: done.set_result(reason))
-        reason = done.result(timeout=PROPOSAL_TIMEOUT_S)
+        try:
+            reason = done.result(timeout=PROPOSAL_TIMEOUT_S)
+        except TimeoutError:  # The tick thread did not get to it (the node is stopping).
+            reason = -1
         if reason != 0:
             raise UnavailableError(
                 "this node leads and no follower is caught up to take over; retry", ErrorCode.NOT_COMMITTED
