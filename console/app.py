@@ -97,9 +97,9 @@ def number(request: Request, name: str, default: int | None, maximum: int) -> in
 
 
 async def cluster(console: Console, request: Request) -> Response:
-    statuses = await console.call(console.client.cluster_status)
+    answers = await console.call(console.client.cluster_status_by_address)
     nodes = []
-    for address, status in zip(console.client.bootstrap, statuses, strict=True):
+    for address, status in answers:  # The bootstrap nodes, and the members they name.
         nodes.append(
             {
                 "address": address,
