@@ -246,10 +246,11 @@ class MembershipChanges:
             view = self._membership.view
             target = view.member(node_id)
             if target is None:
-                if node_id not in view.registered:
+                if node_id in view.registered:
+                    self._forget(node_id)  # A removal cut short before its addresses were forgotten.
+                elif node_id not in {peer.node_id for peer in view.known.values()}:
                     raise MembershipError(f"node {node_id} is not a member of the cluster")
-                self._forget(node_id)  # A removal cut short before its addresses were forgotten.
-                return self._membership.view
+                return self._membership.view  # Removed already (a retry after the leader died).
             if node_id == view.self_id:
                 self._hand_over()
             remaining = len(view.members) - 1

@@ -181,6 +181,15 @@ def test_removing_the_leader_hands_over_and_redirects(
     assert cluster.voters.handed_over == 1 and cluster.consensus.proposals == 0
 
 
+def test_removing_a_configured_node_again_is_no_error(cluster: Cluster) -> None:
+    """A retry after the leader died having committed the removal of a node from --peers (never
+    registered): done already, nothing proposed."""
+    cluster.changes().remove("3")
+    proposals = cluster.consensus.proposals
+    assert cluster.changes().remove("3").member("3") is None
+    assert cluster.consensus.proposals == proposals
+
+
 def test_a_registered_node_that_left_the_voters_is_forgotten_on_remove(cluster: Cluster) -> None:
     """A removal cut short after the MEMBERSHIP entry: removing again forgets the addresses."""
     cluster.changes().add(NEW)

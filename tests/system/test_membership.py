@@ -26,6 +26,19 @@ def _check_members(cluster: LocalCluster, cluster_id: str) -> None:
         assert status.cluster_id == cluster_id, f"node {node} reports another cluster id"
 
 
+def _restart_with_old_peers(cluster: LocalCluster, started_with: str) -> None:
+    """A member restarted with the --peers it was started with still knows every member (from its Raft
+    journal and snapshot), and the cluster commits with it."""
+    follower = next(node for node in ("1", "2", "3") if node != cluster.wait_ready())
+    cluster.stop_node(follower)
+    cluster.set_node_args(follower, ("--peers", started_with))
+    cluster.start_node(follower)
+    cluster.wait_ready(WAIT_TIMEOUT_S)
+    restarted = cluster.statuses()[follower]
+    assert restarted is not None
+    assert {peer.node_id for peer in restarted.peers} == set(cluster.nodes) - {follower}
+
+
 def test_a_node_is_added_and_the_leader_removed_under_writes(tmp_path: Path) -> None:
     """A 4th node joins (a store copy: the leader's log was compacted), serves the same records and is
     named by every node, in Kafka's metadata too; removing the leader hands its leadership over; a
@@ -66,20 +79,7 @@ def test_a_node_is_added_and_the_leader_removed_under_writes(tmp_path: Path) -> 
         brokers = admin.list_topics(timeout=10).brokers
         assert sorted(brokers) == [1, 2, 3, 4]
 
-        # A member restarted with the --peers it was started with still knows node 4 (from its Raft
-        # journal and snapshot), and the cluster commits with it.
-        follower = next(node for node in ("1", "2", "3") if node != cluster.wait_ready())
-        cluster.stop_node(follower)
-        cluster.set_node_args(follower, ("--peers", started_with))
-        cluster.start_node(follower)
-        cluster.wait_ready(WAIT_TIMEOUT_S)
-        restarted = cluster.statuses()[follower]
-        assert restarted is not None and {peer.node_id for peer in restarted.peers} == {
-            "1",
-            "2",
-            "3",
-            "4",
-        } - {follower}
+        _restart_with_old_peers(cluster, started_with)
 
         leader = cluster.wait_ready()
         with KqClient([cluster.nodes[new].grpc_address]) as client:
