@@ -84,7 +84,10 @@ class ScenarioContext:
         partitions: int,
         rng: random.Random,
         deadline_s: float,
+        follow_members: Callable[[Sequence[str]], None] | None = None,
     ) -> None:
+        """`follow_members` is told the members' gRPC addresses whenever a step changed the members
+        (the workload's `follow`)."""
         self.cluster = cluster
         self.lab = lab
         self.history = history
@@ -97,6 +100,7 @@ class ScenarioContext:
         self.down: set[str] = set()  # Nodes killed or stopped and not restarted yet.
         self.paused: set[str] = set()
         self.probes: list[Producer] = []
+        self._follow_members = follow_members
 
     def _deadline(self, timeout_s: float) -> float:
         return min(time.monotonic() + timeout_s, self.deadline_s)
@@ -275,6 +279,11 @@ class ScenarioContext:
         probe.start()
         self.probes.append(probe)
         return probe
+
+    def members_changed(self) -> None:
+        """Tells the workload the cluster's members are now `cluster.nodes` (a step added or removed one)."""
+        if self._follow_members is not None:
+            self._follow_members(self.cluster.bootstrap)
 
     def heal_everything(self) -> None:
         """Ends every fault still in place: heals partitions, resumes paused nodes, starts dead ones."""

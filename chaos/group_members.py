@@ -10,7 +10,8 @@ Members ride out faults: a failed call is retried on the next poll, a member fen
 rejoins (the `GroupConsumer` does that on its next poll), and some members leave and rejoin on a
 seeded schedule (churn), so the group also rebalances while the cluster is faulted. A member whose
 position fell below the log start (retention trimmed it) moves up to the log start
-(`ResettingGroupConsumer`).
+(`ResettingGroupConsumer`). When the cluster's members change, a member leaves the group (committing
+first) and joins again with a client of the new bootstrap list (`chaos.bootstrap`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kq.chaos.bootstrap import Bootstrap
 from kq.chaos.history import ClientError, GroupDelivery, GroupObservation, History, record_id
 from kq.client import (
     GroupConsumer,
@@ -186,11 +188,11 @@ class GroupMember(threading.Thread):
     """One member: polls, records, commits (manual mode), until stopped; leaves and rejoins if it churns."""
 
     def __init__(
-        self, spec: GroupMemberSpec, bootstrap: Sequence[str], topic: str, history: History, seed: int
+        self, spec: GroupMemberSpec, bootstrap: Bootstrap, topic: str, history: History, seed: int
     ) -> None:
         super().__init__(name=f"chaos-{spec.name}", daemon=True)
         self.spec = spec
-        self._addresses = tuple(bootstrap)  # Not `_bootstrap`: a Thread method of that name.
+        self._addresses = bootstrap  # Not `_bootstrap`: a Thread method of that name.
         self._topic = topic
         self._history = history
         self._random = random.Random(seed)
@@ -207,38 +209,49 @@ class GroupMember(threading.Thread):
         self._stopping.set()
 
     def run(self) -> None:
-        """One GroupConsumer after another (a churning member replaces its own) until stopped."""
-        with RecordingClient(self._addresses, self.spec.name, self._history) as client:
-            while not self._stopping.is_set():
-                consumer = ResettingGroupConsumer(
-                    client,
-                    self.spec.group,
-                    [self._topic],
-                    self._history,
-                    client_id=self.spec.name,
-                    session_timeout_ms=SESSION_TIMEOUT_MS,
-                    heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
-                    auto_offset_reset="earliest",
-                    enable_auto_commit=not self.spec.manual_commit,
-                    auto_commit_interval_ms=AUTO_COMMIT_INTERVAL_MS,
-                )
-                churn_at_s = (
-                    time.monotonic() + self._random.uniform(CHURN_MIN_S, CHURN_MAX_S)
-                    if self.spec.churn
-                    else None
-                )
-                try:
-                    self._consume(consumer, churn_at_s)
-                finally:
-                    self._leave(consumer)
-                if self.spec.churn and not self._settled.is_set():
-                    self._stopping.wait(self._random.uniform(CHURN_AWAY_MIN_S, CHURN_AWAY_MAX_S))
+        """One GroupConsumer after another (a churning member replaces its own) until stopped; a new
+        client whenever the bootstrap list changed."""
+        while not self._stopping.is_set():
+            addresses = self._addresses.addresses()
+            with RecordingClient(addresses, self.spec.name, self._history) as client:
+                while not self._stopping.is_set() and self._addresses.addresses() == addresses:
+                    self._membership(client, addresses)
 
-    def _consume(self, consumer: ResettingGroupConsumer, churn_at_s: float | None) -> None:
-        """Polls until stopped (or until it is time to churn), recording and committing."""
+    def _membership(self, client: KqClient, addresses: tuple[str, ...]) -> None:
+        """One GroupConsumer: joins, consumes until it is time to churn (or the bootstrap list changed,
+        or the member stops), leaves; a churning member then stays away a while."""
+        consumer = ResettingGroupConsumer(
+            client,
+            self.spec.group,
+            [self._topic],
+            self._history,
+            client_id=self.spec.name,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            auto_offset_reset="earliest",
+            enable_auto_commit=not self.spec.manual_commit,
+            auto_commit_interval_ms=AUTO_COMMIT_INTERVAL_MS,
+        )
+        churn_at_s = (
+            time.monotonic() + self._random.uniform(CHURN_MIN_S, CHURN_MAX_S) if self.spec.churn else None
+        )
+        try:
+            self._consume(consumer, churn_at_s, addresses)
+        finally:
+            self._leave(consumer)
+        if self.spec.churn and not self._settled.is_set():
+            self._stopping.wait(self._random.uniform(CHURN_AWAY_MIN_S, CHURN_AWAY_MAX_S))
+
+    def _consume(
+        self, consumer: ResettingGroupConsumer, churn_at_s: float | None, addresses: tuple[str, ...]
+    ) -> None:
+        """Polls until stopped (or until it is time to churn, or the bootstrap list is no longer
+        `addresses`), recording and committing."""
         uncommitted = False  # Manual mode: records were returned since the last acknowledged commit.
         while not self._stopping.is_set():
             if churn_at_s is not None and not self._settled.is_set() and time.monotonic() >= churn_at_s:
+                return
+            if self._addresses.addresses() != addresses:
                 return
             try:
                 records = consumer.poll(GROUP_POLL_MS)

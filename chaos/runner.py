@@ -7,7 +7,9 @@ members and wait again until every node applied their commits; set the scenario'
 configs (a time-based retention turned off, so the log start stops moving) and wait until every
 node applied them; read every partition (in one state of every node: `chaos.reader`) and the
 groups' committed offsets from every node; check, allowing the documented gaps the topic's configs
-call for (`chaos.gaps`). Whatever happens, every process is stopped by its PID and the lab is removed.
+call for (`chaos.gaps`); stop the nodes and compare their LMDB stores byte for byte (`chaos.stores`).
+Every step reads the members as they are at its time (`cluster.nodes`): a scenario may add and remove
+nodes. Whatever happens, every process is stopped by its PID and the lab is removed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kq.chaos.history import History
 from kq.chaos.netns import NetnsError, NetworkLab, unavailable_reason
 from kq.chaos.reader import read_everything, read_group_offsets
 from kq.chaos.scenarios import Scenario, Step
+from kq.chaos.stores import compare_stores
 from kq.chaos.workload import Workload, producer_specs
 from kq.client import KqClient, KqClientError
 from kq.deploy.cluster import LocalCluster
@@ -129,9 +132,20 @@ def _run_in_lab(
     )
     try:
         cluster.start()
-        return _run_on_cluster(scenario, settings, cluster, lab, report)
+        result = _run_on_cluster(scenario, settings, cluster, lab, report)
     finally:
         cluster.stop()
+    _compare_stores(cluster, result, report)
+    return result
+
+
+def _compare_stores(cluster: LocalCluster, result: CheckResult, report: ScenarioReport) -> None:
+    """Once the nodes stopped: the final members' stores must hold the same bytes (`chaos.stores`)."""
+    comparison = compare_stores({node: spec.data_dir / "store" for node, spec in cluster.nodes.items()})
+    for anomaly in comparison.anomalies:
+        result.add(anomaly)
+    result.counts["stores_compared"] = comparison.compared
+    report.notes += comparison.notes
 
 
 def _run_on_cluster(
@@ -161,7 +175,7 @@ def _run_on_cluster(
     rounds = scenario.rounds(settings.rounds)
     budget_s = SCENARIO_BASE_BUDGET_S + ROUND_BUDGET_S * sum(count for _, count in rounds)
     context = ScenarioContext(
-        cluster, lab, history, TOPIC, settings.partitions, rng, time.monotonic() + budget_s
+        cluster, lab, history, TOPIC, settings.partitions, rng, time.monotonic() + budget_s, workload.follow
     )
     failures: list[Anomaly] = []
     history.origin_s = time.monotonic()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kq.chaos import disk_full, faults
+from kq.chaos import disk_full, faults, membership
 from kq.chaos.context import ScenarioContext
 from kq.chaos.gaps import DELETE_RETENTION_MS_DEFAULT, Lifecycle
 from kq.chaos.workload import DEFAULT_SHAPE, ProducerKind, WorkloadShape
@@ -157,6 +157,12 @@ SCENARIOS: dict[str, Scenario] = {
             topic_configs=COMPACTION_TOPIC_CONFIGS,
             workload=COMPACTION_WORKLOAD,
         ),
+        Scenario(
+            "membership",
+            "add a node, then remove an old one, each while the leader is killed (kill -9) mid-change; "
+            "every round ends at the starting size",
+            ((membership.membership_change, 3),),
+        ),
     )
 }
 
@@ -172,4 +178,5 @@ FULL_SET = (
     "retention-leader-kill",
     "compaction-leader-kill",
     "disk-full",
+    "membership",
 )

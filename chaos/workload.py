@@ -10,6 +10,12 @@ whose position fell below the log start (retention trimmed it) moves up to the l
 A scenario shapes what the producers send (`WorkloadShape`): the key space, the producer kinds, and
 the share of tombstones (null values, for compacted topics). Every record is named by a unique
 identity (`chaos.history.record_id`): its value, or for a tombstone a header.
+
+The cluster's members may change during a run (the `membership` scenario): `Workload.follow` then
+hands the producers and group members the new bootstrap list (`Bootstrap`), which each takes up
+between two requests (a producer) or at its next join (a group member) with a new client, as an
+operator would reconfigure them, starts a consumer on each node that joined and stops the consumers
+of nodes that left.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kq.chaos.bootstrap import Bootstrap
 from kq.chaos.group_members import GroupMember, GroupMemberSpec, stop_members
 from kq.chaos.history import (
     TOMBSTONE_ID_HEADER,
@@ -95,11 +102,24 @@ class ProducerSpec:
 
 
 class Producer(threading.Thread):
-    """Sends until stopped or `sends_max` requests; records every attempt and outcome in `history`."""
+    """Sends until stopped or `sends_max` requests; records every attempt and outcome in `history`.
 
-    def __init__(self, spec: ProducerSpec, topic: str, partitions: int, history: History, seed: int) -> None:
+    It connects to `spec.bootstrap`, or, given a `bootstrap`, to its current list, and opens a new
+    client (a new producer id) between two requests whenever that list changed.
+    """
+
+    def __init__(
+        self,
+        spec: ProducerSpec,
+        topic: str,
+        partitions: int,
+        history: History,
+        seed: int,
+        bootstrap: Bootstrap | None = None,
+    ) -> None:
         super().__init__(name=f"chaos-{spec.name}", daemon=True)
         self.spec = spec
+        self._bootstrap_list = bootstrap or Bootstrap(spec.bootstrap)  # Not `_bootstrap`: a Thread method.
         self._topic = topic
         self._partitions = partitions
         self._history = history
@@ -112,19 +132,21 @@ class Producer(threading.Thread):
         self._stopping.set()
 
     def run(self) -> None:
-        """Paced sends until stopped."""
+        """Paced sends until stopped; a new client whenever the bootstrap list changed."""
         interval_s = 1.0 / self.spec.rate_per_s
         next_s = time.monotonic()
-        with KqClient(
-            self.spec.bootstrap,
-            retry_timeout_s=self.spec.retry_timeout_s,
-            rpc_timeout_s=self.spec.rpc_timeout_s,
-        ) as client:
-            for _ in range(self.spec.sends_max):
-                if self._stopping.wait(max(0.0, next_s - time.monotonic())):
-                    return
-                next_s = max(next_s + interval_s, time.monotonic())
-                self._send_one(client)
+        sends = 0
+        while sends < self.spec.sends_max:
+            addresses = self._bootstrap_list.addresses()
+            with KqClient(
+                addresses, retry_timeout_s=self.spec.retry_timeout_s, rpc_timeout_s=self.spec.rpc_timeout_s
+            ) as client:
+                while sends < self.spec.sends_max and self._bootstrap_list.addresses() == addresses:
+                    if self._stopping.wait(max(0.0, next_s - time.monotonic())):
+                        return
+                    next_s = max(next_s + interval_s, time.monotonic())
+                    self._send_one(client)
+                    sends += 1
 
     def _records(self) -> list[ProducerRecord]:
         kind = self.spec.kind
@@ -288,15 +310,22 @@ class Workload:
         seed: int,
         group_members: Sequence[GroupMemberSpec] = (),
     ) -> None:
+        """`consumer_nodes`: the gRPC address of every node (a consumer each), also the bootstrap list
+        of the producers and group members until `follow` replaces it."""
+        self._topic = topic
+        self._partitions = partitions
+        self._history = history
+        self.bootstrap = Bootstrap(consumer_nodes)
         self.producers = [
-            Producer(spec, topic, partitions, history, seed * 1_000 + i) for i, spec in enumerate(producers)
+            Producer(spec, topic, partitions, history, seed * 1_000 + i, self.bootstrap)
+            for i, spec in enumerate(producers)
         ]
         self.consumers = [
             Consumer(f"c{i}@{node}", node, topic, partitions, history)
             for i, node in enumerate(consumer_nodes)
         ]
         self.group_members = [
-            GroupMember(spec, consumer_nodes, topic, history, seed * 1_000 + 500 + i)
+            GroupMember(spec, self.bootstrap, topic, history, seed * 1_000 + 500 + i)
             for i, spec in enumerate(group_members)
         ]
 
@@ -304,6 +333,23 @@ class Workload:
         """Starts every thread."""
         for thread in [*self.producers, *self.consumers, *self.group_members]:
             thread.start()
+
+    def follow(self, addresses: Sequence[str]) -> None:
+        """The cluster's members are now the nodes at `addresses` (gRPC): the producers and group
+        members take them as their bootstrap list, a consumer starts on each node that joined, and the
+        consumers of nodes that left stop (what they recorded stays in the history)."""
+        self.bootstrap.replace(addresses)
+        for consumer in self.consumers:
+            if consumer.node not in addresses:
+                consumer.stop()
+        pinned = {consumer.node for consumer in self.consumers}
+        for node in addresses:
+            if node not in pinned:
+                consumer = Consumer(
+                    f"c{len(self.consumers)}@{node}", node, self._topic, self._partitions, self._history
+                )
+                self.consumers.append(consumer)
+                consumer.start()
 
     def groups(self) -> list[str]:
         """The consumer groups the members belong to."""

@@ -1,5 +1,6 @@
-"""The short chaos runs of the default suite: leader kills and a leader pause under load, and leader
-kills while retention trims the topic; zero anomalies."""
+"""The short chaos runs of the default suite: leader kills and a leader pause under load, leader kills
+while retention trims the topic, and a node added and an old one removed while the leader is killed;
+zero anomalies."""
 
 from __future__ import annotations
 
@@ -38,4 +39,18 @@ def test_retention_smoke_scenario_trims_under_leader_kills_with_no_anomaly(tmp_p
     assert report.counts["log_start_offset_max"] > 0, "retention trimmed"
     assert report.gaps["trimmed"] > 0 and report.gaps["compacted"] == 0
     assert report.counts["records_in_log"] > 0, "the final log still holds the newest records"
+    assert report.counts["group_acked_beyond_commit"] == 0
+
+
+def test_membership_scenario_adds_and_removes_under_leader_kills_with_no_anomaly(tmp_path: Path) -> None:
+    """One round: a fourth node joins and an old one leaves, each while the leader is killed; no anomaly,
+    the three final members are read (the new one among them), and their stores are byte-identical."""
+    report = run_scenario(SCENARIOS["membership"], RunSettings(tmp_path, rounds=1))
+    print(render([report]))
+    assert report.verdict == "PASS", report.reason
+    assert [event.kind for event in report.faults] == ["add-node", "remove-node"]
+    assert all(event.time_to_ack_s is not None for event in report.faults)
+    assert report.counts["records_acknowledged"] > 0
+    assert report.counts["nodes_read"] == 3, "the final members: the new node and two old ones"
+    assert report.counts["stores_compared"] == 3, "every final member's store matched the others'"
     assert report.counts["group_acked_beyond_commit"] == 0
