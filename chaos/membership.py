@@ -23,9 +23,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from kq.chaos.context import HEALTHY_TIMEOUT_S, LEADER_POLL_S, FaultEvent, LivenessError, ScenarioContext
-from kq.client import KqClient, KqClientError, MembershipRefusedError, NodeStatus
-from kq.deploy.cluster import agreed_leader
+from kq.chaos.context import FaultEvent, LivenessError, ScenarioContext
+from kq.client import KqClient, KqClientError
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +34,6 @@ logger = logging.getLogger(__name__)
 # (each fault's notes say which).
 KILL_DELAY_MAX_S = 0.12
 JOIN_ANSWER_TIMEOUT_S = 30.0  # The new node's process starts and answers a status call.
-JOIN_ANSWER_POLL_S = 0.2
 # The change's client retries across the failover: longer than an election and the client's wait on a
 # pending change, well inside the round's budget.
 CHANGE_RETRY_TIMEOUT_S = 45.0
@@ -99,9 +97,8 @@ def _add_during_leader_kill(context: ScenarioContext) -> str:
     leader = context.steady_leader()
     members = [spec.grpc_address for node, spec in cluster.nodes.items() if cluster.running(node)]
     spec = cluster.new_node_spec()
-    cluster.set_node_args(spec.node_id, ("--join",))
-    context.start(spec.node_id)
-    _wait_answers(context, spec.node_id, spec.grpc_address)
+    context.bounded(lambda timeout_s: cluster.start_joining(spec.node_id, timeout_s), JOIN_ANSWER_TIMEOUT_S)
+    context.down.discard(spec.node_id)
     change = _Change(
         f"AddNode {spec.node_id}",
         members,
@@ -128,17 +125,7 @@ def _remove_during_leader_kill(context: ScenarioContext, added: str) -> None:
     change = _Change(f"RemoveNode {victim}", others, lambda client: client.remove_node(victim))
     targets = [victim] if victim == leader else [victim, leader]
     event = context.fault("remove-node", targets, leader_fault=True)
-    try:
-        _kill_while_in_flight(context, change, leader, event)
-    except MembershipChangeError:
-        # The retry of a removal whose MEMBERSHIP entry committed before the leader died is refused as
-        # "not a member" when the node came from --peers (it was never registered). The operator's
-        # next move is the one here: ask the cluster; if the node is no longer a voter, it was removed.
-        if not isinstance(change.error, MembershipRefusedError) or not _removed(context, victim):
-            raise
-        note = f"{change.what} refused on retry ({change.error}), but the node is no longer a voter"
-        event.notes.append(note)
-        context.notes.append(f"{note}: the removal committed before leader {leader} died")
+    _kill_while_in_flight(context, change, leader, event)
     if cluster.running(victim):
         cluster.stop_node(victim)
     context.down.discard(victim)  # Removed: healing must not start it again.
@@ -165,31 +152,3 @@ def _kill_while_in_flight(context: ScenarioContext, change: _Change, leader: str
     context.wait_resumed(event)
     change.outcome()
     logger.info("%s done %.2f s after it started", change.what, (change.finished_s or 0) - change.started_s)
-
-
-def _removed(context: ScenarioContext, node: str) -> bool:
-    """Whether the leader of the nodes but `node` no longer counts `node` among the voters (a removal
-    that took effect). `node` may still run, and the leader needs a majority of the others only."""
-
-    def leader_status() -> NodeStatus | None:
-        statuses = {other: status for other, status in context.cluster.statuses().items() if other != node}
-        leader = agreed_leader(statuses, len(statuses))
-        return statuses[leader] if leader is not None else None
-
-    what = f"a leader among the nodes but node {node}"
-    status = context.until(leader_status, what, HEALTHY_TIMEOUT_S, LEADER_POLL_S)
-    return node not in {peer.node_id for peer in status.peers}
-
-
-def _wait_answers(context: ScenarioContext, node: str, address: str) -> None:
-    """Waits until the node started with --join answers a status call (AddNode probes it)."""
-
-    def answers() -> bool:
-        try:
-            with KqClient([address], retry_timeout_s=1.0, rpc_timeout_s=1.0) as client:
-                client.node_status(address)
-        except KqClientError:
-            return False
-        return True
-
-    context.until(answers, f"node {node} to answer at {address}", JOIN_ANSWER_TIMEOUT_S, JOIN_ANSWER_POLL_S)

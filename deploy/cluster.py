@@ -414,21 +414,28 @@ class LocalCluster:
         return spec.node_id
 
     def join_node(self, node_id: str, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Starts node `node_id` (in `nodes`, not yet a voter) with --join, waits until it answers, and
-        adds it to the voters through the running members. Raises NodeDiedError or WaitTimeoutError
-        before the add was asked, a KqClientError from the add itself."""
+        """Starts node `node_id` (in `nodes`, not yet a voter) with --join (`start_joining`) and adds it
+        to the voters through the running members. Raises NodeDiedError or WaitTimeoutError before
+        the add was asked, a KqClientError from the add itself."""
         spec = self.nodes[node_id]
         members = [s.grpc_address for n, s in self.nodes.items() if n != node_id and self.running(n)]
+        self.start_joining(node_id, timeout_s)
+        with KqClient(members, retry_timeout_s=timeout_s) as client:
+            client.add_node(node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
+
+    def start_joining(self, node_id: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Starts node `node_id` with --join and waits until it answers a status call (AddNode asks it
+        that first); NodeDiedError if it exits, WaitTimeoutError if it does not answer in time."""
+        address = self.nodes[node_id].grpc_address
         self.set_node_args(node_id, ("--join",))  # Its new store waits for the leader, starting no election.
         self.start_node(node_id)
-        with KqClient(members, retry_timeout_s=timeout_s) as client:
+        with KqClient([address], retry_timeout_s=STATUS_TIMEOUT_S, rpc_timeout_s=STATUS_TIMEOUT_S) as client:
             wait_for(
                 lambda: self._answers(client, node_id),
-                f"node {node_id} to answer at {spec.grpc_address}",
+                f"node {node_id} to answer at {address}",
                 timeout_s,
                 poll_s=READY_POLL_S,
             )
-            client.add_node(node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
 
     def remove_node(self, node_id: str, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Removes a node from the voters (`kq cluster remove-node`; it may be down), stops it by its PID
