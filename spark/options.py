@@ -118,28 +118,28 @@ OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[2,4]}'
 
 
-def option_error(name: str, problem: str) -> KqSourceError:
-    """The one error for a bad option: `kq source option 'name': problem`."""
-    return KqSourceError(f"kq source option '{name}': {problem}")
+def option_error(name: str, problem: str, component: str = "kq source") -> KqSourceError:
+    """The one error for a bad option: `kq source option 'name': problem` (or `kq sink option ...`)."""
+    return KqSourceError(f"{component} option '{name}': {problem}")
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Checks every option that does not depend on batch or streaming; raises KqSourceError."""
     values = {key.lower(): str(value) for key, value in options.items()}
-    _reject_unknown(values)
+    reject_unknown(values, KNOWN_OPTIONS, "kq source")
     read_from, pinned_node = _read_from(values.get("kq.readfrom", "follower"))
     return SourceOptions(
-        nodes=_nodes(values.get("kq.nodes")),
+        nodes=node_addresses(values.get("kq.nodes")),
         subscription=_subscription(values),
         starting=_offset_spec("startingOffsets", values.get("startingoffsets")),
         ending=_offset_spec("endingOffsets", values.get("endingoffsets")),
-        max_offsets_per_trigger=_positive_int(values, "maxOffsetsPerTrigger", None),
-        min_partitions=_positive_int(values, "minPartitions", SPARK_MIN_PARTITIONS_MAX),
+        max_offsets_per_trigger=positive_int(values, "maxOffsetsPerTrigger", None),
+        min_partitions=positive_int(values, "minPartitions", SPARK_MIN_PARTITIONS_MAX),
         fail_on_data_loss=_boolean(values, "failOnDataLoss", default=True),
         include_headers=_boolean(values, "includeHeaders", default=False),
         read_from=read_from,
         pinned_node=pinned_node,
-        fetch_max_records=_positive_int(values, "kq.fetch.maxRecords", FETCH_RECORDS_MAX)
+        fetch_max_records=positive_int(values, "kq.fetch.maxRecords", FETCH_RECORDS_MAX)
         or FETCH_RECORDS_MAX,
         debug_served_by=_boolean(values, "kq.debug.servedBy", default=False),
         debug_fetch_delay_ms=_non_negative_int(values, "kq.debug.fetchDelayMs", SPARK_FETCH_DELAY_MS_MAX),
@@ -166,23 +166,28 @@ def check_streaming(options: SourceOptions) -> None:
         raise option_error("endingOffsets", "not allowed in a streaming query (a stream has no end)")
 
 
-def _reject_unknown(values: Mapping[str, str]) -> None:
+def reject_unknown(values: Mapping[str, str], known: Mapping[str, str], component: str) -> None:
+    """Raises for the first option of `values` (lower-cased names) that `known` does not name."""
     for key in values:
-        if key in KNOWN_OPTIONS:
+        if key in known:
             continue
         if key.startswith("kafka."):
-            raise option_error(key, "kq takes no kafka.* options; name the cluster's nodes with kq.nodes")
-        known = ", ".join(sorted(KNOWN_OPTIONS.values(), key=str.lower))
-        raise option_error(key, f"unknown option (known: {known})")
+            raise option_error(
+                key, "kq takes no kafka.* options; name the cluster's nodes with kq.nodes", component
+            )
+        names = ", ".join(sorted(known.values(), key=str.lower))
+        raise option_error(key, f"unknown option (known: {names})", component)
 
 
-def _nodes(value: str | None) -> tuple[str, ...]:
+def node_addresses(value: str | None, component: str = "kq source") -> tuple[str, ...]:
+    """`kq.nodes`: some of the cluster's nodes, as host:port,host:port."""
     if value is None or not value.strip():
-        raise option_error("kq.nodes", "required: some of the cluster's nodes as host:port,host:port")
+        required = "required: some of the cluster's nodes as host:port,host:port"
+        raise option_error("kq.nodes", required, component)
     nodes = tuple(node.strip() for node in value.split(",") if node.strip())
     for node in nodes:
         if not NODE_ADDRESS.fullmatch(node):
-            raise option_error("kq.nodes", f"{node!r} is not host:port")
+            raise option_error("kq.nodes", f"{node!r} is not host:port", component)
     return nodes
 
 
@@ -283,14 +288,17 @@ def _boolean(values: Mapping[str, str], name: str, *, default: bool) -> bool:
     raise option_error(name, f"expected true or false, got {value!r}")
 
 
-def _positive_int(values: Mapping[str, str], name: str, maximum: int | None) -> int | None:
+def positive_int(
+    values: Mapping[str, str], name: str, maximum: int | None, component: str = "kq source"
+) -> int | None:
+    """Option `name` as a whole number from 1 (to `maximum`), or None when it is not given."""
     value = values.get(name.lower())
     if value is None:
         return None
-    number = _integer(name, value)
+    number = _integer(name, value, component)
     if number < 1 or (maximum is not None and number > maximum):
         limit = f" and at most {maximum:,}" if maximum is not None else ""
-        raise option_error(name, f"expected a whole number of at least 1{limit}, got {value!r}")
+        raise option_error(name, f"expected a whole number of at least 1{limit}, got {value!r}", component)
     return number
 
 
@@ -304,8 +312,8 @@ def _non_negative_int(values: Mapping[str, str], name: str, maximum: int) -> int
     return number
 
 
-def _integer(name: str, value: str) -> int:
+def _integer(name: str, value: str, component: str = "kq source") -> int:
     try:
         return int(value.strip())
     except ValueError:
-        raise option_error(name, f"expected a whole number, got {value!r}") from None
+        raise option_error(name, f"expected a whole number, got {value!r}", component) from None

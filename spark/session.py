@@ -38,11 +38,13 @@ def local_session(
     cores: int = CORES_DEFAULT,
     config: Mapping[str, str] | None = None,
     quick_jvm: bool = False,
+    task_attempts: int = 1,
 ) -> SparkSession:
     """A local[cores] session (or the running one) with format("kq") registered.
 
     `quick_jvm` (for short runs such as tests) trades the JVM's peak speed for a faster, leaner start:
-    only the C1 compiler and the serial garbage collector.
+    only the C1 compiler and the serial garbage collector. `task_attempts`: how often Spark runs a
+    failing task before the job fails (local mode's default, 1, never retries).
     """
     java_options = f"-Dlog4j2.configurationFile=file:{_log4j2_file()}"
     if quick_jvm:
@@ -60,7 +62,8 @@ def local_session(
         "spark.driver.extraJavaOptions": java_options,
         **(config or {}),
     }
-    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+    master = f"local[{cores}]" if task_attempts == 1 else f"local[{cores},{task_attempts}]"
+    builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

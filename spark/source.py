@@ -1,4 +1,4 @@
-"""`format("kq")`: the PySpark data source, its batch reader and its stream reader.
+"""`format("kq")`: the PySpark data source, its batch and stream readers (and writers: spark/sink.py).
 
 Spark calls `partitions()` (batch) or `latestOffset()`/`partitions()` (streaming) on the driver, and
 `read()` on the executors, with a pickled copy of the reader. The readers therefore hold only their
@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -45,6 +52,7 @@ from kq.spark.planning import (
     stream_ranges,
 )
 from kq.spark.schema import arrow_schema, record_batch, spark_schema
+from kq.spark.sink import KqBatchWriter, KqSinkError, KqStreamWriter, check_schema, sink_options
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +95,25 @@ class KqDataSource(DataSource):
         check_streaming(options)
         _check_schema(schema, options)
         return KqStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """The batch writer (`df.write`, spark/sink.py): append only, as Spark's Kafka sink."""
+        options = sink_options(self.options)
+        _refuse_overwrite(overwrite)
+        return KqBatchWriter(options, check_schema(schema, options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        """The stream writer (`df.writeStream`, spark/sink.py): append only."""
+        options = sink_options(self.options)
+        _refuse_overwrite(overwrite)
+        return KqStreamWriter(options, check_schema(schema, options))
+
+
+def _refuse_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise KqSinkError(
+            "kq sink: a topic is a log: rows are appended, never overwritten; use mode 'append'"
+        )
 
 
 def _check_schema(schema: StructType, options: SourceOptions) -> None:

@@ -26,8 +26,9 @@ _topic_numbers = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[SparkSession]:
-    """A local[2] session with format("kq") registered; stopped after the last Spark test."""
-    session = local_session("kq-tests", quick_jvm=True)
+    """A local[2] session with format("kq") registered, running a failed task twice (the sink's retry
+    test); stopped after the last Spark test."""
+    session = local_session("kq-tests", quick_jvm=True, task_attempts=2)
     try:
         yield session
     finally:
