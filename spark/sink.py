@@ -52,7 +52,10 @@ from kq.spark.schema import HEADER_SPARK_TYPE
 logger = logging.getLogger(__name__)
 
 SINK = "kq sink"
-KNOWN_SINK_OPTIONS = {name.lower(): name for name in ("kq.nodes", "topic", "kq.debug.failAfterRows")}
+# checkpointLocation is Spark's (a streaming query's), passed along to the writer; the sink ignores it.
+KNOWN_SINK_OPTIONS = {
+    name.lower(): name for name in ("kq.nodes", "topic", "kq.debug.failAfterRows", "checkpointLocation")
+}
 VALUE_TYPES = (BinaryType(), StringType())
 
 
