@@ -1,4 +1,5 @@
-"""System test: the example batch job aggregates a topic read from followers; its numbers add up."""
+"""System tests: the example batch jobs aggregate a topic read from followers (to Parquet, or back to kq);
+their numbers add up."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from kq.client import KqClient
 from kq.deploy.cluster import LocalCluster
+from kq.spark.jobs import key_counts_to_kq
 from kq.spark.jobs.demo_data import DEMO_KEYS, ensure_topic, produce_demo
 from kq.spark.jobs.key_minute_stats import run
 
@@ -37,3 +39,35 @@ def test_key_minute_stats_counts_every_record_once(
     assert (totals[0], totals[1]) == (RECORDS, expected_bytes)
     assert written.select("key").distinct().count() <= DEMO_KEYS
     assert summary.output_rows == written.count() > DEMO_KEYS  # Several minutes per key.
+
+
+def test_key_counts_to_kq_writes_one_count_per_key_that_adds_up(
+    spark_session: SparkSession, spark_cluster: LocalCluster, topic_name: str
+) -> None:
+    """The read-aggregate-write example: one record per key in the output topic, with the source as a
+    header; the counts and bytes add up to the input topic's."""
+    nodes = ",".join(spark_cluster.bootstrap)
+    output = f"{topic_name}-counts"
+    with KqClient(spark_cluster.bootstrap) as client:
+        ensure_topic(client, topic_name)
+        ensure_topic(client, output)
+        produce_demo(client, topic_name, RECORDS)
+    result = key_counts_to_kq.run(spark_session, nodes, topic_name, output)
+    raw = spark_session.read.format("kq").option("kq.nodes", nodes).option("subscribe", topic_name).load()
+    assert sum(counts["records"] for counts in result.values()) == RECORDS
+    expected_bytes = raw.selectExpr("sum(length(value))").collect()[0][0]
+    assert sum(counts["value_bytes"] for counts in result.values()) == expected_bytes
+    assert len(result) == raw.select("key").distinct().count() <= DEMO_KEYS
+    written = (
+        spark_session.read.format("kq")
+        .option("kq.nodes", nodes)
+        .option("subscribe", output)
+        .option("includeHeaders", "true")
+        .load()
+        .collect()
+    )
+    assert len(written) == len(result)
+    assert all(
+        [(h["key"], bytes(h["value"])) for h in row["headers"]] == [("source", topic_name.encode())]
+        for row in written
+    )
