@@ -113,6 +113,9 @@ def test_metadata_names_the_raft_leader_and_every_node(cluster: LocalCluster) ->
     admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap, client_id="kq-test")
     try:
         admin.create_topics([NewTopic("meta-t", num_partitions=3, replication_factor=1)])
+        created = cluster.statuses()[leader]
+        assert created is not None
+        cluster.wait_applied(created.applied_index, list(cluster.nodes))  # A follower may lag behind.
         for node_id in cluster.nodes:
             request = MetadataRequest(
                 topics=(MetadataRequestTopic(topic_id=None, name=TopicName("meta-t")),),
