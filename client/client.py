@@ -250,7 +250,7 @@ class KqClient(GroupsApi):
                 batch = BatchBuilder()
                 for pending in new_records[start:end]:
                     batch.append(pending)
-                metadata = self._produce(topic, partition, batch)
+                metadata = self.produce_batch(topic, partition, batch)
                 for position, item in zip(positions[start:end], metadata, strict=True):
                     results[position] = item
         return [item for item in results if item is not None]
@@ -264,10 +264,11 @@ class KqClient(GroupsApi):
         with self._state_lock:
             return next(self._round_robin) % count
 
-    def _produce(
+    def produce_batch(
         self, topic: str, partition: int, batch: BatchBuilder, compression: str | None = None
     ) -> list[RecordMetadata]:
-        """Sends one batch's records to one partition as one request; idempotent unless disabled.
+        """Sends one batch's records to one partition as one request and waits for it; idempotent
+        unless disabled (what `send_batch`, the `Producer` and the Spark sink send through).
 
         The batch's header gets the producer id, epoch and the partition's next sequence here, under
         the partition's lock, so sequences follow the order the requests are sent in.

@@ -438,7 +438,7 @@ class Producer:
         topic, partition = key
         count = batch.records.record_count
         try:
-            metadata = self._client._produce(topic, partition, batch.records, self._compression)
+            metadata = self._client.produce_batch(topic, partition, batch.records, self._compression)
             if len(metadata) != count:
                 raise KqClientError(f"{len(metadata)} offsets returned for {count} records")
         except Exception as error:  # Whatever went wrong must reach every record, or callers hang.

@@ -107,8 +107,8 @@ SPARK_FETCH_DELAY_MS_MAX = 60_000  # kq.debug.fetchDelayMs: a debugging throttle
 SPARK_MIN_PARTITIONS_MAX = 100_000  # Input partitions one read may be split into.
 SPARK_WRITE_RETRY_TIMEOUT_S = 30.0  # A sink task's retries of one produce (a leader change takes ~1 s).
 SPARK_WRITE_RPC_TIMEOUT_S = 10.0  # One produce request of a sink task.
-SPARK_WRITE_LINGER_MS = 5  # A sink task's producer: how long a partition's batch waits to fill.
-SPARK_WRITE_BATCH_BYTES = 512 * 1024  # A sink task's producer: one produce request's records at most.
+SPARK_WRITE_BATCH_BYTES = 512 * 1024  # A sink task's produce request: its records' bytes at most.
+SPARK_WRITE_IN_FLIGHT = 4  # A sink task's produce requests in flight (one per partition at a time).
 
 # Limits of the node's own machinery (moved here from the modules that use them, so every wait,
 # queue and size of kq is named in this one module).

@@ -10,7 +10,7 @@ Columns (by name; others are ignored, as Spark's Kafka sink ignores them):
 
 The driver checks the schema and the options before any task runs (`sink_options`, `check_schema`).
 Each task (one Spark partition of the DataFrame, on an executor) writes its rows through one
-`KqClient` and its idempotent `Producer`: a request retried inside the task (a timeout, a leader
+`KqClient` and its idempotent producer id: a request retried inside the task (a timeout, a leader
 change) never writes a record twice. A failed task that Spark runs again writes its rows again with a
 new producer id, so the sink is at least once, like Spark's Kafka sink: rows a failed attempt had
 written before it failed appear twice (tests/spark/test_sink.py measures it). A streaming query whose
@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -37,15 +39,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
-from kq.client import KqClient, KqClientError, Producer, TopicNotFoundError
-from kq.client.producer import RecordFuture
+from kq.client import KqClient, RecordMetadata, TopicNotFoundError
+from kq.client.partitioner import partition_for_key
 from kq.proto.limits import (
     RECORD_BYTES_MAX,
     SPARK_WRITE_BATCH_BYTES,
-    SPARK_WRITE_LINGER_MS,
+    SPARK_WRITE_IN_FLIGHT,
     SPARK_WRITE_RETRY_TIMEOUT_S,
     SPARK_WRITE_RPC_TIMEOUT_S,
 )
+from kq.proto.records import BatchBuilder, NewRecord, wall_clock_ms
 from kq.spark.options import KqSourceError, node_addresses, option_error, positive_int, reject_unknown
 from kq.spark.schema import HEADER_SPARK_TYPE
 
@@ -193,11 +196,14 @@ def _log_outcome(what: str, messages: Sequence[WriterCommitMessage | None]) -> N
 
 
 def write_rows(options: SinkOptions, columns: Columns, batches: Iterator[pa.RecordBatch]) -> KqCommitMessage:
-    """Sends the rows of `batches` in order, checking each Arrow batch's outcome while the next one is
-    sent; raises KqSinkError naming the first row that failed and the rows acknowledged before it."""
+    """Sends the rows of `batches`, each partition's in row order; raises KqSinkError naming the first
+    row that could not be written and the rows acknowledged before it.
+
+    Each Arrow batch is encoded into one RecordBatch per topic-partition (`_encode`) and sent while the
+    next is encoded; a partition has one request in flight at a time (so its rows stay in order), and
+    up to SPARK_WRITE_IN_FLIGHT partitions' requests are in flight together."""
     fail_after = options.fail_after_rows if options.fail_after_rows and _first_attempt() else 0
-    sent = 0
-    by_topic: dict[str, int] = {}
+    rows = 0
     started = time.monotonic()
     with (
         KqClient(
@@ -205,84 +211,149 @@ def write_rows(options: SinkOptions, columns: Columns, batches: Iterator[pa.Reco
             retry_timeout_s=SPARK_WRITE_RETRY_TIMEOUT_S,
             rpc_timeout_s=SPARK_WRITE_RPC_TIMEOUT_S,
         ) as client,
-        Producer(client, linger_ms=SPARK_WRITE_LINGER_MS, batch_size=SPARK_WRITE_BATCH_BYTES) as producer,
+        ThreadPoolExecutor(SPARK_WRITE_IN_FLIGHT, thread_name_prefix="kq-sink") as pool,
     ):
-        previous: list[tuple[int, RecordFuture]] = []
+        sender = _Sender(client, pool)
+        encoder = _Encoder(client, options, columns)
         for batch in batches:
-            current = _send_batch(producer, options, columns, batch, sent, by_topic)
-            sent += batch.num_rows
-            _check_outcomes(previous, by_topic)
-            previous = current
-            if fail_after and sent >= fail_after:
-                producer.flush()
-                _check_outcomes(previous, by_topic)
-                raise KqSinkError(f"kq sink: kq.debug.failAfterRows: failing this attempt after {sent} rows")
-        producer.flush()
-        _check_outcomes(previous, by_topic)
-    logger.info("kq sink: task wrote %d rows in %.1f s", sent, time.monotonic() - started)
-    return KqCommitMessage(sent, by_topic)
+            for piece in encoder.encode(batch, rows, sender):
+                sender.submit(piece)
+            rows += batch.num_rows
+            if fail_after and rows >= fail_after:
+                sender.settle_all()
+                raise KqSinkError(f"kq sink: kq.debug.failAfterRows: failing this attempt after {rows} rows")
+        sender.settle_all()
+    logger.info("kq sink: task wrote %d rows in %.1f s", rows, time.monotonic() - started)
+    return KqCommitMessage(rows, dict(sender.by_topic))
 
 
-def _send_batch(
-    producer: Producer,
-    options: SinkOptions,
-    columns: Columns,
-    batch: pa.RecordBatch,
-    first_row: int,
-    by_topic: dict[str, int],
-) -> list[tuple[int, RecordFuture]]:
-    """Queues one Arrow batch's rows; returns each row's position in the task and its future."""
-    count = batch.num_rows
-    values = _column(batch, "value", count)
-    keys = _column(batch, "key", count) if columns.key else [None] * count
-    topics = _column(batch, "topic", count) if columns.topic else [options.topic] * count
-    partitions = _column(batch, "partition", count) if columns.partition else [None] * count
-    headers = _column(batch, "headers", count) if columns.headers else [None] * count
-    futures: list[tuple[int, RecordFuture]] = []
-    for offset in range(count):
-        row = first_row + offset
-        topic = topics[offset]
-        if topic is None:
-            raise _row_error(row, first_row, by_topic, "its topic is null")
-        value = _as_bytes(values[offset])
-        key = _as_bytes(keys[offset])
-        pairs = [(pair["key"] or "", pair["value"] or b"") for pair in headers[offset] or ()]
-        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v) for k, v in pairs)
-        if size > RECORD_BYTES_MAX:
-            raise _row_error(row, first_row, by_topic, f"its record is {size} bytes, over {RECORD_BYTES_MAX}")
-        try:
-            future = producer.send(topic, value, key, partition=partitions[offset], headers=pairs)
-        except TopicNotFoundError as error:
-            raise _row_error(
-                row,
-                first_row,
-                by_topic,
-                f"topic {topic!r} does not exist (create it first: kq topics create)",
-            ) from error
-        except KqClientError as error:
-            raise _row_error(row, first_row, by_topic, f"{type(error).__name__}: {error}") from error
-        futures.append((row, future))
-    return futures
+@dataclass(slots=True)
+class _Piece:
+    """One request's worth of rows for one partition: the encoded batch and the rows' positions."""
+
+    topic: str
+    partition: int
+    builder: BatchBuilder = field(default_factory=BatchBuilder)
+    rows: list[int] = field(default_factory=list)
+    size: int = 0
 
 
-def _check_outcomes(futures: list[tuple[int, RecordFuture]], by_topic: dict[str, int]) -> None:
-    """Waits for each row's outcome in order; counts the acknowledged ones; raises at the first failure."""
-    for row, future in futures:
+class _Sender:
+    """Sends pieces on the pool, one in flight per partition, and counts what was acknowledged."""
+
+    def __init__(self, client: KqClient, pool: ThreadPoolExecutor) -> None:
+        self._client = client
+        self._pool = pool
+        self._in_flight: dict[tuple[str, int], tuple[_Piece, Future[list[RecordMetadata]]]] = {}
+        self.by_topic: Counter[str] = Counter()
+
+    @property
+    def acknowledged(self) -> int:
+        """Rows acknowledged so far."""
+        return sum(self.by_topic.values())
+
+    def submit(self, piece: _Piece) -> None:
+        """Sends `piece` once its partition's previous request is answered (raising if that failed)."""
+        key = (piece.topic, piece.partition)
+        previous = self._in_flight.pop(key, None)
+        if previous is not None:
+            self._settle(*previous)
+        self._in_flight[key] = (piece, self._pool.submit(self._client.produce_batch, *key, piece.builder))
+
+    def settle_all(self) -> None:
+        """Waits for every request in flight; raises for the first that failed."""
+        while self._in_flight:
+            self._settle(*self._in_flight.pop(next(iter(self._in_flight))))
+
+    def _settle(self, piece: _Piece, future: Future[list[RecordMetadata]]) -> None:
         error = future.exception()
         if error is not None:
             raise KqSinkError(
-                f"kq sink: row {row} of this task was not written: {type(error).__name__}: {error} "
-                f"({sum(by_topic.values())} rows acknowledged before it)"
+                f"kq sink: row {piece.rows[0]} of this task (topic {piece.topic!r}, partition "
+                f"{piece.partition}) was not written, with {len(piece.rows) - 1} rows after it: "
+                f"{type(error).__name__}: {error} "
+                f"({self.acknowledged} rows acknowledged before them)"
             ) from error
-        metadata = future.result()
-        by_topic[metadata.topic] = by_topic.get(metadata.topic, 0) + 1
+        self.by_topic[piece.topic] += len(piece.rows)
 
 
-def _row_error(row: int, first_row: int, by_topic: dict[str, int], problem: str) -> KqSinkError:
+class _Encoder:
+    """Turns Arrow batches into per-partition pieces: partition by the `partition` column, else the
+    key (Kafka's murmur2), else one partition per Arrow batch and topic, rotating (Kafka's sticky
+    partitioner); every row checked first (topic, size, partition)."""
+
+    def __init__(self, client: KqClient, options: SinkOptions, columns: Columns) -> None:
+        self._client = client
+        self._options = options
+        self._columns = columns
+        self._partitions: dict[str, int] = {}  # Partition count by topic (the topics this task writes).
+        self._sticky: Counter[str] = Counter()
+
+    def encode(self, batch: pa.RecordBatch, first_row: int, sender: _Sender) -> list[_Piece]:
+        """The batch's rows as pieces, in the order to send them."""
+        count = batch.num_rows
+        columns = self._columns
+        values = _column(batch, "value", count)
+        keys = _column(batch, "key", count) if columns.key else [None] * count
+        topics = _column(batch, "topic", count) if columns.topic else [self._options.topic] * count
+        chosen = _column(batch, "partition", count) if columns.partition else [None] * count
+        headers = _column(batch, "headers", count) if columns.headers else [None] * count
+        now_ms = wall_clock_ms()
+        open_pieces: dict[tuple[str, int], _Piece] = {}
+        done: list[_Piece] = []
+        sticky: dict[str, int] = {}
+        for offset in range(count):
+            row = first_row + offset
+            topic = topics[offset]
+            if topic is None:
+                raise _row_error(row, sender, "its topic is null")
+            value = _as_bytes(values[offset])
+            key = _as_bytes(keys[offset])
+            pairs = tuple((pair["key"] or "", pair["value"] or b"") for pair in headers[offset] or ())
+            size = len(value or b"") + len(key or b"") + sum(len(k) + len(v) for k, v in pairs)
+            if size > RECORD_BYTES_MAX:
+                raise _row_error(row, sender, f"its record is {size} bytes, over {RECORD_BYTES_MAX}")
+            partitions = self._partition_count(topic, row, sender)
+            partition = chosen[offset]
+            if partition is None:
+                if key is not None:
+                    partition = partition_for_key(key, partitions)
+                else:
+                    partition = sticky.setdefault(topic, self._next_sticky(topic, partitions))
+            elif not 0 <= partition < partitions:
+                raise _row_error(
+                    row, sender, f"topic {topic!r} has partitions 0 to {partitions - 1}, not {partition}"
+                )
+            piece = open_pieces.get((topic, partition))
+            if piece is None or piece.size + size > SPARK_WRITE_BATCH_BYTES:
+                if piece is not None:
+                    done.append(piece)
+                piece = open_pieces[(topic, partition)] = _Piece(topic, partition)
+            piece.size += piece.builder.append(NewRecord(key, value, pairs), now_ms)
+            piece.rows.append(row)
+        return done + list(open_pieces.values())
+
+    def _partition_count(self, topic: str, row: int, sender: _Sender) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            try:
+                count = self._client.partition_count(topic)
+            except TopicNotFoundError as error:
+                missing = f"topic {topic!r} does not exist (create it first: kq topics create)"
+                raise _row_error(row, sender, missing) from error
+            self._partitions[topic] = count
+        return count
+
+    def _next_sticky(self, topic: str, partitions: int) -> int:
+        partition = self._sticky[topic] % partitions
+        self._sticky[topic] += 1
+        return partition
+
+
+def _row_error(row: int, sender: _Sender, problem: str) -> KqSinkError:
     return KqSinkError(
-        f"kq sink: row {row} of this task cannot be written: {problem} (rows {first_row}-{row - 1} of "
-        f"its batch were queued; {sum(by_topic.values())} rows acknowledged before them); nothing after "
-        "it is sent"
+        f"kq sink: row {row} of this task cannot be written: {problem}; nothing from its Arrow batch on "
+        f"is sent ({sender.acknowledged} rows acknowledged before it)"
     )
 
 

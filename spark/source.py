@@ -232,7 +232,12 @@ def _input_partitions(
 
 
 def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Reads one input partition; the client (and its channels) lives only as long as this iterator."""
+    """Reads one input partition; the client (and its channels) lives only as long as this iterator.
+
+    A read with nothing to read (every partition empty) plans no input partition, and Spark then calls
+    `read` once with a plain `InputPartition(None)`: no rows."""
+    if not isinstance(partition, KqInputPartition) and getattr(partition, "value", None) is None:
+        return
     assert isinstance(partition, KqInputPartition), f"not a kq input partition: {partition!r}"
     schema = arrow_schema(options.include_headers, options.debug_served_by)
     policy = ReadPolicy(

@@ -43,7 +43,7 @@ class FakeClient(KqClient):
     def _choose_partition(self, topic: str, record: ProducerRecord) -> int:
         return record.partition or 0
 
-    def _produce(
+    def produce_batch(
         self, topic: str, partition: int, batch: BatchBuilder, compression: str | None = None
     ) -> list[RecordMetadata]:
         records = [record.value for record in parse_batch(batch.build())]

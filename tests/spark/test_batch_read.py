@@ -78,3 +78,12 @@ def test_ranges_and_min_partitions(
         or s.partition == 3
     ]
     assert_rows_match(bounded.collect(), expected, topic_name)
+
+
+def test_an_empty_topic_reads_as_no_rows(
+    spark_session: SparkSession, spark_cluster: LocalCluster, topic_name: str
+) -> None:
+    """Nothing to read plans no input partition; Spark then reads one empty partition of its own."""
+    with KqClient(spark_cluster.bootstrap) as client:
+        client.create_topic(topic_name, partitions=PARTITIONS)
+    assert kq_read(spark_session, spark_cluster, topic_name).collect() == []
