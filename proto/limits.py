@@ -109,6 +109,7 @@ SPARK_WRITE_RETRY_TIMEOUT_S = 30.0  # A sink task's retries of one produce (a le
 SPARK_WRITE_RPC_TIMEOUT_S = 10.0  # One produce request of a sink task.
 SPARK_WRITE_BATCH_BYTES = 512 * 1024  # A sink task's produce request: its records' bytes at most.
 SPARK_WRITE_IN_FLIGHT = 4  # A sink task's produce requests in flight (one per partition at a time).
+SPARK_WRITE_OPEN_BYTES_MAX = 16 * 1024 * 1024  # A sink task's requests being filled, in all.
 
 # Limits of the node's own machinery (moved here from the modules that use them, so every wait,
 # queue and size of kq is named in this one module).

@@ -18,7 +18,7 @@ driver dies re-runs the micro-batch it had not committed, with the same conseque
 
 A row that cannot be written (an unknown topic, a null topic, a partition the topic lacks, a record
 over RECORD_BYTES_MAX) fails its task with a message naming the row (its position in the task) and
-how many rows the task had written (acknowledged) before it; nothing after it is sent.
+how many rows the task had written (acknowledged) before it; the task sends nothing more.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ from kq.client import KqClient, RecordMetadata, TopicNotFoundError
 from kq.client.partitioner import partition_for_key
 from kq.proto.limits import (
     RECORD_BYTES_MAX,
+    RECORDS_PER_APPEND_MAX,
     SPARK_WRITE_BATCH_BYTES,
     SPARK_WRITE_IN_FLIGHT,
+    SPARK_WRITE_OPEN_BYTES_MAX,
     SPARK_WRITE_RETRY_TIMEOUT_S,
     SPARK_WRITE_RPC_TIMEOUT_S,
 )
@@ -199,8 +201,9 @@ def write_rows(options: SinkOptions, columns: Columns, batches: Iterator[pa.Reco
     """Sends the rows of `batches`, each partition's in row order; raises KqSinkError naming the first
     row that could not be written and the rows acknowledged before it.
 
-    Each Arrow batch is encoded into one RecordBatch per topic-partition (`_encode`) and sent while the
-    next is encoded; a partition has one request in flight at a time (so its rows stay in order), and
+    Rows are encoded into one RecordBatch per topic-partition (`_Encoder`), each sent once it holds
+    SPARK_WRITE_BATCH_BYTES or RECORDS_PER_APPEND_MAX records (or the task's rows end) while the
+    encoder goes on; a partition has one request in flight at a time (so its rows stay in order), and
     up to SPARK_WRITE_IN_FLIGHT partitions' requests are in flight together."""
     fail_after = options.fail_after_rows if options.fail_after_rows and _first_attempt() else 0
     rows = 0
@@ -220,8 +223,12 @@ def write_rows(options: SinkOptions, columns: Columns, batches: Iterator[pa.Reco
                 sender.submit(piece)
             rows += batch.num_rows
             if fail_after and rows >= fail_after:
+                for piece in encoder.flush():
+                    sender.submit(piece)
                 sender.settle_all()
                 raise KqSinkError(f"kq sink: kq.debug.failAfterRows: failing this attempt after {rows} rows")
+        for piece in encoder.flush():
+            sender.submit(piece)
         sender.settle_all()
     logger.info("kq sink: task wrote %d rows in %.1f s", rows, time.monotonic() - started)
     return KqCommitMessage(rows, dict(sender.by_topic))
@@ -288,6 +295,9 @@ class _Encoder:
         self._columns = columns
         self._partitions: dict[str, int] = {}  # Partition count by topic (the topics this task writes).
         self._sticky: Counter[str] = Counter()
+        # Pieces filling across Arrow batches (one per partition), up to SPARK_WRITE_OPEN_BYTES_MAX in all.
+        self._open: dict[tuple[str, int], _Piece] = {}
+        self._open_bytes = 0
 
     def encode(self, batch: pa.RecordBatch, first_row: int, sender: _Sender) -> list[_Piece]:
         """The batch's rows as pieces, in the order to send them."""
@@ -299,7 +309,7 @@ class _Encoder:
         chosen = _column(batch, "partition", count) if columns.partition else [None] * count
         headers = _column(batch, "headers", count) if columns.headers else [None] * count
         now_ms = wall_clock_ms()
-        open_pieces: dict[tuple[str, int], _Piece] = {}
+        open_pieces = self._open
         done: list[_Piece] = []
         sticky: dict[str, int] = {}
         for offset in range(count):
@@ -325,13 +335,29 @@ class _Encoder:
                     row, sender, f"topic {topic!r} has partitions 0 to {partitions - 1}, not {partition}"
                 )
             piece = open_pieces.get((topic, partition))
-            if piece is None or piece.size + size > SPARK_WRITE_BATCH_BYTES:
+            if (
+                piece is None
+                or piece.size + size > SPARK_WRITE_BATCH_BYTES
+                or len(piece.rows) == RECORDS_PER_APPEND_MAX
+            ):
                 if piece is not None:
                     done.append(piece)
+                    self._open_bytes -= piece.size
                 piece = open_pieces[(topic, partition)] = _Piece(topic, partition)
-            piece.size += piece.builder.append(NewRecord(key, value, pairs), now_ms)
+            added = piece.builder.append(NewRecord(key, value, pairs), now_ms)
+            piece.size += added
+            self._open_bytes += added
             piece.rows.append(row)
-        return done + list(open_pieces.values())
+        if self._open_bytes > SPARK_WRITE_OPEN_BYTES_MAX:
+            done += self.flush()
+        return done
+
+    def flush(self) -> list[_Piece]:
+        """The pieces still filling, to send now (the task's rows are all encoded, or too many wait)."""
+        pieces = list(self._open.values())
+        self._open.clear()
+        self._open_bytes = 0
+        return pieces
 
     def _partition_count(self, topic: str, row: int, sender: _Sender) -> int:
         count = self._partitions.get(topic)
@@ -352,8 +378,8 @@ class _Encoder:
 
 def _row_error(row: int, sender: _Sender, problem: str) -> KqSinkError:
     return KqSinkError(
-        f"kq sink: row {row} of this task cannot be written: {problem}; nothing from its Arrow batch on "
-        f"is sent ({sender.acknowledged} rows acknowledged before it)"
+        f"kq sink: row {row} of this task cannot be written: {problem}; the task sends nothing more "
+        f"({sender.acknowledged} rows acknowledged before it)"
     )
 
 
