@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import random
 import time
@@ -13,6 +14,18 @@ DEMO_KEYS = 50
 DEMO_SPREAD_S = 600  # Timestamps spread over the last ten minutes: several one-minute windows per key.
 SEND_CHUNK_RECORDS = 10_000  # Records handed to send_batch at a time (the client splits requests itself).
 VALUE_BYTES_MAX = 200
+
+
+DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"  # deploy/run-cluster.sh's nodes.
+
+
+def job_parser(module: str, doc: str) -> argparse.ArgumentParser:
+    """The command line of the job `module` (its docstring's first line as description), with --nodes."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n", maxsplit=1)[0])
+    parser.add_argument(
+        "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"
+    )
+    return parser
 
 
 def ensure_topic(client: KqClient, topic: str, partitions: int = DEMO_PARTITIONS) -> None:

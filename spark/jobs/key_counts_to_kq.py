@@ -10,7 +10,6 @@ reads the output topic back and prints it. `--demo-records N` first produces N d
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 
@@ -18,10 +17,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention.
 
 from kq.client import KqClient
-from kq.spark.jobs.demo_data import ensure_topic, produce_demo
+from kq.spark.jobs.demo_data import ensure_topic, job_parser, produce_demo
 from kq.spark.session import local_session
-
-DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 
 
 def run(session: SparkSession, nodes: str, topic: str, output_topic: str) -> dict[str, dict[str, int]]:
@@ -57,12 +54,7 @@ def run(session: SparkSession, nodes: str, topic: str, output_topic: str) -> dic
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(
-        prog="python -m kq.spark.jobs.key_counts_to_kq", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument(
-        "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"
-    )
+    parser = job_parser("kq.spark.jobs.key_counts_to_kq", __doc__ or "")
     parser.add_argument("--topic", default="events", help="topic to read (default: %(default)s)")
     parser.add_argument("--output-topic", default=None, help="topic to write (default: <topic>-key-counts)")
     parser.add_argument("--demo-records", type=int, default=0, help="first produce this many demo records")

@@ -10,7 +10,6 @@ result to Parquet (`--output`) and prints a summary: which nodes served the rows
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,11 +18,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention.
 
 from kq.client import KqClient
-from kq.spark.jobs.demo_data import ensure_topic, produce_demo
+from kq.spark.jobs.demo_data import ensure_topic, job_parser, produce_demo
 from kq.spark.metadata import discover
 from kq.spark.session import local_session
 
-DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 DEFAULT_OUTPUT = "/tmp/kq-spark/key-minute-stats"
 TOP_KEYS = 5
 
@@ -107,12 +105,7 @@ def print_summary(summary: Summary, topic: str, output: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(
-        prog="python -m kq.spark.jobs.key_minute_stats", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument(
-        "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"
-    )
+    parser = job_parser("kq.spark.jobs.key_minute_stats", __doc__ or "")
     parser.add_argument("--topic", default="events", help="topic to read (default: %(default)s)")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help="Parquet directory (default: %(default)s)")
     parser.add_argument("--read-from", default="follower", help="kq.readFrom (default: %(default)s)")

@@ -11,7 +11,6 @@ tests/spark/test_stream_sink.py; it kills this job's driver.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 
@@ -19,10 +18,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from kq.client import KqClient
-from kq.spark.jobs.demo_data import ensure_topic
+from kq.spark.jobs.demo_data import ensure_topic, job_parser
 from kq.spark.session import local_session
 
-DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 DEFAULT_CHECKPOINT = "/tmp/kq-spark/rate-to-kq"
 KEYS = 16
 TRIGGER = "500 milliseconds"
@@ -49,12 +47,7 @@ def start(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point: runs the query for `--seconds` (0: until killed), then stops it."""
-    parser = argparse.ArgumentParser(
-        prog="python -m kq.spark.jobs.rate_to_kq", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument(
-        "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"
-    )
+    parser = job_parser("kq.spark.jobs.rate_to_kq", __doc__ or "")
     parser.add_argument(
         "--topic", default="ticks", help="topic to write; created if missing (default: %(default)s)"
     )

@@ -9,7 +9,6 @@ Tops the topic (`--topic`, default `read-bench`, 4 partitions) up to `--records`
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Sequence
@@ -17,10 +16,9 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from kq.client import KqClient
-from kq.spark.jobs.demo_data import ensure_topic, produce_demo
+from kq.spark.jobs.demo_data import ensure_topic, job_parser, produce_demo
 from kq.spark.session import local_session
 
-DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 DEFAULT_VALUE_BYTES = 100
 
 
@@ -45,12 +43,7 @@ def timed_read(session: SparkSession, nodes: str, topic: str, read_from: str) ->
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(
-        prog="python -m kq.spark.jobs.read_throughput", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument(
-        "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"
-    )
+    parser = job_parser("kq.spark.jobs.read_throughput", __doc__ or "")
     parser.add_argument("--topic", default="read-bench", help="topic to read (default: %(default)s)")
     parser.add_argument(
         "--records", type=int, default=1_000_000, help="records to read (default: %(default)s)"

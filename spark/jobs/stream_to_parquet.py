@@ -9,7 +9,6 @@ first run starts at the earliest offsets. It prints the micro-batches and the of
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,10 +18,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention.
 
 from kq.client import KqClient
-from kq.spark.jobs.demo_data import ensure_topic, produce_demo
+from kq.spark.jobs.demo_data import ensure_topic, job_parser, produce_demo
 from kq.spark.session import local_session
 
-DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 DEFAULT_OUTPUT = "/tmp/kq-spark/stream-to-parquet"
 MAX_OFFSETS_PER_TRIGGER = 100_000  # Records per micro-batch, at most.
 RUN_TIMEOUT_S = 3_600
@@ -61,12 +59,7 @@ def run(session: SparkSession, nodes: str, topic: str, output: str) -> list[dict
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(
-        prog="python -m kq.spark.jobs.stream_to_parquet", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument(
-        "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"
-    )
+    parser = job_parser("kq.spark.jobs.stream_to_parquet", __doc__ or "")
     parser.add_argument("--topic", default="events", help="topic to read (default: %(default)s)")
     parser.add_argument(
         "--output", default=DEFAULT_OUTPUT, help="Parquet and checkpoint directory (default: %(default)s)"

@@ -10,7 +10,6 @@ topic back into Spark's `noop` sink (kq.readFrom=follower). Prints each run's fi
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Sequence
@@ -18,10 +17,10 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from kq.client import KqClient
+from kq.spark.jobs.demo_data import job_parser
 from kq.spark.jobs.read_throughput import timed_read
 from kq.spark.session import local_session
 
-DEFAULT_NODES = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
 DEFAULT_VALUE_BYTES = 100
 WRITE_TASKS = 2  # One per local core.
 WARM_UP_ROWS = 20_000
@@ -40,12 +39,7 @@ def timed_write(session: SparkSession, nodes: str, topic: str, rows: int, value_
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(
-        prog="python -m kq.spark.jobs.write_throughput", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument(
-        "--nodes", default=DEFAULT_NODES, help="kq nodes, host:port,... (default: %(default)s)"
-    )
+    parser = job_parser("kq.spark.jobs.write_throughput", __doc__ or "")
     parser.add_argument("--rows", type=int, default=5_000_000, help="rows per run (default: %(default)s)")
     parser.add_argument("--value-bytes", type=int, default=DEFAULT_VALUE_BYTES, help="value size")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of each run's topic")
