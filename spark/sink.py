@@ -80,14 +80,12 @@ class SinkOptions:
 
 @dataclass(frozen=True, slots=True)
 class Columns:
-    """Which of the sink's columns the DataFrame has (value always), and whether key and value are text."""
+    """Which of the sink's optional columns the DataFrame has (`value` it always has)."""
 
     key: bool
     topic: bool
     partition: bool
     headers: bool
-    value_is_text: bool
-    key_is_text: bool
 
 
 @dataclass
@@ -132,8 +130,6 @@ def check_schema(schema: StructType, options: SinkOptions) -> Columns:
         topic="topic" in fields and options.topic is None,
         partition="partition" in fields,
         headers="headers" in fields,
-        value_is_text=fields["value"] == StringType(),
-        key_is_text=fields.get("key") == StringType(),
     )
 
 
