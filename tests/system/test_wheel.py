@@ -56,15 +56,17 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_wheel_holds_one_namespace_with_jobs_and_proto(wheel: Path) -> None:
-    """Every file is under `kq/` (or the dist-info); the Spark jobs, the .proto and the harness are in."""
+    """Every file is under `kq/` (or the dist-info), but `pyspark_kq.py`, the one module Spark looks for
+    to register format("kq") by itself; the Spark jobs, the .proto and the harness are in."""
     names = zipfile.ZipFile(wheel).namelist()
     top_levels = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
-    assert top_levels == {"kq"}
+    assert top_levels == {"kq", "pyspark_kq.py"}
     for needed in (
         "kq/proto/kq.proto",
         "kq/proto/limits.py",
         "kq/proto/errors.py",
         "kq/spark/jobs/key_minute_stats.py",
+        "kq/spark/sink.py",
         "kq/deploy/cluster.py",
         "kq/client/__init__.py",
         "kq/py.typed",
