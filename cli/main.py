@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from kq.cli.certs import certs
 from kq.cli.cluster import cluster
 from kq.cli.console import console
 from kq.cli.consume import consume
@@ -91,6 +92,7 @@ kq.add_command(consume)
 kq.add_command(groups)
 kq.add_command(cluster)
 kq.add_command(console)
+kq.add_command(certs)
 
 
 def main() -> None:

@@ -161,6 +161,11 @@ CONSOLE_TIMEOUT_S = 5.0  # One cluster call of a page; past it the page says the
 # broker/config.py
 PEERS_MAX = 9  # Raft clusters beyond this size only slow commits down.
 
+# deploy/certs.py (`kq certs init`)
+CERT_DAYS_MAX = 3_650  # Certificates valid for at most ten years.
+CERT_NODES_MAX = PEERS_MAX * 4  # Node certificates one call makes (room for replacements).
+CERT_HOSTS_MAX = 16  # Subject alternative names of one node certificate.
+
 # broker/membership.py, raft/validation.py `member_problem`
 # Registered members' addresses kept (the voters, plus a few left behind by changes cut short).
 MEMBERS_MAX = 2 * PEERS_MAX
