@@ -7,7 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from kq.broker.consensus import Peer
+from kq.client.tls import TlsConfig
 from kq.proto.limits import (
     COMPACTION_CHECK_S_DEFAULT,
     GRPC_WORKERS_DEFAULT,
@@ -52,6 +55,7 @@ class NodeConfig:
     # it (broker/storage_guard.py). None: 64 GiB of address space, bounded by the disk alone.
     max_disk_bytes: int | None = None
     http_address: str = ""  # `--http-address`: /metrics, /healthz, /readyz ("": not served).
+    tls: ServerTls | None = None  # None: gRPC in plain text.
 
     @property
     def self_peer(self) -> Peer:
@@ -63,6 +67,28 @@ class NodeConfig:
             self.kafka.address if self.kafka else "",
             self.rack,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """The node's gRPC TLS (`--tls-cert`, `--tls-key`, `--tls-ca`, `--tls-require-client-cert`): its
+    certificate and key (PEM), the cluster's CA, and whether clients must present a certificate it
+    signed (mutual TLS). The node's own calls to other nodes use the same CA, certificate and key."""
+
+    cert: bytes
+    key: bytes
+    ca: bytes
+    require_client_cert: bool = False
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """Credentials for the node's gRPC port."""
+        return grpc.ssl_server_credentials(
+            [(self.key, self.cert)], root_certificates=self.ca, require_client_auth=self.require_client_cert
+        )
+
+    def client(self) -> TlsConfig:
+        """The node as a client of other nodes (membership probes, Kafka calls forwarded to the leader)."""
+        return TlsConfig(self.ca, self.cert, self.key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,8 +82,10 @@ class FrontEnd:
         notifier: AppliedNotifier,
         services: list[Registration],
         listeners: list[Listener] | None = None,
+        credentials: grpc.ServerCredentials | None = None,
     ) -> None:
         self.address = address
+        self._credentials = credentials  # None: plain text (see broker/config.py `ServerTls`).
         self.workers = futures.ThreadPoolExecutor(workers, thread_name_prefix=WORKER_PREFIX)
         self.reads = futures.ThreadPoolExecutor(READ_WORKERS, thread_name_prefix=READ_PREFIX)
         self.edge = EdgeInterceptor(self.workers)
@@ -178,7 +180,10 @@ class FrontEnd:
             register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         try:
-            self.port = server.add_insecure_port(self.address)
+            if self._credentials is None:
+                self.port = server.add_insecure_port(self.address)
+            else:
+                self.port = server.add_secure_port(self.address, self._credentials)
         except RuntimeError as error:  # grpc.aio raises where the sync server answered port 0.
             raise FrontEndError(str(error)) from error
         if self.port == 0:

@@ -7,6 +7,7 @@ main thread, and stops it. DESIGN.md ("Concurrency model") names every thread an
 
 from __future__ import annotations
 
+import functools
 import logging
 import resource
 import signal
@@ -24,6 +25,7 @@ from kq.broker.config import (
     ConfigError,
     KafkaConfig,
     NodeConfig,
+    ServerTls,
     parse_address,
     parse_byte_size,
     parse_node_id,
@@ -38,13 +40,14 @@ from kq.broker.kafka.apis import KafkaApis
 from kq.broker.kafka.listener import KafkaListener
 from kq.broker.kafka.settings import check_kafka_members, kafka_settings
 from kq.broker.logs import LOG_FORMATS, LogFormat, configure_logging
-from kq.broker.membership import Membership, MembershipChanges
+from kq.broker.membership import Membership, MembershipChanges, probe_node
 from kq.broker.metrics import LeadershipWatch, NodeCollector, SnapshotCounts, register_node
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier
+from kq.client.tls import TlsConfig, TlsConfigError
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import (
     COMPACTION_CHECK_S_DEFAULT,
@@ -105,7 +108,10 @@ class BrokerNode:
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
         listeners: list[Listener] = []
-        self.front = FrontEnd(config.grpc_address, config.grpc_workers, self.notifier, services, listeners)
+        credentials = config.tls.server_credentials() if config.tls is not None else None
+        self.front = FrontEnd(
+            config.grpc_address, config.grpc_workers, self.notifier, services, listeners, credentials
+        )
         service = BrokerService(
             config.self_peer,
             self.membership,
@@ -119,7 +125,16 @@ class BrokerNode:
             self.front.reads,
             config.topic_defaults,
             StorageGuard(self.store.usage, config.node_id),
-            MembershipChanges(self.raft, self.consensus, self.membership, kafka=config.kafka is not None),
+            MembershipChanges(
+                self.raft,
+                self.consensus,
+                self.membership,
+                kafka=config.kafka is not None,
+                probe=functools.partial(
+                    probe_node,
+                    credentials=config.tls.client().channel_credentials() if config.tls is not None else None,
+                ),
+            ),
         )
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
@@ -191,6 +206,24 @@ class BrokerNode:
         self.coordinator.stop()
         self.raft.close()
         self.store.close()
+
+
+def _server_tls(
+    cert: str | None, key: str | None, ca: str | None, require_client_cert: bool
+) -> ServerTls | None:
+    """The gRPC TLS the flags ask for (none of them: plain text); ConfigError for half a setup."""
+    if cert is None and key is None and ca is None:
+        if require_client_cert:
+            raise ConfigError("--tls-require-client-cert needs --tls-cert, --tls-key and --tls-ca")
+        return None
+    if cert is None or key is None or ca is None:
+        raise ConfigError("TLS needs all of --tls-cert, --tls-key and --tls-ca")
+    try:
+        files = TlsConfig.from_files(ca, cert, key)
+    except TlsConfigError as error:
+        raise ConfigError(str(error)) from error
+    assert files.cert is not None and files.key is not None
+    return ServerTls(files.cert, files.key, files.ca, require_client_cert)
 
 
 def raise_open_files_limit() -> int:
@@ -420,6 +453,21 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
         "members."
     ),
 )
+@click.option(
+    "--tls-cert", type=click.Path(dir_okay=False), help="PEM certificate of the gRPC port (KQ_TLS_CERT)."
+)
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="PEM key of --tls-cert (KQ_TLS_KEY).")
+@click.option(
+    "--tls-ca",
+    type=click.Path(dir_okay=False),
+    help="PEM CA of the cluster: verifies client certificates and the nodes this node calls (KQ_TLS_CA).",
+)
+@click.option(
+    "--tls-require-client-cert",
+    is_flag=True,
+    default=False,
+    help="Mutual TLS: every gRPC client presents a certificate signed by --tls-ca.",
+)
 def main(
     node_id: str,
     grpc_address: str,
@@ -451,6 +499,10 @@ def main(
     http_address: str,
     log_format: LogFormat,
     join: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_ca: str | None,
+    tls_require_client_cert: bool,
 ) -> None:
     """Runs one kq node."""
     try:
@@ -477,6 +529,7 @@ def main(
         problem = defaults_problem(topic_defaults)
         if problem is not None:
             raise ConfigError(f"--topic-default: {problem}")
+        tls = _server_tls(tls_cert, tls_key, tls_ca, tls_require_client_cert)
         kafka = None
         if kafka_address:
             kafka = KafkaConfig(
@@ -520,6 +573,7 @@ def main(
         compaction_check_s=compaction_check_ms / 1000,
         max_disk_bytes=disk_bound,
         http_address=http_address,
+        tls=tls,
     )
     if kafka is not None:
         try:

@@ -178,9 +178,17 @@ class MembershipChange(Protocol):
 Probe = Callable[[str, float], kq_pb2.ClusterStatusResponse]
 
 
-def probe_node(grpc_address: str, timeout_s: float) -> kq_pb2.ClusterStatusResponse:
-    """Asks the node at `grpc_address` for its status (raises grpc.RpcError when it does not answer)."""
-    with grpc.insecure_channel(grpc_address) as channel:
+def probe_node(
+    grpc_address: str, timeout_s: float, credentials: grpc.ChannelCredentials | None = None
+) -> kq_pb2.ClusterStatusResponse:
+    """Asks the node at `grpc_address` for its status (raises grpc.RpcError when it does not answer);
+    `credentials`: the node's own TLS as a client (None: plain text)."""
+    channel = (
+        grpc.insecure_channel(grpc_address)
+        if credentials is None
+        else grpc.secure_channel(grpc_address, credentials)
+    )
+    with channel:
         response: kq_pb2.ClusterStatusResponse = kq_pb2_grpc.BrokerStub(channel).ClusterStatus(
             kq_pb2.ClusterStatusRequest(), timeout=timeout_s
         )

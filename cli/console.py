@@ -30,6 +30,7 @@ def console(settings: Settings, host: str, port: int, allow_writes: bool) -> Non
         settings.bootstrap,
         retry_timeout_s=min(settings.retry_timeout_s, CONSOLE_TIMEOUT_S),
         rpc_timeout_s=CONSOLE_TIMEOUT_S,
+        tls=settings.tls,
     )
     sampler = LagSampler(client)
     sampler.start()

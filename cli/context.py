@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import click
 
-from kq.client import KqClient
+from kq.client import KqClient, TlsConfig
 from kq.proto.limits import CLI_BOOTSTRAP_NODES_MAX, CLI_RPC_TIMEOUT_S_MAX
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"  # The nodes of deploy/run-cluster.sh.
@@ -30,6 +30,7 @@ class Settings:
 
     bootstrap: tuple[str, ...]
     retry_timeout_s: float
+    tls: TlsConfig | None = None  # --tls-ca (and --tls-cert, --tls-key): None, plain text.
 
 
 def address_problem(address: str) -> str | None:
@@ -74,6 +75,7 @@ def open_client(ctx: click.Context) -> KqClient:
         settings.bootstrap,
         retry_timeout_s=settings.retry_timeout_s,
         rpc_timeout_s=min(CLI_RPC_TIMEOUT_S_MAX, settings.retry_timeout_s),
+        tls=settings.tls,
     )
     return ctx.with_resource(client)
 

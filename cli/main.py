@@ -20,7 +20,7 @@ from kq.cli.errors import PROGRAM_NAME, CommandError, UsageLineError
 from kq.cli.groups import groups
 from kq.cli.produce import produce
 from kq.cli.topics import topics
-from kq.client import KqClientError
+from kq.client import KqClientError, TlsConfig, TlsConfigError
 
 
 class KqGroup(click.Group):
@@ -70,9 +70,34 @@ def _one_line(error: click.UsageError) -> click.UsageError | UsageLineError:
     metavar="SECONDS",
     help="Keep retrying an unreachable cluster or a leader election this long before failing.",
 )
+@click.option(
+    "--tls-ca",
+    envvar="KQ_TLS_CA",
+    type=click.Path(dir_okay=False),
+    help="Talk TLS to the nodes, verifying them with this PEM CA (env KQ_TLS_CA).",
+)
+@click.option(
+    "--tls-cert",
+    envvar="KQ_TLS_CERT",
+    type=click.Path(dir_okay=False),
+    help="PEM client certificate (mutual TLS; env KQ_TLS_CERT).",
+)
+@click.option(
+    "--tls-key",
+    envvar="KQ_TLS_KEY",
+    type=click.Path(dir_okay=False),
+    help="PEM key of --tls-cert (env KQ_TLS_KEY).",
+)
 @click.version_option(package_name="kq", prog_name=PROGRAM_NAME)
 @click.pass_context
-def kq(ctx: click.Context, bootstrap: tuple[str, ...], timeout_s: float) -> None:
+def kq(
+    ctx: click.Context,
+    bootstrap: tuple[str, ...],
+    timeout_s: float,
+    tls_ca: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+) -> None:
     """kq: a Kafka-like, Raft-replicated log broker.
 
     \b
@@ -83,7 +108,15 @@ def kq(ctx: click.Context, bootstrap: tuple[str, ...], timeout_s: float) -> None
     kq groups describe billing
     kq cluster status
     """
-    ctx.obj = Settings(bootstrap=bootstrap, retry_timeout_s=timeout_s)
+    tls = None
+    if tls_ca is not None:
+        try:
+            tls = TlsConfig.from_files(tls_ca, tls_cert, tls_key)
+        except TlsConfigError as error:
+            raise UsageLineError(str(error)) from error
+    elif tls_cert is not None or tls_key is not None:
+        raise UsageLineError("--tls-cert and --tls-key need --tls-ca (the CA of the nodes)")
+    ctx.obj = Settings(bootstrap=bootstrap, retry_timeout_s=timeout_s, tls=tls)
 
 
 kq.add_command(topics)

@@ -39,6 +39,7 @@ from kq.client.errors import (
 )
 from kq.client.group import GroupConsumer
 from kq.client.producer import Producer
+from kq.client.tls import TlsConfig, TlsConfigError
 from kq.client.types import (
     ConsumerRecord,
     GroupDescription,
@@ -85,6 +86,8 @@ __all__ = [
     "ServerError",
     "StaleGenerationError",
     "StorageFullError",
+    "TlsConfig",
+    "TlsConfigError",
     "TooManyReadersError",
     "TopicConfigValue",
     "TopicExistsError",

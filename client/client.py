@@ -27,6 +27,7 @@ from kq.client.errors import (
 )
 from kq.client.groups_api import GroupsApi
 from kq.client.partitioner import partition_for_key
+from kq.client.tls import TlsConfig
 from kq.client.types import (
     ConsumerRecord,
     FetchResult,
@@ -85,8 +86,9 @@ class KqClient(GroupsApi):
         idempotent: bool = True,
         retry_timeout_s: float = CLIENT_RETRY_TIMEOUT_S,
         rpc_timeout_s: float = CLIENT_RPC_TIMEOUT_S,
+        tls: TlsConfig | None = None,
     ) -> None:
-        self._connections = Connections(bootstrap, retry_timeout_s, rpc_timeout_s)
+        self._connections = Connections(bootstrap, retry_timeout_s, rpc_timeout_s, tls)
         self._idempotent = idempotent
         self._producer_lock = threading.Lock()
         self._producer_id = 0  # 0: none registered yet (or the last one was given up).

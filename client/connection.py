@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from kq.client.errors import KqClientError, UnavailableError, from_rpc_error
+from kq.client.tls import TlsConfig
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import (
     CLIENT_BACKOFF_INITIAL_S,
@@ -51,12 +52,14 @@ class Connections:
         bootstrap: Sequence[str],
         retry_timeout_s: float = CLIENT_RETRY_TIMEOUT_S,
         rpc_timeout_s: float = CLIENT_RPC_TIMEOUT_S,
+        tls: TlsConfig | None = None,
     ) -> None:
         if not bootstrap:
             raise ValueError("bootstrap needs at least one host:port")
         self.bootstrap = tuple(bootstrap)
         self.retry_timeout_s = retry_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
+        self._credentials = tls.channel_credentials() if tls is not None else None
         self._lock = threading.Lock()
         # Address -> (channel, stub), least recently used first. Leader hints can name addresses
         # outside the bootstrap list, so the cache is bounded.
@@ -74,16 +77,17 @@ class Connections:
             if cached is not None:
                 self._channels.move_to_end(address)
                 return cached[1]
-            channel = grpc.insecure_channel(
-                address,
-                options=[
-                    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
-                    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
-                    ("grpc.initial_reconnect_backoff_ms", 50),
-                    ("grpc.max_reconnect_backoff_ms", 500),
-                    ("grpc.enable_retries", 0),
-                ],
-            )
+            options = [
+                ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.initial_reconnect_backoff_ms", 50),
+                ("grpc.max_reconnect_backoff_ms", 500),
+                ("grpc.enable_retries", 0),
+            ]
+            if self._credentials is None:
+                channel = grpc.insecure_channel(address, options=options)
+            else:
+                channel = grpc.secure_channel(address, self._credentials, options=options)
             stub = kq_pb2_grpc.BrokerStub(channel)
             self._channels[address] = (channel, stub)
             self._evict_beyond_bound()

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from kq.client import KqClient, KqClientError, NodeStatus
+from kq.client import KqClient, KqClientError, NodeStatus, TlsConfig
+from kq.deploy import certs
 from kq.deploy.processes import STOP_TIMEOUT_S, ProcessTable
 from kq.deploy.waiting import wait_for
 
@@ -185,6 +186,7 @@ class LocalCluster:
         durability: str | None = None,
         node_extra_args: Mapping[str, Sequence[str]] | None = None,
         node_ids: Sequence[str] | None = None,
+        tls_dir: Path | None = None,
     ) -> None:
         host_list = list(hosts) if hosts is not None else [LOOPBACK_HOST] * size
         assert len(host_list) == size, "one host per node"
@@ -221,6 +223,8 @@ class LocalCluster:
             for i in range(size)
         }
         self._processes = ProcessTable(base_dir if record_pids else None, pid_prefix="node")
+        self.tls_dir = tls_dir
+        self.tls = self._make_tls(tls_dir) if tls_dir is not None else None
 
     def __enter__(self) -> LocalCluster:
         try:
@@ -234,6 +238,29 @@ class LocalCluster:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.stop()
+
+    def _make_tls(self, tls_dir: Path) -> TlsConfig:
+        """Certificates for every node and the `admin` client in `tls_dir` (made unless there); the
+        harness's own clients present `admin`'s."""
+        if not (tls_dir / "ca.pem").exists():
+            hosts = {node_id: [spec.grpc_address.rpartition(":")[0]] for node_id, spec in self.nodes.items()}
+            certs.init(tls_dir, hosts, ["admin"], days=1)
+        return TlsConfig.from_files(tls_dir / "ca.pem", tls_dir / "admin.pem", tls_dir / "admin-key.pem")
+
+    def _tls_args(self, node_id: str) -> tuple[str, ...]:
+        """A node's TLS flags: its certificate, the CA, and mutual TLS required."""
+        if self.tls_dir is None:
+            return ()
+        directory = self.tls_dir
+        return (
+            "--tls-cert",
+            str(directory / f"node-{node_id}.pem"),
+            "--tls-key",
+            str(directory / f"node-{node_id}-key.pem"),
+            "--tls-ca",
+            str(directory / "ca.pem"),
+            "--tls-require-client-cert",
+        )
 
     # Addresses and files ----------------------------------------------------------------------------
 
@@ -293,6 +320,7 @@ class LocalCluster:
             *(("--kafka-address", spec.kafka_address) if spec.kafka_address else ()),
             *(("--rack", spec.rack) if spec.rack else ()),
             *(("--http-address", spec.http_address) if spec.http_address else ()),
+            *self._tls_args(node_id),
             # Text logs unless node_args or KQ_LOG_FORMAT say otherwise: the harness's log scanners
             # (soak, fuzz, chaos) and `run-cluster.sh logs` read text lines.
             *(() if os.environ.get("KQ_LOG_FORMAT") else ("--log-format", "text")),
@@ -389,6 +417,7 @@ class LocalCluster:
     def new_node_spec(self) -> NodeSpec:
         """A spec for one more node (the next free id, free ports on the first node's host, a Kafka
         listener if the cluster has them), listed in `nodes` so `peers_argument` names it; not started."""
+        assert self.tls_dir is None, "a TLS cluster's certificates name its first nodes only"
         first = next(iter(self.nodes.values()))
         host = first.grpc_address.rpartition(":")[0]
         node_id = str(max(int(n) for n in self.nodes if n.isdigit()) + 1)
@@ -420,7 +449,7 @@ class LocalCluster:
         spec = self.nodes[node_id]
         members = [s.grpc_address for n, s in self.nodes.items() if n != node_id and self.running(n)]
         self.start_joining(node_id, timeout_s)
-        with KqClient(members, retry_timeout_s=timeout_s) as client:
+        with KqClient(members, retry_timeout_s=timeout_s, tls=self.tls) as client:
             client.add_node(node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
 
     def start_joining(self, node_id: str, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -429,7 +458,9 @@ class LocalCluster:
         address = self.nodes[node_id].grpc_address
         self.set_node_args(node_id, ("--join",))  # Its new store waits for the leader, starting no election.
         self.start_node(node_id)
-        with KqClient([address], retry_timeout_s=STATUS_TIMEOUT_S, rpc_timeout_s=STATUS_TIMEOUT_S) as client:
+        with KqClient(
+            [address], retry_timeout_s=STATUS_TIMEOUT_S, rpc_timeout_s=STATUS_TIMEOUT_S, tls=self.tls
+        ) as client:
             wait_for(
                 lambda: self._answers(client, node_id),
                 f"node {node_id} to answer at {address}",
@@ -441,7 +472,7 @@ class LocalCluster:
         """Removes a node from the voters (`kq cluster remove-node`; it may be down), stops it by its PID
         and drops it from `nodes` (its data directory stays)."""
         others = [spec.grpc_address for n, spec in self.nodes.items() if n != node_id and self.running(n)]
-        with KqClient(others or self.bootstrap, retry_timeout_s=timeout_s) as client:
+        with KqClient(others or self.bootstrap, retry_timeout_s=timeout_s, tls=self.tls) as client:
             client.remove_node(node_id)
         if self.running(node_id):
             self.stop_node(node_id)
@@ -463,7 +494,9 @@ class LocalCluster:
         """Each node's own ClusterStatus, None for a node that is not running or does not answer."""
         result: dict[str, NodeStatus | None] = {}
         timeout_s = STATUS_TIMEOUT_S
-        with KqClient(self.bootstrap, retry_timeout_s=timeout_s, rpc_timeout_s=timeout_s) as client:
+        with KqClient(
+            self.bootstrap, retry_timeout_s=timeout_s, rpc_timeout_s=timeout_s, tls=self.tls
+        ) as client:
             for node_id, spec in self.nodes.items():
                 try:
                     result[node_id] = client.node_status(spec.grpc_address) if self.running(node_id) else None

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from kq.broker.consensus import Peer
 from kq.broker.errors import KqError, UnavailableError
 from kq.broker.kafka.forward import LeaderForwarder
@@ -93,8 +95,10 @@ class KafkaSettings:
         self_broker_id: int,
         auto_create_topics: bool,
         default_partitions: int,
+        forward_credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self._view = view
+        self.forward_credentials = forward_credentials  # The node's TLS for calls to the leader.
         self.self_broker_id = self_broker_id
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
@@ -160,7 +164,7 @@ class KafkaBase(ServiceBase):
         )
         self._service = service
         self._settings = settings
-        self._forwarder = LeaderForwarder()
+        self._forwarder = LeaderForwarder(settings.forward_credentials)
         self._fetch_totals = FetchTotals()
 
     def _leader_broker(self) -> KafkaBrokerInfo | None:

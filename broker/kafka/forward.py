@@ -24,8 +24,9 @@ FORWARD_TIMEOUT_S = PROPOSAL_TIMEOUT_S + 1.0  # The leader answers a stuck propo
 class LeaderForwarder:
     """One grpc.aio channel per leader address (at most the cluster's size), made and used on the loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._credentials = credentials  # The node's own TLS as a client (None: plain text).
 
     async def call(self, leader_address: str, method: str, request: Any) -> Any:
         """`method` of the leader's Broker service; raises KqError with the leader's error code."""
@@ -33,13 +34,14 @@ class LeaderForwarder:
         if channel is None:
             if len(self._channels) >= PEERS_MAX:
                 await self.close()
-            channel = grpc.aio.insecure_channel(
-                leader_address,
-                options=[
-                    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
-                    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
-                ],
-            )
+            options = [
+                ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+                ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ]
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(leader_address, options=options)
+            else:
+                channel = grpc.aio.secure_channel(leader_address, self._credentials, options=options)
             self._channels[leader_address] = channel
         stub = kq_pb2_grpc.BrokerStub(channel)
         try:
