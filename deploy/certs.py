@@ -73,6 +73,20 @@ def init(directory: Path, nodes: Mapping[str, Sequence[str]], clients: Sequence[
     return Issued(directory / "ca.pem", issued_nodes, issued_clients)
 
 
+def issue_node(directory: Path, node_id: str, hosts: Sequence[str], days: int) -> Path:
+    """Issues node `node_id`'s certificate (a node added later) from the CA `init` wrote in `directory`;
+    raises CertificateError if the node has one already, or the input is bad."""
+    _check({node_id: hosts}, (), days)
+    if (directory / f"node-{node_id}.pem").exists():
+        raise CertificateError(f"node {node_id} has a certificate in {directory} already")
+    ca = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "ca-key.pem").read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise CertificateError(f"{directory / 'ca-key.pem'} is not the EC key `kq certs init` makes")
+    now = datetime.datetime.now(datetime.UTC)
+    return _leaf(directory, f"node-{node_id}", f"kq node {node_id}", hosts, ca, ca_key, now, days)
+
+
 def _check(nodes: Mapping[str, Sequence[str]], clients: Sequence[str], days: int) -> None:
     if not 1 <= days <= CERT_DAYS_MAX:
         raise CertificateError(f"days must be 1 to {CERT_DAYS_MAX}, got {days}")

@@ -33,6 +33,7 @@ from kq.deploy.waiting import WaitTimeoutError
 
 NODES_MAX = 9  # Node ids run 1..9: with the default bases, Kafka's 9091+N stays below gRPC's 9101.
 MEMBERS_FILE = "members"
+CERTS_DIR = "certs"  # `start --secure`: the CA, node and admin certificates (deploy/certs.py).
 SECRET_BYTES = 32
 LOG_LINES_DEFAULT = 20
 FOLLOW_POLL_S = 0.5  # How often `logs --follow` looks for new lines (pacing output, not synchronization).
@@ -64,12 +65,15 @@ class RunSettings:
         bases = (self.base_grpc_port, self.base_raft_port, self.base_kafka_port, self.base_http_port)
         return bases[0] + number, bases[1] + number, bases[2] + number, bases[3] + number
 
-    def cluster(self, node_ids: Sequence[str] | None = None) -> LocalCluster:
+    def cluster(self, node_ids: Sequence[str] | None = None, secure: bool = False) -> LocalCluster:
         """The cluster of this run directory (`node_ids`, default the current members), with every node
-        that still runs adopted by its PID.
+        that still runs adopted by its PID; over TLS when `secure` or when the run directory holds
+        certificates (a `start --secure` made them: `certs/`).
 
         Its secret is set (`_secret`) only by the commands that start nodes.
         """
+        tls_dir = self.run_dir / CERTS_DIR
+        secure = secure or (tls_dir / "ca.pem").exists()
         ids = list(node_ids) if node_ids is not None else self.member_ids()
         ports = [self.ports(node_id) for node_id in ids]
         racks = [self.racks[int(n) - 1] if int(n) <= len(self.racks) else "" for n in ids]
@@ -85,6 +89,7 @@ class RunSettings:
             record_pids=True,
             detach=True,
             node_ids=ids,
+            tls_dir=tls_dir if secure else None,
         )
         cluster.adopt_running()
         return cluster
@@ -194,17 +199,25 @@ def _node_lines(cluster: LocalCluster, node_ids: Sequence[str]) -> None:
 
 
 def _bootstrap_option(cluster: LocalCluster, settings: RunSettings) -> str:
-    """` --bootstrap <members>` for the kq commands we print, or "" when the CLI's default finds them."""
-    if settings.base_grpc_port == 9100 and list(cluster.nodes) == ["1", "2", "3"]:
-        return ""
-    return f" --bootstrap {','.join(cluster.bootstrap)}"
+    """The kq CLI's options for the commands we print: ` --bootstrap <members>` unless the CLI's default
+    finds them, and the TLS options of a secure cluster."""
+    options = ""
+    if settings.base_grpc_port != 9100 or list(cluster.nodes) != ["1", "2", "3"]:
+        options = f" --bootstrap {','.join(cluster.bootstrap)}"
+    if cluster.tls_dir is not None:
+        certs = cluster.tls_dir
+        options += f" --tls-ca {certs / 'ca.pem'} --tls-cert {certs / 'admin.pem'}"
+        options += f" --tls-key {certs / 'admin-key.pem'}"
+    return options
 
 
 def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
     say(f"cluster is up; leader: node {leader} ({cluster.nodes[leader].grpc_address})")
     _node_lines(cluster, list(cluster.nodes))
     bootstrap = _bootstrap_option(cluster, settings)
-    if bootstrap:
+    if cluster.tls_dir is not None:
+        click.echo(f"\ngRPC is mutual TLS (certificates in {cluster.tls_dir}): the commands below pass them.")
+    elif bootstrap:
         click.echo("\nThese are not the kq CLI's default nodes: the commands below pass --bootstrap.")
     bin_dir = Path(sys.executable).parent
     program = settings.program
@@ -340,8 +353,13 @@ def main(
 
 
 @main.command()
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="gRPC over mutual TLS: certificates made once into the run directory's certs/ (kq certs init).",
+)
 @click.pass_obj
-def start(settings: RunSettings) -> None:
+def start(settings: RunSettings, secure: bool) -> None:
     """Start every member that is not running (running ones are left alone) and wait for a leader."""
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     remembered = read_members(settings.run_dir)
@@ -349,7 +367,7 @@ def start(settings: RunSettings) -> None:
         write_members(settings.run_dir, settings.member_ids())  # The first start fixes the members.
     elif remembered != [str(n) for n in range(1, settings.nodes + 1)]:
         say(f"the members are node(s) {' '.join(remembered)} (from {settings.run_dir / MEMBERS_FILE})")
-    cluster = settings.cluster()
+    cluster = settings.cluster(secure=secure)
     missing = [node_id for node_id in cluster.nodes if not cluster.running(node_id)]
     if not missing:
         pids = " ".join(str(pid) for pid in cluster.pids().values())

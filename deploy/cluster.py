@@ -39,6 +39,7 @@ LOOPBACK_HOST = "127.0.0.1"
 DEFAULT_SECRET = "kq-local-secret"
 READY_TIMEOUT_S = 30.0
 APPLIED_TIMEOUT_S = 30.0
+CERT_DAYS = 365  # Certificates the harness makes (a run directory's certs/ may live long).
 STATUS_TIMEOUT_S = 1.0  # One node's ClusterStatus: on loopback it answers in milliseconds or is down.
 READY_POLL_S = 0.2
 
@@ -242,9 +243,12 @@ class LocalCluster:
     def _make_tls(self, tls_dir: Path) -> TlsConfig:
         """Certificates for every node and the `admin` client in `tls_dir` (made unless there); the
         harness's own clients present `admin`'s."""
+        hosts = {node_id: [spec.grpc_address.rpartition(":")[0]] for node_id, spec in self.nodes.items()}
         if not (tls_dir / "ca.pem").exists():
-            hosts = {node_id: [spec.grpc_address.rpartition(":")[0]] for node_id, spec in self.nodes.items()}
-            certs.init(tls_dir, hosts, ["admin"], days=1)
+            certs.init(tls_dir, hosts, ["admin"], days=CERT_DAYS)
+        for node_id, node_hosts in hosts.items():  # Nodes added since the certificates were made.
+            if not (tls_dir / f"node-{node_id}.pem").exists():
+                certs.issue_node(tls_dir, node_id, node_hosts, days=CERT_DAYS)
         return TlsConfig.from_files(tls_dir / "ca.pem", tls_dir / "admin.pem", tls_dir / "admin-key.pem")
 
     def _tls_args(self, node_id: str) -> tuple[str, ...]:
@@ -417,7 +421,6 @@ class LocalCluster:
     def new_node_spec(self) -> NodeSpec:
         """A spec for one more node (the next free id, free ports on the first node's host, a Kafka
         listener if the cluster has them), listed in `nodes` so `peers_argument` names it; not started."""
-        assert self.tls_dir is None, "a TLS cluster's certificates name its first nodes only"
         first = next(iter(self.nodes.values()))
         host = first.grpc_address.rpartition(":")[0]
         node_id = str(max(int(n) for n in self.nodes if n.isdigit()) + 1)
@@ -432,6 +435,8 @@ class LocalCluster:
             f"{host}:{http_port}",
         )
         self.nodes[node_id] = spec
+        if self.tls_dir is not None:
+            certs.issue_node(self.tls_dir, node_id, [host], days=CERT_DAYS)
         return spec
 
     def add_node(self, timeout_s: float = READY_TIMEOUT_S) -> str:

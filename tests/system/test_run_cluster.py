@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kq.client import Consumer, ConsumerRecord, KqClient
+from kq.client import Consumer, ConsumerRecord, KqClient, KqClientError, TlsConfig
 from kq.deploy.cluster import address_in_use
 from kq.deploy.processes import command_line, pid_alive
 from kq.deploy.waiting import wait_for
@@ -266,3 +266,27 @@ def test_script_adds_and_removes_nodes_and_remembers_the_members(script_cluster:
 
     assert "no node is running" in cluster.run("stop").stdout
     assert cluster.pids() == {}
+
+
+@pytest.mark.system
+def test_secure_start_serves_mutual_tls_and_adds_a_node(script_cluster: ScriptCluster) -> None:
+    """`start --secure` makes certificates once, starts the nodes on mutual TLS and prints kq commands
+    that carry them; a plain client is refused; `add` issues the new node's certificate; `status`
+    and later commands find the certificates themselves."""
+    cluster = script_cluster
+    started = cluster.run("start", "--secure").stdout
+    certs = cluster.run_dir / "certs"
+    assert f"--tls-ca {certs / 'ca.pem'}" in started and "mutual TLS" in started
+    tls = TlsConfig.from_files(certs / "ca.pem", certs / "admin.pem", certs / "admin-key.pem")
+    with KqClient(cluster.bootstrap, tls=tls) as client:
+        client.create_topic("secure", partitions=1)
+        client.send("secure", b"over tls")
+    with KqClient(cluster.bootstrap, retry_timeout_s=2.0) as plain, pytest.raises(KqClientError):
+        plain.list_topics()
+    added = cluster.run("add").stdout
+    assert "node 4 is a member and ready" in added and (certs / "node-4.pem").exists()
+    status = cluster.run("status").stdout
+    assert status.count("running") == 4 and "leader: node" in status
+    with KqClient([cluster.grpc_address("4")], tls=tls) as at_four:
+        records = consume(at_four, "secure", 1, node=cluster.grpc_address("4"))
+        assert [record.value for record in records] == [b"over tls"]
