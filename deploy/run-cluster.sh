@@ -2,7 +2,8 @@
 # Runs a local kq cluster on 127.0.0.1 (three nodes), for trying kq out and for failover demos.
 #
 #   deploy/run-cluster.sh [start]     install kq into .venv if needed, start every member not running,
-#                                     wait for a leader (a second start leaves running nodes alone)
+#                                     wait for a leader (a second start leaves running nodes alone);
+#                                     `start --secure`: gRPC over mutual TLS (certificates in certs/)
 #   deploy/run-cluster.sh status      each node's process (PID) and its view of the cluster; the leader
 #   deploy/run-cluster.sh logs [N]    the last lines of each node's log (-n LINES; --follow keeps going)
 #   deploy/run-cluster.sh stop        SIGTERM every node by its recorded PID, SIGKILL after 10 s
