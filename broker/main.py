@@ -47,7 +47,7 @@ from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier
-from kq.client.tls import TlsConfig, TlsConfigError
+from kq.client.tls import TlsConfig, TlsConfigError, is_loopback
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import (
     COMPACTION_CHECK_S_DEFAULT,
@@ -224,6 +224,20 @@ def _server_tls(
         raise ConfigError(str(error)) from error
     assert files.cert is not None and files.key is not None
     return ServerTls(files.cert, files.key, files.ca, require_client_cert)
+
+
+def _refuse_exposed_plain_text(grpc_address: str, kafka_address: str, grpc_tls: bool) -> None:
+    """Plain text only on loopback, unless --insecure: ConfigError for an exposed plain-text port."""
+    if not grpc_tls and not is_loopback(grpc_address):
+        raise ConfigError(
+            f"--grpc-address {grpc_address} is not a loopback address: serve gRPC over TLS (--tls-cert, "
+            "--tls-key, --tls-ca) or pass --insecure to accept plain text"
+        )
+    if kafka_address and not is_loopback(kafka_address):
+        raise ConfigError(
+            f"--kafka-address {kafka_address} is not a loopback address and the Kafka listener has no TLS "
+            "yet: pass --insecure to accept plain text"
+        )
 
 
 def raise_open_files_limit() -> int:
@@ -468,6 +482,13 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     default=False,
     help="Mutual TLS: every gRPC client presents a certificate signed by --tls-ca.",
 )
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=False,
+    help="Serve plain text on a non-loopback address (gRPC without TLS, or the Kafka listener, which has "
+    "no TLS yet) (KQ_INSECURE).",
+)
 def main(
     node_id: str,
     grpc_address: str,
@@ -503,6 +524,7 @@ def main(
     tls_key: str | None,
     tls_ca: str | None,
     tls_require_client_cert: bool,
+    insecure: bool,
 ) -> None:
     """Runs one kq node."""
     try:
@@ -530,6 +552,8 @@ def main(
         if problem is not None:
             raise ConfigError(f"--topic-default: {problem}")
         tls = _server_tls(tls_cert, tls_key, tls_ca, tls_require_client_cert)
+        if not insecure:
+            _refuse_exposed_plain_text(grpc_address, kafka_address, tls is not None)
         kafka = None
         if kafka_address:
             kafka = KafkaConfig(

@@ -4,6 +4,7 @@ certificate and key (`kq certs init` makes them: deploy/certs.py). Used by `KqCl
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,3 +51,14 @@ def _read(path: str | Path | None, what: str) -> bytes | None:
     if b"-----BEGIN" not in data:
         raise TlsConfigError(f"the TLS {what} {path} is not PEM")
     return data
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `host:port` names this machine only (localhost, 127.0.0.0/8, ::1)."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # A name other than localhost: reachable from elsewhere, as far as kq knows.

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kq.client import KqClient, KqClientError, NodeStatus, TlsConfig
+from kq.client.tls import is_loopback
 from kq.deploy import certs
 from kq.deploy.processes import STOP_TIMEOUT_S, ProcessTable
 from kq.deploy.waiting import wait_for
@@ -226,6 +227,9 @@ class LocalCluster:
         self._processes = ProcessTable(base_dir if record_pids else None, pid_prefix="node")
         self.tls_dir = tls_dir
         self.tls = self._make_tls(tls_dir) if tls_dir is not None else None
+        # Nodes on other addresses than loopback (a network lab's) serve plain text only if told so.
+        exposed = any(not is_loopback(f"{host}:0") for host in host_list)
+        self._insecure = exposed and (tls_dir is None or kafka)
 
     def __enter__(self) -> LocalCluster:
         try:
@@ -325,6 +329,7 @@ class LocalCluster:
             *(("--rack", spec.rack) if spec.rack else ()),
             *(("--http-address", spec.http_address) if spec.http_address else ()),
             *self._tls_args(node_id),
+            *(("--insecure",) if self._insecure else ()),
             # Text logs unless node_args or KQ_LOG_FORMAT say otherwise: the harness's log scanners
             # (soak, fuzz, chaos) and `run-cluster.sh logs` read text lines.
             *(() if os.environ.get("KQ_LOG_FORMAT") else ("--log-format", "text")),

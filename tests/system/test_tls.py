@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from kq.broker.main import main as node_main
 from kq.cli.main import kq
 from kq.client import KqClient, KqClientError, TlsConfig
+from kq.client.tls import is_loopback
 from kq.deploy import certs
 from kq.deploy.cluster import LocalCluster
 
@@ -93,3 +94,27 @@ def test_a_node_refuses_half_a_tls_setup(tmp_path: Path) -> None:
         ],
     )  # fmt: skip
     assert result.exit_code == 2 and "TLS needs all of --tls-cert, --tls-key and --tls-ca" in result.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--grpc-address", "10.255.255.1:9101"], "is not a loopback address: serve gRPC over TLS"),
+        (["--kafka-address", "10.255.255.1:9092"], "the Kafka listener has no TLS yet: pass --insecure"),
+    ],
+)
+def test_plain_text_on_a_non_loopback_address_needs_insecure(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    """Plain text is the default on loopback only: exposing it takes --insecure (a usage error without)."""
+    arguments = [
+        "--node-id", "1", "--grpc-address", "127.0.0.1:1", "--raft-address", "127.0.0.1:2",
+        "--peers", "1=127.0.0.1:2=127.0.0.1:1=127.0.0.1:3", "--data-dir", str(tmp_path), "--secret", "s",
+    ]  # fmt: skip
+    result = CliRunner().invoke(node_main, [*arguments, *flags])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_loopback_means_localhost_127_0_0_0_8_and_ipv6_one() -> None:
+    assert all(is_loopback(a) for a in ("localhost:1", "127.0.0.1:1", "127.9.8.7:1", "[::1]:1"))
+    assert not any(is_loopback(a) for a in ("10.0.0.1:1", "0.0.0.0:1", "kq-1.example:1", "[::]:1"))
