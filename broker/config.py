@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,12 +80,23 @@ class ServerTls:
     key: bytes
     ca: bytes
     require_client_cert: bool = False
+    files: tuple[Path, Path, Path] | None = None  # cert, key, CA: what Python's ssl loads (Kafka TLS).
 
     def server_credentials(self) -> grpc.ServerCredentials:
         """Credentials for the node's gRPC port."""
         return grpc.ssl_server_credentials(
             [(self.key, self.cert)], root_certificates=self.ca, require_client_auth=self.require_client_cert
         )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The Kafka listener's TLS (`--kafka-tls`): the same certificate, and client certificates
+        required from the same CA under `--tls-require-client-cert`."""
+        assert self.files is not None, "made from files (broker/main.py)"
+        cert, key, ca = self.files
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca))
+        context.load_cert_chain(cert, key)
+        context.verify_mode = ssl.CERT_REQUIRED if self.require_client_cert else ssl.CERT_NONE
+        return context
 
     def client(self) -> TlsConfig:
         """The node as a client of other nodes (membership probes, Kafka calls forwarded to the leader)."""
@@ -99,6 +111,7 @@ class KafkaConfig:
     frame_bytes_max: int = KAFKA_FRAME_BYTES_DEFAULT
     default_partitions: int = KAFKA_DEFAULT_PARTITIONS
     auto_create_topics: bool = True
+    tls: bool = False  # `--kafka-tls`: the listener speaks TLS with the node's certificate (SSL clients).
 
 
 def _checked(text: str, problem: str | None) -> str:

@@ -140,7 +140,13 @@ class BrokerNode:
         if config.kafka is not None:
             apis = KafkaApis(service, kafka_settings(config, config.kafka, lambda: self.membership.view))
             listeners.append(
-                KafkaListener(config.kafka.address, apis.answer, config.kafka.frame_bytes_max, apis.close)
+                KafkaListener(
+                    config.kafka.address,
+                    apis.answer,
+                    config.kafka.frame_bytes_max,
+                    apis.close,
+                    config.tls.ssl_context() if config.kafka.tls and config.tls is not None else None,
+                )
             )
         self.grpc_port = 0  # Bound by start().
         self.leadership = LeadershipWatch()  # The main thread's health poll feeds it; scrapes read it.
@@ -223,7 +229,7 @@ def _server_tls(
     except TlsConfigError as error:
         raise ConfigError(str(error)) from error
     assert files.cert is not None and files.key is not None
-    return ServerTls(files.cert, files.key, files.ca, require_client_cert)
+    return ServerTls(files.cert, files.key, files.ca, require_client_cert, (Path(cert), Path(key), Path(ca)))
 
 
 def _refuse_exposed_plain_text(grpc_address: str, kafka_address: str, grpc_tls: bool) -> None:
@@ -235,8 +241,8 @@ def _refuse_exposed_plain_text(grpc_address: str, kafka_address: str, grpc_tls: 
         )
     if kafka_address and not is_loopback(kafka_address):
         raise ConfigError(
-            f"--kafka-address {kafka_address} is not a loopback address and the Kafka listener has no TLS "
-            "yet: pass --insecure to accept plain text"
+            f"--kafka-address {kafka_address} is not a loopback address: serve Kafka over TLS (--kafka-tls) "
+            "or pass --insecure to accept plain text"
         )
 
 
@@ -483,11 +489,18 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     help="Mutual TLS: every gRPC client presents a certificate signed by --tls-ca.",
 )
 @click.option(
+    "--kafka-tls",
+    is_flag=True,
+    default=False,
+    help="The Kafka listener speaks TLS (clients: security.protocol=SSL) with --tls-cert and --tls-key; "
+    "client certificates from --tls-ca required under --tls-require-client-cert.",
+)
+@click.option(
     "--insecure",
     is_flag=True,
     default=False,
-    help="Serve plain text on a non-loopback address (gRPC without TLS, or the Kafka listener, which has "
-    "no TLS yet) (KQ_INSECURE).",
+    help="Serve plain text on a non-loopback address (gRPC without TLS, or Kafka without --kafka-tls) "
+    "(KQ_INSECURE).",
 )
 def main(
     node_id: str,
@@ -524,6 +537,7 @@ def main(
     tls_key: str | None,
     tls_ca: str | None,
     tls_require_client_cert: bool,
+    kafka_tls: bool,
     insecure: bool,
 ) -> None:
     """Runs one kq node."""
@@ -552,8 +566,10 @@ def main(
         if problem is not None:
             raise ConfigError(f"--topic-default: {problem}")
         tls = _server_tls(tls_cert, tls_key, tls_ca, tls_require_client_cert)
+        if kafka_tls and tls is None:
+            raise ConfigError("--kafka-tls needs --tls-cert, --tls-key and --tls-ca")
         if not insecure:
-            _refuse_exposed_plain_text(grpc_address, kafka_address, tls is not None)
+            _refuse_exposed_plain_text(grpc_address, kafka_address if not kafka_tls else "", tls is not None)
         kafka = None
         if kafka_address:
             kafka = KafkaConfig(
@@ -561,6 +577,7 @@ def main(
                 kafka_frame_bytes_max,
                 default_partitions,
                 auto_create_topics,
+                kafka_tls,
             )
     except ConfigError as error:
         raise click.UsageError(str(error)) from error

@@ -229,7 +229,7 @@ class LocalCluster:
         self.tls = self._make_tls(tls_dir) if tls_dir is not None else None
         # Nodes on other addresses than loopback (a network lab's) serve plain text only if told so.
         exposed = any(not is_loopback(f"{host}:0") for host in host_list)
-        self._insecure = exposed and (tls_dir is None or kafka)
+        self._insecure = exposed and tls_dir is None
 
     def __enter__(self) -> LocalCluster:
         try:
@@ -256,7 +256,7 @@ class LocalCluster:
         return TlsConfig.from_files(tls_dir / "ca.pem", tls_dir / "admin.pem", tls_dir / "admin-key.pem")
 
     def _tls_args(self, node_id: str) -> tuple[str, ...]:
-        """A node's TLS flags: its certificate, the CA, and mutual TLS required."""
+        """A node's TLS flags: its certificate, the CA, mutual TLS required, on gRPC and Kafka alike."""
         if self.tls_dir is None:
             return ()
         directory = self.tls_dir
@@ -268,6 +268,7 @@ class LocalCluster:
             "--tls-ca",
             str(directory / "ca.pem"),
             "--tls-require-client-cert",
+            *(("--kafka-tls",) if self.nodes[node_id].kafka_address else ()),
         )
 
     # Addresses and files ----------------------------------------------------------------------------

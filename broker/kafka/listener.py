@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -47,8 +48,10 @@ class KafkaListener:
         answer: Answer,
         frame_bytes_max: int,
         on_stop: Callable[[], Awaitable[None]] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
+        self._ssl = ssl_context  # None: plain text (Kafka's PLAINTEXT); else SSL clients only.
         self._on_stop = on_stop
         self.port = 0  # Bound by start().
         self._answer = answer
@@ -61,7 +64,7 @@ class KafkaListener:
         """Binds the address and accepts connections; the bound port. OSError when it cannot bind."""
         host, _, port = self.address.rpartition(":")
         self._server = await asyncio.start_server(
-            self._serve, host, int(port), reuse_address=True, limit=64 * 1024
+            self._serve, host, int(port), reuse_address=True, limit=64 * 1024, ssl=self._ssl
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port

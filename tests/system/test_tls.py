@@ -26,7 +26,7 @@ REFUSED_TIMEOUT_S = 2.0
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     base = tmp_path_factory.mktemp("tls")
-    with LocalCluster(base / "cluster", kafka=False, tls_dir=base / "certs") as cluster:
+    with LocalCluster(base / "cluster", tls_dir=base / "certs") as cluster:
         yield cluster
 
 
@@ -36,7 +36,8 @@ def test_a_client_with_the_cluster_ca_and_a_certificate_reads_and_writes(secure:
     with KqClient([secure.nodes[follower].grpc_address], tls=secure.tls) as client:
         client.create_topic("secure", partitions=1)  # Sent to a follower: redirected to the leader.
         sent = client.send("secure", b"over tls", partition=0)
-        records = client.fetch("secure", 0, 0, node=secure.nodes[follower].grpc_address).records
+        at_follower = secure.nodes[follower].grpc_address
+        records = client.fetch("secure", 0, 0, wait_ms=5_000, node=at_follower).records
     assert [record.value for record in records] == [b"over tls"] and sent.offset == 0
 
 
@@ -63,6 +64,46 @@ def test_clients_without_tls_without_a_certificate_or_from_another_ca_are_refuse
             client.create_topic(f"refused-{len(what)}", partitions=1)
     with KqClient(secure.bootstrap, tls=secure.tls) as client:
         assert not [topic.name for topic in client.list_topics() if topic.name.startswith("refused-")]
+
+
+def test_kafka_clients_produce_and_consume_over_mutual_tls(secure: LocalCluster) -> None:
+    """librdkafka and kafka-python with security.protocol=SSL and the admin certificate; a plain-text
+    client gets no metadata."""
+    confluent = pytest.importorskip("confluent_kafka")
+    kafka = pytest.importorskip("kafka")
+    assert secure.tls_dir is not None
+    directory = secure.tls_dir
+    ssl_settings = {
+        "bootstrap.servers": secure.kafka_bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(directory / "ca.pem"),
+        "ssl.certificate.location": str(directory / "admin.pem"),
+        "ssl.key.location": str(directory / "admin-key.pem"),
+    }
+    producer = confluent.Producer(ssl_settings)
+    for i in range(5):
+        producer.produce("kafka-secure", value=f"ssl-{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = kafka.KafkaConsumer(
+        "kafka-secure",
+        bootstrap_servers=secure.kafka_bootstrap,
+        security_protocol="SSL",
+        ssl_cafile=str(directory / "ca.pem"),
+        ssl_certfile=str(directory / "admin.pem"),
+        ssl_keyfile=str(directory / "admin-key.pem"),
+        ssl_check_hostname=False,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    )
+    try:
+        values = [message.value for message in consumer][:5]
+    finally:
+        consumer.close()
+    assert values == [f"ssl-{i}".encode() for i in range(5)]
+    admin = pytest.importorskip("confluent_kafka.admin")
+    plain = admin.AdminClient({"bootstrap.servers": secure.kafka_bootstrap})
+    with pytest.raises(confluent.KafkaException):
+        plain.list_topics(timeout=3)
 
 
 def test_the_cli_talks_tls_with_its_options(secure: LocalCluster) -> None:
@@ -100,7 +141,7 @@ def test_a_node_refuses_half_a_tls_setup(tmp_path: Path) -> None:
     ("flags", "message"),
     [
         (["--grpc-address", "10.255.255.1:9101"], "is not a loopback address: serve gRPC over TLS"),
-        (["--kafka-address", "10.255.255.1:9092"], "the Kafka listener has no TLS yet: pass --insecure"),
+        (["--kafka-address", "10.255.255.1:9092"], "serve Kafka over TLS (--kafka-tls) or pass --insecure"),
     ],
 )
 def test_plain_text_on_a_non_loopback_address_needs_insecure(
