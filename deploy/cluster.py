@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import sys
@@ -52,25 +53,47 @@ class NodeDiedError(RuntimeError):
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports free on 127.0.0.1 right now."""
-    sockets = []
+    """`count` distinct TCP ports free on 127.0.0.1 right now, below the kernel's ephemeral range.
+
+    A port the kernel hands out for port 0 is an ephemeral one: once released it may be given to the
+    next outgoing connection (a gRPC client's, say) before the node binds it, and the node then
+    fails with "Address already in use" (seen in CI). Ports below the ephemeral range are never
+    handed out that way; those given out by this process are not given out again."""
+    low, high = FREE_PORT_MIN, _ephemeral_low() - 1
+    chosen: list[int] = []
+    for _ in range(FREE_PORT_ATTEMPTS_MAX):
+        if len(chosen) == count:
+            return chosen
+        port = random.randint(low, high)
+        if port in _handed_out or port in chosen or address_in_use(f"{LOOPBACK_HOST}:{port}", reuse=False):
+            continue
+        chosen.append(port)
+        _handed_out.add(port)
+    raise RuntimeError(f"found only {len(chosen)} of {count} free ports in {low}-{high}")
+
+
+FREE_PORT_MIN = 15_000  # Below it: well-known services' ports.
+FREE_PORT_ATTEMPTS_MAX = 10_000
+_handed_out: set[int] = set()  # Ports this process gave out (bounded by the range's size).
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel picks for outgoing connections (Linux's default: 32768)."""
     try:
-        for _ in range(count):
-            handle = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            handle.bind((LOOPBACK_HOST, 0))
-            sockets.append(handle)
-        return [handle.getsockname()[1] for handle in sockets]
-    finally:
-        for handle in sockets:
-            handle.close()
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
-def address_in_use(address: str) -> str | None:
-    """Why `host:port` cannot be bound now (e.g. 'Address already in use'), or None when it can."""
+def address_in_use(address: str, reuse: bool = True) -> str | None:
+    """Why `host:port` cannot be bound now (e.g. 'Address already in use'), or None when it can.
+
+    `reuse`: with SO_REUSEADDR, as the nodes bind, so a port in TIME_WAIT after a restart counts as
+    free; without it (choosing a new port) such a port counts as taken."""
     host, _, port = address.rpartition(":")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # The nodes set SO_REUSEADDR too, so a port in TIME_WAIT after a restart counts as free.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, int(port)))
         except OSError as error:
