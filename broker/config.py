@@ -59,6 +59,11 @@ class NodeConfig:
     tls: ServerTls | None = None  # None: gRPC in plain text.
 
     @property
+    def peer_credentials(self) -> grpc.ChannelCredentials | None:
+        """The node's TLS as a client of other nodes (None: plain text)."""
+        return self.tls.client().channel_credentials() if self.tls is not None else None
+
+    @property
     def self_peer(self) -> Peer:
         """This node as a Peer."""
         return Peer(

@@ -132,7 +132,7 @@ class BrokerNode:
                 kafka=config.kafka is not None,
                 probe=functools.partial(
                     probe_node,
-                    credentials=config.tls.client().channel_credentials() if config.tls is not None else None,
+                    credentials=config.peer_credentials,
                 ),
             ),
         )

@@ -41,8 +41,9 @@ from typing import Protocol
 import grpc
 
 from kq.broker.consensus import Consensus, Peer
-from kq.broker.errors import InvalidArgumentError, MembershipError, NotLeaderError, UnavailableError
+from kq.broker.errors import MembershipError, NotLeaderError, UnavailableError
 from kq.broker.proposals import propose_and_wait, wait_result
+from kq.broker.validation import check
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
@@ -73,17 +74,6 @@ def derived_cluster_id(raft_addresses: Iterable[str]) -> str:
 def peer_of(member: kq_pb2.Member) -> Peer:
     """A registered member as a Peer."""
     return Peer(member.node_id, member.raft_address, member.grpc_address, member.kafka_address, member.rack)
-
-
-def member_of(peer: Peer) -> kq_pb2.Member:
-    """A Peer as the protobuf Member."""
-    return kq_pb2.Member(
-        node_id=peer.node_id,
-        raft_address=peer.raft_address,
-        grpc_address=peer.grpc_address,
-        kafka_address=peer.kafka_address,
-        rack=peer.rack,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +209,7 @@ class MembershipChanges:
         problem = cluster_member_problem(member)
         if problem is None and self._kafka and not (member.node_id.isdigit() and member.kafka_address):
             problem = "this cluster serves Kafka: a node needs an integer id and a Kafka address"
-        if problem is not None:
-            raise InvalidArgumentError(problem)
+        check(problem)
         with self._one_change():
             view = self._membership.view
             current = view.member(member.node_id)
@@ -247,9 +236,7 @@ class MembershipChanges:
 
     def remove(self, node_id: str) -> MembershipView:
         """Removes node `node_id` from the voters (it may be down) and forgets its addresses."""
-        problem = node_id_problem(node_id)
-        if problem is not None:
-            raise InvalidArgumentError(problem)
+        check(node_id_problem(node_id))
         with self._one_change():
             view = self._membership.view
             target = view.member(node_id)

@@ -97,7 +97,7 @@ class KqCommitMessage(WriterCommitMessage):
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
-    """The write's options; raises KqSinkError naming the bad one."""
+    """The write's options; raises KqSourceError naming the bad one (`kq sink option ...`)."""
     values = {key.lower(): str(value) for key, value in options.items()}
     reject_unknown(values, KNOWN_SINK_OPTIONS, SINK)
     topic = values.get("topic")

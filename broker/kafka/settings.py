@@ -30,7 +30,6 @@ def kafka_settings(
     """This node's Kafka settings, its brokers read from `view` (a Membership's). Raises ConfigError as
     `check_kafka_members` does."""
     check_kafka_members(config)
-    credentials = config.tls.client().channel_credentials() if config.tls is not None else None
     return KafkaSettings(
-        view, int(config.node_id), kafka.auto_create_topics, kafka.default_partitions, credentials
+        view, int(config.node_id), kafka.auto_create_topics, kafka.default_partitions, config.peer_credentials
     )
