@@ -24,6 +24,7 @@ from kq.proto.limits import (
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
 )
+from kq.broker.auth import node_metadata
 from kq.raft.node import RaftConfig
 from kq.raft.validation import address_problem, node_id_problem, rack_problem
 
@@ -57,11 +58,18 @@ class NodeConfig:
     max_disk_bytes: int | None = None
     http_address: str = ""  # `--http-address`: /metrics, /healthz, /readyz ("": not served).
     tls: ServerTls | None = None  # None: gRPC in plain text.
+    auth: bool = False  # `--auth`: authentication required, ACLs enforced (broker/auth.py).
+    super_users: tuple[str, ...] = ()  # `--super-user`: principals every ACL check allows.
 
     @property
     def peer_credentials(self) -> grpc.ChannelCredentials | None:
         """The node's TLS as a client of other nodes (None: plain text)."""
         return self.tls.client().channel_credentials() if self.tls is not None else None
+
+    @property
+    def node_metadata(self) -> tuple[tuple[str, str], ...]:
+        """What this node's calls to other nodes carry to be known as Node:<id> (broker/auth.py)."""
+        return node_metadata(self.secret, self.node_id)
 
     @property
     def self_peer(self) -> Peer:

@@ -17,6 +17,7 @@ So every non-OK status a kq handler answers carries `kq-error-code` (proto/error
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import threading
@@ -28,12 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from kq.broker.auth import CURRENT_PRINCIPAL, REQUIREMENTS, Principal, Security
 from kq.broker.errors import KqError, abort_async, abort_with
 from kq.broker.metrics import GRPC_REQUEST_LATENCY, observe_latency
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX, UNARY_CALLS_MAX
+from kq.raft.auth import ANONYMOUS
 
 logger = logging.getLogger(__name__)
+HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +106,14 @@ class EdgeInterceptor(_Interceptor):
     """
 
     def __init__(
-        self, workers: Executor, log: RateLimitedLog | None = None, unary_calls_max: int = UNARY_CALLS_MAX
+        self,
+        workers: Executor,
+        log: RateLimitedLog | None = None,
+        unary_calls_max: int = UNARY_CALLS_MAX,
+        security: Security | None = None,
     ) -> None:
         self._workers = workers
+        self._security = security  # Who may call what (broker/auth.py); None: every call is allowed.
         self._log = log or RateLimitedLog(LOG_INTERVAL_S)
         self._unary_calls_max = unary_calls_max
         self.unary_calls = 0  # Plain-function calls in progress (on the loop only).
@@ -140,6 +149,7 @@ class EdgeInterceptor(_Interceptor):
             async def handle_on_loop(request: Any, context: _Context) -> Any:
                 started_s = time.monotonic()
                 await _refuse_undecodable(request, context)
+                await self._admit(method, request, context)
                 try:
                     return await behavior(request, context)
                 except Exception as error:
@@ -152,6 +162,7 @@ class EdgeInterceptor(_Interceptor):
         async def handle_in_pool(request: Any, context: _Context) -> Any:
             started_s = time.monotonic()
             await _refuse_undecodable(request, context)
+            await self._admit(method, request, context)
             if self.unary_calls >= self._unary_calls_max:
                 await abort_async(
                     context,
@@ -161,7 +172,7 @@ class EdgeInterceptor(_Interceptor):
             self.unary_calls += 1
             try:
                 return await asyncio.get_running_loop().run_in_executor(
-                    self._workers, behavior, request, context
+                    self._workers, contextvars.copy_context().run, behavior, request, context
                 )
             except Exception as error:
                 await self._fail(method, error, context)
@@ -177,12 +188,38 @@ class EdgeInterceptor(_Interceptor):
 
         async def handle(request: Any, context: _Context) -> None:
             await _refuse_undecodable(request, context)
+            await self._admit(method, request, context)
             try:
                 await behavior(request, context)
             except Exception as error:
                 await self._fail(method, error, context)
 
         return handle
+
+    async def _admit(self, method: str, request: Any, context: _Context) -> None:
+        """Authenticates the call and checks what its method needs (broker/auth.py): UNAUTHENTICATED or
+        PERMISSION_DENIED, before the handler runs. Sets the call's CURRENT_PRINCIPAL. The health
+        service answers everyone (load balancers and probes hold no credentials; it tells nothing else)."""
+        security = self._security
+        if security is None or method.startswith(HEALTH_METHOD_PREFIX):
+            return
+        principal = security.authenticate(list(context.invocation_metadata() or ()), context.auth_context())
+        if principal is None:
+            if security.enabled:
+                await abort_async(
+                    context,
+                    ErrorCode.UNAUTHENTICATED,
+                    "this node requires a client certificate of its CA or a valid token (--token)",
+                )
+            principal = Principal(ANONYMOUS, True)
+        CURRENT_PRINCIPAL.set(principal)
+        needs = REQUIREMENTS.get(method.rsplit("/", 1)[-1])
+        if needs is not None:
+            denied = security.denied(principal, needs(request))
+            if denied is not None:
+                await abort_async(
+                    context, ErrorCode.PERMISSION_DENIED, f"{principal.name} may not {denied.describe()}"
+                )
 
     async def _fail(self, method: str, error: Exception, context: _Context) -> None:
         """Answers `error`: its own status for a KqError, INTERNAL (and one log line) for a bug."""

@@ -199,4 +199,10 @@ _REJECTIONS: dict[ErrorCode, tuple[type[KqError], str]] = {
         "node {subject}: its id or an address belongs to another member, or the cluster holds its "
         "maximum number of registered members",
     ),
+    ErrorCode.UNKNOWN_USER: (NotFoundError, "unknown user {subject}"),
+    ErrorCode.UNKNOWN_TOKEN: (NotFoundError, "unknown token {subject}"),
+    ErrorCode.SECURITY_LIMIT_REACHED: (
+        ResourceExhaustedError,
+        "the cluster holds its maximum of users, tokens or ACLs ({subject})",
+    ),
 }

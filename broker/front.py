@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from kq.broker.auth import Security
 from kq.broker.edge import EdgeInterceptor
 from kq.broker.waiters import AppliedNotifier
 from kq.proto.limits import (
@@ -83,12 +84,13 @@ class FrontEnd:
         services: list[Registration],
         listeners: list[Listener] | None = None,
         credentials: grpc.ServerCredentials | None = None,
+        security: Security | None = None,
     ) -> None:
         self.address = address
         self._credentials = credentials  # None: plain text (see broker/config.py `ServerTls`).
         self.workers = futures.ThreadPoolExecutor(workers, thread_name_prefix=WORKER_PREFIX)
         self.reads = futures.ThreadPoolExecutor(READ_WORKERS, thread_name_prefix=READ_PREFIX)
-        self.edge = EdgeInterceptor(self.workers)
+        self.edge = EdgeInterceptor(self.workers, security=security)
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # Set at import, not typed.
         self.port = 0  # Bound by start().
         self._notifier = notifier

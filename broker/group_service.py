@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from kq.broker.auth import GROUP, current_principal
 from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import (
     InvalidArgumentError,
@@ -225,8 +226,11 @@ class GroupRpcs(ServiceBase):
         """Every group with its phase, generation and member count."""
         self._catch_up(request.min_index)
         summaries = []
+        principal = current_principal()
         with self._store.read() as reader:
             for name, _ in reader.groups():
+                if not self._security.visible(principal, GROUP, [name]):
+                    continue
                 state = self._group_state(reader, name)
                 assert state is not None
                 summaries.append(

@@ -21,6 +21,7 @@ import click
 
 from kq.broker.admission import ReaderAdmission, ReaderLimits
 from kq.broker.compactor import Compactor
+from kq.broker.auth import Security
 from kq.broker.config import (
     ConfigError,
     KafkaConfig,
@@ -63,6 +64,7 @@ from kq.proto.limits import (
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
 )
+from kq.raft.auth import EVERYONE, principal_problem
 from kq.raft.node import DURABILITY_MODES, Durability, RaftBindError, RaftConfig, RaftNode
 from kq.raft.results import ApplyResult
 from kq.raft.topic_config import defaults_problem, parse_assignments
@@ -95,6 +97,7 @@ class BrokerNode:
             self.store.close()
             raise SystemExit(str(error)) from error
         self.membership = Membership(config.self_peer, config.peers, self.store, self.raft.voters)
+        self.security = Security(self.store, config.auth, config.super_users, config.secret, wall_clock_ms)
         self.raft.on_voters_changed(self.membership.refresh)
         self.consensus = PySyncObjConsensus(self.raft, self.membership)
         self.batcher = Batcher(self.consensus, wall_clock_ms)
@@ -110,7 +113,13 @@ class BrokerNode:
         listeners: list[Listener] = []
         credentials = config.tls.server_credentials() if config.tls is not None else None
         self.front = FrontEnd(
-            config.grpc_address, config.grpc_workers, self.notifier, services, listeners, credentials
+            config.grpc_address,
+            config.grpc_workers,
+            self.notifier,
+            services,
+            listeners,
+            credentials,
+            self.security,
         )
         service = BrokerService(
             config.self_peer,
@@ -133,8 +142,10 @@ class BrokerNode:
                 probe=functools.partial(
                     probe_node,
                     credentials=config.peer_credentials,
+                    metadata=config.node_metadata,
                 ),
             ),
+            self.security,
         )
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
@@ -170,6 +181,7 @@ class BrokerNode:
         """Each applied entry (tick thread): wakes its waiters; a member command refreshes the view."""
         self.notifier.notify(index, result)
         self.membership.on_applied(result)
+        self.security.on_applied(result)
 
     def start(self) -> None:
         """Starts every thread of the node (the threads table of DESIGN.md); SystemExit if the gRPC
@@ -496,6 +508,19 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     "client certificates from --tls-ca required under --tls-require-client-cert.",
 )
 @click.option(
+    "--auth",
+    is_flag=True,
+    default=False,
+    help="Require authentication (a client certificate of --tls-ca, a token, or SASL on the Kafka "
+    "listener) and enforce ACLs on every call (KQ_AUTH).",
+)
+@click.option(
+    "--super-user",
+    "super_users",
+    multiple=True,
+    help="A principal every ACL check allows, e.g. User:admin (repeatable; KQ_SUPER_USER, space-separated).",
+)
+@click.option(
     "--insecure",
     is_flag=True,
     default=False,
@@ -538,6 +563,8 @@ def main(
     tls_ca: str | None,
     tls_require_client_cert: bool,
     kafka_tls: bool,
+    auth: bool,
+    super_users: tuple[str, ...],
     insecure: bool,
 ) -> None:
     """Runs one kq node."""
@@ -566,6 +593,9 @@ def main(
         if problem is not None:
             raise ConfigError(f"--topic-default: {problem}")
         tls = _server_tls(tls_cert, tls_key, tls_ca, tls_require_client_cert)
+        for principal in super_users:
+            if principal_problem(principal) is not None or principal == EVERYONE:
+                raise ConfigError(f"--super-user: a principal is User:<name>, got {principal!r}")
         if kafka_tls and tls is None:
             raise ConfigError("--kafka-tls needs --tls-cert, --tls-key and --tls-ca")
         if not insecure:
@@ -615,6 +645,8 @@ def main(
         max_disk_bytes=disk_bound,
         http_address=http_address,
         tls=tls,
+        auth=auth,
+        super_users=super_users,
     )
     if kafka is not None:
         try:

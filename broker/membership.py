@@ -169,10 +169,14 @@ Probe = Callable[[str, float], kq_pb2.ClusterStatusResponse]
 
 
 def probe_node(
-    grpc_address: str, timeout_s: float, credentials: grpc.ChannelCredentials | None = None
+    grpc_address: str,
+    timeout_s: float,
+    credentials: grpc.ChannelCredentials | None = None,
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> kq_pb2.ClusterStatusResponse:
     """Asks the node at `grpc_address` for its status (raises grpc.RpcError when it does not answer);
-    `credentials`: the node's own TLS as a client (None: plain text)."""
+    `credentials`: the node's own TLS as a client (None: plain text); `metadata`: its node proof
+    (broker/auth.py), so a node requiring authentication answers."""
     channel = (
         grpc.insecure_channel(grpc_address)
         if credentials is None
@@ -180,7 +184,7 @@ def probe_node(
     )
     with channel:
         response: kq_pb2.ClusterStatusResponse = kq_pb2_grpc.BrokerStub(channel).ClusterStatus(
-            kq_pb2.ClusterStatusRequest(), timeout=timeout_s
+            kq_pb2.ClusterStatusRequest(), timeout=timeout_s, metadata=metadata
         )
         return response
 

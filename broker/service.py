@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from kq.broker.auth import TOPIC, current_principal
 from kq.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -20,6 +21,7 @@ from kq.broker.group_service import GroupRpcs
 from kq.broker.membership import MembershipChanges, MembershipView, peer_statuses
 from kq.broker.metrics import count_fetched, count_produced
 from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
+from kq.broker.security_service import SecurityRpcs
 from kq.broker.service_base import stored_records
 from kq.broker.validation import (
     CheckedAppend,
@@ -48,7 +50,7 @@ from kq.storage import StoredBatch, StoreReader, TopicMeta
 logger = logging.getLogger(__name__)
 
 
-class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
+class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
     """Implements every RPC of `kq.v1.Broker` (group RPCs in broker/group_service.py).
 
     Handlers raise KqError for what the client did wrong; broker/edge.py, which wraps every handler
@@ -94,7 +96,9 @@ class BrokerService(GroupRpcs, kq_pb2_grpc.BrokerServicer):
         """Lists topics from this node's store."""
         self._catch_up(request.min_index)
         with self._store.read() as reader:
-            return kq_pb2.ListTopicsResponse(topics=[_topic_info(topic) for topic in reader.topics()])
+            topics = reader.topics()
+        visible = set(self._security.visible(current_principal(), TOPIC, [topic.name for topic in topics]))
+        return kq_pb2.ListTopicsResponse(topics=[_topic_info(topic) for topic in topics if topic.name in visible])
 
     def DescribeTopic(
         self, request: kq_pb2.DescribeTopicRequest, context: grpc.ServicerContext

@@ -11,11 +11,12 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from kq.broker.admission import ReaderAdmission
+from kq.broker.auth import Security
 from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.groups import GroupCoordinator
 from kq.broker.membership import Membership, MembershipChanges
-from kq.broker.proposals import Batcher
+from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier, WatchKey, wait_for_wake
 from kq.proto.errors import ErrorCode
@@ -46,12 +47,15 @@ class ServiceBase:
         topic_defaults: Mapping[str, str] | None = None,
         storage_guard: StorageGuard | None = None,
         membership_changes: MembershipChanges | None = None,
+        security: Security | None = None,
     ) -> None:
         self._node = node
         # This node's defaults of the leader-run topic configs (`--topic-default`, raft/topic_config.py).
         self._topic_defaults: Mapping[str, str] = dict(topic_defaults or {})
         self._membership = membership  # The members as this node knows them (broker/membership.py).
         self._membership_changes = membership_changes  # AddNode, RemoveNode; None: no Raft node here.
+        # Authentication and ACLs (broker/auth.py); None: off, every call allowed.
+        self._security = security or Security(store, False, (), "", wall_clock_ms)
         self._store = store
         self._consensus = consensus
         self._batcher = batcher

@@ -27,6 +27,7 @@ from kq.client.errors import (
 )
 from kq.client.groups_api import GroupsApi
 from kq.client.partitioner import partition_for_key
+from kq.client.security import SecurityApi
 from kq.client.tls import TlsConfig
 from kq.client.types import (
     ConsumerRecord,
@@ -69,7 +70,7 @@ from kq.proto.records import (
 PRODUCER_EPOCH = 0
 
 
-class KqClient(GroupsApi):
+class KqClient(GroupsApi, SecurityApi):
     """A client of a kq cluster. Thread-safe (see the module docstring); one per process is enough.
 
     `bootstrap` lists some nodes as host:port; the leader is found from any of them. Produce is
@@ -77,6 +78,9 @@ class KqClient(GroupsApi):
     travel as Kafka RecordBatch v2 (proto/records.py): one batch per produce request, stamped with
     the producer id, epoch 0 and the partition's int32 sequence; a record without a timestamp gets
     the client's clock when sent (CreateTime, as Kafka clients do).
+
+    `tls`: the cluster's CA (and a client certificate, for mutual TLS); `token`: a bearer token
+    (`kq tokens create`) sent with every call to nodes that require authentication (`--auth`).
     """
 
     def __init__(
@@ -87,8 +91,9 @@ class KqClient(GroupsApi):
         retry_timeout_s: float = CLIENT_RETRY_TIMEOUT_S,
         rpc_timeout_s: float = CLIENT_RPC_TIMEOUT_S,
         tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
-        self._connections = Connections(bootstrap, retry_timeout_s, rpc_timeout_s, tls)
+        self._connections = Connections(bootstrap, retry_timeout_s, rpc_timeout_s, tls, token)
         self._idempotent = idempotent
         self._producer_lock = threading.Lock()
         self._producer_id = 0  # 0: none registered yet (or the last one was given up).

@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from kq.client.errors import KqClientError, UnavailableError, from_rpc_error
+from kq.client.security import TokenInterceptor
 from kq.client.tls import TlsConfig
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import (
@@ -53,6 +54,7 @@ class Connections:
         retry_timeout_s: float = CLIENT_RETRY_TIMEOUT_S,
         rpc_timeout_s: float = CLIENT_RPC_TIMEOUT_S,
         tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         if not bootstrap:
             raise ValueError("bootstrap needs at least one host:port")
@@ -60,6 +62,8 @@ class Connections:
         self.retry_timeout_s = retry_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self._credentials = tls.channel_credentials() if tls is not None else None
+        # A bearer token sent with every call (broker/auth.py), or None.
+        self._interceptors = (TokenInterceptor(token),) if token else ()
         self._lock = threading.Lock()
         # Address -> (channel, stub), least recently used first. Leader hints can name addresses
         # outside the bootstrap list, so the cache is bounded.
@@ -88,6 +92,8 @@ class Connections:
                 channel = grpc.insecure_channel(address, options=options)
             else:
                 channel = grpc.secure_channel(address, self._credentials, options=options)
+            if self._interceptors:
+                channel = grpc.intercept_channel(channel, *self._interceptors)
             stub = kq_pb2_grpc.BrokerStub(channel)
             self._channels[address] = (channel, stub)
             self._evict_beyond_bound()

@@ -153,6 +153,19 @@ class MembershipRefusedError(KqClientError):
     not a member, or the change would leave the cluster without a majority of running nodes."""
 
 
+class AuthenticationError(KqClientError):
+    """The node requires credentials (`--auth`) and this client sent none that it accepts: no client
+    certificate of the cluster's CA, and no token, or an unknown, revoked or expired one."""
+
+
+class PermissionDeniedError(KqClientError):
+    """The principal has no ACL allowing this operation on this resource; nothing was done."""
+
+
+class UnknownUserError(KqClientError):
+    """No user (or token) of that name or id."""
+
+
 CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_TOPIC: TopicNotFoundError,
     ErrorCode.UNKNOWN_PARTITION: InvalidRequestError,
@@ -182,6 +195,11 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.STORAGE_FULL: StorageFullError,
     ErrorCode.MEMBERSHIP_REFUSED: MembershipRefusedError,
     ErrorCode.MEMBERSHIP_CHANGE_PENDING: MembershipChangePendingError,
+    ErrorCode.UNAUTHENTICATED: AuthenticationError,
+    ErrorCode.PERMISSION_DENIED: PermissionDeniedError,
+    ErrorCode.UNKNOWN_USER: UnknownUserError,
+    ErrorCode.UNKNOWN_TOKEN: UnknownUserError,
+    ErrorCode.SECURITY_LIMIT_REACHED: LimitReachedError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

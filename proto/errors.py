@@ -28,8 +28,8 @@ LEADER_METADATA_KEY = "kq-leader"  # Trailing metadata of a NOT_LEADER answer: t
 
 
 class ErrorCode(enum.IntEnum):
-    """Why a request failed. 1-15, 24, 25 and 27 are decided in apply (the same on every node); 16-23,
-    26-28 at the edge."""
+    """Why a request failed. 1-15, 24, 25, 27 and 31-33 are decided in apply (the same on every node);
+    16-23, 26-30 at the edge."""
 
     OK = 0
     UNKNOWN_TOPIC = 1
@@ -62,6 +62,14 @@ class ErrorCode(enum.IntEnum):
     # that would leave no majority up): decided at the edge, and in apply for the registered addresses.
     MEMBERSHIP_REFUSED = 27
     MEMBERSHIP_CHANGE_PENDING = 28  # At the edge: the previous membership change has not committed yet.
+    # Security (broker/auth.py): the call carried no valid credentials (no client certificate or
+    # token, an unknown, expired or wrong token) while the node requires them (`--auth`).
+    UNAUTHENTICATED = 29
+    PERMISSION_DENIED = 30  # At the edge: the principal lacks an ACL allowing the call; nothing changed.
+    UNKNOWN_USER = 31  # Decided in apply: no user of that name.
+    UNKNOWN_TOKEN = 32  # Decided in apply: no token of that id.
+    # Decided in apply: the cluster holds its maximum of users, tokens or ACLs (proto/limits.py).
+    SECURITY_LIMIT_REACHED = 33
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +165,20 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     ),
     ErrorCode.MEMBERSHIP_CHANGE_PENDING: ErrorSpec(
         _S.UNAVAILABLE, 27, True, "the previous membership change has not committed yet"
+    ),
+    # Kafka's SASL_AUTHENTICATION_FAILED.
+    ErrorCode.UNAUTHENTICATED: ErrorSpec(
+        _S.UNAUTHENTICATED, 58, False, "no valid client certificate or token; this node requires one"
+    ),
+    # Kafka's TOPIC_AUTHORIZATION_FAILED (its group and cluster twins are 30 and 31).
+    ErrorCode.PERMISSION_DENIED: ErrorSpec(
+        _S.PERMISSION_DENIED, 29, False, "the principal has no ACL allowing this operation"
+    ),
+    # Kafka's RESOURCE_NOT_FOUND.
+    ErrorCode.UNKNOWN_USER: ErrorSpec(_S.NOT_FOUND, 91, False, "unknown user"),
+    ErrorCode.UNKNOWN_TOKEN: ErrorSpec(_S.NOT_FOUND, 91, False, "unknown token"),
+    ErrorCode.SECURITY_LIMIT_REACHED: ErrorSpec(
+        _S.RESOURCE_EXHAUSTED, 44, False, "the cluster holds its maximum of users, tokens or ACLs"
     ),
 }
 

@@ -38,6 +38,92 @@ CREATE_TIME: TimestampType.ValueType  # 0
 LOG_APPEND_TIME: TimestampType.ValueType  # 1
 Global___TimestampType: _TypeAlias = TimestampType  # noqa: Y015
 
+class _AclResourceType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AclResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclResourceType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACL_RESOURCE_UNKNOWN: _AclResourceType.ValueType  # 0
+    ACL_RESOURCE_TOPIC: _AclResourceType.ValueType  # 1
+    ACL_RESOURCE_GROUP: _AclResourceType.ValueType  # 2
+    ACL_RESOURCE_CLUSTER: _AclResourceType.ValueType  # 3
+    """Its one name is "kq-cluster" (Kafka's "kafka-cluster")."""
+
+class AclResourceType(_AclResourceType, metaclass=_AclResourceTypeEnumTypeWrapper): ...
+
+ACL_RESOURCE_UNKNOWN: AclResourceType.ValueType  # 0
+ACL_RESOURCE_TOPIC: AclResourceType.ValueType  # 1
+ACL_RESOURCE_GROUP: AclResourceType.ValueType  # 2
+ACL_RESOURCE_CLUSTER: AclResourceType.ValueType  # 3
+"""Its one name is "kq-cluster" (Kafka's "kafka-cluster")."""
+Global___AclResourceType: _TypeAlias = AclResourceType  # noqa: Y015
+
+class _AclPatternType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AclPatternTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclPatternType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACL_PATTERN_UNKNOWN: _AclPatternType.ValueType  # 0
+    ACL_PATTERN_LITERAL: _AclPatternType.ValueType  # 1
+    """The name itself, or "*" for every name."""
+    ACL_PATTERN_PREFIXED: _AclPatternType.ValueType  # 2
+    """Every name that starts with it."""
+
+class AclPatternType(_AclPatternType, metaclass=_AclPatternTypeEnumTypeWrapper): ...
+
+ACL_PATTERN_UNKNOWN: AclPatternType.ValueType  # 0
+ACL_PATTERN_LITERAL: AclPatternType.ValueType  # 1
+"""The name itself, or "*" for every name."""
+ACL_PATTERN_PREFIXED: AclPatternType.ValueType  # 2
+"""Every name that starts with it."""
+Global___AclPatternType: _TypeAlias = AclPatternType  # noqa: Y015
+
+class _AclOperation:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AclOperationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclOperation.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACL_OPERATION_UNKNOWN: _AclOperation.ValueType  # 0
+    ACL_OPERATION_ALL: _AclOperation.ValueType  # 1
+    ACL_OPERATION_READ: _AclOperation.ValueType  # 2
+    ACL_OPERATION_WRITE: _AclOperation.ValueType  # 3
+    ACL_OPERATION_CREATE: _AclOperation.ValueType  # 4
+    ACL_OPERATION_DELETE: _AclOperation.ValueType  # 5
+    ACL_OPERATION_ALTER: _AclOperation.ValueType  # 6
+    ACL_OPERATION_DESCRIBE: _AclOperation.ValueType  # 7
+
+class AclOperation(_AclOperation, metaclass=_AclOperationEnumTypeWrapper): ...
+
+ACL_OPERATION_UNKNOWN: AclOperation.ValueType  # 0
+ACL_OPERATION_ALL: AclOperation.ValueType  # 1
+ACL_OPERATION_READ: AclOperation.ValueType  # 2
+ACL_OPERATION_WRITE: AclOperation.ValueType  # 3
+ACL_OPERATION_CREATE: AclOperation.ValueType  # 4
+ACL_OPERATION_DELETE: AclOperation.ValueType  # 5
+ACL_OPERATION_ALTER: AclOperation.ValueType  # 6
+ACL_OPERATION_DESCRIBE: AclOperation.ValueType  # 7
+Global___AclOperation: _TypeAlias = AclOperation  # noqa: Y015
+
+class _AclPermission:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AclPermissionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclPermission.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ACL_PERMISSION_UNKNOWN: _AclPermission.ValueType  # 0
+    ACL_PERMISSION_ALLOW: _AclPermission.ValueType  # 1
+    ACL_PERMISSION_DENY: _AclPermission.ValueType  # 2
+
+class AclPermission(_AclPermission, metaclass=_AclPermissionEnumTypeWrapper): ...
+
+ACL_PERMISSION_UNKNOWN: AclPermission.ValueType  # 0
+ACL_PERMISSION_ALLOW: AclPermission.ValueType  # 1
+ACL_PERMISSION_DENY: AclPermission.ValueType  # 2
+Global___AclPermission: _TypeAlias = AclPermission  # noqa: Y015
+
 class _GroupPhase:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -172,6 +258,12 @@ class Command(_message.Message):
     PURGE_TOPIC_FIELD_NUMBER: _builtins.int
     REGISTER_MEMBER_FIELD_NUMBER: _builtins.int
     UNREGISTER_MEMBER_FIELD_NUMBER: _builtins.int
+    PUT_USER_FIELD_NUMBER: _builtins.int
+    DELETE_USER_FIELD_NUMBER: _builtins.int
+    PUT_TOKEN_FIELD_NUMBER: _builtins.int
+    DELETE_TOKEN_FIELD_NUMBER: _builtins.int
+    ADD_ACLS_FIELD_NUMBER: _builtins.int
+    REMOVE_ACLS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -208,6 +300,18 @@ class Command(_message.Message):
     def register_member(self) -> Global___RegisterMemberCommand: ...
     @_builtins.property
     def unregister_member(self) -> Global___UnregisterMemberCommand: ...
+    @_builtins.property
+    def put_user(self) -> Global___PutUserCommand: ...
+    @_builtins.property
+    def delete_user(self) -> Global___DeleteUserCommand: ...
+    @_builtins.property
+    def put_token(self) -> Global___PutTokenCommand: ...
+    @_builtins.property
+    def delete_token(self) -> Global___DeleteTokenCommand: ...
+    @_builtins.property
+    def add_acls(self) -> Global___AddAclsCommand: ...
+    @_builtins.property
+    def remove_acls(self) -> Global___RemoveAclsCommand: ...
     def __init__(
         self,
         *,
@@ -229,12 +333,18 @@ class Command(_message.Message):
         purge_topic: Global___PurgeTopicCommand | None = ...,
         register_member: Global___RegisterMemberCommand | None = ...,
         unregister_member: Global___UnregisterMemberCommand | None = ...,
+        put_user: Global___PutUserCommand | None = ...,
+        delete_user: Global___DeleteUserCommand | None = ...,
+        put_token: Global___PutTokenCommand | None = ...,
+        delete_token: Global___DeleteTokenCommand | None = ...,
+        add_acls: Global___AddAclsCommand | None = ...,
+        remove_acls: Global___RemoveAclsCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "register_member", b"register_member", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_topic", b"delete_topic", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "register_member", b"register_member", "register_producer", b"register_producer", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -477,6 +587,249 @@ class UnregisterMemberCommand(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UnregisterMemberCommand: _TypeAlias = UnregisterMemberCommand  # noqa: Y015
+
+@_typing.final
+class ScramCredential(_message.Message):
+    """Security (broker/auth.py, raft/auth.py; DESIGN.md "Security"). A user's SCRAM credentials
+    (RFC 5802), salted and hashed by the client that set the password: the password never reaches a node.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    SALT_FIELD_NUMBER: _builtins.int
+    STORED_KEY_FIELD_NUMBER: _builtins.int
+    SERVER_KEY_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
+    mechanism: _builtins.str
+    """"SCRAM-SHA-256" or "SCRAM-SHA-512"."""
+    salt: _builtins.bytes
+    stored_key: _builtins.bytes
+    """H(HMAC(SaltedPassword, "Client Key"))."""
+    server_key: _builtins.bytes
+    """HMAC(SaltedPassword, "Server Key")."""
+    iterations: _builtins.int
+    def __init__(
+        self,
+        *,
+        mechanism: _builtins.str = ...,
+        salt: _builtins.bytes = ...,
+        stored_key: _builtins.bytes = ...,
+        server_key: _builtins.bytes = ...,
+        iterations: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "salt", b"salt", "server_key", b"server_key", "stored_key", b"stored_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramCredential: _TypeAlias = ScramCredential  # noqa: Y015
+
+@_typing.final
+class PutUserCommand(_message.Message):
+    """A user (principal "User:<name>") and its credentials, created or replaced."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def credentials(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredential]:
+        """One per mechanism, at most."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        credentials: _abc.Iterable[Global___ScramCredential] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutUserCommand: _TypeAlias = PutUserCommand  # noqa: Y015
+
+@_typing.final
+class DeleteUserCommand(_message.Message):
+    """Deletes a user and every token it holds (its ACLs stay, as Kafka's do)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteUserCommand: _TypeAlias = DeleteUserCommand  # noqa: Y015
+
+@_typing.final
+class Token(_message.Message):
+    """A bearer token of a user: only SHA-256 of its secret is kept (the secret is shown once, to its creator)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    SECRET_SHA256_FIELD_NUMBER: _builtins.int
+    CREATED_MS_FIELD_NUMBER: _builtins.int
+    EXPIRES_MS_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    token_id: _builtins.str
+    """16 hex digits, chosen by the edge."""
+    user: _builtins.str
+    secret_sha256: _builtins.bytes
+    created_ms: _builtins.int
+    expires_ms: _builtins.int
+    """0: never."""
+    description: _builtins.str
+    def __init__(
+        self,
+        *,
+        token_id: _builtins.str = ...,
+        user: _builtins.str = ...,
+        secret_sha256: _builtins.bytes = ...,
+        created_ms: _builtins.int = ...,
+        expires_ms: _builtins.int = ...,
+        description: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_ms", b"created_ms", "description", b"description", "expires_ms", b"expires_ms", "secret_sha256", b"secret_sha256", "token_id", b"token_id", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Token: _TypeAlias = Token  # noqa: Y015
+
+@_typing.final
+class PutTokenCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def token(self) -> Global___Token: ...
+    def __init__(
+        self,
+        *,
+        token: Global___Token | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutTokenCommand: _TypeAlias = PutTokenCommand  # noqa: Y015
+
+@_typing.final
+class DeleteTokenCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    token_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        token_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token_id", b"token_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteTokenCommand: _TypeAlias = DeleteTokenCommand  # noqa: Y015
+
+@_typing.final
+class Acl(_message.Message):
+    """One access rule: `principal` ("User:<name>", or "User:*" for everyone authenticated) may (or may
+    not) do `operation` on the resources `resource_type`/`resource_name`/`pattern_type` name.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    resource_type: Global___AclResourceType.ValueType
+    resource_name: _builtins.str
+    pattern_type: Global___AclPatternType.ValueType
+    operation: Global___AclOperation.ValueType
+    permission: Global___AclPermission.ValueType
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        resource_type: Global___AclResourceType.ValueType = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: Global___AclPatternType.ValueType = ...,
+        operation: Global___AclOperation.ValueType = ...,
+        permission: Global___AclPermission.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation", "pattern_type", b"pattern_type", "permission", b"permission", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Acl: _TypeAlias = Acl  # noqa: Y015
+
+@_typing.final
+class AddAclsCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___Acl]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[Global___Acl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddAclsCommand: _TypeAlias = AddAclsCommand  # noqa: Y015
+
+@_typing.final
+class RemoveAclsCommand(_message.Message):
+    """Removes the ACLs equal to these (an absent one is no error)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___Acl]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[Global___Acl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveAclsCommand: _TypeAlias = RemoveAclsCommand  # noqa: Y015
 
 @_typing.final
 class AppendCommand(_message.Message):
@@ -1926,6 +2279,474 @@ class RemoveNodeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RemoveNodeResponse: _TypeAlias = RemoveNodeResponse  # noqa: Y015
+
+@_typing.final
+class PutUserRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def credentials(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramCredential]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        credentials: _abc.Iterable[Global___ScramCredential] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutUserRequest: _TypeAlias = PutUserRequest  # noqa: Y015
+
+@_typing.final
+class PutUserResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    created: _builtins.bool
+    """False: an existing user's credentials were replaced."""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        created: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutUserResponse: _TypeAlias = PutUserResponse  # noqa: Y015
+
+@_typing.final
+class DeleteUserRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteUserRequest: _TypeAlias = DeleteUserRequest  # noqa: Y015
+
+@_typing.final
+class DeleteUserResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteUserResponse: _TypeAlias = DeleteUserResponse  # noqa: Y015
+
+@_typing.final
+class ListUsersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersRequest: _TypeAlias = ListUsersRequest  # noqa: Y015
+
+@_typing.final
+class UserInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MECHANISMS_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    tokens: _builtins.int
+    @_builtins.property
+    def mechanisms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mechanisms: _abc.Iterable[_builtins.str] | None = ...,
+        tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanisms", b"mechanisms", "name", b"name", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserInfo: _TypeAlias = UserInfo  # noqa: Y015
+
+@_typing.final
+class ListUsersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserInfo]: ...
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[Global___UserInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersResponse: _TypeAlias = ListUsersResponse  # noqa: Y015
+
+@_typing.final
+class CreateTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    TTL_S_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    ttl_s: _builtins.int
+    """0: never expires."""
+    description: _builtins.str
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        ttl_s: _builtins.int = ...,
+        description: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "ttl_s", b"ttl_s", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateTokenRequest: _TypeAlias = CreateTokenRequest  # noqa: Y015
+
+@_typing.final
+class CreateTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_MS_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    """"kq_<token id>_<secret>": shown once; only its hash is stored."""
+    token_id: _builtins.str
+    expires_ms: _builtins.int
+    index: _builtins.int
+    def __init__(
+        self,
+        *,
+        token: _builtins.str = ...,
+        token_id: _builtins.str = ...,
+        expires_ms: _builtins.int = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_ms", b"expires_ms", "index", b"index", "token", b"token", "token_id", b"token_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateTokenResponse: _TypeAlias = CreateTokenResponse  # noqa: Y015
+
+@_typing.final
+class RevokeTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    token_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        token_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token_id", b"token_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeTokenRequest: _TypeAlias = RevokeTokenRequest  # noqa: Y015
+
+@_typing.final
+class RevokeTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeTokenResponse: _TypeAlias = RevokeTokenResponse  # noqa: Y015
+
+@_typing.final
+class ListTokensRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    """"": every user's."""
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTokensRequest: _TypeAlias = ListTokensRequest  # noqa: Y015
+
+@_typing.final
+class TokenInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    CREATED_MS_FIELD_NUMBER: _builtins.int
+    EXPIRES_MS_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    token_id: _builtins.str
+    user: _builtins.str
+    created_ms: _builtins.int
+    expires_ms: _builtins.int
+    description: _builtins.str
+    def __init__(
+        self,
+        *,
+        token_id: _builtins.str = ...,
+        user: _builtins.str = ...,
+        created_ms: _builtins.int = ...,
+        expires_ms: _builtins.int = ...,
+        description: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_ms", b"created_ms", "description", b"description", "expires_ms", b"expires_ms", "token_id", b"token_id", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenInfo: _TypeAlias = TokenInfo  # noqa: Y015
+
+@_typing.final
+class ListTokensResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKENS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tokens(self) -> _containers.RepeatedCompositeFieldContainer[Global___TokenInfo]: ...
+    def __init__(
+        self,
+        *,
+        tokens: _abc.Iterable[Global___TokenInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTokensResponse: _TypeAlias = ListTokensResponse  # noqa: Y015
+
+@_typing.final
+class AddAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___Acl]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[Global___Acl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddAclsRequest: _TypeAlias = AddAclsRequest  # noqa: Y015
+
+@_typing.final
+class AddAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddAclsResponse: _TypeAlias = AddAclsResponse  # noqa: Y015
+
+@_typing.final
+class RemoveAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___Acl]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[Global___Acl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveAclsRequest: _TypeAlias = RemoveAclsRequest  # noqa: Y015
+
+@_typing.final
+class RemoveAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    removed: _builtins.int
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveAclsResponse: _TypeAlias = RemoveAclsResponse  # noqa: Y015
+
+@_typing.final
+class ListAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """"": every principal's."""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAclsRequest: _TypeAlias = ListAclsRequest  # noqa: Y015
+
+@_typing.final
+class ListAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___Acl]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[Global___Acl] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAclsResponse: _TypeAlias = ListAclsResponse  # noqa: Y015
+
+@_typing.final
+class WhoAmIRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIRequest: _TypeAlias = WhoAmIRequest  # noqa: Y015
+
+@_typing.final
+class WhoAmIResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    SUPER_USER_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """"User:<name>", "Node:<id>" or "User:ANONYMOUS" (authentication off)."""
+    super_user: _builtins.bool
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        super_user: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "super_user", b"super_user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WhoAmIResponse: _TypeAlias = WhoAmIResponse  # noqa: Y015
 
 @_typing.final
 class JoinGroupRequest(_message.Message):

@@ -149,6 +149,56 @@ class BrokerStub:
                 request_serializer=kq_dot_proto_dot_kq__pb2.RemoveNodeRequest.SerializeToString,
                 response_deserializer=kq_dot_proto_dot_kq__pb2.RemoveNodeResponse.FromString,
                 _registered_method=True)
+        self.PutUser = channel.unary_unary(
+                '/kq.v1.Broker/PutUser',
+                request_serializer=kq_dot_proto_dot_kq__pb2.PutUserRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.PutUserResponse.FromString,
+                _registered_method=True)
+        self.DeleteUser = channel.unary_unary(
+                '/kq.v1.Broker/DeleteUser',
+                request_serializer=kq_dot_proto_dot_kq__pb2.DeleteUserRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.DeleteUserResponse.FromString,
+                _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/kq.v1.Broker/ListUsers',
+                request_serializer=kq_dot_proto_dot_kq__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/kq.v1.Broker/CreateToken',
+                request_serializer=kq_dot_proto_dot_kq__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/kq.v1.Broker/RevokeToken',
+                request_serializer=kq_dot_proto_dot_kq__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.RevokeTokenResponse.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/kq.v1.Broker/ListTokens',
+                request_serializer=kq_dot_proto_dot_kq__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
+        self.AddAcls = channel.unary_unary(
+                '/kq.v1.Broker/AddAcls',
+                request_serializer=kq_dot_proto_dot_kq__pb2.AddAclsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.AddAclsResponse.FromString,
+                _registered_method=True)
+        self.RemoveAcls = channel.unary_unary(
+                '/kq.v1.Broker/RemoveAcls',
+                request_serializer=kq_dot_proto_dot_kq__pb2.RemoveAclsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.RemoveAclsResponse.FromString,
+                _registered_method=True)
+        self.ListAcls = channel.unary_unary(
+                '/kq.v1.Broker/ListAcls',
+                request_serializer=kq_dot_proto_dot_kq__pb2.ListAclsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ListAclsResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/kq.v1.Broker/WhoAmI',
+                request_serializer=kq_dot_proto_dot_kq__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -293,6 +343,66 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUser(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUsers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -410,6 +520,56 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.RemoveNode,
                     request_deserializer=kq_dot_proto_dot_kq__pb2.RemoveNodeRequest.FromString,
                     response_serializer=kq_dot_proto_dot_kq__pb2.RemoveNodeResponse.SerializeToString,
+            ),
+            'PutUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutUser,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.PutUserRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.PutUserResponse.SerializeToString,
+            ),
+            'DeleteUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUser,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.DeleteUserRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.DeleteUserResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ListUsersRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.CreateTokenRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ListTokensRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'AddAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddAcls,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.AddAclsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.AddAclsResponse.SerializeToString,
+            ),
+            'RemoveAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveAcls,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.RemoveAclsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.RemoveAclsResponse.SerializeToString,
+            ),
+            'ListAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAcls,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ListAclsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ListAclsResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.WhoAmIRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1033,6 +1193,276 @@ class Broker:
             '/kq.v1.Broker/RemoveNode',
             kq_dot_proto_dot_kq__pb2.RemoveNodeRequest.SerializeToString,
             kq_dot_proto_dot_kq__pb2.RemoveNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/PutUser',
+            kq_dot_proto_dot_kq__pb2.PutUserRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.PutUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/DeleteUser',
+            kq_dot_proto_dot_kq__pb2.DeleteUserRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.DeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/ListUsers',
+            kq_dot_proto_dot_kq__pb2.ListUsersRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/CreateToken',
+            kq_dot_proto_dot_kq__pb2.CreateTokenRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/RevokeToken',
+            kq_dot_proto_dot_kq__pb2.RevokeTokenRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/ListTokens',
+            kq_dot_proto_dot_kq__pb2.ListTokensRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/AddAcls',
+            kq_dot_proto_dot_kq__pb2.AddAclsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.AddAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/RemoveAcls',
+            kq_dot_proto_dot_kq__pb2.RemoveAclsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.RemoveAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/ListAcls',
+            kq_dot_proto_dot_kq__pb2.ListAclsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ListAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/WhoAmI',
+            kq_dot_proto_dot_kq__pb2.WhoAmIRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,16 @@ class BrokerStub:
     DeleteGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteGroupRequest, _kq_pb2.DeleteGroupResponse]
     AddNode: _grpc.UnaryUnaryMultiCallable[_kq_pb2.AddNodeRequest, _kq_pb2.AddNodeResponse]
     RemoveNode: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RemoveNodeRequest, _kq_pb2.RemoveNodeResponse]
+    PutUser: _grpc.UnaryUnaryMultiCallable[_kq_pb2.PutUserRequest, _kq_pb2.PutUserResponse]
+    DeleteUser: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteUserRequest, _kq_pb2.DeleteUserResponse]
+    ListUsers: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListUsersRequest, _kq_pb2.ListUsersResponse]
+    CreateToken: _grpc.UnaryUnaryMultiCallable[_kq_pb2.CreateTokenRequest, _kq_pb2.CreateTokenResponse]
+    RevokeToken: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RevokeTokenRequest, _kq_pb2.RevokeTokenResponse]
+    ListTokens: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListTokensRequest, _kq_pb2.ListTokensResponse]
+    AddAcls: _grpc.UnaryUnaryMultiCallable[_kq_pb2.AddAclsRequest, _kq_pb2.AddAclsResponse]
+    RemoveAcls: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RemoveAclsRequest, _kq_pb2.RemoveAclsResponse]
+    ListAcls: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListAclsRequest, _kq_pb2.ListAclsResponse]
+    WhoAmI: _grpc.UnaryUnaryMultiCallable[_kq_pb2.WhoAmIRequest, _kq_pb2.WhoAmIResponse]
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -87,6 +97,16 @@ class BrokerAsyncStub(BrokerStub):
     DeleteGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteGroupRequest, _kq_pb2.DeleteGroupResponse]  # type: ignore[assignment]
     AddNode: _aio.UnaryUnaryMultiCallable[_kq_pb2.AddNodeRequest, _kq_pb2.AddNodeResponse]  # type: ignore[assignment]
     RemoveNode: _aio.UnaryUnaryMultiCallable[_kq_pb2.RemoveNodeRequest, _kq_pb2.RemoveNodeResponse]  # type: ignore[assignment]
+    PutUser: _aio.UnaryUnaryMultiCallable[_kq_pb2.PutUserRequest, _kq_pb2.PutUserResponse]  # type: ignore[assignment]
+    DeleteUser: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteUserRequest, _kq_pb2.DeleteUserResponse]  # type: ignore[assignment]
+    ListUsers: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListUsersRequest, _kq_pb2.ListUsersResponse]  # type: ignore[assignment]
+    CreateToken: _aio.UnaryUnaryMultiCallable[_kq_pb2.CreateTokenRequest, _kq_pb2.CreateTokenResponse]  # type: ignore[assignment]
+    RevokeToken: _aio.UnaryUnaryMultiCallable[_kq_pb2.RevokeTokenRequest, _kq_pb2.RevokeTokenResponse]  # type: ignore[assignment]
+    ListTokens: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListTokensRequest, _kq_pb2.ListTokensResponse]  # type: ignore[assignment]
+    AddAcls: _aio.UnaryUnaryMultiCallable[_kq_pb2.AddAclsRequest, _kq_pb2.AddAclsResponse]  # type: ignore[assignment]
+    RemoveAcls: _aio.UnaryUnaryMultiCallable[_kq_pb2.RemoveAclsRequest, _kq_pb2.RemoveAclsResponse]  # type: ignore[assignment]
+    ListAcls: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListAclsRequest, _kq_pb2.ListAclsResponse]  # type: ignore[assignment]
+    WhoAmI: _aio.UnaryUnaryMultiCallable[_kq_pb2.WhoAmIRequest, _kq_pb2.WhoAmIResponse]  # type: ignore[assignment]
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -250,5 +270,75 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.RemoveNodeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.RemoveNodeResponse, _abc.Awaitable[_kq_pb2.RemoveNodeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PutUser(
+        self,
+        request: _kq_pb2.PutUserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.PutUserResponse, _abc.Awaitable[_kq_pb2.PutUserResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteUser(
+        self,
+        request: _kq_pb2.DeleteUserRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.DeleteUserResponse, _abc.Awaitable[_kq_pb2.DeleteUserResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListUsers(
+        self,
+        request: _kq_pb2.ListUsersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.ListUsersResponse, _abc.Awaitable[_kq_pb2.ListUsersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateToken(
+        self,
+        request: _kq_pb2.CreateTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.CreateTokenResponse, _abc.Awaitable[_kq_pb2.CreateTokenResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RevokeToken(
+        self,
+        request: _kq_pb2.RevokeTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.RevokeTokenResponse, _abc.Awaitable[_kq_pb2.RevokeTokenResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTokens(
+        self,
+        request: _kq_pb2.ListTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.ListTokensResponse, _abc.Awaitable[_kq_pb2.ListTokensResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AddAcls(
+        self,
+        request: _kq_pb2.AddAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.AddAclsResponse, _abc.Awaitable[_kq_pb2.AddAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RemoveAcls(
+        self,
+        request: _kq_pb2.RemoveAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.RemoveAclsResponse, _abc.Awaitable[_kq_pb2.RemoveAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListAcls(
+        self,
+        request: _kq_pb2.ListAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.ListAclsResponse, _abc.Awaitable[_kq_pb2.ListAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WhoAmI(
+        self,
+        request: _kq_pb2.WhoAmIRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.WhoAmIResponse, _abc.Awaitable[_kq_pb2.WhoAmIResponse]]: ...
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -175,6 +175,24 @@ CLUSTER_ID_LENGTH_MAX = 64
 MEMBERSHIP_CHANGE_TIMEOUT_S = 15.0  # An add or remove not committed by then is answered UNAVAILABLE.
 MEMBER_PROBE_TIMEOUT_S = 2.0  # The leader asks a node it is about to add whether it is up.
 
+# Security: users, tokens and ACLs (raft/auth.py, broker/auth.py), checked at the edge and in apply.
+USERS_MAX = 10_000
+TOKENS_MAX = 10_000
+ACLS_MAX = 10_000
+ACLS_PER_REQUEST_MAX = 100  # ACLs one AddAcls or RemoveAcls names.
+USER_NAME_LENGTH_MAX = 64  # Letters, digits, '.', '_', '-': a principal is "User:<name>".
+TOKEN_DESCRIPTION_LENGTH_MAX = 200
+TOKEN_TTL_S_MAX = 10 * 365 * 24 * 3600
+TOKEN_SECRET_BYTES = 32  # A token's random secret; only its SHA-256 is stored.
+SCRAM_SALT_BYTES_MIN = 16
+SCRAM_SALT_BYTES_MAX = 64
+# SCRAM's iteration count: RFC 7677's minimum, and a ceiling because SASL PLAIN makes the node run
+# PBKDF2 with it for every login.
+SCRAM_ITERATIONS_MIN = 4_096
+SCRAM_ITERATIONS_MAX = 100_000
+AUTH_DENIAL_LOG_INTERVAL_S = 60.0  # One log line per (principal, resource) denied, per minute.
+AUTH_DENIAL_KEYS_MAX = 10_000  # (principal, resource) pairs the denial log remembers.
+
 # broker/edge.py
 LOG_INTERVAL_S = 10.0  # At most one line per method per interval for unexpected errors.
 REASON_CHARS_MAX = 200  # Characters of a decoder's message quoted back to the client.

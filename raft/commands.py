@@ -209,3 +209,35 @@ def unregister_member(node_id: str) -> kq_pb2.Command:
     return kq_pb2.Command(
         version=COMMAND_VERSION, unregister_member=kq_pb2.UnregisterMemberCommand(node_id=node_id)
     )
+
+
+def put_user(name: str, credentials: Sequence[kq_pb2.ScramCredential]) -> kq_pb2.Command:
+    """Command creating user `name`, or replacing its credentials."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION, put_user=kq_pb2.PutUserCommand(name=name, credentials=credentials)
+    )
+
+
+def delete_user(name: str) -> kq_pb2.Command:
+    """Command deleting user `name` and its tokens."""
+    return kq_pb2.Command(version=COMMAND_VERSION, delete_user=kq_pb2.DeleteUserCommand(name=name))
+
+
+def put_token(token: kq_pb2.Token) -> kq_pb2.Command:
+    """Command storing a token (its secret's hash only)."""
+    return kq_pb2.Command(version=COMMAND_VERSION, put_token=kq_pb2.PutTokenCommand(token=token))
+
+
+def delete_token(token_id: str) -> kq_pb2.Command:
+    """Command revoking a token."""
+    return kq_pb2.Command(version=COMMAND_VERSION, delete_token=kq_pb2.DeleteTokenCommand(token_id=token_id))
+
+
+def add_acls(acls: Sequence[kq_pb2.Acl]) -> kq_pb2.Command:
+    """Command adding ACLs (those already there stay once)."""
+    return kq_pb2.Command(version=COMMAND_VERSION, add_acls=kq_pb2.AddAclsCommand(acls=acls))
+
+
+def remove_acls(acls: Sequence[kq_pb2.Acl]) -> kq_pb2.Command:
+    """Command removing the ACLs equal to these."""
+    return kq_pb2.Command(version=COMMAND_VERSION, remove_acls=kq_pb2.RemoveAclsCommand(acls=acls))

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 
 # ErrorCode lives in the one error table (proto/errors.py); apply returns its codes 1-15 and 24 in results.
 from kq.proto.errors import ErrorCode
+from kq.raft.auth import AuthResult
 from kq.storage import TopicMeta
 
 __all__ = [
     "AppendResult",
     "ApplyResult",
+    "AuthResult",
     "CompactResult",
     "ErrorCode",
     "GroupResult",
@@ -149,5 +151,6 @@ ApplyResult = (
     | KafkaGroupResult
     | ProducerResult
     | MemberResult
+    | AuthResult
     | SkippedResult
 )

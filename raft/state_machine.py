@@ -36,7 +36,7 @@ from kq.proto.records import (
     read_header,
     with_log_append_time,
 )
-from kq.raft import commands, groups
+from kq.raft import auth, commands, groups
 from kq.raft.results import (
     AppendResult,
     ApplyResult,
@@ -171,6 +171,8 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
     if kind == "unregister_member":  # Forgetting an unknown member is no error: a retry after a cut-off.
         writer.delete_member(command.unregister_member.node_id)
         return MemberResult(ErrorCode.OK)
+    if kind in auth.AUTH_COMMAND_KINDS:
+        return auth.apply_auth(writer, command)
     raise commands.UnknownCommandError(f"no handler for command kind {kind}")
 
 

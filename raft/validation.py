@@ -55,6 +55,7 @@ from kq.proto.limits import (
 )
 from kq.proto.records import MalformedBatchError, WorkBudgetError, WorkMeter, check_batch
 from kq.raft.assignors import ASSIGNORS
+from kq.raft.auth import AUTH_COMMAND_KINDS, auth_command_problem
 from kq.raft.patterns import pattern_problem
 from kq.raft.topic_config import configs_problem
 
@@ -417,4 +418,6 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return cluster_member_problem(register.member) or cluster_id_problem(register.cluster_id)
     if kind == "unregister_member":
         return node_id_problem(command.unregister_member.node_id)
+    if kind in AUTH_COMMAND_KINDS:
+        return auth_command_problem(command)
     return f"unknown command kind {kind}"

@@ -26,7 +26,7 @@ from kq.storage.records import (
 from kq.storage.usage import StoreUsage, measure
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
-MAX_DATABASES = 16  # The named databases below, with room to add some.
+MAX_DATABASES = 24  # The named databases below, with room to add some.
 MAX_READERS = 512  # gRPC worker threads and long-polls each hold a reader slot while they read.
 COPY_BATCH_ROWS = 1_000  # Rows per write transaction of a store copy; a stop is noticed between batches.
 COPY_BATCH_BYTES = 16 * 1024 * 1024
@@ -69,7 +69,11 @@ DATABASE_NAMES = (
     b"record_pieces",
     b"offset_topics",
     b"members",
+    b"users",
+    b"tokens",
+    b"acls",
 )
+SECURITY_TABLES = (b"users", b"tokens", b"acls")  # raft/auth.py's rows: name, token id, encoded Acl -> value.
 _GROUP_NAME_LENGTH = struct.Struct(">H")
 _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
 _COMMITTED = struct.Struct(">Qq")  # offset, commit time
@@ -350,6 +354,7 @@ class StoreReader:
         self._pieces = databases[b"record_pieces"]
         self._offset_topics = databases[b"offset_topics"]
         self._members = databases[b"members"]
+        self._security = {name: databases[name] for name in SECURITY_TABLES}
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -366,6 +371,19 @@ class StoreReader:
     def members(self) -> list[tuple[str, bytes]]:
         """Every registered cluster member: (node id, its encoded `Member`), by node id."""
         return [(bytes(key).decode(), bytes(raw)) for key, raw in self._transaction.cursor(db=self._members)]
+
+    def security_rows(self, table: bytes) -> list[tuple[bytes, bytes]]:
+        """Every row of a security table (SECURITY_TABLES), by key."""
+        return [(bytes(key), bytes(raw)) for key, raw in self._transaction.cursor(db=self._security[table])]
+
+    def security_row(self, table: bytes, key: bytes) -> bytes | None:
+        """One row of a security table, or None."""
+        raw = self._transaction.get(key, db=self._security[table])
+        return None if raw is None else bytes(raw)
+
+    def security_count(self, table: bytes) -> int:
+        """Rows in a security table."""
+        return int(self._transaction.stat(self._security[table])["entries"])
 
     def cluster_id(self) -> str:
         """The cluster id the first registered member recorded ("": none yet)."""
@@ -648,6 +666,14 @@ class StoreWriter(StoreReader):
     def delete_member(self, node_id: str) -> bool:
         """Forgets a member; whether it was registered."""
         return bool(self._transaction.delete(node_id.encode(), db=self._members))
+
+    def put_security_row(self, table: bytes, key: bytes, value: bytes) -> None:
+        """Stores a row of a security table (replacing any)."""
+        self._transaction.put(key, value, db=self._security[table])
+
+    def delete_security_row(self, table: bytes, key: bytes) -> bool:
+        """Deletes a row of a security table; whether it was there."""
+        return bool(self._transaction.delete(key, db=self._security[table]))
 
     def set_cluster_id(self, cluster_id: str) -> None:
         """Records the cluster id (the caller checked that none is recorded)."""

@@ -96,9 +96,11 @@ class KafkaSettings:
         auto_create_topics: bool,
         default_partitions: int,
         forward_credentials: grpc.ChannelCredentials | None = None,
+        forward_metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self._view = view
         self.forward_credentials = forward_credentials  # The node's TLS for calls to the leader.
+        self.forward_metadata = forward_metadata  # The node's proof (broker/auth.py) on those calls.
         self.self_broker_id = self_broker_id
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
@@ -164,7 +166,7 @@ class KafkaBase(ServiceBase):
         )
         self._service = service
         self._settings = settings
-        self._forwarder = LeaderForwarder(settings.forward_credentials)
+        self._forwarder = LeaderForwarder(settings.forward_credentials, settings.forward_metadata)
         self._fetch_totals = FetchTotals()
 
     def _leader_broker(self) -> KafkaBrokerInfo | None:

@@ -24,9 +24,12 @@ FORWARD_TIMEOUT_S = PROPOSAL_TIMEOUT_S + 1.0  # The leader answers a stuck propo
 class LeaderForwarder:
     """One grpc.aio channel per leader address (at most the cluster's size), made and used on the loop."""
 
-    def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
+    def __init__(
+        self, credentials: grpc.ChannelCredentials | None = None, metadata: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._credentials = credentials  # The node's own TLS as a client (None: plain text).
+        self._metadata = metadata  # The node's proof (broker/auth.py): the leader knows it as Node:<id>.
 
     async def call(self, leader_address: str, method: str, request: Any) -> Any:
         """`method` of the leader's Broker service; raises KqError with the leader's error code."""
@@ -45,7 +48,7 @@ class LeaderForwarder:
             self._channels[leader_address] = channel
         stub = kq_pb2_grpc.BrokerStub(channel)
         try:
-            return await getattr(stub, method)(request, timeout=FORWARD_TIMEOUT_S)
+            return await getattr(stub, method)(request, timeout=FORWARD_TIMEOUT_S, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             code = code_from_metadata(error.trailing_metadata()) or ErrorCode.LEADER_UNKNOWN
             if code == ErrorCode.NOT_LEADER:  # Leadership moved meanwhile: the client asks again.

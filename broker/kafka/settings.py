@@ -31,5 +31,10 @@ def kafka_settings(
     `check_kafka_members` does."""
     check_kafka_members(config)
     return KafkaSettings(
-        view, int(config.node_id), kafka.auto_create_topics, kafka.default_partitions, config.peer_credentials
+        view,
+        int(config.node_id),
+        kafka.auto_create_topics,
+        kafka.default_partitions,
+        config.peer_credentials,
+        config.node_metadata,
     )

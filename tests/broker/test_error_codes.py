@@ -9,7 +9,10 @@ import grpc
 import pytest
 
 import kq.broker.service_base
+from kq.broker.auth import Principal, Security
 from kq.broker.errors import KqError, ResourceExhaustedError, error_for_code, error_metadata
+from kq.broker.proposals import wall_clock_ms
+from kq.client.security import acl, scram_credential
 from kq.proto import kq_pb2
 from kq.proto.errors import (
     ERROR_CODE_METADATA_KEY,
@@ -63,6 +66,23 @@ def readers_full(edge: Edge) -> None:
     """Every reader slot of the node is taken (by other clients' waiting readers)."""
     for number in range(edge.readers.limits.readers_max):
         edge.readers.acquire(f"ipv4:10.0.0.{number}:1")
+
+
+class _Bob(Security):
+    """Authentication on; every call is from User:bob, who holds no ACL."""
+
+    def authenticate(self, metadata: object, auth_context: object) -> Principal | None:
+        return Principal("User:bob", False)
+
+
+def unauthenticated(edge: Edge) -> None:
+    """The node requires authentication; the test's calls present nothing."""
+    edge.front.edge._security = Security(edge.store, True, (), "secret", wall_clock_ms)
+
+
+def as_bob(edge: Edge) -> None:
+    """The node requires authentication; the calls are User:bob's, who holds no ACL."""
+    edge.front.edge._security = _Bob(edge.store, True, (), "secret", wall_clock_ms)
 
 
 def unapplied_reads_wait_briefly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,6 +264,76 @@ CASES = [
     ),
     # The fixture's one node leads and no follower can take over: removing it cannot go ahead yet.
     Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="1"), _S.UNAVAILABLE, _E.NOT_COMMITTED),
+    Case("PutUser", kq_pb2.PutUserRequest(name="a b"), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    Case("PutUser", kq_pb2.PutUserRequest(name="alice"), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    Case(
+        "PutUser",
+        kq_pb2.PutUserRequest(name="alice", credentials=[scram_credential("SCRAM-SHA-256", "pw")]),
+        _S.FAILED_PRECONDITION,
+        _E.NOT_LEADER,
+        follower,
+    ),
+    Case("PutUser", kq_pb2.PutUserRequest(name="alice"), _S.PERMISSION_DENIED, _E.PERMISSION_DENIED, as_bob),
+    Case("DeleteUser", kq_pb2.DeleteUserRequest(name="zed"), _S.NOT_FOUND, _E.UNKNOWN_USER),
+    Case("ListUsers", kq_pb2.ListUsersRequest(), _S.UNAUTHENTICATED, _E.UNAUTHENTICATED, unauthenticated),
+    Case("CreateToken", kq_pb2.CreateTokenRequest(user="zed"), _S.NOT_FOUND, _E.UNKNOWN_USER),
+    Case("CreateToken", kq_pb2.CreateTokenRequest(), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    Case(
+        "CreateToken",
+        kq_pb2.CreateTokenRequest(user="alice"),
+        _S.PERMISSION_DENIED,
+        _E.PERMISSION_DENIED,
+        as_bob,
+    ),
+    Case(
+        "RevokeToken", kq_pb2.RevokeTokenRequest(token_id="0123456789abcdef"), _S.NOT_FOUND, _E.UNKNOWN_TOKEN
+    ),
+    Case("RevokeToken", kq_pb2.RevokeTokenRequest(token_id="x"), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    Case(
+        "ListTokens",
+        kq_pb2.ListTokensRequest(user="alice"),
+        _S.PERMISSION_DENIED,
+        _E.PERMISSION_DENIED,
+        as_bob,
+    ),
+    Case("AddAcls", kq_pb2.AddAclsRequest(), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    Case(
+        "AddAcls",
+        kq_pb2.AddAclsRequest(acls=[acl("User:bob", "read", "topic", "t")]),
+        _S.PERMISSION_DENIED,
+        _E.PERMISSION_DENIED,
+        as_bob,
+    ),
+    Case(
+        "RemoveAcls",
+        kq_pb2.RemoveAclsRequest(acls=[acl("bob", "read", "topic", "t")]),
+        _S.INVALID_ARGUMENT,
+        _E.INVALID_REQUEST,
+    ),
+    Case("ListAcls", kq_pb2.ListAclsRequest(), _S.PERMISSION_DENIED, _E.PERMISSION_DENIED, as_bob),
+    Case("WhoAmI", kq_pb2.WhoAmIRequest(), _S.UNAUTHENTICATED, _E.UNAUTHENTICATED, unauthenticated),
+    Case("Produce", produce("t", 0, b"v"), _S.PERMISSION_DENIED, _E.PERMISSION_DENIED, as_bob),
+    Case(
+        "Fetch",
+        kq_pb2.FetchRequest(topic="t", partition=0),
+        _S.PERMISSION_DENIED,
+        _E.PERMISSION_DENIED,
+        as_bob,
+    ),
+    Case(
+        "FetchStream",
+        kq_pb2.FetchRequest(topic="t", partition=0),
+        _S.PERMISSION_DENIED,
+        _E.PERMISSION_DENIED,
+        as_bob,
+    ),
+    Case(
+        "CreateTopic",
+        kq_pb2.CreateTopicRequest(name="n", partitions=1),
+        _S.UNAUTHENTICATED,
+        _E.UNAUTHENTICATED,
+        unauthenticated,
+    ),
 ]
 
 
