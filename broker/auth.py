@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kq.client.security import NODE_METADATA_KEY, node_proof
 from kq.proto import kq_pb2
 from kq.proto.limits import AUTH_DENIAL_KEYS_MAX, AUTH_DENIAL_LOG_INTERVAL_S
 from kq.raft.auth import (
@@ -47,7 +48,6 @@ from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 
-NODE_METADATA_KEY = "kq-node"
 AUTHORIZATION_METADATA_KEY = "authorization"
 TOKEN_PREFIX = "kq_"
 NODE_CERT_PREFIX = "kq node "  # The common name of a node certificate (kq/deploy/certs.py).
@@ -102,12 +102,6 @@ class Access:
         resource_type = kq_pb2.AclResourceType.Name(self.resource_type)  # type: ignore[arg-type]
         resource = resource_type.removeprefix("ACL_RESOURCE_").lower()
         return f"{operation} on {resource} {self.name}"
-
-
-def node_proof(secret: str, node_id: str) -> str:
-    """The `kq-node` metadata value by which node `node_id` proves it knows the cluster secret."""
-    mac = hmac.new(secret.encode(), f"kq-node:{node_id}".encode(), hashlib.sha256).hexdigest()
-    return f"{node_id}:{mac}"
 
 
 def node_metadata(secret: str, node_id: str) -> tuple[tuple[str, str], ...]:

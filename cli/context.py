@@ -31,6 +31,8 @@ class Settings:
     bootstrap: tuple[str, ...]
     retry_timeout_s: float
     tls: TlsConfig | None = None  # --tls-ca (and --tls-cert, --tls-key): None, plain text.
+    token: str | None = None  # --token: a bearer token sent with every call.
+    secret: str | None = None  # --secret-file's content: the cluster secret (a super-user's proof).
 
 
 def address_problem(address: str) -> str | None:
@@ -76,6 +78,8 @@ def open_client(ctx: click.Context) -> KqClient:
         retry_timeout_s=settings.retry_timeout_s,
         rpc_timeout_s=min(CLI_RPC_TIMEOUT_S_MAX, settings.retry_timeout_s),
         tls=settings.tls,
+        token=settings.token,
+        secret=settings.secret,
     )
     return ctx.with_resource(client)
 

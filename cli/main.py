@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pathlib import Path
+
 import click
 
 from kq.cli.certs import certs
@@ -18,6 +20,7 @@ from kq.cli.consume import consume
 from kq.cli.context import DEFAULT_BOOTSTRAP, RETRY_TIMEOUT_S_DEFAULT, Settings, parse_bootstrap
 from kq.cli.errors import PROGRAM_NAME, CommandError, UsageLineError
 from kq.cli.groups import groups
+from kq.cli.security import acls, tokens, users, whoami
 from kq.cli.produce import produce
 from kq.cli.topics import topics
 from kq.client import KqClientError, TlsConfig, TlsConfigError
@@ -88,6 +91,18 @@ def _one_line(error: click.UsageError) -> click.UsageError | UsageLineError:
     type=click.Path(dir_okay=False),
     help="PEM key of --tls-cert (env KQ_TLS_KEY).",
 )
+@click.option(
+    "--token",
+    envvar="KQ_TOKEN",
+    help="Bearer token (`kq tokens create`) for nodes started with --auth (env KQ_TOKEN).",
+)
+@click.option(
+    "--secret-file",
+    envvar="KQ_SECRET_FILE",
+    type=click.Path(dir_okay=False),
+    help="File holding the cluster secret (the nodes' --secret): act as a super-user, e.g. to add the "
+    "first users and ACLs (env KQ_SECRET_FILE).",
+)
 @click.version_option(package_name="kq", prog_name=PROGRAM_NAME)
 @click.pass_context
 def kq(
@@ -97,6 +112,8 @@ def kq(
     tls_ca: str | None,
     tls_cert: str | None,
     tls_key: str | None,
+    token: str | None,
+    secret_file: str | None,
 ) -> None:
     """kq: a Kafka-like, Raft-replicated log broker.
 
@@ -116,7 +133,15 @@ def kq(
             raise UsageLineError(str(error)) from error
     elif tls_cert is not None or tls_key is not None:
         raise UsageLineError("--tls-cert and --tls-key need --tls-ca (the CA of the nodes)")
-    ctx.obj = Settings(bootstrap=bootstrap, retry_timeout_s=timeout_s, tls=tls)
+    secret = None
+    if secret_file is not None:
+        try:
+            secret = Path(secret_file).read_text().strip()
+        except OSError as error:
+            raise UsageLineError(f"--secret-file: {error.strerror}: {secret_file}") from error
+        if not secret:
+            raise UsageLineError(f"--secret-file: {secret_file} is empty")
+    ctx.obj = Settings(bootstrap=bootstrap, retry_timeout_s=timeout_s, tls=tls, token=token, secret=secret)
 
 
 kq.add_command(topics)
@@ -126,6 +151,10 @@ kq.add_command(groups)
 kq.add_command(cluster)
 kq.add_command(console)
 kq.add_command(certs)
+kq.add_command(users)
+kq.add_command(tokens)
+kq.add_command(acls)
+kq.add_command(whoami)
 
 
 def main() -> None:

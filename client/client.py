@@ -80,7 +80,9 @@ class KqClient(GroupsApi, SecurityApi):
     the client's clock when sent (CreateTime, as Kafka clients do).
 
     `tls`: the cluster's CA (and a client certificate, for mutual TLS); `token`: a bearer token
-    (`kq tokens create`) sent with every call to nodes that require authentication (`--auth`).
+    (`kq tokens create`) sent with every call to nodes that require authentication (`--auth`);
+    `secret`: the cluster secret (`--secret` of the nodes), which makes this client a super-user
+    (Node:admin): how an operator creates the first users and ACLs.
     """
 
     def __init__(
@@ -92,8 +94,9 @@ class KqClient(GroupsApi, SecurityApi):
         rpc_timeout_s: float = CLIENT_RPC_TIMEOUT_S,
         tls: TlsConfig | None = None,
         token: str | None = None,
+        secret: str | None = None,
     ) -> None:
-        self._connections = Connections(bootstrap, retry_timeout_s, rpc_timeout_s, tls, token)
+        self._connections = Connections(bootstrap, retry_timeout_s, rpc_timeout_s, tls, token, secret)
         self._idempotent = idempotent
         self._producer_lock = threading.Lock()
         self._producer_id = 0  # 0: none registered yet (or the last one was given up).

@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 
 from kq.client.errors import KqClientError, UnavailableError, from_rpc_error
-from kq.client.security import TokenInterceptor
+from kq.client.security import MetadataInterceptor, credential_metadata
 from kq.client.tls import TlsConfig
 from kq.proto import kq_pb2_grpc
 from kq.proto.limits import (
@@ -55,6 +55,7 @@ class Connections:
         rpc_timeout_s: float = CLIENT_RPC_TIMEOUT_S,
         tls: TlsConfig | None = None,
         token: str | None = None,
+        secret: str | None = None,
     ) -> None:
         if not bootstrap:
             raise ValueError("bootstrap needs at least one host:port")
@@ -62,8 +63,9 @@ class Connections:
         self.retry_timeout_s = retry_timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self._credentials = tls.channel_credentials() if tls is not None else None
-        # A bearer token sent with every call (broker/auth.py), or None.
-        self._interceptors = (TokenInterceptor(token),) if token else ()
+        # Credentials sent with every call (broker/auth.py): a bearer token, or the cluster secret's proof.
+        pairs = credential_metadata(token, secret)
+        self._interceptors = (MetadataInterceptor(pairs),) if pairs else ()
         self._lock = threading.Lock()
         # Address -> (channel, stub), least recently used first. Leader hints can name addresses
         # outside the bootstrap list, so the cache is bounded.

@@ -64,17 +64,39 @@ class _ClientCall(
     """grpc's ClientCallDetails with the metadata replaced."""
 
 
-class TokenInterceptor(
+NODE_METADATA_KEY = "kq-node"
+ADMIN_NODE_ID = "admin"  # The node id a client holding the cluster secret presents (`secret=`).
+
+
+def node_proof(secret: str, node_id: str) -> str:
+    """The `kq-node` metadata value by which `node_id` proves it knows the cluster secret (--secret):
+    "<id>:<HMAC-SHA256(secret, 'kq-node:' + id)>". Nodes present it on their calls to each other, and
+    an operator's client may (`KqClient(secret=...)`): whoever holds the secret is a super-user."""
+    mac = hmac.new(secret.encode(), f"kq-node:{node_id}".encode(), hashlib.sha256).hexdigest()
+    return f"{node_id}:{mac}"
+
+
+def credential_metadata(token: str | None, secret: str | None) -> tuple[tuple[str, str], ...]:
+    """The metadata a client's calls carry: its bearer token, or its proof of the cluster secret."""
+    pairs: list[tuple[str, str]] = []
+    if token:
+        pairs.append(("authorization", f"Bearer {token}"))
+    if secret:
+        pairs.append((NODE_METADATA_KEY, node_proof(secret, ADMIN_NODE_ID)))
+    return tuple(pairs)
+
+
+class MetadataInterceptor(
     grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
     grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg]
 ):
-    """Adds `authorization: Bearer <token>` to every call of a channel."""
+    """Adds fixed metadata (credentials) to every call of a channel."""
 
-    def __init__(self, token: str) -> None:
-        self._header = ("authorization", f"Bearer {token}")
+    def __init__(self, pairs: tuple[tuple[str, str], ...]) -> None:
+        self._pairs = pairs
 
     def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        metadata = [*(details.metadata or ()), self._header]
+        metadata = [*(details.metadata or ()), *self._pairs]
         return _ClientCall(
             details.method,
             details.timeout,

@@ -187,7 +187,10 @@ class LocalCluster:
     `node_extra_args` (by node id) are flags for one node only, after `node_args` (so they override
     them); `set_node_args` changes them for the node's next start. `node_ids` (one per node, default
     1..size) names the nodes, for a cluster whose members changed (`python -m kq.deploy` after `remove`);
-    the per-node sequences above follow its order.
+    the per-node sequences above follow its order. `tls_dir`: certificates (made there unless there)
+    and TLS on gRPC and Kafka, with client certificates required unless `require_client_certs` is
+    False. The harness's own clients present the `admin` certificate and the cluster secret's proof
+    (broker/auth.py), so they are super-users of nodes started with `--auth`.
     """
 
     def __init__(
@@ -212,6 +215,7 @@ class LocalCluster:
         node_extra_args: Mapping[str, Sequence[str]] | None = None,
         node_ids: Sequence[str] | None = None,
         tls_dir: Path | None = None,
+        require_client_certs: bool = True,
     ) -> None:
         host_list = list(hosts) if hosts is not None else [LOOPBACK_HOST] * size
         assert len(host_list) == size, "one host per node"
@@ -250,6 +254,7 @@ class LocalCluster:
         self._processes = ProcessTable(base_dir if record_pids else None, pid_prefix="node")
         self.tls_dir = tls_dir
         self.tls = self._make_tls(tls_dir) if tls_dir is not None else None
+        self._require_client_certs = require_client_certs
         # Nodes on other addresses than loopback (a network lab's) serve plain text only if told so.
         exposed = any(not is_loopback(f"{host}:0") for host in host_list)
         self._insecure = exposed and tls_dir is None
@@ -290,7 +295,7 @@ class LocalCluster:
             str(directory / f"node-{node_id}-key.pem"),
             "--tls-ca",
             str(directory / "ca.pem"),
-            "--tls-require-client-cert",
+            *(("--tls-require-client-cert",) if self._require_client_certs else ()),
             *(("--kafka-tls",) if self.nodes[node_id].kafka_address else ()),
         )
 
@@ -483,7 +488,7 @@ class LocalCluster:
         spec = self.nodes[node_id]
         members = [s.grpc_address for n, s in self.nodes.items() if n != node_id and self.running(n)]
         self.start_joining(node_id, timeout_s)
-        with KqClient(members, retry_timeout_s=timeout_s, tls=self.tls) as client:
+        with KqClient(members, retry_timeout_s=timeout_s, tls=self.tls, secret=self.secret) as client:
             client.add_node(node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack)
 
     def start_joining(self, node_id: str, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -493,7 +498,11 @@ class LocalCluster:
         self.set_node_args(node_id, ("--join",))  # Its new store waits for the leader, starting no election.
         self.start_node(node_id)
         with KqClient(
-            [address], retry_timeout_s=STATUS_TIMEOUT_S, rpc_timeout_s=STATUS_TIMEOUT_S, tls=self.tls
+            [address],
+            retry_timeout_s=STATUS_TIMEOUT_S,
+            rpc_timeout_s=STATUS_TIMEOUT_S,
+            tls=self.tls,
+            secret=self.secret,
         ) as client:
             wait_for(
                 lambda: self._answers(client, node_id),
@@ -506,7 +515,9 @@ class LocalCluster:
         """Removes a node from the voters (`kq cluster remove-node`; it may be down), stops it by its PID
         and drops it from `nodes` (its data directory stays)."""
         others = [spec.grpc_address for n, spec in self.nodes.items() if n != node_id and self.running(n)]
-        with KqClient(others or self.bootstrap, retry_timeout_s=timeout_s, tls=self.tls) as client:
+        with KqClient(
+            others or self.bootstrap, retry_timeout_s=timeout_s, tls=self.tls, secret=self.secret
+        ) as client:
             client.remove_node(node_id)
         if self.running(node_id):
             self.stop_node(node_id)
@@ -529,7 +540,11 @@ class LocalCluster:
         result: dict[str, NodeStatus | None] = {}
         timeout_s = STATUS_TIMEOUT_S
         with KqClient(
-            self.bootstrap, retry_timeout_s=timeout_s, rpc_timeout_s=timeout_s, tls=self.tls
+            self.bootstrap,
+            retry_timeout_s=timeout_s,
+            rpc_timeout_s=timeout_s,
+            tls=self.tls,
+            secret=self.secret,
         ) as client:
             for node_id, spec in self.nodes.items():
                 try:

@@ -131,6 +131,62 @@ def config_maps(draw: st.DrawFn) -> dict[str, str]:
     return draw(st.dictionaries(config_names, config_values, max_size=9))
 
 
+user_names = st.one_of(
+    st.sampled_from(["alice", "bob", "", "ANONYMOUS", "a b", "x" * 65]), st.text(max_size=8)
+)
+token_ids = st.sampled_from(["0123456789abcdef", "fedcba9876543210", "", "XYZ", "0123456789ABCDEF"])
+
+
+@st.composite
+def scram_credentials(draw: st.DrawFn) -> kq_pb2.ScramCredential:
+    size = draw(st.sampled_from([0, 16, 31, 32, 64, 65]))
+    return kq_pb2.ScramCredential(
+        mechanism=draw(st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", ""])),
+        salt=draw(st.binary(max_size=70)),
+        stored_key=b"k" * size,
+        server_key=b"s" * draw(st.sampled_from([size, 32, 64])),
+        iterations=draw(st.sampled_from([0, 4096, 10_000, 100_001, 2**32 - 1])),
+    )
+
+
+@st.composite
+def hostile_acls(draw: st.DrawFn) -> kq_pb2.Acl:
+    return kq_pb2.Acl(
+        principal=draw(st.sampled_from(["User:alice", "User:*", "alice", "User:", "Group:x", "User:a b"])),
+        resource_type=draw(st.integers(0, 4)),  # type: ignore[arg-type]
+        resource_name=draw(st.sampled_from(["t", "*", "", "kq-cluster", "t.", "a/b", "x" * 250])),
+        pattern_type=draw(st.integers(0, 3)),  # type: ignore[arg-type]
+        operation=draw(st.integers(0, 8)),  # type: ignore[arg-type]
+        permission=draw(st.integers(0, 3)),  # type: ignore[arg-type]
+    )
+
+
+@st.composite
+def security_commands(draw: st.DrawFn) -> kq_pb2.Command:
+    """Users, tokens and ACLs (raft/auth.py), hostile and plausible."""
+    kind = draw(st.sampled_from(["put_user", "delete_user", "put_token", "delete_token", "add", "remove"]))
+    if kind == "put_user":
+        return commands.put_user(draw(user_names), draw(st.lists(scram_credentials(), max_size=3)))
+    if kind == "delete_user":
+        return commands.delete_user(draw(user_names))
+    if kind == "put_token":
+        created = draw(st.integers(-1, 10))
+        return commands.put_token(
+            kq_pb2.Token(
+                token_id=draw(token_ids),
+                user=draw(user_names),
+                secret_sha256=draw(st.sampled_from([b"h" * 32, b"", b"h" * 33])),
+                created_ms=created,
+                expires_ms=draw(st.sampled_from([0, created, created + 1, -5])),
+                description=draw(st.text(max_size=210)),
+            )
+        )
+    if kind == "delete_token":
+        return commands.delete_token(draw(token_ids))
+    acls = draw(st.lists(hostile_acls(), max_size=3))
+    return commands.add_acls(acls) if kind == "add" else commands.remove_acls(acls)
+
+
 @st.composite
 def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
     kinds = [
@@ -147,8 +203,11 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         "configure",
         "register_member",
         "unregister_member",
+        "security",
     ]
     kind = draw(st.sampled_from(kinds))
+    if kind == "security":
+        return draw(security_commands())
     if kind == "register_member":
         return commands.register_member(draw(cluster_members()), draw(cluster_ids))
     if kind == "unregister_member":

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from kq.broker.main import main as node_main
 from kq.cli.main import kq
-from kq.client import KqClient, KqClientError, TlsConfig
+from kq.client import KqClient, KqClientError, PermissionDeniedError, TlsConfig
+from kq.client.security import acl
 from kq.client.tls import is_loopback
 from kq.deploy import certs
 from kq.deploy.cluster import LocalCluster
@@ -25,9 +26,32 @@ REFUSED_TIMEOUT_S = 2.0
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Mutual TLS with `--auth`: a client certificate's common name is its principal; `admin` is a
+    super-user, `bob` (a certificate of the same CA) holds no ACL."""
     base = tmp_path_factory.mktemp("tls")
-    with LocalCluster(base / "cluster", tls_dir=base / "certs") as cluster:
+    certs.init(base / "certs", {"1": ["127.0.0.1"]}, ["admin", "bob"], days=1)
+    with LocalCluster(
+        base / "cluster", tls_dir=base / "certs", node_args=("--auth", "--super-user", "User:admin")
+    ) as cluster:
         yield cluster
+
+
+def test_a_certificate_is_its_principal_and_acls_bind_it(secure: LocalCluster) -> None:
+    assert secure.tls_dir is not None
+    directory = secure.tls_dir
+    bob_tls = TlsConfig.from_files(directory / "ca.pem", directory / "bob.pem", directory / "bob-key.pem")
+    with KqClient(secure.bootstrap, tls=bob_tls, retry_timeout_s=REFUSED_TIMEOUT_S) as bob:
+        assert bob.whoami() == ("User:bob", False)
+        with pytest.raises(PermissionDeniedError):
+            bob.create_topic("bobs", partitions=1)
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        assert admin.whoami() == ("User:admin", True)
+        admin.add_acls([acl("User:bob", "create", "topic", "bobs")])
+        secure.wait_applied(admin.index_seen, list(secure.nodes))  # Each node checks its own copy.
+    with KqClient(secure.bootstrap, tls=bob_tls) as bob:
+        bob.create_topic("bobs", partitions=1)
+        with pytest.raises(PermissionDeniedError):
+            bob.create_topic("other", partitions=1)
 
 
 def test_a_client_with_the_cluster_ca_and_a_certificate_reads_and_writes(secure: LocalCluster) -> None:
