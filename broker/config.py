@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 
+from kq.broker.auth import node_metadata
 from kq.broker.consensus import Peer
 from kq.client.tls import TlsConfig
 from kq.proto.limits import (
@@ -24,7 +25,6 @@ from kq.proto.limits import (
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
 )
-from kq.broker.auth import node_metadata
 from kq.raft.node import RaftConfig
 from kq.raft.validation import address_problem, node_id_problem, rack_problem
 

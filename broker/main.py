@@ -20,8 +20,8 @@ from typing import Any
 import click
 
 from kq.broker.admission import ReaderAdmission, ReaderLimits
-from kq.broker.compactor import Compactor
 from kq.broker.auth import Security
+from kq.broker.compactor import Compactor
 from kq.broker.config import (
     ConfigError,
     KafkaConfig,

@@ -7,9 +7,8 @@ click does). `KqGroup` converts them at the top of the command tree, so commands
 
 from __future__ import annotations
 
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,8 +19,8 @@ from kq.cli.consume import consume
 from kq.cli.context import DEFAULT_BOOTSTRAP, RETRY_TIMEOUT_S_DEFAULT, Settings, parse_bootstrap
 from kq.cli.errors import PROGRAM_NAME, CommandError, UsageLineError
 from kq.cli.groups import groups
-from kq.cli.security import acls, tokens, users, whoami
 from kq.cli.produce import produce
+from kq.cli.security import acls, tokens, users, whoami
 from kq.cli.topics import topics
 from kq.client import KqClientError, TlsConfig, TlsConfigError
 

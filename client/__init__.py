@@ -11,6 +11,7 @@ with KqClient(["127.0.0.1:9101", "127.0.0.1:9102"]) as kq:
 from kq.client.client import KqClient
 from kq.client.consumer import Consumer
 from kq.client.errors import (
+    AuthenticationError,
     GroupNotEmptyError,
     GroupNotFoundError,
     InvalidRequestError,
@@ -19,14 +20,12 @@ from kq.client.errors import (
     LimitReachedError,
     MembershipChangePendingError,
     MembershipRefusedError,
-    AuthenticationError,
-    PermissionDeniedError,
-    UnknownUserError,
     NotCaughtUpError,
     NotCommittedError,
     NotLeaderError,
     OffsetOutOfRangeError,
     OverloadedError,
+    PermissionDeniedError,
     PreconditionFailedError,
     ProducerFencedError,
     ProducerSequenceError,
@@ -39,6 +38,7 @@ from kq.client.errors import (
     TopicNotFoundError,
     UnavailableError,
     UnknownMemberError,
+    UnknownUserError,
 )
 from kq.client.group import GroupConsumer
 from kq.client.producer import Producer
@@ -57,6 +57,7 @@ from kq.client.types import (
 )
 
 __all__ = [
+    "AuthenticationError",
     "Consumer",
     "ConsumerRecord",
     "GroupConsumer",
@@ -71,9 +72,6 @@ __all__ = [
     "LimitReachedError",
     "MembershipChangePendingError",
     "MembershipRefusedError",
-    "AuthenticationError",
-    "PermissionDeniedError",
-    "UnknownUserError",
     "NodeStatus",
     "NotCaughtUpError",
     "NotCommittedError",
@@ -82,6 +80,7 @@ __all__ = [
     "OverloadedError",
     "PartitionLag",
     "PartitionOffsets",
+    "PermissionDeniedError",
     "PreconditionFailedError",
     "Producer",
     "ProducerFencedError",
@@ -101,4 +100,5 @@ __all__ = [
     "TopicNotFoundError",
     "UnavailableError",
     "UnknownMemberError",
+    "UnknownUserError",
 ]
