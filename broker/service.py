@@ -98,7 +98,9 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             topics = reader.topics()
         visible = set(self._security.visible(current_principal(), TOPIC, [topic.name for topic in topics]))
-        return kq_pb2.ListTopicsResponse(topics=[_topic_info(topic) for topic in topics if topic.name in visible])
+        return kq_pb2.ListTopicsResponse(
+            topics=[_topic_info(topic) for topic in topics if topic.name in visible]
+        )
 
     def DescribeTopic(
         self, request: kq_pb2.DescribeTopicRequest, context: grpc.ServicerContext
