@@ -34,6 +34,9 @@ from kq.deploy.waiting import WaitTimeoutError
 NODES_MAX = 9  # Node ids run 1..9: with the default bases, Kafka's 9091+N stays below gRPC's 9101.
 MEMBERS_FILE = "members"
 CERTS_DIR = "certs"  # `start --secure`: the CA, node and admin certificates (deploy/certs.py).
+# `start --secure`: authentication and ACLs on (broker/auth.py); the admin certificate's principal is
+# the super-user that grants the rest.
+SECURE_NODE_ARGS = ("--auth", "--super-user", "User:admin")
 SECRET_BYTES = 32
 LOG_LINES_DEFAULT = 20
 FOLLOW_POLL_S = 0.5  # How often `logs --follow` looks for new lines (pacing output, not synchronization).
@@ -81,6 +84,7 @@ class RunSettings:
             self.run_dir,
             len(ids),
             "",
+            SECURE_NODE_ARGS if secure else (),
             grpc_ports=[grpc for grpc, _, _, _ in ports],
             raft_ports=[raft for _, raft, _, _ in ports],
             kafka_ports=[kafka for _, _, kafka, _ in ports],
@@ -216,7 +220,12 @@ def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
     _node_lines(cluster, list(cluster.nodes))
     bootstrap = _bootstrap_option(cluster, settings)
     if cluster.tls_dir is not None:
-        click.echo(f"\ngRPC is mutual TLS (certificates in {cluster.tls_dir}): the commands below pass them.")
+        click.echo(
+            f"\ngRPC is mutual TLS (certificates in {cluster.tls_dir}) with authentication and ACLs on: "
+            "the commands below pass the admin certificate (User:admin, a super-user).\n"
+            f"Grant a user:  kq{bootstrap} users add alice  &&  "
+            f"kq{bootstrap} acls add --principal User:alice --operation write --topic demo"
+        )
     elif bootstrap:
         click.echo("\nThese are not the kq CLI's default nodes: the commands below pass --bootstrap.")
     bin_dir = Path(sys.executable).parent
@@ -356,7 +365,8 @@ def main(
 @click.option(
     "--secure",
     is_flag=True,
-    help="gRPC over mutual TLS: certificates made once into the run directory's certs/ (kq certs init).",
+    help="gRPC and Kafka over mutual TLS (certificates made once into the run directory's certs/, kq "
+    "certs init), with authentication and ACLs on (--auth; the admin certificate is the super-user).",
 )
 @click.pass_obj
 def start(settings: RunSettings, secure: bool) -> None:

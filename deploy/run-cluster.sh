@@ -3,7 +3,7 @@
 #
 #   deploy/run-cluster.sh [start]     install kq into .venv if needed, start every member not running,
 #                                     wait for a leader (a second start leaves running nodes alone);
-#                                     `start --secure`: gRPC over mutual TLS (certificates in certs/)
+#                                     `start --secure`: mutual TLS (certificates in certs/), --auth, ACLs
 #   deploy/run-cluster.sh status      each node's process (PID) and its view of the cluster; the leader
 #   deploy/run-cluster.sh logs [N]    the last lines of each node's log (-n LINES; --follow keeps going)
 #   deploy/run-cluster.sh stop        SIGTERM every node by its recorded PID, SIGKILL after 10 s

@@ -271,7 +271,8 @@ def test_script_adds_and_removes_nodes_and_remembers_the_members(script_cluster:
 @pytest.mark.system
 def test_secure_start_serves_mutual_tls_and_adds_a_node(script_cluster: ScriptCluster) -> None:
     """`start --secure` makes certificates once, starts the nodes on mutual TLS and prints kq commands
-    that carry them; a plain client is refused; `add` issues the new node's certificate; `status`
+    that carry them (the admin certificate: a super-user, since authentication is on); a plain client
+    is refused; `add` issues the new node's certificate; `status`
     and later commands find the certificates themselves."""
     cluster = script_cluster
     started = cluster.run("start", "--secure").stdout
@@ -279,6 +280,7 @@ def test_secure_start_serves_mutual_tls_and_adds_a_node(script_cluster: ScriptCl
     assert f"--tls-ca {certs / 'ca.pem'}" in started and "mutual TLS" in started
     tls = TlsConfig.from_files(certs / "ca.pem", certs / "admin.pem", certs / "admin-key.pem")
     with KqClient(cluster.bootstrap, tls=tls) as client:
+        assert client.whoami() == ("User:admin", True)  # --auth, and the admin certificate is super.
         client.create_topic("secure", partitions=1)
         client.send("secure", b"over tls")
     with KqClient(cluster.bootstrap, retry_timeout_s=2.0) as plain, pytest.raises(KqClientError):
