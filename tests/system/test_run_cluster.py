@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kq.client import Consumer, ConsumerRecord, KqClient, KqClientError, TlsConfig
+from kq.client import AuthenticationError, Consumer, ConsumerRecord, KqClient, KqClientError, TlsConfig
 from kq.deploy.cluster import address_in_use
 from kq.deploy.processes import command_line, pid_alive
 from kq.deploy.waiting import wait_for
@@ -280,7 +280,12 @@ def test_secure_start_serves_mutual_tls_and_adds_a_node(script_cluster: ScriptCl
     assert f"--tls-ca {certs / 'ca.pem'}" in started and "mutual TLS" in started
     tls = TlsConfig.from_files(certs / "ca.pem", certs / "admin.pem", certs / "admin-key.pem")
     with KqClient(cluster.bootstrap, tls=tls) as client:
-        assert client.whoami() == ("User:admin", True)  # --auth, and the admin certificate is super.
+        assert client.whoami() == ("User:admin", True)  # The admin certificate is a super-user.
+    with (
+        KqClient(cluster.bootstrap, tls=tls, secret="not the secret") as forged,
+        pytest.raises(AuthenticationError),
+    ):
+        forged.whoami()  # --auth is on: a wrong credential is refused (not taken as anonymous).
         client.create_topic("secure", partitions=1)
         client.send("secure", b"over tls")
     with KqClient(cluster.bootstrap, retry_timeout_s=2.0) as plain, pytest.raises(KqClientError):
