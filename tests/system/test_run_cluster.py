@@ -281,13 +281,13 @@ def test_secure_start_serves_mutual_tls_and_adds_a_node(script_cluster: ScriptCl
     tls = TlsConfig.from_files(certs / "ca.pem", certs / "admin.pem", certs / "admin-key.pem")
     with KqClient(cluster.bootstrap, tls=tls) as client:
         assert client.whoami() == ("User:admin", True)  # The admin certificate is a super-user.
+        client.create_topic("secure", partitions=1)
+        client.send("secure", b"over tls")
     with (
         KqClient(cluster.bootstrap, tls=tls, secret="not the secret") as forged,
         pytest.raises(AuthenticationError),
     ):
         forged.whoami()  # --auth is on: a wrong credential is refused (not taken as anonymous).
-        client.create_topic("secure", partitions=1)
-        client.send("secure", b"over tls")
     with KqClient(cluster.bootstrap, retry_timeout_s=2.0) as plain, pytest.raises(KqClientError):
         plain.list_topics()
     added = cluster.run("add").stdout
