@@ -24,13 +24,16 @@ from kq.proto.limits import CONSOLE_TIMEOUT_S
 def console(settings: Settings, host: str, port: int, allow_writes: bool) -> None:
     """Serve a web console: cluster, topics, records, groups and their lag, in a browser.
 
-    It talks to the cluster only through the client library, like every other kq command.
+    It talks to the cluster only through the client library, like every other kq command, with the
+    global options' credentials (--tls-*, --token): it sees and does what that principal may.
     """
     client = KqClient(
         settings.bootstrap,
         retry_timeout_s=min(settings.retry_timeout_s, CONSOLE_TIMEOUT_S),
         rpc_timeout_s=CONSOLE_TIMEOUT_S,
         tls=settings.tls,
+        token=settings.token,
+        secret=settings.secret,
     )
     sampler = LagSampler(client)
     sampler.start()
