@@ -215,6 +215,20 @@ def _bootstrap_option(cluster: LocalCluster, settings: RunSettings) -> str:
     return options
 
 
+def _kafka_tls_settings(cluster: LocalCluster, separator: str) -> str:
+    """A secure cluster's Kafka client settings (librdkafka's names), each after `separator`."""
+    if cluster.tls_dir is None:
+        return ""
+    certs = cluster.tls_dir
+    settings = {
+        "security.protocol": "ssl",
+        "ssl.ca.location": certs / "ca.pem",
+        "ssl.certificate.location": certs / "admin.pem",
+        "ssl.key.location": certs / "admin-key.pem",
+    }
+    return "".join(f"{separator}{name}={value}" for name, value in settings.items())
+
+
 def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
     say(f"cluster is up; leader: node {leader} ({cluster.nodes[leader].grpc_address})")
     _node_lines(cluster, list(cluster.nodes))
@@ -238,8 +252,8 @@ def _hints(cluster: LocalCluster, settings: RunSettings, leader: str) -> None:
         f"  kq{bootstrap} consume demo --from-beginning --max 2\n"
         f"  kq{bootstrap} cluster status\n\n"
         f"Kafka clients (kcat, confluent-kafka, kafka-python, ...):\n"
-        f"  bootstrap.servers={cluster.kafka_bootstrap}\n"
-        f"  kcat -b {cluster.kafka_bootstrap} -L\n\n"
+        f"  bootstrap.servers={cluster.kafka_bootstrap}{_kafka_tls_settings(cluster, ' ')}\n"
+        f"  kcat -b {cluster.kafka_bootstrap}{_kafka_tls_settings(cluster, ' -X ')} -L\n\n"
         f"Failover demo:  {program} kill {leader}   (then: {program} status, {program} restart {leader})\n"
         f"Membership:     {program} add   (one more node)   {program} remove N\n"
         f"Logs:           {program} logs [N] [--follow]\n"

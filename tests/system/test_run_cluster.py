@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -283,6 +284,10 @@ def test_secure_start_serves_mutual_tls_and_adds_a_node(script_cluster: ScriptCl
         assert client.whoami() == ("User:admin", True)  # The admin certificate is a super-user.
         client.create_topic("secure", partitions=1)
         client.send("secure", b"over tls")
+    kcat_line = next(line for line in started.splitlines() if line.strip().startswith("kcat "))
+    if shutil.which("kcat") is not None:  # The printed kcat command lists the brokers over mutual TLS.
+        listed = subprocess.run(kcat_line.split(), capture_output=True, text=True, timeout=30, check=False)
+        assert listed.returncode == 0 and "3 brokers" in listed.stdout, listed.stderr
     with (
         KqClient(cluster.bootstrap, tls=tls, secret="not the secret") as forged,
         pytest.raises(AuthenticationError),
