@@ -12,7 +12,7 @@ A call's principal comes from, in this order:
 With `--auth` a call without any of these is answered UNAUTHENTICATED, and every call is then
 checked against the ACLs (raft/auth.py `SecurityState.allowed`) by the requirement its method states
 (`REQUIREMENTS`); super-users (`--super-user`, and every node) pass every check. Without `--auth`
-every call is allowed: its principal is what it presented, or User:ANONYMOUS.
+nothing is read or checked (no cost on the hot path): every call is User:ANONYMOUS, a super-user.
 
 The users, tokens and ACLs are replicated through Raft (raft/auth.py); `Security` keeps this node's
 view of them, rebuilt on the tick thread when a security entry or a store copy is applied, and read

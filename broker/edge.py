@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from kq.broker.auth import CURRENT_PRINCIPAL, REQUIREMENTS, Principal, Security
+from kq.broker.auth import CURRENT_PRINCIPAL, REQUIREMENTS, Security
 from kq.broker.errors import KqError, abort_async, abort_with
 from kq.broker.metrics import GRPC_REQUEST_LATENCY, observe_latency
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX, UNARY_CALLS_MAX
-from kq.raft.auth import ANONYMOUS
 
 logger = logging.getLogger(__name__)
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
@@ -201,17 +200,16 @@ class EdgeInterceptor(_Interceptor):
         PERMISSION_DENIED, before the handler runs. Sets the call's CURRENT_PRINCIPAL. The health
         service answers everyone (load balancers and probes hold no credentials; it tells nothing else)."""
         security = self._security
-        if security is None or method.startswith(HEALTH_METHOD_PREFIX):
-            return
+        if security is None or not security.enabled or method.startswith(HEALTH_METHOD_PREFIX):
+            return  # Every call is allowed: its principal stays the default, User:ANONYMOUS.
         principal = security.authenticate(list(context.invocation_metadata() or ()), context.auth_context())
         if principal is None:
-            if security.enabled:
-                await abort_async(
-                    context,
-                    ErrorCode.UNAUTHENTICATED,
-                    "this node requires a client certificate of its CA or a valid token (--token)",
-                )
-            principal = Principal(ANONYMOUS, True)
+            await abort_async(
+                context,
+                ErrorCode.UNAUTHENTICATED,
+                "this node requires a client certificate of its CA or a valid token (--token)",
+            )
+            return
         CURRENT_PRINCIPAL.set(principal)
         needs = REQUIREMENTS.get(method.rsplit("/", 1)[-1])
         if needs is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
@@ -302,6 +302,13 @@ class SecurityState:
     tokens: dict[str, kq_pb2.Token]
     acls: tuple[kq_pb2.Acl, ...]
     rules: tuple[Rule, ...]
+    # The rules by resource type: a check reads only its own type's (topics, groups, the cluster).
+    by_type: dict[ResourceType, tuple[Rule, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.by_type:
+            for resource_type in _RESOURCE_TYPES:
+                self.by_type[resource_type] = tuple(r for r in self.rules if r.resource_type == resource_type)
 
     @classmethod
     def load(cls, reader: StoreReader) -> SecurityState:
@@ -321,7 +328,7 @@ class SecurityState:
     def allowed(self, principal: str, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """Whether a principal that is not a super-user may do `operation` on the resource."""
         allowed = False
-        for rule in self.rules:
+        for rule in self.by_type.get(resource_type, ()):
             if rule.matches(principal, operation, resource_type, name):
                 if not rule.allow:
                     return False
