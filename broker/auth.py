@@ -285,11 +285,14 @@ def _commit(request: Any) -> list[Access]:
     return [Access(READ, GROUP, request.group), *(Access(READ, TOPIC, topic) for topic in topics)]
 
 
-def _own_user(operation: int) -> Callable[[Any], list[Access]]:
-    """A user's own tokens need no ACL; another user's need `operation` on the cluster."""
+def _own_user(operation: int, empty_is_own: bool) -> Callable[[Any], list[Access]]:
+    """A user's own tokens need no ACL; another user's (or everyone's) need `operation` on the cluster.
+    `empty_is_own`: a request naming no user means the caller's own (CreateToken), else everyone's."""
 
     def needs(request: Any) -> list[Access]:
-        if request.user and request.user == current_principal().user:
+        own = current_principal().user
+        user = request.user or (own if empty_is_own else "")
+        if user and user == own:
             return []
         return [Access(operation, CLUSTER, CLUSTER_RESOURCE)]
 
@@ -321,9 +324,9 @@ REQUIREMENTS: dict[str, Callable[[Any], list[Access]]] = {
     "PutUser": _cluster(ALTER),
     "DeleteUser": _cluster(ALTER),
     "ListUsers": _cluster(DESCRIBE),
-    "CreateToken": _own_user(ALTER),
+    "CreateToken": _own_user(ALTER, empty_is_own=True),
     "RevokeToken": _cluster(ALTER),  # A user's own token too: revoking needs no secret, so it is guarded.
-    "ListTokens": _own_user(DESCRIBE),
+    "ListTokens": _own_user(DESCRIBE, empty_is_own=False),
     "AddAcls": _cluster(ALTER),
     "RemoveAcls": _cluster(ALTER),
     "ListAcls": _cluster(DESCRIBE),

@@ -117,6 +117,10 @@ def test_a_user_without_acls_is_denied_and_nothing_changes(guarded: LocalCluster
         with pytest.raises(PermissionDeniedError):
             user.join_group("g", topics=["t"])
         assert user.list_topics() == []  # Only what it may describe.
+        own = user.create_token(description="mine")  # Its own tokens need no ACL...
+        assert own.token_id in [info.token_id for info in user.list_tokens("nobody")]
+        with pytest.raises(PermissionDeniedError):
+            user.list_tokens()  # ...everyone's do.
         assert user.whoami() == ("User:nobody", False)
     with cluster_admin(guarded) as admin:
         assert [topic.name for topic in admin.list_topics()] == ["t"]

@@ -44,6 +44,10 @@ def test_a_certificate_is_its_principal_and_acls_bind_it(secure: LocalCluster) -
         assert bob.whoami() == ("User:bob", False)
         with pytest.raises(PermissionDeniedError):
             bob.create_topic("bobs", partitions=1)
+        with pytest.raises(PermissionDeniedError):
+            bob.create_token("admin")  # Another user's token needs ALTER on the cluster.
+        with pytest.raises(PermissionDeniedError):
+            bob.list_tokens()  # Everyone's tokens need DESCRIBE on the cluster.
     with KqClient(secure.bootstrap, tls=secure.tls) as admin:
         assert admin.whoami() == ("User:admin", True)
         admin.add_acls([acl("User:bob", "create", "topic", "bobs")])
