@@ -64,7 +64,19 @@ RPCS: dict[str, RpcSpec] = {
     "DeleteGroup": RpcSpec(kq_pb2.DeleteGroupRequest, kq_pb2.DeleteGroupResponse, True),
     "AddNode": RpcSpec(kq_pb2.AddNodeRequest, kq_pb2.AddNodeResponse, True),
     "RemoveNode": RpcSpec(kq_pb2.RemoveNodeRequest, kq_pb2.RemoveNodeResponse, True),
+    "AlterTopicConfig": RpcSpec(kq_pb2.AlterTopicConfigRequest, kq_pb2.AlterTopicConfigResponse, True),
+    "PutUser": RpcSpec(kq_pb2.PutUserRequest, kq_pb2.PutUserResponse, True),
+    "DeleteUser": RpcSpec(kq_pb2.DeleteUserRequest, kq_pb2.DeleteUserResponse, True),
+    "ListUsers": RpcSpec(kq_pb2.ListUsersRequest, kq_pb2.ListUsersResponse, False),
+    "CreateToken": RpcSpec(kq_pb2.CreateTokenRequest, kq_pb2.CreateTokenResponse, True),
+    "RevokeToken": RpcSpec(kq_pb2.RevokeTokenRequest, kq_pb2.RevokeTokenResponse, True),
+    "ListTokens": RpcSpec(kq_pb2.ListTokensRequest, kq_pb2.ListTokensResponse, False),
+    "AddAcls": RpcSpec(kq_pb2.AddAclsRequest, kq_pb2.AddAclsResponse, True),
+    "RemoveAcls": RpcSpec(kq_pb2.RemoveAclsRequest, kq_pb2.RemoveAclsResponse, True),
+    "ListAcls": RpcSpec(kq_pb2.ListAclsRequest, kq_pb2.ListAclsResponse, False),
+    "WhoAmI": RpcSpec(kq_pb2.WhoAmIRequest, kq_pb2.WhoAmIResponse, False),
 }
+assert set(RPCS) == {m.name for m in kq_pb2.DESCRIPTOR.services_by_name["Broker"].methods}, "fuzz every RPC"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +234,53 @@ def _add_node(h: Hostile) -> Message:
     return kq_pb2.AddNodeRequest(member=member)
 
 
+_CONFIG_NAMES = ("retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes", "segment.ms")
+
+
+def _config_entry(h: Hostile) -> kq_pb2.ConfigEntry:
+    value = h.rng.choice(["1", "-1", "0", "compact", "delete", "compact,delete", str(h.i64()), h.text()])
+    return kq_pb2.ConfigEntry(name=h.rng.choice([*_CONFIG_NAMES, "", h.text()]), value=value)
+
+
+def _alter_topic_config(h: Hostile) -> Message:
+    return kq_pb2.AlterTopicConfigRequest(
+        name=h.topic(),
+        set=[_config_entry(h) for _ in range(h.rng.choice([0, 1, 1, 2, 40]))],
+        remove=[h.rng.choice([*_CONFIG_NAMES, h.text()]) for _ in range(h.rng.choice([0, 0, 1, 2]))],
+    )
+
+
+def _user(h: Hostile) -> str:
+    return h.rng.choice(["fz-user", "alice", "", "ANONYMOUS", "a b", "x" * 65, h.text()])
+
+
+def _scram(h: Hostile) -> kq_pb2.ScramCredential:
+    """SCRAM credentials: sizes and counts around the limits, mechanisms known and not."""
+    size = h.rng.choice([32, 64, 0, 31, 65, 1_000])
+    return kq_pb2.ScramCredential(
+        mechanism=h.rng.choice(["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN", "", h.text()]),
+        salt=h.rng.randbytes(h.rng.choice([16, 24, 64, 0, 15, 65, 10_000])),
+        stored_key=h.rng.randbytes(size),
+        server_key=h.rng.randbytes(h.rng.choice([size, 32, 64])),
+        iterations=h.rng.choice([4_096, 100_000, 0, 4_095, 100_001, h.u32()]),
+    )
+
+
+def _acls(h: Hostile) -> list[kq_pb2.Acl]:
+    """ACLs: plausible ones, and every field hostile (open enums, odd principals and names)."""
+    return [
+        kq_pb2.Acl(
+            principal=h.rng.choice(["User:fz-user", "User:*", "fz-user", "User:", "Node:1", h.text()]),
+            resource_type=h.enum(4),  # type: ignore[arg-type]
+            resource_name=h.rng.choice(["fz-a", "*", "kq-cluster", "", h.topic()]),
+            pattern_type=h.enum(3),  # type: ignore[arg-type]
+            operation=h.enum(8),  # type: ignore[arg-type]
+            permission=h.enum(3),  # type: ignore[arg-type]
+        )
+        for _ in range(h.rng.choice([1, 1, 2, 0, 101]))
+    ]
+
+
 BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "CreateTopic": _create_topic,
     "DeleteTopic": _delete_topic,
@@ -247,6 +306,23 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "DeleteGroup": lambda h: kq_pb2.DeleteGroupRequest(group=h.group()),
     "AddNode": _add_node,
     "RemoveNode": lambda h: kq_pb2.RemoveNodeRequest(node_id=h.rng.choice([*_STRANGER_IDS, h.text()])),
+    "AlterTopicConfig": _alter_topic_config,
+    "PutUser": lambda h: kq_pb2.PutUserRequest(
+        name=_user(h), credentials=[_scram(h) for _ in range(h.rng.choice([1, 2, 0, 3]))]
+    ),
+    "DeleteUser": lambda h: kq_pb2.DeleteUserRequest(name=_user(h)),
+    "ListUsers": lambda h: kq_pb2.ListUsersRequest(),
+    "CreateToken": lambda h: kq_pb2.CreateTokenRequest(
+        user=_user(h), ttl_s=h.u64(), description=h.rng.choice(["", "fuzz", h.text()])
+    ),
+    "RevokeToken": lambda h: kq_pb2.RevokeTokenRequest(
+        token_id=h.rng.choice(["0123456789abcdef", "", "0123456789ABCDEF", h.text()])
+    ),
+    "ListTokens": lambda h: kq_pb2.ListTokensRequest(user=_user(h)),
+    "AddAcls": lambda h: kq_pb2.AddAclsRequest(acls=_acls(h)),
+    "RemoveAcls": lambda h: kq_pb2.RemoveAclsRequest(acls=_acls(h)),
+    "ListAcls": lambda h: kq_pb2.ListAclsRequest(principal=h.rng.choice(["", "User:fz-user", h.text()])),
+    "WhoAmI": lambda h: kq_pb2.WhoAmIRequest(),
 }
 assert set(BUILDERS) == set(RPCS), "every RPC has a builder"
 

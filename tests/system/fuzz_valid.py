@@ -12,6 +12,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from kq.client.security import acl, scram_credential
 from kq.proto import kq_pb2
 from tests.system.fuzz_batches import NOT_IDEMPOTENT, batch_case
 from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile
@@ -92,6 +93,20 @@ def _reset_offsets(h: Hostile) -> Message:
     )
 
 
+_FUZZ_CREDENTIAL = scram_credential("SCRAM-SHA-256", "fz-password")
+
+
+def _fuzz_acl(h: Hostile) -> kq_pb2.Acl:
+    return acl(
+        "User:fz-user",
+        h.rng.choice(["read", "write", "describe", "all"]),
+        h.rng.choice(["topic", "group"]),
+        h.rng.choice(["fz-a", "fz-", "*"]),
+        prefixed=h.chance(0.3),
+        deny=h.chance(0.2),
+    )
+
+
 VALID: dict[str, Callable[[Hostile], Message]] = {
     "CreateTopic": lambda h: kq_pb2.CreateTopicRequest(
         name=h.rng.choice([*FUZZ_TOPICS, "fz-a", "fz-b"]), partitions=h.rng.choice([1, 3])
@@ -122,6 +137,21 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
         member=kq_pb2.Member(node_id="9", raft_address="127.0.0.1:1", grpc_address="127.0.0.1:2")
     ),
     "RemoveNode": lambda h: kq_pb2.RemoveNodeRequest(node_id="9"),
+    "AlterTopicConfig": lambda h: kq_pb2.AlterTopicConfigRequest(
+        name=h.rng.choice(["fz-a", "fz-b"]),
+        set=[kq_pb2.ConfigEntry(name="retention.ms", value=h.rng.choice(["-1", "86400000"]))],
+    ),
+    # Users, tokens and ACLs: a user the cases create, delete, hold tokens of and grant to.
+    "PutUser": lambda h: kq_pb2.PutUserRequest(name="fz-user", credentials=[_FUZZ_CREDENTIAL]),
+    "DeleteUser": lambda h: kq_pb2.DeleteUserRequest(name="fz-user"),
+    "ListUsers": lambda h: kq_pb2.ListUsersRequest(),
+    "CreateToken": lambda h: kq_pb2.CreateTokenRequest(user="fz-user", ttl_s=h.rng.choice([0, 60])),
+    "RevokeToken": lambda h: kq_pb2.RevokeTokenRequest(token_id="0123456789abcdef"),
+    "ListTokens": lambda h: kq_pb2.ListTokensRequest(user=h.rng.choice(["", "fz-user"])),
+    "AddAcls": lambda h: kq_pb2.AddAclsRequest(acls=[_fuzz_acl(h)]),
+    "RemoveAcls": lambda h: kq_pb2.RemoveAclsRequest(acls=[_fuzz_acl(h)]),
+    "ListAcls": lambda h: kq_pb2.ListAclsRequest(),
+    "WhoAmI": lambda h: kq_pb2.WhoAmIRequest(),
 }
 
 
