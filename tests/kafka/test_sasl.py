@@ -23,6 +23,7 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersions
 from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.types import TopicName
 
 from kq.client import KqClient
 from kq.client.security import acl
@@ -317,7 +318,7 @@ def test_metadata_lists_only_the_topics_a_user_may_describe(secure: LocalCluster
         _, listed = decode_response(read_frame(sock), 3, 4)
         assert {topic.name for topic in listed.topics} == {TOPIC}
         named = MetadataRequest(
-            topics=(MetadataRequestTopic(name="sasl-mallory-new"),), allow_auto_topic_creation=True
+            topics=(MetadataRequestTopic(name=TopicName("sasl-mallory-new")),), allow_auto_topic_creation=True
         )
         sock.sendall(request_frame(named))
         _, answer = decode_response(read_frame(sock), 3, 4)
