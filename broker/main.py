@@ -519,7 +519,7 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     is_flag=True,
     default=False,
     help="Kafka clients must authenticate with SASL (security.protocol=SASL_SSL with --kafka-tls, else "
-    "SASL_PLAINTEXT, on loopback only unless --insecure) as a user of `kq user put` (KQ_KAFKA_SASL).",
+    "SASL_PLAINTEXT, on loopback only unless --insecure) as a kq user (PutUser) (KQ_KAFKA_SASL).",
 )
 @click.option(
     "--kafka-sasl-mechanisms",
