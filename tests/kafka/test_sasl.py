@@ -65,6 +65,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             admin.create_topic(TOPIC, partitions=1)
             for mechanism in MECHANISMS:
                 admin.create_topic(f"sasl-{mechanism.lower()}", partitions=1)
+            # Each node checks passwords and ACLs against its own copy, a heartbeat or so behind.
+            cluster.wait_applied(admin.index_seen, list(cluster.nodes))
         yield cluster
 
 
