@@ -28,6 +28,7 @@ from kio.schema.types import TopicName
 from kq.client import KqClient
 from kq.client.security import acl
 from kq.deploy.cluster import LocalCluster
+from kq.proto.limits import KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX
 from tests.kafka.wire import decode_response, read_frame, request_frame
 
 pytestmark = pytest.mark.system
@@ -187,7 +188,8 @@ def _tls_socket(cluster: LocalCluster, node_id: str = "1") -> ssl.SSLSocket:
 def test_the_node_answers_the_failure_then_closes_the_connection(secure: LocalCluster) -> None:
     """On the wire: SaslHandshake v1, then SaslAuthenticate with a wrong PLAIN password is answered
     SASL_AUTHENTICATION_FAILED (58) with a message, and the connection is closed; a request before
-    authenticating also closes it, and an unknown mechanism is answered UNSUPPORTED_SASL_MECHANISM (33)."""
+    authenticating also closes it, so does a frame over the unauthenticated limit, and an unknown
+    mechanism is answered UNSUPPORTED_SASL_MECHANISM (33)."""
     with _tls_socket(secure) as sock:
         sock.sendall(request_frame(SaslHandshakeRequest(mechanism="PLAIN")))
         assert decode_response(read_frame(sock), 17, 1)[1].error_code == 0
@@ -200,6 +202,10 @@ def test_the_node_answers_the_failure_then_closes_the_connection(secure: LocalCl
         sock.sendall(request_frame(SaslHandshakeRequest(mechanism="GSSAPI")))
         _, answer = decode_response(read_frame(sock), 17, 1)
         assert answer.error_code == 33 and set(answer.mechanisms) == set(MECHANISMS)
+    with _tls_socket(secure) as sock:
+        sock.sendall(struct.pack(">i", KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX + 1))  # Refused unread.
+        with pytest.raises(ConnectionError):
+            read_frame(sock)
     with _tls_socket(secure) as sock:
         sock.sendall(request_frame(ApiVersionsV0()))
         assert decode_response(read_frame(sock), 18, 0)[1].error_code == 0  # Answered before SASL.
