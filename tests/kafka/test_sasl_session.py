@@ -21,6 +21,7 @@ from kq.broker.auth import (
     Security,
     token_secret_hash,
 )
+from kq.broker.config import ConfigError, parse_sasl_mechanisms
 from kq.broker.kafka.authorize import ACLS, OPEN_APIS, WHOLE, ApiKey, access, writes_some_topic
 from kq.broker.kafka.base import (
     ILLEGAL_SASL_STATE,
@@ -226,3 +227,11 @@ def test_acls_decide_per_api(security: Security) -> None:
     deny_all = acl("User:alice", "write", "topic", "*", deny=True)
     rules = (*security.state.rules, Rule.of(deny_all))
     assert not writes_some_topic(SecurityState({}, {}, (), rules), "User:alice")
+
+
+def test_the_mechanisms_flag_takes_known_names_only() -> None:
+    """`--kafka-sasl-mechanisms`: a comma-separated subset, case-insensitive, without repeats."""
+    assert parse_sasl_mechanisms("scram-sha-512, PLAIN,PLAIN") == ("SCRAM-SHA-512", "PLAIN")
+    for bad in ("", " , ", "GSSAPI", "PLAIN,OAUTHBEARER"):
+        with pytest.raises(ConfigError, match="--kafka-sasl-mechanisms"):
+            parse_sasl_mechanisms(bad)
