@@ -101,19 +101,25 @@ class ServerTls:
             [(self.key, self.cert)], root_certificates=self.ca, require_client_auth=self.require_client_cert
         )
 
-    def ssl_context(self) -> ssl.SSLContext:
+    def ssl_context(self, sasl: bool = False) -> ssl.SSLContext:
         """The Kafka listener's TLS (`--kafka-tls`): the same certificate, and client certificates
-        required from the same CA under `--tls-require-client-cert`."""
+        required from the same CA under `--tls-require-client-cert`, unless the listener has SASL
+        (`--kafka-sasl`: SASL_SSL), where SASL authenticates the client and none is asked for, as on
+        Kafka's own SASL_SSL listeners."""
         assert self.files is not None, "made from files (broker/main.py)"
         cert, key, ca = self.files
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca))
         context.load_cert_chain(cert, key)
-        context.verify_mode = ssl.CERT_REQUIRED if self.require_client_cert else ssl.CERT_NONE
+        required = self.require_client_cert and not sasl
+        context.verify_mode = ssl.CERT_REQUIRED if required else ssl.CERT_NONE
         return context
 
     def client(self) -> TlsConfig:
         """The node as a client of other nodes (membership probes, Kafka calls forwarded to the leader)."""
         return TlsConfig(self.ca, self.cert, self.key)
+
+
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # broker/kafka/sasl.py serves each.
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +131,9 @@ class KafkaConfig:
     default_partitions: int = KAFKA_DEFAULT_PARTITIONS
     auto_create_topics: bool = True
     tls: bool = False  # `--kafka-tls`: the listener speaks TLS with the node's certificate (SSL clients).
+    # `--kafka-sasl`: the SASL mechanisms clients must authenticate with (SASL_SSL with --kafka-tls,
+    # else SASL_PLAINTEXT); () for none.
+    sasl_mechanisms: tuple[str, ...] = ()
 
 
 def _checked(text: str, problem: str | None) -> str:
@@ -150,6 +159,17 @@ def parse_node_id(text: str) -> str:
 
 _SIZE_UNITS = {"": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 _SIZE = re.compile(r"(\d+)\s*([KkMmGgTt]i[Bb])?")
+
+
+def parse_sasl_mechanisms(text: str) -> tuple[str, ...]:
+    """`--kafka-sasl-mechanisms`: a comma-separated, non-empty subset of KAFKA_SASL_MECHANISMS."""
+    names = tuple(dict.fromkeys(name.strip().upper() for name in text.split(",") if name.strip()))
+    unknown = [name for name in names if name not in KAFKA_SASL_MECHANISMS]
+    if not names or unknown:
+        raise ConfigError(
+            f"--kafka-sasl-mechanisms: one or more of {', '.join(KAFKA_SASL_MECHANISMS)}, got {text[:80]!r}"
+        )
+    return names
 
 
 def parse_byte_size(text: str, what: str) -> int:

@@ -23,6 +23,7 @@ from kq.broker.admission import ReaderAdmission, ReaderLimits
 from kq.broker.auth import Security
 from kq.broker.compactor import Compactor
 from kq.broker.config import (
+    KAFKA_SASL_MECHANISMS,
     ConfigError,
     KafkaConfig,
     NodeConfig,
@@ -32,6 +33,7 @@ from kq.broker.config import (
     parse_node_id,
     parse_peers,
     parse_rack,
+    parse_sasl_mechanisms,
 )
 from kq.broker.consensus import PySyncObjConsensus
 from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
@@ -156,7 +158,12 @@ class BrokerNode:
                     apis.answer,
                     config.kafka.frame_bytes_max,
                     apis.close,
-                    config.tls.ssl_context() if config.kafka.tls and config.tls is not None else None,
+                    (
+                        config.tls.ssl_context(sasl=bool(config.kafka.sasl_mechanisms))
+                        if config.kafka.tls and config.tls is not None
+                        else None
+                    ),
+                    apis.connected,
                 )
             )
         self.grpc_port = 0  # Bound by start().
@@ -508,6 +515,19 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     "client certificates from --tls-ca required under --tls-require-client-cert.",
 )
 @click.option(
+    "--kafka-sasl",
+    is_flag=True,
+    default=False,
+    help="Kafka clients must authenticate with SASL (security.protocol=SASL_SSL with --kafka-tls, else "
+    "SASL_PLAINTEXT, on loopback only unless --insecure) as a kq user (PutUser) (KQ_KAFKA_SASL).",
+)
+@click.option(
+    "--kafka-sasl-mechanisms",
+    default=",".join(KAFKA_SASL_MECHANISMS),
+    show_default=True,
+    help="The SASL mechanisms --kafka-sasl offers, comma-separated (KQ_KAFKA_SASL_MECHANISMS).",
+)
+@click.option(
     "--auth",
     is_flag=True,
     default=False,
@@ -563,6 +583,8 @@ def main(
     tls_ca: str | None,
     tls_require_client_cert: bool,
     kafka_tls: bool,
+    kafka_sasl: bool,
+    kafka_sasl_mechanisms: str,
     auth: bool,
     super_users: tuple[str, ...],
     insecure: bool,
@@ -598,6 +620,7 @@ def main(
                 raise ConfigError(f"--super-user: a principal is User:<name>, got {principal!r}")
         if kafka_tls and tls is None:
             raise ConfigError("--kafka-tls needs --tls-cert, --tls-key and --tls-ca")
+        mechanisms = parse_sasl_mechanisms(kafka_sasl_mechanisms) if kafka_sasl else ()
         if not insecure:
             _refuse_exposed_plain_text(grpc_address, kafka_address if not kafka_tls else "", tls is not None)
         kafka = None
@@ -608,6 +631,7 @@ def main(
                 default_partitions,
                 auto_create_topics,
                 kafka_tls,
+                mechanisms,
             )
     except ConfigError as error:
         raise click.UsageError(str(error)) from error

@@ -315,6 +315,15 @@ KAFKA_LAG_CHECK_TOPICS_MAX = 16  # Topics of one Fetch a lagging follower asks t
 RACK_NAME_LENGTH_MAX = 64  # A node's --rack (Kafka's broker.rack): letters, digits, '.', '_', '-'.
 KAFKA_DEFAULT_PARTITIONS = 1  # Kafka's num.partitions: auto-created topics; --default-partitions.
 KAFKA_UNACKNOWLEDGED_APPENDS_MAX = 10_000  # acks=0 appends in progress per node; more are dropped.
+# SASL on the Kafka listener (`--kafka-sasl`, broker/kafka/sasl.py). Before a connection authenticates
+# it may send only ApiVersions and the SASL APIs, in frames of at most this many bytes (Kafka's
+# sasl.server.max.receive.size is 512 KiB; a SASL exchange needs a few hundred bytes), and it must
+# authenticate within KAFKA_AUTHENTICATION_S of connecting, so that unauthenticated connections hold
+# neither memory nor connection slots for long.
+KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX = 64 * 1024
+KAFKA_AUTHENTICATION_S = 30.0
+KAFKA_SASL_TOKEN_BYTES_MAX = 8 * 1024  # One SaslAuthenticate token (SCRAM's and PLAIN's are ~100-400 bytes).
+KAFKA_SASL_ROUNDS_MAX = 4  # SaslAuthenticate requests per connection: SCRAM takes 2, PLAIN 1.
 
 # Kafka consumer groups (broker/kafka/groups.py, raft/kafka_groups.py): checked by the shared validation.
 GROUP_INSTANCE_ID_LENGTH_MAX = 249  # Kafka's limit; the characters of a topic name (Kafka's rule too).

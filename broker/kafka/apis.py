@@ -4,17 +4,25 @@
 refuses an API or version it does not serve (UNSUPPORTED_VERSION where the response can say so;
 ApiVersions always can, in its v0 form, so a client learns what to use), decodes the body with kio,
 runs the handler and encodes its response. ApiVersions advertises exactly the table below.
+
+It is also where a connection's principal is bound (`connected`, and SASL: sasl.py) and where an
+unauthenticated connection is stopped: until it has a principal, only ApiVersions and the SASL APIs
+are answered and anything else closes it (Kafka does the same on a SASL listener). The requests
+that name a single resource are authorized here (authorize.py `WHOLE`); the others in their handlers.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kq.broker.auth import Principal
 from kq.broker.edge import RateLimitedLog
-from kq.broker.kafka.base import NONE, UNSUPPORTED_VERSION
+from kq.broker.kafka.authorize import DENIED_CODE, OPEN_APIS, WHOLE, ApiKey, access
+from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster import ClusterApis
 from kq.broker.kafka.configs import ConfigApis
@@ -31,12 +39,15 @@ from kq.broker.kafka.framing import (
 from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
+from kq.broker.kafka.sasl import Answer, SaslSession, SaslState
 from kq.broker.metrics import KAFKA_REQUEST_LATENCY, observe_latency
 from kq.proto.limits import LOG_INTERVAL_S
+from kq.raft.auth import ANONYMOUS
 
 logger = logging.getLogger(__name__)
 
 API_VERSIONS = 18
+_SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
@@ -62,19 +73,34 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             14: (0, 3, self.sync_group),
             15: (0, 5, self.describe_groups),
             16: (0, 4, self.list_groups),
+            ApiKey.SASL_HANDSHAKE: (0, 1, self.sasl_handshake),
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
             22: (0, 4, self.init_producer_id),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
+            ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
             44: (0, 1, self.incremental_alter_configs),
             60: (0, 1, self.describe_cluster),
         }
+
+    def connected(self, connection: Connection) -> None:
+        """Binds a new connection's principal (the listener's on_connect): on a SASL listener none
+        until SASL succeeds; else its client certificate's, else User:ANONYMOUS while --auth is off."""
+        if self._settings.sasl_mechanisms:
+            connection.sasl = SaslSession(self._security, self._settings.sasl_mechanisms)
+        elif connection.common_name:
+            connection.principal = self._security.principal_of(connection.common_name)
+        elif not self._security.enabled:
+            connection.principal = Principal(ANONYMOUS, True)
 
     async def answer(self, frame: bytes, connection: Connection) -> bytes | None:
         """The response frame to one request frame; None when the request wants none (acks=0).
 
         Raises CloseConnectionError for a frame no response can answer."""
+        sasl = connection.sasl
+        if sasl is not None and sasl.raw_tokens and sasl.state is SaslState.AUTHENTICATING:
+            return await self._raw_token(frame, connection, sasl)
         try:
             prefix = read_prefix(frame)
         except FrameError as error:
@@ -82,6 +108,9 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
         served = self.apis.get(prefix.api_key)
         if served is None:
             raise CloseConnectionError(f"API key {prefix.api_key} is not served")
+        if connection.principal is None and prefix.api_key not in OPEN_APIS:
+            how = "SASL first" if sasl is not None else "--auth: SASL (--kafka-sasl) or a client certificate"
+            raise CloseConnectionError(f"API key {prefix.api_key} before authentication: {how}")
         low, high, handler = served
         if not low <= prefix.api_version <= high:
             return self._unsupported_version(prefix.api_key, prefix.api_version, prefix.correlation_id)
@@ -91,6 +120,9 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             request = decode_request(frame, schema)
         except FrameError as error:
             raise CloseConnectionError(str(error)) from error
+        denied = self._denied_whole(request, connection)
+        if denied is not None:
+            return encode_response(request.correlation_id, denied)
         started_s = time.monotonic()
         try:
             response = await handler(request, connection)
@@ -109,6 +141,64 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
         name = getattr(handler, "__name__", str(prefix.api_key))  # produce, fetch, ...: a fixed set.
         observe_latency(KAFKA_REQUEST_LATENCY, name, started_s)
         return None if response is None else encode_response(request.correlation_id, response)
+
+    def _denied_whole(self, request: Request, connection: Connection) -> Any | None:
+        """The whole answer to a request naming one resource its principal may not use (authorize.py
+        `WHOLE`: its response's one error code says so), or None."""
+        subject = WHOLE.get(ApiKey(request.api_key)) if request.api_key in WHOLE else None
+        resource = None if subject is None else subject(request.body)
+        if resource is None or connection.principal is None:
+            return None
+        resource_type, name = resource
+        needed = access(ApiKey(request.api_key), resource_type, name)
+        if self._security.denied(connection.principal, [needed]) is None:
+            return None
+        cls = response_schema(request.api_key, request.api_version)
+        return build(cls, error_code=DENIED_CODE[resource_type])
+
+    # SASL (sasl.py) ------------------------------------------------------------------------------
+
+    async def sasl_handshake(self, request: Request, connection: Connection) -> Any:
+        """Chooses the connection's SASL mechanism; ILLEGAL_SASL_STATE on a listener without SASL."""
+        module = response_module(ApiKey.SASL_HANDSHAKE, request.api_version)
+        sasl = connection.sasl
+        if sasl is None:
+            return build(module.SaslHandshakeResponse, error_code=ILLEGAL_SASL_STATE, mechanisms=())
+        answer = sasl.handshake(request.body.mechanism, request.api_version)
+        if answer.close:
+            connection.close_reason = f"SASL: {answer.message}"
+        return build(module.SaslHandshakeResponse, error_code=answer.error_code, mechanisms=sasl.mechanisms)
+
+    async def sasl_authenticate(self, request: Request, connection: Connection) -> Any:
+        """One SASL token of the client's, answered with the server's (KIP-152)."""
+        module = response_module(ApiKey.SASL_AUTHENTICATE, request.api_version)
+        sasl = connection.sasl
+        if sasl is None:
+            answer = Answer(ILLEGAL_SASL_STATE, "this Kafka listener has no SASL (--kafka-sasl)")
+        else:
+            answer = await self._sasl_step(connection, sasl, request.body.auth_bytes)
+        return build(
+            module.SaslAuthenticateResponse,
+            error_code=answer.error_code,
+            error_message=answer.message,
+            auth_bytes=answer.token,
+            session_lifetime=0,  # No re-authentication (KIP-368): the session lasts the connection.
+        )
+
+    async def _raw_token(self, frame: bytes, connection: Connection, sasl: SaslSession) -> bytes | None:
+        """A bare SASL token after a SaslHandshake v0, answered with a bare frame; a failure closes the
+        connection without an answer (that framing has no way to say why)."""
+        answer = await self._sasl_step(connection, sasl, frame)
+        return None if answer.close else _SIZE.pack(len(answer.token)) + answer.token
+
+    async def _sasl_step(self, connection: Connection, sasl: SaslSession, token: bytes) -> Answer:
+        # On a worker: PLAIN derives the user's key (its iteration count of HMACs).
+        answer = await self._in_workers(sasl.authenticate, bytes(token))
+        if answer.close:
+            connection.close_reason = f"SASL: {answer.message}"
+        elif sasl.principal is not None:
+            connection.principal = sasl.principal
+        return answer
 
     def _unsupported_version(self, api_key: int, api_version: int, correlation_id: int) -> bytes:
         """UNSUPPORTED_VERSION in a form the client can read; CloseConnectionError when none exists."""

@@ -9,7 +9,7 @@ error code of its row in kq's one error table (proto/errors.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,9 @@ import grpc
 
 from kq.broker.consensus import Peer
 from kq.broker.errors import KqError, UnavailableError
+from kq.broker.kafka.authorize import ApiKey, access
 from kq.broker.kafka.forward import LeaderForwarder
+from kq.broker.kafka.listener import Connection
 from kq.broker.membership import MembershipView
 from kq.broker.service import BrokerService
 from kq.broker.service_base import ServiceBase
@@ -44,6 +46,8 @@ INVALID_GROUP_ID = 24
 UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
 UNSUPPORTED_VERSION = 35
 TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
@@ -52,6 +56,7 @@ INVALID_CONFIG = 40
 NOT_CONTROLLER = 41
 INVALID_REQUEST = 42
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+SASL_AUTHENTICATION_FAILED = 58
 UNSUPPORTED_COMPRESSION_TYPE = 76
 MEMBER_ID_REQUIRED = 79
 INVALID_RECORD = 87
@@ -97,8 +102,10 @@ class KafkaSettings:
         default_partitions: int,
         forward_credentials: grpc.ChannelCredentials | None = None,
         forward_metadata: tuple[tuple[str, str], ...] = (),
+        sasl_mechanisms: Sequence[str] = (),
     ) -> None:
         self._view = view
+        self.sasl_mechanisms = tuple(sasl_mechanisms)  # `--kafka-sasl`: what clients must use; () for none.
         self.forward_credentials = forward_credentials  # The node's TLS for calls to the leader.
         self.forward_metadata = forward_metadata  # The node's proof (broker/auth.py) on those calls.
         self.self_broker_id = self_broker_id
@@ -163,6 +170,7 @@ class KafkaBase(ServiceBase):
             service._readers,
             service._workers,
             service._reads,
+            security=service._security,
         )
         self._service = service
         self._settings = settings
@@ -185,6 +193,31 @@ class KafkaBase(ServiceBase):
             for broker in self._settings.brokers
             if broker.node_id == self._node.node_id or connected.get(broker.node_id, False)
         )
+
+    # Authorization (broker/kafka/authorize.py) -------------------------------------------------------
+
+    def _permitted(self, connection: Connection, api_key: ApiKey, resource_type: int, name: str) -> bool:
+        """Whether the connection's principal may do what `api_key` needs on the resource; a denial is
+        logged (once a minute per principal and resource)."""
+        principal = connection.principal
+        if principal is None:  # KafkaApis.answer lets no request of an unknown principal this far.
+            return False
+        return self._security.denied(principal, [access(api_key, resource_type, name)]) is None
+
+    def _refused(
+        self, connection: Connection, api_key: ApiKey, resource_type: int, names: Iterable[str]
+    ) -> frozenset[str]:
+        """The names among `names` the connection may not use as `api_key` needs (each logged)."""
+        return frozenset(
+            name for name in set(names) if not self._permitted(connection, api_key, resource_type, name)
+        )
+
+    def _visible(self, connection: Connection, api_key: ApiKey, resource_type: int, name: str) -> bool:
+        """Whether a listing (Metadata of every topic, ListGroups) shows the resource: not logged, the
+        others are simply left out, as Kafka does."""
+        principal = connection.principal
+        needed = access(api_key, resource_type, name)
+        return principal is not None and self._security.allowed(principal, needed)
 
     async def _on_leader(self, method: str, request: Any) -> Any:
         """BrokerService's `method` here when this node leads, else on the leader (forward.py)."""

@@ -13,7 +13,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from kq.broker.auth import CLUSTER, TOPIC
 from kq.broker.errors import KqError
+from kq.broker.kafka.authorize import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+    ApiKey,
+    access,
+    writes_some_topic,
+)
 from kq.broker.kafka.base import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_CONFIG,
@@ -36,6 +44,7 @@ from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.broker.validation import check_partition_count, check_topic_name
 from kq.proto import kq_pb2
+from kq.raft.auth import CLUSTER_RESOURCE
 from kq.raft.topic_config import configs_problem
 from kq.raft.validation import partition_count_problem, topic_name_problem
 from kq.storage import TopicMeta
@@ -65,8 +74,15 @@ class ClusterApis(KafkaBase):
         answers = []
         for name, found in topics:
             topic, code = found, NONE
-            if topic is None and name is not None and auto_create and topic_name_problem(name) is None:
-                topic, code = await self._auto_create(name)
+            if names is None and not self._visible(connection, ApiKey.METADATA, TOPIC, name or ""):
+                continue  # Listing every topic: those the principal may not DESCRIBE are left out.
+            if names is not None and not self._permitted(connection, ApiKey.METADATA, TOPIC, name or ""):
+                topic, code = None, TOPIC_AUTHORIZATION_FAILED
+            elif topic is None and name is not None and auto_create and topic_name_problem(name) is None:
+                if self._permitted(connection, ApiKey.CREATE_TOPICS, TOPIC, name):
+                    topic, code = await self._auto_create(name)
+                else:
+                    code = TOPIC_AUTHORIZATION_FAILED
             elif topic is None:
                 code = (
                     INVALID_TOPIC
@@ -209,6 +225,8 @@ class ClusterApis(KafkaBase):
                 topic.num_partitions if topic.num_partitions != -1 else self._settings.default_partitions
             )
             code, message = self._create_problem(topic, partitions)
+            if not self._permitted(connection, ApiKey.CREATE_TOPICS, TOPIC, topic.name):
+                code, message = TOPIC_AUTHORIZATION_FAILED, f"not authorized to CREATE topic {topic.name}"
             if code == NONE and not request.body.validate_only:
                 code, message = await self._create(topic.name, partitions, topic.configs)
             elif code == NONE:
@@ -275,6 +293,16 @@ class ClusterApis(KafkaBase):
         module = response_module(DELETE_TOPICS, request.api_version)
         results = []
         for name in request.body.topic_names:
+            if not self._permitted(connection, ApiKey.DELETE_TOPICS, TOPIC, name):
+                results.append(
+                    build(
+                        module.DeletableTopicResult,
+                        name=name,
+                        error_code=TOPIC_AUTHORIZATION_FAILED,
+                        error_message=f"not authorized to DELETE topic {name}",
+                    )
+                )
+                continue
             try:
                 await self._on_leader("DeleteTopic", kq_pb2.DeleteTopicRequest(name=name))
                 code, message = NONE, None
@@ -300,6 +328,14 @@ class ClusterApis(KafkaBase):
                 producer_id=-1,
                 producer_epoch=-1,
             )
+        if not self._may_produce_idempotently(connection):
+            return build(
+                module.InitProducerIdResponse,
+                throttle_time=0,
+                error_code=CLUSTER_AUTHORIZATION_FAILED,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         try:
             answer = await self._on_leader("RegisterProducer", kq_pb2.RegisterProducerRequest())
         except KqError as error:
@@ -317,3 +353,14 @@ class ClusterApis(KafkaBase):
             producer_id=answer.producer_id,
             producer_epoch=0,
         )
+
+    def _may_produce_idempotently(self, connection: Connection) -> bool:
+        """InitProducerId's rule (authorize.py): WRITE on the cluster, or an ALLOW WRITE on some topic;
+        a refusal is logged as the cluster one."""
+        principal = connection.principal
+        if principal is None:
+            return False
+        if principal.super_user or writes_some_topic(self._security.state, principal.name):
+            return True
+        needed = access(ApiKey.INIT_PRODUCER_ID, CLUSTER, CLUSTER_RESOURCE)
+        return self._security.denied(principal, [needed]) is None

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kq.broker.auth import CLUSTER, TOPIC
 from kq.broker.errors import KqError
+from kq.broker.kafka.authorize import DENIED_CODE, ApiKey
 from kq.broker.kafka.base import (
     INVALID_CONFIG,
     INVALID_REQUEST,
@@ -28,6 +30,7 @@ from kq.broker.kafka.listener import Connection
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import APPEND_BYTES_MAX
+from kq.raft.auth import CLUSTER_RESOURCE
 from kq.raft.topic_config import CLEANUP_POLICY, CONFIGS, configs_problem, decode_overrides
 from kq.raft.validation import topic_name_problem
 
@@ -50,10 +53,17 @@ class ConfigApis(KafkaBase):
         module = response_module(DESCRIBE_CONFIGS, request.api_version)
         results = []
         for resource in request.body.resources:
-            configs = await self._in_reads(self._configs_of, resource.resource_type, resource.resource_name)
+            denied = self._config_denial(connection, ApiKey.DESCRIBE_CONFIGS, resource)
+            configs = (
+                None
+                if denied is not None
+                else await self._in_reads(self._configs_of, resource.resource_type, resource.resource_name)
+            )
             code, message = (
                 (NONE, None) if configs is not None else (UNKNOWN_TOPIC_OR_PARTITION, "unknown resource")
             )
+            if denied is not None:
+                code, message = denied
             wanted = resource.configuration_keys  # Null or empty: all of them (kafka-python sends []).
             entries = tuple(
                 build(
@@ -125,21 +135,44 @@ class ConfigApis(KafkaBase):
             ]
         return None
 
+    def _config_denial(
+        self, connection: Connection, api_key: ApiKey, resource: Any
+    ) -> tuple[int, str] | None:
+        """(error code, message) when the principal may not use `api_key` on a config resource: a topic,
+        or a broker (the cluster: kq has no per-broker ACLs); None when it may, or when the resource
+        type has no configs (the handler answers that)."""
+        if resource.resource_type == TOPIC_RESOURCE:
+            resource_type, name = TOPIC, resource.resource_name
+        elif resource.resource_type == BROKER_RESOURCE:
+            resource_type, name = CLUSTER, CLUSTER_RESOURCE
+        else:
+            return None
+        if self._permitted(connection, api_key, resource_type, name):
+            return None
+        return DENIED_CODE[resource_type], f"not authorized to {api_key.name} {resource.resource_name!r}"
+
     async def incremental_alter_configs(self, request: Request, connection: Connection) -> Any:
         """SET and DELETE any topic config; APPEND and SUBTRACT the list one (cleanup.policy)."""
-        return await self._alter_resources(request, INCREMENTAL_ALTER_CONFIGS, incremental=True)
+        return await self._alter_resources(request, connection, INCREMENTAL_ALTER_CONFIGS, incremental=True)
 
     async def alter_configs(self, request: Request, connection: Connection) -> Any:
         """Replaces a topic's overrides with the given ones (those not named go back to the default)."""
-        return await self._alter_resources(request, ALTER_CONFIGS, incremental=False)
+        return await self._alter_resources(request, connection, ALTER_CONFIGS, incremental=False)
 
-    async def _alter_resources(self, request: Request, api_key: int, incremental: bool) -> Any:
+    async def _alter_resources(
+        self, request: Request, connection: Connection, api_key: int, incremental: bool
+    ) -> Any:
         """Both alter APIs' answer: each resource changed in turn, one result each (their response
         classes differ only in name)."""
         module = response_module(api_key, request.api_version)
         responses = []
         for resource in request.body.resources:
-            code, message = await self._alter(resource, request.body.validate_only, incremental)
+            denied = self._config_denial(connection, ApiKey(api_key), resource)
+            code, message = (
+                denied
+                if denied is not None
+                else await self._alter(resource, request.body.validate_only, incremental)
+            )
             responses.append(_alter_response(module, resource, code, message))
         answer = module.IncrementalAlterConfigsResponse if incremental else module.AlterConfigsResponse
         return build(answer, throttle_time=0, responses=tuple(responses))

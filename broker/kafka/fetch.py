@@ -25,8 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kq.broker.auth import TOPIC
 from kq.broker.errors import KqError, TooManyReadersError
 from kq.broker.group_service import first_offset_at
+from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
 from kq.broker.kafka.base import (
     INVALID_REQUEST,
     NONE,
@@ -99,12 +101,15 @@ class FetchApis(KafkaBase):
             return build(
                 module.FetchResponse, throttle_time=0, error_code=INVALID_REQUEST, session_id=0, responses=()
             )
+        refused = self._refused(connection, ApiKey.FETCH, TOPIC, [topic for topic, _, _, _ in wanted])
+        denied = [PartitionRead(t, p, TOPIC_AUTHORIZATION_FAILED) for t, p, _, _ in wanted if t in refused]
+        wanted = [entry for entry in wanted if entry[0] not in refused]
         max_bytes = min(body.max_bytes if body.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
         wait_ms = min(max(int(body.max_wait.total_seconds() * 1000), 0), FETCH_WAIT_MS_MAX)
         rack = str(getattr(body, "rack_id", "") or "")  # Fetch v11+: the consumer's client.rack.
         reads = await self._fetch_reads(wanted, max_bytes, body.min_bytes, wait_ms, connection, rack)
         self._count_fetch(reads)
-        return self._fetch_response(module, reads)
+        return self._fetch_response(module, denied + reads)
 
     async def _fetch_reads(
         self, wanted: Wanted, max_bytes: int, min_bytes: int, wait_ms: int, connection: Connection, rack: str
@@ -250,9 +255,12 @@ class FetchApis(KafkaBase):
         ]
         if len(wanted) > KAFKA_PARTITIONS_PER_REQUEST_MAX:
             wanted = []
-        found = await self._in_reads(self._list_offsets, wanted)
+        refused = self._refused(connection, ApiKey.LIST_OFFSETS, TOPIC, [topic for topic, _, _ in wanted])
+        found = iter(await self._in_reads(self._list_offsets, [w for w in wanted if w[0] not in refused]))
         by_topic: dict[str, list[Any]] = {}
-        for (topic, partition, _), (code, timestamp, offset) in zip(wanted, found, strict=True):
+        for topic, partition, _ in wanted:
+            denied = (TOPIC_AUTHORIZATION_FAILED, -1, -1)
+            code, timestamp, offset = denied if topic in refused else next(found)
             by_topic.setdefault(topic, []).append(
                 build(
                     module.ListOffsetsPartitionResponse,

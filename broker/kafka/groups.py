@@ -32,7 +32,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kq.broker.auth import GROUP, TOPIC
 from kq.broker.errors import KqError
+from kq.broker.kafka.authorize import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, ApiKey
 from kq.broker.kafka.base import (
     COORDINATOR_NOT_AVAILABLE,
     ILLEGAL_GENERATION,
@@ -456,7 +458,14 @@ class GroupApis(KafkaBase):
             for topic in body.topics
             for p in topic.partitions
         ]
-        codes = await self._commit(body, wanted)
+        if not self._permitted(connection, ApiKey.OFFSET_COMMIT, GROUP, body.group_id):
+            codes = [GROUP_AUTHORIZATION_FAILED] * len(wanted)
+        else:
+            refused = self._refused(connection, ApiKey.OFFSET_COMMIT, TOPIC, [name for name, _, _ in wanted])
+            committed = iter(await self._commit(body, [entry for entry in wanted if entry[0] not in refused]))
+            codes = [
+                TOPIC_AUTHORIZATION_FAILED if name in refused else next(committed) for name, _, _ in wanted
+            ]
         topics: dict[str, list[Any]] = {}
         for (name, partition, _), code in zip(wanted, codes, strict=True):
             topics.setdefault(name, []).append(
@@ -523,15 +532,23 @@ class GroupApis(KafkaBase):
         code = self._coordinator_code()
         if code == NONE and topic_name_problem(body.group_id, "group"):
             code = INVALID_GROUP_ID
+        if code == NONE and not self._permitted(connection, ApiKey.OFFSET_FETCH, GROUP, body.group_id):
+            code = GROUP_AUTHORIZATION_FAILED
         committed: dict[tuple[str, int], int] = {}
         if code == NONE:
             committed = await self._in_reads(self._committed, body.group_id)
-        if body.topics is None:
+        refused: frozenset[str] = frozenset()
+        if (
+            body.topics is None
+        ):  # All of the group's: those of topics the principal may not DESCRIBE left out.
             wanted: dict[str, list[int]] = {}
             for name, partition in sorted(committed):
-                wanted.setdefault(name, []).append(partition)
+                if self._visible(connection, ApiKey.OFFSET_FETCH, TOPIC, name):
+                    wanted.setdefault(name, []).append(partition)
         else:
             wanted = {topic.name: list(topic.partition_indexes) for topic in body.topics}
+            if code == NONE:
+                refused = self._refused(connection, ApiKey.OFFSET_FETCH, TOPIC, wanted)
         topics = tuple(
             build(
                 module.OffsetFetchResponseTopic,
@@ -540,10 +557,10 @@ class GroupApis(KafkaBase):
                     build(
                         module.OffsetFetchResponsePartition,
                         partition_index=partition,
-                        committed_offset=committed.get((name, partition), -1),
+                        committed_offset=-1 if name in refused else committed.get((name, partition), -1),
                         committed_leader_epoch=-1,
                         metadata="",
-                        error_code=code,
+                        error_code=code or (TOPIC_AUTHORIZATION_FAILED if name in refused else NONE),
                     )
                     for partition in partitions
                 ),
@@ -576,7 +593,8 @@ class GroupApis(KafkaBase):
                 group_state=state_name(state),
             )
             for state in states
-            if not wanted or state_name(state).lower() in wanted
+            if (not wanted or state_name(state).lower() in wanted)
+            and self._visible(connection, ApiKey.LIST_GROUPS, GROUP, state.name)
         )
         return build(module.ListGroupsResponse, throttle_time=0, error_code=NONE, groups=groups)
 
@@ -591,6 +609,8 @@ class GroupApis(KafkaBase):
         described = []
         for name in request.body.groups:
             group_code = code or (INVALID_GROUP_ID if topic_name_problem(name, "group") else NONE)
+            if group_code == NONE and not self._permitted(connection, ApiKey.DESCRIBE_GROUPS, GROUP, name):
+                group_code = GROUP_AUTHORIZATION_FAILED
             state = await self._group(name) if group_code == NONE else None
             described.append(self._described(module, name, group_code, state))
         return build(module.DescribeGroupsResponse, throttle_time=0, groups=tuple(described))

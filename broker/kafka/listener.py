@@ -7,6 +7,11 @@ read; a frame that cannot be answered (no size, over the limit, an unknown API, 
 closes that connection only, with one log line per reason per interval. The handlers
 (`broker/kafka/apis.py`) run on the same loop; what blocks (proposals, LMDB reads) they hand to the
 front end's pools.
+
+Each connection has a principal (`Connection.principal`, broker/kafka/apis.py binds it): from SASL
+on a `--kafka-sasl` listener, else from a verified client certificate, else User:ANONYMOUS while
+`--auth` is off. Until it has one, its frames are bounded by KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX
+and it must authenticate within KAFKA_AUTHENTICATION_S of connecting.
 """
 
 from __future__ import annotations
@@ -17,10 +22,22 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
+from kq.broker.auth import Principal
 from kq.broker.edge import RateLimitedLog
-from kq.proto.limits import KAFKA_CONNECTIONS_MAX, KAFKA_IDLE_CONNECTION_S, LOG_INTERVAL_S
+from kq.proto.limits import (
+    KAFKA_AUTHENTICATION_S,
+    KAFKA_CONNECTIONS_MAX,
+    KAFKA_IDLE_CONNECTION_S,
+    KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX,
+    LOG_INTERVAL_S,
+)
+
+if TYPE_CHECKING:
+    from kq.broker.kafka.sasl import SaslSession
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +50,27 @@ class CloseConnectionError(Exception):
 
 
 class Connection:
-    """One client connection: its peer address (for per-connection limits and logs)."""
+    """One client connection: its peer address (for per-connection limits and logs), the common name
+    of its verified client certificate, and who it is once known."""
 
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, common_name: str = "") -> None:
         self.peer = peer
+        self.common_name = common_name  # "": no client certificate (plain text, or none asked for).
+        self.connected_s = time.monotonic()
+        self.principal: Principal | None = None  # Bound by KafkaApis.connected or by SASL.
+        self.sasl: SaslSession | None = None  # On a --kafka-sasl listener.
+        self.close_reason: str | None = None  # Set by a handler: closed after its response is sent.
+
+
+def certificate_common_name(peer_certificate: Any) -> str:
+    """The subject common name of a verified peer certificate (ssl's getpeercert() dict), or ""."""
+    if not isinstance(peer_certificate, dict):
+        return ""
+    for relative_name in peer_certificate.get("subject", ()):
+        for key, value in relative_name:
+            if key == "commonName" and isinstance(value, str):
+                return value
+    return ""
 
 
 class KafkaListener:
@@ -49,8 +83,10 @@ class KafkaListener:
         frame_bytes_max: int,
         on_stop: Callable[[], Awaitable[None]] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        on_connect: Callable[[Connection], None] | None = None,
     ) -> None:
         self.address = address
+        self._on_connect = on_connect  # Binds a new connection's principal (KafkaApis.connected).
         self._ssl = ssl_context  # None: plain text (Kafka's PLAINTEXT); else SSL clients only.
         self._on_stop = on_stop
         self.port = 0  # Bound by start().
@@ -103,8 +139,11 @@ class KafkaListener:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = Connection(peer, certificate_common_name(writer.get_extra_info("peercert")))
+        if self._on_connect is not None:
+            self._on_connect(connection)
         try:
-            await self._requests(reader, writer, Connection(peer))
+            await self._requests(reader, writer, connection)
         except CloseConnectionError as error:
             self._log.report("close", "closing Kafka connection %s: %s", peer, error)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
@@ -121,15 +160,34 @@ class KafkaListener:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection
     ) -> None:
         while True:
+            frame = await self._read_frame(reader, connection)
+            response = await self._answer(frame, connection)
+            del frame
+            if response is not None:
+                writer.write(response)
+                await writer.drain()
+            if connection.close_reason is not None:
+                raise CloseConnectionError(connection.close_reason)
+
+    async def _read_frame(self, reader: asyncio.StreamReader, connection: Connection) -> bytes:
+        """The next request frame. An authenticated connection may be idle for KAFKA_IDLE_CONNECTION_S
+        (TimeoutError) between frames; one not yet authenticated has small frames and a deadline."""
+        if connection.principal is not None:
             async with asyncio.timeout(KAFKA_IDLE_CONNECTION_S):
                 (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
             if not 0 < size <= self._frame_bytes_max:
                 raise CloseConnectionError(
                     f"a frame of {size} bytes (the limit is {self._frame_bytes_max}, --kafka-frame-bytes-max)"
                 )
-            frame = await reader.readexactly(size)
-            response = await self._answer(frame, connection)
-            del frame
-            if response is not None:
-                writer.write(response)
-                await writer.drain()
+            return await reader.readexactly(size)
+        frame_bytes_max = min(self._frame_bytes_max, KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX)
+        try:
+            async with asyncio.timeout(connection.connected_s + KAFKA_AUTHENTICATION_S - time.monotonic()):
+                (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
+                if not 0 < size <= frame_bytes_max:
+                    raise CloseConnectionError(
+                        f"a frame of {size} bytes before authentication (the limit is {frame_bytes_max})"
+                    )
+                return await reader.readexactly(size)
+        except TimeoutError:
+            raise CloseConnectionError(f"not authenticated within {KAFKA_AUTHENTICATION_S:.0f} s") from None

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from kq.broker.auth import TOPIC
 from kq.broker.errors import KqError
+from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
 from kq.broker.kafka.base import (
     INVALID_RECORD,
     INVALID_REQUEST,
@@ -62,7 +64,11 @@ class ProduceApis(KafkaBase):
         elif body.transactional_id is not None:
             results = [(INVALID_REQUEST, -1, "transactions are not implemented")] * len(wanted)
         else:
-            appends = [self._append_partition(name, index, records) for name, index, records in wanted]
+            refused = self._refused(connection, ApiKey.PRODUCE, TOPIC, [name for name, _, _ in wanted])
+            appends = [
+                _refusal(name) if name in refused else self._append_partition(name, index, records)
+                for name, index, records in wanted
+            ]
             if body.acks == 0:
                 self._append_unacknowledged(appends)
                 return None
@@ -124,3 +130,8 @@ class ProduceApis(KafkaBase):
             for name, partitions in by_topic.items()
         )
         return build(module.ProduceResponse, responses=topics, throttle_time=0)
+
+
+async def _refusal(topic: str) -> tuple[int, int, str | None]:
+    """A partition of a topic the principal may not WRITE: its answer, in the place of an append."""
+    return TOPIC_AUTHORIZATION_FAILED, -1, f"not authorized to WRITE topic {topic}"

@@ -37,4 +37,5 @@ def kafka_settings(
         kafka.default_partitions,
         config.peer_credentials,
         config.node_metadata,
+        kafka.sasl_mechanisms,
     )

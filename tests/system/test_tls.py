@@ -134,6 +134,40 @@ def test_kafka_clients_produce_and_consume_over_mutual_tls(secure: LocalCluster)
         plain.list_topics(timeout=3)
 
 
+def test_a_kafka_client_certificate_is_its_principal_for_acls(secure: LocalCluster) -> None:
+    """Over the Kafka listener too, bob's certificate makes it User:bob: its produce is refused
+    TOPIC_AUTHORIZATION_FAILED and writes nothing until an ACL lets it WRITE the topic."""
+    confluent = pytest.importorskip("confluent_kafka")
+    assert secure.tls_dir is not None
+    directory = secure.tls_dir
+    bob = {
+        "bootstrap.servers": secure.kafka_bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(directory / "ca.pem"),
+        "ssl.certificate.location": str(directory / "bob.pem"),
+        "ssl.key.location": str(directory / "bob-key.pem"),
+        "message.timeout.ms": 10_000,
+    }
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        admin.create_topic("kafka-bob", partitions=1)
+        admin.add_acls([acl("User:bob", "describe", "topic", "kafka-bob")])
+        secure.wait_applied(admin.index_seen, list(secure.nodes))
+    reports: list[object] = []
+    producer = confluent.Producer(bob)
+    producer.produce("kafka-bob", value=b"refused", on_delivery=lambda error, _message: reports.append(error))
+    producer.flush(30)
+    assert [getattr(error, "code", lambda: None)() for error in reports] == [
+        confluent.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        assert admin.list_offsets("kafka-bob")[0].log_end_offset == 0
+        admin.add_acls([acl("User:bob", "write", "topic", "kafka-bob")])
+        secure.wait_applied(admin.index_seen, list(secure.nodes))
+    producer = confluent.Producer(bob)
+    producer.produce("kafka-bob", value=b"allowed")
+    assert producer.flush(30) == 0
+
+
 def test_the_cli_talks_tls_with_its_options(secure: LocalCluster) -> None:
     assert secure.tls_dir is not None
     directory = secure.tls_dir

@@ -1,0 +1,160 @@
+"""What each Kafka API needs of the ACLs (`--auth`), as Kafka's own authorizer decides it (pure).
+
+The Kafka edge authorizes every request itself: what it forwards to the leader over gRPC travels
+as the node (a super-user there), so the leader cannot check the client's principal.
+
+`ACLS` is the one table: per API, per resource type it touches, the operation it needs. A request
+that names one resource and answers one error code (`WHOLE`: the group APIs, FindCoordinator,
+DescribeCluster) is checked in `KafkaApis.answer` before its handler runs and answered that error
+alone; the others are checked by their handlers per topic, group or config resource
+(`KafkaBase._permitted`), so that the unauthorized ones get TOPIC_AUTHORIZATION_FAILED (29) or
+GROUP_AUTHORIZATION_FAILED (30) in their own slot of the response while the rest are served, as
+Kafka does. Metadata omits topics the principal may not DESCRIBE when it lists all of them, and
+answers 29 for those it names; auto-creating a topic needs CreateTopics' CREATE. ListGroups lists only
+the groups the principal may DESCRIBE.
+
+Where kq's operations differ from Kafka's: kq has no DESCRIBE_CONFIGS, ALTER_CONFIGS or
+IDEMPOTENT_WRITE operations, so the config APIs need DESCRIBE and ALTER, on the topic or (a broker
+resource) on the cluster; InitProducerId (an idempotent producer's id) needs WRITE on the cluster or
+an ALLOW WRITE ACL on some topic (Kafka 3.0's rule, KIP-679), and is refused CLUSTER_AUTHORIZATION_FAILED.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kq.broker.auth import (
+    ALTER,
+    CLUSTER,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TOPIC,
+    WRITE,
+    Access,
+)
+from kq.proto import kq_pb2
+from kq.raft.auth import CLUSTER_RESOURCE, EVERYONE, SecurityState
+
+TOPIC_AUTHORIZATION_FAILED = 29  # Kafka's error codes of a denial, by the resource denied.
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+class ApiKey(enum.IntEnum):
+    """The Kafka APIs kq serves (KafkaApis.apis)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLUSTER = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """The operation an API needs on a resource; `or_cluster`: the same operation on the cluster
+    grants it too (CreateTopics: CREATE on the topic, or on the cluster)."""
+
+    operation: int
+    or_cluster: bool = False
+
+
+# API -> resource type -> what it needs. An API with no entry (ApiVersions and the SASL APIs) is open
+# to every connection; tests/kafka/test_sasl.py checks that every served API is listed.
+ACLS: dict[ApiKey, dict[int, Need]] = {
+    ApiKey.PRODUCE: {TOPIC: Need(WRITE)},
+    ApiKey.FETCH: {TOPIC: Need(READ)},
+    ApiKey.LIST_OFFSETS: {TOPIC: Need(DESCRIBE)},
+    ApiKey.METADATA: {TOPIC: Need(DESCRIBE)},  # Auto-creation also needs CreateTopics' CREATE.
+    ApiKey.OFFSET_COMMIT: {GROUP: Need(READ), TOPIC: Need(READ)},
+    ApiKey.OFFSET_FETCH: {GROUP: Need(DESCRIBE), TOPIC: Need(DESCRIBE)},
+    ApiKey.FIND_COORDINATOR: {GROUP: Need(DESCRIBE)},
+    ApiKey.JOIN_GROUP: {GROUP: Need(READ)},
+    ApiKey.HEARTBEAT: {GROUP: Need(READ)},
+    ApiKey.LEAVE_GROUP: {GROUP: Need(READ)},
+    ApiKey.SYNC_GROUP: {GROUP: Need(READ)},
+    ApiKey.DESCRIBE_GROUPS: {GROUP: Need(DESCRIBE)},
+    ApiKey.LIST_GROUPS: {GROUP: Need(DESCRIBE)},  # A filter: the others are left out.
+    ApiKey.CREATE_TOPICS: {TOPIC: Need(CREATE, or_cluster=True)},
+    ApiKey.DELETE_TOPICS: {TOPIC: Need(DELETE)},
+    ApiKey.INIT_PRODUCER_ID: {CLUSTER: Need(WRITE)},  # Or an ALLOW WRITE on some topic: writes_some_topic.
+    ApiKey.DESCRIBE_CONFIGS: {TOPIC: Need(DESCRIBE), CLUSTER: Need(DESCRIBE)},
+    ApiKey.ALTER_CONFIGS: {TOPIC: Need(ALTER), CLUSTER: Need(ALTER)},
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: {TOPIC: Need(ALTER), CLUSTER: Need(ALTER)},
+    ApiKey.DESCRIBE_CLUSTER: {CLUSTER: Need(DESCRIBE)},
+}
+
+OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
+
+def _group_id(body: Any) -> tuple[int, str] | None:
+    return GROUP, body.group_id
+
+
+def _coordinator_key(body: Any) -> tuple[int, str] | None:
+    # A transaction coordinator (key_type 1) is refused by the handler whoever asks.
+    return (GROUP, body.key) if getattr(body, "key_type", 0) == 0 else None
+
+
+# API -> the one resource a request names (None: none to check), for the APIs whose response has a
+# single error code: checked before the handler runs, and a denial is the whole answer.
+WHOLE: dict[ApiKey, Callable[[Any], tuple[int, str] | None]] = {
+    ApiKey.JOIN_GROUP: _group_id,
+    ApiKey.HEARTBEAT: _group_id,
+    ApiKey.LEAVE_GROUP: _group_id,
+    ApiKey.SYNC_GROUP: _group_id,
+    ApiKey.FIND_COORDINATOR: _coordinator_key,
+    ApiKey.DESCRIBE_CLUSTER: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
+}
+
+DENIED_CODE: dict[int, int] = {
+    TOPIC: TOPIC_AUTHORIZATION_FAILED,
+    GROUP: GROUP_AUTHORIZATION_FAILED,
+    CLUSTER: CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+def access(api_key: ApiKey, resource_type: int, name: str) -> Access:
+    """What API `api_key` needs on the resource (KeyError for a pair the table lacks: a bug)."""
+    need = ACLS[api_key][resource_type]
+    alternatives = (Access(need.operation, CLUSTER, CLUSTER_RESOURCE),) if need.or_cluster else ()
+    return Access(need.operation, resource_type, name, alternatives)
+
+
+def writes_some_topic(state: SecurityState, principal: str) -> bool:
+    """Whether an ALLOW ACL lets `principal` WRITE some topic (InitProducerId's alternative to WRITE
+    on the cluster), unless a DENY of WRITE on every topic ("*", literal) speaks of it."""
+    writes = (kq_pb2.ACL_OPERATION_WRITE, kq_pb2.ACL_OPERATION_ALL)
+    principals = (principal, EVERYONE)
+    ours = [
+        rule
+        for rule in state.rules
+        if rule.resource_type == TOPIC and rule.operation in writes and rule.principal in principals
+    ]
+    if any(not rule.allow and not rule.prefixed and rule.name == "*" for rule in ours):
+        return False
+    return any(rule.allow for rule in ours)
