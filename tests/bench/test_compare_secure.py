@@ -1,9 +1,9 @@
 """`python -m kq.bench.compare --kq-security`: the kq systems measured with TLS on, in columns of their own.
 
 The option and the column names are checked alone; a `--quick --systems kq,kq-kafka --kq-security tls`
-run (about 25 s) must measure every scenario over TLS (gRPC with mutual TLS, and the Kafka listener
-with SSL), with the certificates made into the run's directory and the nodes checked to refuse plain
-text before the first scenario.
+run (about 25 s quiet, 50 s loaded) must measure every scenario over TLS (gRPC with mutual TLS, and
+the Kafka listener with SSL), with the certificates made into the run's directory and the nodes
+checked to refuse plain text before the first scenario.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kq.bench.compare_report import LABELS, build_document, markdown
 from kq.bench.side_by_side import COLUMNS, KQ_GRPC_COLUMNS, PRODUCE_SMALL, SCENARIOS, column_for
 from tests.bench.quick import report_meta, run_quick
 
-QUICK_RUN_TIMEOUT_S = 300.0  # Two quick systems take about 25 s; this only bounds a hung cluster.
+QUICK_RUN_TIMEOUT_S = 300.0  # Two quick systems take 25-50 s; this only bounds a hung cluster.
 RATE_FIGURES = (
     "latency_msgs_per_s",
     "produce_100b_msgs_per_s",
