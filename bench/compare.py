@@ -34,6 +34,7 @@ from kq.bench.side_by_side import (
     RUNS_DEFAULT,
     RUNS_MAX,
     SCENARIO_TIME_CAP_S,
+    SECURITIES,
     SYSTEMS,
     CompareSettings,
     System,
@@ -99,26 +100,31 @@ def _system(name: str, settings: CompareSettings, base_dir: Path) -> AbstractCon
 def run_comparison(settings: CompareSettings) -> dict[str, dict[str, Any]]:
     """Each system in turn: start its cluster, run every scenario, stop it (by PID, always).
 
-    A kq system runs once per `kq_durabilities` entry, each on a fresh cluster in its own directory;
-    the result is keyed by report column (`column_for`). With `interleave`, the systems take turns
-    instead: round N starts a fresh cluster of every system in turn and does run N of its scenarios
-    there, so load from other work on a shared machine falls on every column alike.
+    A kq system runs once per `kq_durabilities` entry and `kq_securities` entry (every pair), each on a
+    fresh cluster in its own directory; the result is keyed by report column (`column_for`). With
+    `interleave`, the systems take turns instead: round N starts a fresh cluster of every system in turn
+    and does run N of its scenarios there, so load from other work on a shared machine falls on every
+    column alike.
     """
     plan = [
-        (name, durability)
+        (name, durability, security)
         for name in settings.systems
         for durability in ((DURABILITIES[0],) if name == BASELINE else settings.kq_durabilities)
+        for security in ((SECURITIES[0],) if name == BASELINE else settings.kq_securities)
     ]
     rounds = range(1, settings.runs + 1) if settings.interleave else range(1, 2)
     raws: dict[str, dict[str, Any]] = {}
     with work_dir(settings.base_dir, "kq-compare-") as base_dir:
         for round_number in rounds:
             round_dir = base_dir / f"round{round_number}" if settings.interleave else base_dir
-            for name, durability in plan:
-                column = column_for(name, durability)
+            for name, durability, security in plan:
+                column = column_for(name, durability, security)
                 logger.info("starting %s, round %d", column, round_number)
                 chosen = replace(
-                    settings, kq_durability=durability, runs=1 if settings.interleave else settings.runs
+                    settings,
+                    kq_durability=durability,
+                    kq_security=security,
+                    runs=1 if settings.interleave else settings.runs,
                 )
                 with _system(name, chosen, round_dir / column if column != name else round_dir) as system:
                     raw = run_system(system, chosen)
@@ -160,6 +166,20 @@ def parse_durabilities(value: str) -> tuple[str, ...]:
     if unknown or not named:
         raise click.BadParameter(
             f"unknown durability {', '.join(unknown) or '(none)'}; choose from {', '.join(DURABILITIES)}"
+        )
+    return named
+
+
+def parse_securities(value: str) -> tuple[str, ...]:
+    """`--kq-security`: plain, tls, or both comma-separated, duplicates dropped, in order.
+
+    Raises click.BadParameter on an empty list or a value that is not a security.
+    """
+    named = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    unknown = [name for name in named if name not in SECURITIES]
+    if unknown or not named:
+        raise click.BadParameter(
+            f"unknown security {', '.join(unknown) or '(none)'}; choose from {', '.join(SECURITIES)}"
         )
     return named
 
@@ -226,6 +246,15 @@ def _settings_document(settings: CompareSettings) -> dict[str, Any]:
     "it on disk.",
 )
 @click.option(
+    "--kq-security",
+    "kq_securities",
+    default="plain",
+    callback=lambda _context, _parameter, value: parse_securities(value),
+    help="How the kq systems' clients reach the nodes: plain, tls, or both comma-separated (each kq "
+    "system then runs once per mode, tls in its own 'kq-tls' column). tls: gRPC over mutual TLS with "
+    "certificates from kq.deploy.certs (the client presents 'admin'), and the Kafka listener over TLS.",
+)
+@click.option(
     "--interleave/--no-interleave",
     default=False,
     help="Systems take turns, one run each on a fresh cluster per round, instead of all runs of one "
@@ -261,6 +290,7 @@ def main(
     nats_max_pending: int,
     nats_consume: str,
     kq_durabilities: tuple[str, ...],
+    kq_securities: tuple[str, ...],
     interleave: bool,
     time_cap_s: float,
     output: Path | None,
@@ -298,6 +328,8 @@ def main(
         nats_consume=nats_consume,
         kq_durability=kq_durabilities[0],
         kq_durabilities=kq_durabilities,
+        kq_security=kq_securities[0],
+        kq_securities=kq_securities,
         interleave=interleave,
         base_dir=base_dir,
     )

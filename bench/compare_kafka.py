@@ -16,6 +16,10 @@ are created with Kafka's CreateTopics (`AdminClient`). The clients:
   `max.partition.fetch.bytes` 1 MiB, `fetch.max.bytes` 4 MiB (kq's per-fetch bound);
 - failover: writers, each its own idempotent `Producer` on its own partition with one record in
   flight, librdkafka's own retries (`message.timeout.ms` 30 s) across the kill of the Raft leader.
+
+With `kq_security="tls"` the listeners speak TLS (`--kafka-tls`, mutual TLS required) and every
+client here uses `security.protocol=SSL` with the cluster's CA and the `admin` certificate
+(`bench.compare_kq.secure_cluster`; the start checks that plain text is refused).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from confluent_kafka import libversion as librdkafka_version
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from kq.bench.compare_kq import check_tls, describe_security, secure_cluster
 from kq.bench.failover import AckLog, FailoverSample, kill_leader_under_load
 from kq.bench.produce_fetch import LatencySample, ThroughputSample
 from kq.bench.side_by_side import (
@@ -44,7 +49,6 @@ from kq.bench.side_by_side import (
     SCENARIOS,
     CompareSettings,
 )
-from kq.deploy.cluster import LocalCluster
 from kq.proto.limits import FETCH_BYTES_MAX
 
 LATENCY_WARMUP_SENDS = 20
@@ -76,12 +80,13 @@ class KqKafkaSystem:
 
     def __init__(self, settings: CompareSettings, base_dir: Path) -> None:
         self.settings = settings
-        self.cluster = LocalCluster(base_dir / "kq-kafka", durability=settings.kq_durability)
+        self.cluster = secure_cluster(base_dir / "kq-kafka", settings)
         self._stack = ExitStack()
 
     def __enter__(self) -> KqKafkaSystem:
         self._stack.enter_context(self.cluster)
         try:
+            check_tls(self.cluster)
             self._create_topics()
         except BaseException:
             self._stack.close()
@@ -101,14 +106,29 @@ class KqKafkaSystem:
             PRODUCE_LARGE: self.settings.partitions,
             FAILOVER: self.settings.counts.failover_writers,
         }
-        admin = AdminClient({"bootstrap.servers": self.cluster.kafka_bootstrap})
+        admin = AdminClient(self._config())
         wanted = [NewTopic(TOPICS[scenario], count, 1) for scenario, count in partitions.items()]
         for future in admin.create_topics(wanted, operation_timeout=ADMIN_TIMEOUT_S).values():
             future.result(ADMIN_TIMEOUT_S)
 
     def _config(self, **overrides: Any) -> dict[str, Any]:
-        """The client settings every producer shares, with this one's overrides."""
-        return {"bootstrap.servers": self.cluster.kafka_bootstrap, **overrides}
+        """The client settings every client shares (the listeners, and TLS when the cluster has it),
+        with this one's overrides."""
+        return {"bootstrap.servers": self.cluster.kafka_bootstrap, **self._ssl_config(), **overrides}
+
+    def _ssl_config(self) -> dict[str, Any]:
+        """librdkafka's TLS settings for a TLS cluster: its CA, the `admin` certificate and key, the
+        node's address checked against its certificate (librdkafka's default, spelled out)."""
+        directory = self.cluster.tls_dir
+        if directory is None:
+            return {}
+        return {
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(directory / "ca.pem"),
+            "ssl.certificate.location": str(directory / "admin.pem"),
+            "ssl.key.location": str(directory / "admin-key.pem"),
+            "ssl.endpoint.identification.algorithm": "https",
+        }
 
     def _producer_config(self, **overrides: Any) -> dict[str, Any]:
         """acks=all and idempotence, as kq's own Producer (and NATS's R3 acknowledgements)."""
@@ -143,6 +163,7 @@ class KqKafkaSystem:
             f"in flight, request.timeout.ms={WRITER_REQUEST_TIMEOUT_MS}, librdkafka's retries",
             "partitions": settings.partitions,
             "durability": f"kq-node --durability={settings.kq_durability}",
+            "security": describe_security(settings, "Kafka"),
         }
 
     def latency(self, sends: int) -> LatencySample:

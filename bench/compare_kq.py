@@ -5,6 +5,10 @@ thread; the extra send_batch scenarios use `KqClient.send_batch` from several th
 its own client and about `kq_batch_bytes` of values per request. Consume reads from a
 follower with 10,000 records per fetch. Failover kills the Raft leader (`LocalCluster.wait_ready()`,
 which returns the leader `kq.deploy.cluster.agreed_leader` defines) with -9 under load.
+
+With `kq_security="tls"` the nodes serve gRPC over mutual TLS (`LocalCluster(tls_dir=...)`:
+certificates from kq.deploy.certs in the cluster's `certs/`), every client here presents the
+`admin` certificate, and the start fails unless the nodes refuse plain text (`kq.deploy.tls_probe`).
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ from kq.bench.side_by_side import (
     SCENARIOS,
     CompareSettings,
 )
-from kq.client import KqClient, KqClientError, Producer
+from kq.client import KqClient, KqClientError, Producer, TlsConfig
 from kq.client.producer import RecordFuture
 from kq.deploy.cluster import LocalCluster
+from kq.deploy.tls_probe import plain_text_problems
 
 LATENCY_WARMUP_SENDS = 20
 TIME_CHECK_EVERY = 1024  # Sends between two looks at the clock.
@@ -62,13 +67,19 @@ class KqSystem:
 
     def __init__(self, settings: CompareSettings, base_dir: Path) -> None:
         self.settings = settings
-        self.cluster = LocalCluster(base_dir / "kq", durability=settings.kq_durability)
+        self.cluster = secure_cluster(base_dir / "kq", settings)
         self._stack = ExitStack()
+
+    @property
+    def tls(self) -> TlsConfig | None:
+        """How every client here reaches the nodes (None: plain text)."""
+        return self.cluster.tls
 
     def __enter__(self) -> KqSystem:
         self._stack.enter_context(self.cluster)
         try:
-            with KqClient(self.cluster.bootstrap) as admin:
+            check_tls(self.cluster)
+            with KqClient(self.cluster.bootstrap, tls=self.tls) as admin:
                 admin.create_topic(TOPICS[LATENCY], 1)
                 admin.create_topic(TOPICS[PRODUCE_SMALL], self.settings.partitions)
                 admin.create_topic(TOPICS[PRODUCE_LARGE], self.settings.partitions)
@@ -115,6 +126,7 @@ class KqSystem:
             "failover": "kill -9 of the agreed leader; writers: KqClient.send, one in flight each",
             "partitions": settings.partitions,
             "durability": f"kq-node --durability={settings.kq_durability}",
+            "security": describe_security(settings, "gRPC"),
         }
 
     def latency(self, sends: int) -> LatencySample:
@@ -127,6 +139,7 @@ class KqSystem:
             value,
             LATENCY_WARMUP_SENDS,
             self.settings.scenario_time_cap_s,
+            self.tls,
         )
 
     def produce(self, scenario: str, value: bytes, records: int) -> ThroughputSample:
@@ -144,12 +157,13 @@ class KqSystem:
             value,
             1,
             settings.scenario_time_cap_s,
+            self.tls,
         )
 
     def _produce_with_producer(self, topic: str, value: bytes, records: int) -> ThroughputSample:
         """One thread sends through `client.Producer`; the clock stops when `flush()` returns."""
         settings = self.settings
-        with KqClient(self.cluster.bootstrap) as kq:
+        with KqClient(self.cluster.bootstrap, tls=self.tls) as kq:
             producer = Producer(
                 kq,
                 linger_ms=settings.kq_linger_ms,
@@ -174,7 +188,7 @@ class KqSystem:
 
     def ensure_records(self, scenario: str, value: bytes, records: int) -> None:
         """Produces (untimed) until the topic holds at least `records` records."""
-        with KqClient(self.cluster.bootstrap) as admin:
+        with KqClient(self.cluster.bootstrap, tls=self.tls) as admin:
             offsets = admin.list_offsets(TOPICS[scenario]).values()
             held = sum(o.log_end_offset - o.log_start_offset for o in offsets)
         if held < records:
@@ -192,14 +206,15 @@ class KqSystem:
             FETCH_BYTES_PER_REQUEST,
             records,
             self.settings.scenario_time_cap_s,
+            self.tls,
         )
 
     def failover(self) -> FailoverSample:
         """Writers (one record in flight each) run; the leader is killed; the killed node rejoins."""
-        bootstrap = self.cluster.bootstrap
+        bootstrap, tls = self.cluster.bootstrap, self.tls
 
         def write(partition: int, log: AckLog, stop: threading.Event) -> None:
-            _writer(bootstrap, TOPICS[FAILOVER], partition, log, stop)
+            _writer(bootstrap, tls, TOPICS[FAILOVER], partition, log, stop)
 
         return kill_leader_under_load(
             self.cluster,
@@ -232,11 +247,18 @@ class FutureTally:
                 self.acked += 1
 
 
-def _writer(bootstrap: Sequence[str], topic: str, partition: int, log: AckLog, stop: threading.Event) -> None:
+def _writer(
+    bootstrap: Sequence[str],
+    tls: TlsConfig | None,
+    topic: str,
+    partition: int,
+    log: AckLog,
+    stop: threading.Event,
+) -> None:
     """Sends one record at a time until `stop`, logging each acknowledgement and failure."""
     value = b"v" * 100
     with KqClient(
-        bootstrap, rpc_timeout_s=WRITER_RPC_TIMEOUT_S, retry_timeout_s=WRITER_RETRY_TIMEOUT_S
+        bootstrap, rpc_timeout_s=WRITER_RPC_TIMEOUT_S, retry_timeout_s=WRITER_RETRY_TIMEOUT_S, tls=tls
     ) as kq:
         while not stop.is_set():
             sent_at = time.monotonic()
@@ -246,3 +268,32 @@ def _writer(bootstrap: Sequence[str], topic: str, partition: int, log: AckLog, s
                 log.error()
             else:
                 log.ack(sent_at)
+
+
+def secure_cluster(base_dir: Path, settings: CompareSettings) -> LocalCluster:
+    """A kq system's three-node cluster in `base_dir`: the run's durability, and under
+    `kq_security="tls"` mutual TLS on gRPC and TLS on the Kafka listeners, with certificates made
+    into `base_dir/certs` (kq.deploy.certs)."""
+    tls_dir = base_dir / "certs" if settings.kq_security == "tls" else None
+    return LocalCluster(base_dir, durability=settings.kq_durability, tls_dir=tls_dir)
+
+
+def check_tls(cluster: LocalCluster) -> None:
+    """For a TLS cluster: raises RuntimeError unless every node refuses plain text and answers TLS
+    (`kq.deploy.tls_probe`), so a TLS column never measures plain text by mistake."""
+    if cluster.tls_dir is None:
+        return
+    problems = plain_text_problems(cluster)
+    if problems:
+        raise RuntimeError("the nodes do not speak TLS only: " + "; ".join(problems))
+
+
+def describe_security(settings: CompareSettings, protocol: str) -> str:
+    """The report's line on how the clients reached the nodes."""
+    if settings.kq_security != "tls":
+        return f"{protocol} in plain text on loopback"
+    return (
+        f"{protocol} over TLS (ECDSA P-256 certificates from kq.deploy.certs, the client presenting "
+        "'admin'; nodes with --tls-require-client-cert and --kafka-tls); plain-text clients checked "
+        "refused at the start"
+    )

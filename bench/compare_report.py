@@ -1,10 +1,11 @@
 """The side-by-side report: per-run figures, medians of the runs, ratios to NATS, targets; JSON and Markdown.
 
-Every figure is the median over the runs, with min..max beside it. Each kq column (kq's gRPC client,
-and "kq-kafka", the same cluster type through its Kafka port; each also as "-fsync" when that run's
-nodes had `--durability=fsync`) gets a ratio: its median over NATS's,
-whichever way is better: above 1 is better for rates, below 1 for latency, CPU and failover gaps
-(the "better" column says which). A row's `ratio` is kq (gRPC)/NATS, `ratios` holds every column's.
+Every figure is the median over the runs, with min..max beside it. Each kq column (kq's gRPC client, and
+"kq-kafka", the same cluster type through its Kafka port; each also as "-fsync" when that run's nodes
+had `--durability=fsync`, and as "-tls" when its clients reached the nodes over TLS) gets a ratio: its
+median over NATS's, whichever way is better: above 1 is better for rates, below 1 for latency, CPU and
+failover gaps (the "better" column says which). A row's `ratio` is kq (gRPC)/NATS, `ratios` holds every
+column's.
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ TARGET_CONSUME_RATIO = 0.5
 TARGET_P50_MS = 2.0
 LABELS = {
     "kq": "kq",
+    "kq-tls": "kq (TLS)",
     "kq-fsync": "kq (fsync)",
+    "kq-fsync-tls": "kq (fsync, TLS)",
     "kq-kafka": "kq (Kafka)",
+    "kq-kafka-tls": "kq (Kafka, TLS)",
     "kq-kafka-fsync": "kq (Kafka, fsync)",
+    "kq-kafka-fsync-tls": "kq (Kafka, fsync, TLS)",
     "nats": "NATS",
 }
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kq.client import KqClient, KqClientError, ProducerRecord
+from kq.client import KqClient, KqClientError, ProducerRecord, TlsConfig
 
 JOIN_GRACE_S = 30.0  # Beyond the time cap, how long a thread may take to finish its last request.
 ERRORS_MAX = 100  # A run that hits this many failed requests stops: the cluster is not healthy.
@@ -86,10 +86,11 @@ def _producer_thread(
     warmup_requests: int,
     start: threading.Barrier,
     counter: _WorkCounter,
+    tls: TlsConfig | None,
 ) -> None:
     """Warms up (connects, registers its producer id), waits for the start, then sends until told to stop."""
     records = [list(_with_partition(batch, partition)) for partition in range(partitions)]
-    with KqClient(bootstrap) as client:
+    with KqClient(bootstrap, tls=tls) as client:
         try:
             for warmup in range(warmup_requests):
                 client.send_batch(topic, records[(thread_number + warmup) % partitions])
@@ -122,10 +123,12 @@ def produce_throughput(
     value: bytes,
     warmup_requests: int,
     time_cap_s: float,
+    tls: TlsConfig | None = None,
 ) -> ThroughputSample:
     """`threads` producers send `records_per_request` records per request until `records_max` are sent.
 
-    The clock runs from the moment every thread is warmed up until the last one finishes.
+    The clock runs from the moment every thread is warmed up until the last one finishes. `tls`: how
+    the clients reach the nodes (None: plain text), as for every function here.
     """
     requests_max = max(1, records_max // records_per_request)
     counter = _WorkCounter(requests_max, ERRORS_MAX)
@@ -142,7 +145,7 @@ def produce_throughput(
     workers = [
         threading.Thread(
             target=_producer_thread,
-            args=(bootstrap, topic, partitions, number, batch, warmup_requests, start, counter),
+            args=(bootstrap, topic, partitions, number, batch, warmup_requests, start, counter, tls),
             name=f"bench-producer-{number}",
             daemon=True,
         )
@@ -175,6 +178,7 @@ def fetch_throughput(
     bytes_per_request: int,
     records_max: int,
     time_cap_s: float,
+    tls: TlsConfig | None = None,
 ) -> ThroughputSample:
     """One reader reads every partition of `topic` from offset 0 on `node_address`, in order.
 
@@ -182,7 +186,7 @@ def fetch_throughput(
     records in all, or at the time cap.
     """
     records = payload_bytes = requests = 0
-    with KqClient(bootstrap) as client:
+    with KqClient(bootstrap, tls=tls) as client:
         offsets = client.list_offsets(topic, node=node_address)
         started = time.monotonic()
         deadline = started + time_cap_s
@@ -214,11 +218,12 @@ def produce_latency(
     value: bytes,
     warmup_sends: int,
     time_cap_s: float,
+    tls: TlsConfig | None = None,
 ) -> LatencySample:
     """Sends one record at a time to partition 0 and times each round trip (one record in flight)."""
     latencies_ms: list[float] = []
     errors = 0
-    with KqClient(bootstrap) as client:
+    with KqClient(bootstrap, tls=tls) as client:
         for _ in range(warmup_sends):
             client.send(topic, value, partition=0)
         started = time.monotonic()

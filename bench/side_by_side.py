@@ -25,10 +25,26 @@ logger = logging.getLogger(__name__)
 SYSTEMS = ("kq", "kq-kafka", "nats")  # The order systems run in; NATS is the baseline of the ratios.
 BASELINE = "nats"  # The system every ratio in the report divides by.
 DURABILITIES = ("replicated", "fsync")  # kq-node's --durability values; the first is kq's default.
+# How the kq systems' clients reach the nodes; the first is the default. "tls": gRPC over mutual TLS
+# (`LocalCluster(tls_dir=...)`: certificates from kq.deploy.certs, the client presents `admin`'s)
+# and, for kq-kafka, the Kafka listener over TLS (`--kafka-tls`, security.protocol=SSL).
+SECURITIES = ("plain", "tls")
 # The report's columns, in order: a kq system under `--durability=fsync` gets its own column
-# ("kq-fsync"), so one run can put both modes beside NATS (`--kq-durability replicated,fsync`).
-COLUMNS = ("kq", "kq-fsync", "kq-kafka", "kq-kafka-fsync", "nats")
-KQ_GRPC_COLUMNS = ("kq", "kq-fsync")  # Columns measured with kq's gRPC client (the send_batch rows).
+# ("kq-fsync"), so one run can put both modes beside NATS (`--kq-durability replicated,fsync`); one
+# over TLS likewise ("kq-tls", "kq-fsync-tls": `--kq-security plain,tls`).
+COLUMNS = (
+    "kq",
+    "kq-tls",
+    "kq-fsync",
+    "kq-fsync-tls",
+    "kq-kafka",
+    "kq-kafka-tls",
+    "kq-kafka-fsync",
+    "kq-kafka-fsync-tls",
+    "nats",
+)
+# Columns measured with kq's gRPC client (the send_batch rows).
+KQ_GRPC_COLUMNS = ("kq", "kq-tls", "kq-fsync", "kq-fsync-tls")
 LATENCY = "latency-100b"  # (1) one record in flight.
 PRODUCE_SMALL = "produce-100b"  # (2) pipelined produce of 100-byte values.
 PRODUCE_LARGE = "produce-1kib"  # (2) pipelined produce of 1 KiB values.
@@ -103,6 +119,9 @@ class CompareSettings:
     kq_durability: str = "replicated"  # The kq nodes' --durability ("fsync": acknowledged once on disk).
     # Each kq system runs once per durability here, in this order (its `kq_durability` set to each).
     kq_durabilities: tuple[str, ...] = ("replicated",)
+    kq_security: str = "plain"  # How the kq systems' clients reach the nodes (`SECURITIES`).
+    # Each kq system runs once per security here (after the durabilities: every pair), in this order.
+    kq_securities: tuple[str, ...] = ("plain",)
     interleave: bool = False  # Round-robin: run N of every system on fresh clusters, then run N + 1.
     base_dir: Path | None = None  # Where servers keep data; None means a fresh temporary directory.
 
@@ -118,12 +137,18 @@ class CompareSettings:
         }[scenario]
 
 
-def column_for(system: str, durability: str) -> str:
-    """The report column of `system` run with kq-node's `--durability=durability` (NATS has one)."""
+def column_for(system: str, durability: str, security: str = SECURITIES[0]) -> str:
+    """The report column of `system` run with kq-node's `--durability=durability` and its clients
+    reaching the nodes in `security` (NATS has one column): the defaults add no suffix."""
     assert durability in DURABILITIES, f"unknown durability {durability!r}"
-    if system == BASELINE or durability == DURABILITIES[0]:
+    assert security in SECURITIES, f"unknown security {security!r}"
+    if system == BASELINE:
         return system
-    return f"{system}-{durability}"
+    suffixes = (
+        durability if durability != DURABILITIES[0] else "",
+        security if security != SECURITIES[0] else "",
+    )
+    return "-".join([system, *filter(None, suffixes)])
 
 
 def value_for(scenario: str) -> bytes:

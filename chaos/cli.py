@@ -98,6 +98,13 @@ def _list_scenarios() -> str:
     default=None,
     help="Node data and logs go here. [default: a new temporary directory]",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Nodes with mutual TLS on gRPC and TLS on Kafka (certificates made into each scenario's "
+    "certs/); every client presents the 'admin' certificate; at the end every node must refuse plain "
+    "text (else a plain-text anomaly).",
+)
 @click.option("--keep-data", is_flag=True, help="Keep node data and logs of passing scenarios too.")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info")
@@ -113,6 +120,7 @@ def main(
     node_args: tuple[str, ...],
     report_path: Path | None,
     work_dir: Path | None,
+    secure: bool,
     keep_data: bool,
     list_only: bool,
     log_level: str,
@@ -129,7 +137,17 @@ def main(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = work_dir or Path(tempfile.mkdtemp(prefix=f"kq-chaos-{stamp}-"))
     settings = RunSettings(
-        base, int(nodes), seed, partitions, producers, rate, rounds, node_args, keep_data, group_members
+        base,
+        int(nodes),
+        seed,
+        partitions,
+        producers,
+        rate,
+        rounds,
+        node_args,
+        keep_data,
+        group_members,
+        secure,
     )
     started = time.time()
     reports: list[ScenarioReport] = []
@@ -165,6 +183,7 @@ def _meta(stamp: str, started: float, settings: RunSettings) -> dict[str, Any]:
             "producers": settings.producers,
             "rate_per_producer": settings.rate_per_producer,
             "group_members": settings.group_members,
+            "secure": settings.secure,
             "rounds": settings.rounds,
             "node_args": list(settings.node_args),
             "work_dir": str(settings.work_dir),

@@ -205,7 +205,9 @@ class ScenarioContext:
             lagging[:] = self._group_lag(client, group)
             return not lagging
 
-        with KqClient(self.cluster.bootstrap, retry_timeout_s=GROUP_DESCRIBE_RETRY_TIMEOUT_S) as client:
+        with KqClient(
+            self.cluster.bootstrap, retry_timeout_s=GROUP_DESCRIBE_RETRY_TIMEOUT_S, tls=self.cluster.tls
+        ) as client:
             self.bounded(
                 lambda bound_s: wait_for(
                     caught_up,
@@ -274,6 +276,7 @@ class ScenarioContext:
             PROBE_RATE_PER_S,
             retry_timeout_s=fault_s + PROBE_SLACK_S,
             rpc_timeout_s=fault_s + PROBE_SLACK_S,
+            tls=self.cluster.tls,
         )
         probe = Producer(spec, self.topic, self.partitions, self.history, self.rng.randrange(1 << 30))
         probe.start()

@@ -34,7 +34,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from kq.chaos.context import STEADY_ACKS, LivenessError, ScenarioContext
-from kq.client import KqClient, KqClientError, ProducerRecord, TopicExistsError
+from kq.client import KqClient, KqClientError, ProducerRecord, TlsConfig, TopicExistsError
 from kq.deploy.cluster import LocalCluster
 
 logger = logging.getLogger(__name__)
@@ -165,15 +165,17 @@ def data_dir_on_tmpfs(
 class Filler(threading.Thread):
     """Writes large random records to FILL_TOPIC until stopped (or FILL_BYTES_MAX)."""
 
-    def __init__(self, bootstrap: list[str]) -> None:
+    def __init__(self, bootstrap: list[str], tls: TlsConfig | None) -> None:
+        """Writes through `bootstrap`, reaching the nodes with `tls` (None: plain text)."""
         super().__init__(name="chaos-filler", daemon=True)
         self._nodes = bootstrap
+        self._tls = tls
         self._stopping = threading.Event()
         self.written_bytes = 0
         self.failures = 0  # Requests that failed (retried by the next one).
 
     def run(self) -> None:
-        with KqClient(self._nodes, retry_timeout_s=FILL_RETRY_TIMEOUT_S) as client:
+        with KqClient(self._nodes, retry_timeout_s=FILL_RETRY_TIMEOUT_S, tls=self._tls) as client:
             while not self._stopping.is_set() and self.written_bytes < FILL_BYTES_MAX:
                 records = [
                     ProducerRecord(os.urandom(FILL_RECORD_BYTES)) for _ in range(FILL_RECORDS_PER_REQUEST)
@@ -212,7 +214,7 @@ def _fill_follower(context: ScenarioContext, way: str) -> None:
     cluster = context.cluster
     leader = context.steady_leader()
     follower = context.rng.choice(context.followers(leader))
-    with KqClient(cluster.bootstrap) as admin, suppress(TopicExistsError):
+    with KqClient(cluster.bootstrap, tls=cluster.tls) as admin, suppress(TopicExistsError):
         admin.create_topic(FILL_TOPIC, 1)
     cluster.stop_node(follower)
     context.down.add(follower)
@@ -245,7 +247,7 @@ def _fill_and_heal(context: ScenarioContext, follower: str, way: str, make_room:
     context.wait_caught_up(follower)
     log_offset = log_path.stat().st_size
     event = context.fault(f"follower-{way}-full", [follower], leader_fault=False)
-    filler = Filler(cluster.bootstrap)
+    filler = Filler(cluster.bootstrap, cluster.tls)
     filler.start()
     try:
         context.until(
@@ -277,7 +279,7 @@ def _fill_and_heal(context: ScenarioContext, follower: str, way: str, make_room:
     context.heal(event, restart_with_room)
     context.wait_healthy()
     context.wait_caught_up(follower)
-    with KqClient(cluster.bootstrap) as admin:
+    with KqClient(cluster.bootstrap, tls=cluster.tls) as admin:
         admin.delete_topic(FILL_TOPIC)  # Frees the space on every node.
     context.wait_caught_up(follower)
     if way == "tmpfs":

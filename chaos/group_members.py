@@ -31,6 +31,7 @@ from kq.client import (
     KqClient,
     KqClientError,
     RebalanceError,
+    TlsConfig,
     UnavailableError,
 )
 from kq.client.types import GroupAssignment
@@ -83,8 +84,12 @@ def group_member_specs(count: int, group: str = GROUP_NAME) -> list[GroupMemberS
 class RecordingClient(KqClient):
     """A member's client: records the commits the cluster acknowledges and the offsets read at a join."""
 
-    def __init__(self, bootstrap: Sequence[str], member: str, history: History) -> None:
-        super().__init__(bootstrap, retry_timeout_s=GROUP_RETRY_TIMEOUT_S, rpc_timeout_s=GROUP_RPC_TIMEOUT_S)
+    def __init__(
+        self, bootstrap: Sequence[str], member: str, history: History, tls: TlsConfig | None
+    ) -> None:
+        super().__init__(
+            bootstrap, retry_timeout_s=GROUP_RETRY_TIMEOUT_S, rpc_timeout_s=GROUP_RPC_TIMEOUT_S, tls=tls
+        )
         self._member = member
         self._history = history
         self._generation = 0  # Of the last successful join: the GroupConsumer reads offsets right after.
@@ -188,10 +193,18 @@ class GroupMember(threading.Thread):
     """One member: polls, records, commits (manual mode), until stopped; leaves and rejoins if it churns."""
 
     def __init__(
-        self, spec: GroupMemberSpec, bootstrap: Bootstrap, topic: str, history: History, seed: int
+        self,
+        spec: GroupMemberSpec,
+        bootstrap: Bootstrap,
+        topic: str,
+        history: History,
+        seed: int,
+        tls: TlsConfig | None = None,
     ) -> None:
+        """`tls`: how the member's clients reach the nodes (None: plain text)."""
         super().__init__(name=f"chaos-{spec.name}", daemon=True)
         self.spec = spec
+        self._tls = tls
         self._addresses = bootstrap  # Not `_bootstrap`: a Thread method of that name.
         self._topic = topic
         self._history = history
@@ -213,7 +226,7 @@ class GroupMember(threading.Thread):
         client whenever the bootstrap list changed."""
         while not self._stopping.is_set():
             addresses = self._addresses.addresses()
-            with RecordingClient(addresses, self.spec.name, self._history) as client:
+            with RecordingClient(addresses, self.spec.name, self._history, self._tls) as client:
                 while not self._stopping.is_set() and self._addresses.addresses() == addresses:
                     self._membership(client, addresses)
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from kq.chaos.context import FaultEvent, LivenessError, ScenarioContext
-from kq.client import KqClient, KqClientError
+from kq.client import KqClient, KqClientError, TlsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +49,17 @@ class MembershipChangeError(LivenessError):
 class _Change(threading.Thread):
     """One membership call on its own thread, so that the leader can be killed while it is in flight."""
 
-    def __init__(self, what: str, bootstrap: Sequence[str], call: Callable[[KqClient], object]) -> None:
+    def __init__(
+        self,
+        what: str,
+        bootstrap: Sequence[str],
+        call: Callable[[KqClient], object],
+        tls: TlsConfig | None,
+    ) -> None:
+        """`call` runs with a client of `bootstrap` that reaches the nodes with `tls` (None: plain text)."""
         super().__init__(name=f"chaos-{what}", daemon=True)
         self.what = what
+        self._tls = tls
         self._addresses = tuple(bootstrap)  # Not `_bootstrap`: a Thread method.
         self._call = call
         self.error: KqClientError | None = None
@@ -62,7 +70,7 @@ class _Change(threading.Thread):
         """Calls once; the client retries retriable failures (a dead leader, a pending change)."""
         self.started_s = time.monotonic()
         try:
-            with KqClient(self._addresses, retry_timeout_s=CHANGE_RETRY_TIMEOUT_S) as client:
+            with KqClient(self._addresses, retry_timeout_s=CHANGE_RETRY_TIMEOUT_S, tls=self._tls) as client:
                 self._call(client)
         except KqClientError as error:
             self.error = error
@@ -105,6 +113,7 @@ def _add_during_leader_kill(context: ScenarioContext) -> str:
         lambda client: client.add_node(
             spec.node_id, spec.raft_address, spec.grpc_address, spec.kafka_address, spec.rack
         ),
+        cluster.tls,
     )
     event = context.fault("add-node", [spec.node_id, leader], leader_fault=True)
     _kill_while_in_flight(context, change, leader, event)
@@ -122,7 +131,7 @@ def _remove_during_leader_kill(context: ScenarioContext, added: str) -> None:
     leader = context.steady_leader()
     victim = context.rng.choice([node for node in cluster.nodes if node != added])
     others = [spec.grpc_address for node, spec in cluster.nodes.items() if node != victim]
-    change = _Change(f"RemoveNode {victim}", others, lambda client: client.remove_node(victim))
+    change = _Change(f"RemoveNode {victim}", others, lambda client: client.remove_node(victim), cluster.tls)
     targets = [victim] if victim == leader else [victim, leader]
     event = context.fault("remove-node", targets, leader_fault=True)
     _kill_while_in_flight(context, change, leader, event)

@@ -4,7 +4,8 @@ Retention and compaction keep working after the load stops (the leader trims or 
 become due), and every node must be read in the same state: a read counts only when every node
 reported the same applied Raft index before it and after it, so no entry, and with it no trim or
 compaction, was applied anywhere while the nodes were read. Otherwise it is read again, a little
-later, a bounded number of times.
+later, a bounded number of times. Every client reaches the nodes with the run's `tls` (None: plain
+text).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kq.chaos.checker import NodeLogs, PartitionLog
-from kq.client import ConsumerRecord, KqClient, OffsetOutOfRangeError
+from kq.client import ConsumerRecord, KqClient, OffsetOutOfRangeError, TlsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,8 @@ class StableRead:
 class _AfterIndexClient(KqClient):
     """A client to one node whose reads wait until the node applied `min_index` (else UNAVAILABLE)."""
 
-    def __init__(self, address: str, min_index: int) -> None:
-        super().__init__([address], retry_timeout_s=READ_RETRY_TIMEOUT_S)
+    def __init__(self, address: str, min_index: int, tls: TlsConfig | None) -> None:
+        super().__init__([address], retry_timeout_s=READ_RETRY_TIMEOUT_S, tls=tls)
         self._saw(min_index)  # Reads carry the highest index seen as their min_index.
 
 
@@ -73,17 +74,19 @@ def _partition_log(
     return PartitionLog(start, end, tuple(records))
 
 
-def _applied_index(topic: str, address: str) -> int:
+def _applied_index(topic: str, address: str, tls: TlsConfig | None) -> int:
     """The Raft index `address`'s store has applied (which also proves the topic is there)."""
-    with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S) as client:
+    with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S, tls=tls) as client:
         return client.describe_topic(topic, address).applied_index
 
 
-def _read_once(topic: str, nodes: dict[str, str], partitions: Sequence[int] | None) -> NodeLogs:
+def _read_once(
+    topic: str, nodes: dict[str, str], partitions: Sequence[int] | None, tls: TlsConfig | None
+) -> NodeLogs:
     """node id -> partition -> log, for every node id -> gRPC address in `nodes`."""
     logs: dict[str, dict[int, PartitionLog]] = {}
     for node_id, address in nodes.items():
-        with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S) as client:
+        with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S, tls=tls) as client:
             offsets = client.list_offsets(topic, address)
             chosen = partitions if partitions is not None else sorted(offsets)
             logs[node_id] = {
@@ -100,30 +103,33 @@ def read_everything(
     nodes: dict[str, str],
     partitions: Sequence[int] | None = None,
     attempts: int = READ_ATTEMPTS_MAX,
+    tls: TlsConfig | None = None,
 ) -> StableRead:
     """Every node's logs of `topic`, read in one state of the cluster (see the module docstring)."""
     logs: NodeLogs = {}
     indexes: set[int] = set()
     for attempt in range(1, attempts + 1):
-        before = {node: _applied_index(topic, address) for node, address in nodes.items()}
+        before = {node: _applied_index(topic, address, tls) for node, address in nodes.items()}
         try:
-            logs = _read_once(topic, nodes, partitions)
+            logs = _read_once(topic, nodes, partitions, tls)
         except OffsetOutOfRangeError as error:  # A trim moved a log start while the node was read.
             logger.info("read attempt %d: %s", attempt, error)
             indexes = set()
         else:
-            after = {node: _applied_index(topic, address) for node, address in nodes.items()}
+            after = {node: _applied_index(topic, address, tls) for node, address in nodes.items()}
             indexes = set(before.values()) | set(after.values())
             if len(indexes) == 1:
                 return StableRead(logs, True, attempt, indexes.pop())
             logger.info("read attempt %d: applied indexes moved: %s then %s", attempt, before, after)
         time.sleep(READ_AGAIN_AFTER_S)
     if not logs:  # Every attempt met a trim: one more read, unchecked for stability.
-        logs = _read_once(topic, nodes, partitions)
+        logs = _read_once(topic, nodes, partitions, tls)
     return StableRead(logs, False, attempts, max(indexes, default=0))
 
 
-def read_group_offsets(group: str, topic: str, nodes: dict[str, str]) -> dict[str, dict[int, int]]:
+def read_group_offsets(
+    group: str, topic: str, nodes: dict[str, str], tls: TlsConfig | None = None
+) -> dict[str, dict[int, int]]:
     """node id -> partition -> the group's committed offset on `topic`, as each node holds it.
 
     Every node is asked at one Raft index (FetchOffsets' min_index): the highest applied index any
@@ -132,12 +138,12 @@ def read_group_offsets(group: str, topic: str, nodes: dict[str, str]) -> dict[st
     """
     applied_index = 0
     for address in nodes.values():
-        with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S) as client:
+        with KqClient([address], retry_timeout_s=READ_RETRY_TIMEOUT_S, tls=tls) as client:
             client.committed_offsets(group, node=address)
             applied_index = max(applied_index, client.index_seen)
     offsets: dict[str, dict[int, int]] = {}
     for node_id, address in nodes.items():
-        with _AfterIndexClient(address, applied_index) as client:
+        with _AfterIndexClient(address, applied_index, tls) as client:
             committed = client.committed_offsets(group, node=address)
         offsets[node_id] = {p: offset for (t, p), offset in committed.items() if t == topic}
     return offsets

@@ -10,6 +10,13 @@ groups' committed offsets from every node; check, allowing the documented gaps t
 call for (`chaos.gaps`); stop the nodes and compare their LMDB stores byte for byte (`chaos.stores`).
 Every step reads the members as they are at its time (`cluster.nodes`): a scenario may add and remove
 nodes. Whatever happens, every process is stopped by its PID and the lab is removed.
+
+A secure run (`RunSettings.secure`) makes certificates into the scenario's `certs/` (kq.deploy.certs,
+through `LocalCluster(tls_dir=...)`), starts the nodes with mutual TLS on gRPC and TLS on Kafka, and
+gives every client (workload, probes, admin calls, reader) the `admin` certificate and the CA. Before
+the nodes stop, each one still running must refuse plain text on both ports and serve TLS on Kafka
+(`kq.deploy.tls_probe`; restarted nodes included), else a `plain-text` anomaly: a run that says it
+was secure and was not fails.
 """
 
 from __future__ import annotations
@@ -35,10 +42,12 @@ from kq.chaos.stores import compare_stores
 from kq.chaos.workload import Workload, producer_specs
 from kq.client import KqClient, KqClientError
 from kq.deploy.cluster import LocalCluster
+from kq.deploy.tls_probe import plain_text_problems
 
 logger = logging.getLogger(__name__)
 
 TOPIC = "chaos"
+CERTS_DIR = "certs"  # In the scenario's directory: the CA, node and `admin` certificates of a secure run.
 SCENARIO_BASE_BUDGET_S = 180.0  # Start, warm-up, healing, convergence and reading, at most.
 ROUND_BUDGET_S = 120.0  # One fault round, at most; a run normally needs a small fraction of it.
 GROUP_HISTORY_FILE = "group-history.json"
@@ -60,6 +69,7 @@ class RunSettings:
     node_args: tuple[str, ...] = ()
     keep_data: bool = False
     group_members: int = 3  # Members of the consumer group (0: no group); at least 2 for rebalances.
+    secure: bool = False  # Mutual TLS on gRPC, TLS on Kafka; every client presents `admin`'s certificate.
 
 
 @dataclass(slots=True)
@@ -129,14 +139,32 @@ def _run_in_lab(
         node_args=(*DEFAULT_NODE_ARGS, *scenario.node_args, *settings.node_args),
         hosts=lab.hosts() if lab is not None else None,
         launcher=lab.launcher if lab is not None else None,
+        tls_dir=base_dir / CERTS_DIR if settings.secure else None,
     )
     try:
         cluster.start()
         result = _run_on_cluster(scenario, settings, cluster, lab, report)
+        if settings.secure:
+            _check_tls(cluster, result, report)
     finally:
         cluster.stop()
     _compare_stores(cluster, result, report)
     return result
+
+
+def _check_tls(cluster: LocalCluster, result: CheckResult, report: ScenarioReport) -> None:
+    """Every running node refuses plain-text clients on gRPC and Kafka and serves Kafka over TLS; each
+    endpoint that does not is a `plain-text` anomaly. `tls_endpoints_checked` counts the endpoints."""
+    problems = plain_text_problems(cluster)
+    for problem in problems:
+        result.add(Anomaly("plain-text", problem))
+    running = [spec for node, spec in cluster.nodes.items() if cluster.running(node)]
+    checked = sum(1 + bool(spec.kafka_address) for spec in running)
+    result.counts["tls_endpoints_checked"] = checked
+    report.notes.append(
+        f"secure: mutual TLS on gRPC, TLS on Kafka; {checked} endpoints of {len(running)} nodes probed "
+        f"at the end, {len(problems)} answering plain text or refusing TLS"
+    )
 
 
 def _compare_stores(cluster: LocalCluster, result: CheckResult, report: ScenarioReport) -> None:
@@ -155,7 +183,7 @@ def _run_on_cluster(
     lab: NetworkLab | None,
     report: ScenarioReport,
 ) -> CheckResult:
-    with KqClient(cluster.bootstrap) as admin:
+    with KqClient(cluster.bootstrap, tls=cluster.tls) as admin:
         admin.create_topic(TOPIC, settings.partitions, dict(scenario.topic_configs))
         created_index = admin.index_seen
     # Every node knows the topic before the load starts: a consumer pinned to a follower, or a member
@@ -167,10 +195,13 @@ def _run_on_cluster(
         TOPIC,
         settings.partitions,
         history,
-        producer_specs(settings.producers, cluster.bootstrap, settings.rate_per_producer, scenario.workload),
+        producer_specs(
+            settings.producers, cluster.bootstrap, settings.rate_per_producer, scenario.workload, cluster.tls
+        ),
         cluster.bootstrap,
         rng.randrange(1 << 30),
         group_member_specs(settings.group_members),
+        cluster.tls,
     )
     rounds = scenario.rounds(settings.rounds)
     budget_s = SCENARIO_BASE_BUDGET_S + ROUND_BUDGET_S * sum(count for _, count in rounds)
@@ -248,7 +279,7 @@ def _set_final_configs(context: ScenarioContext, scenario: Scenario, failures: l
     if not scenario.final_configs:
         return
     try:
-        with KqClient(context.cluster.bootstrap) as admin:
+        with KqClient(context.cluster.bootstrap, tls=context.cluster.tls) as admin:
             admin.alter_topic_config(context.topic, dict(scenario.final_configs))
             index = admin.index_seen
         context.wait_applied(index, list(context.cluster.nodes))
@@ -289,11 +320,11 @@ def _read_and_check(
     """Reads every node's logs and the groups' committed offsets and checks them; failures join in."""
     addresses = {node: spec.grpc_address for node, spec in cluster.nodes.items() if cluster.running(node)}
     try:
-        read = read_everything(TOPIC, addresses)
+        read = read_everything(TOPIC, addresses, tls=cluster.tls)
         # After the read: any tombstone compaction dropped before it was older than delete.retention.ms
         # by now, so the checker's expiry rule never excuses less than compaction did.
         read_wall_ms = int(time.time() * 1000)
-        group_offsets = {group: read_group_offsets(group, TOPIC, addresses) for group in groups}
+        group_offsets = {group: read_group_offsets(group, TOPIC, addresses, cluster.tls) for group in groups}
     except KqClientError as error:
         result = CheckResult()
         result.add(Anomaly("unreadable", f"could not read every node after healing: {error}"))

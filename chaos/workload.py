@@ -16,6 +16,9 @@ hands the producers and group members the new bootstrap list (`Bootstrap`), whic
 between two requests (a producer) or at its next join (a group member) with a new client, as an
 operator would reconfigure them, starts a consumer on each node that joined and stops the consumers
 of nodes that left.
+
+Every client here reaches the nodes as the run says (`tls`: None for plain text; a secure run's
+clients present the cluster's `admin` certificate, see `chaos.runner`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from kq.client import (
     OffsetOutOfRangeError,
     ProducerRecord,
     RecordMetadata,
+    TlsConfig,
     UnavailableError,
 )
 
@@ -99,6 +103,7 @@ class ProducerSpec:
     sends_max: int = 1_000_000
     keys: int = KEYS
     tombstone_share: float = 0.0  # Of keyed records.
+    tls: TlsConfig | None = None  # How its client reaches the nodes (None: plain text).
 
 
 class Producer(threading.Thread):
@@ -139,7 +144,10 @@ class Producer(threading.Thread):
         while sends < self.spec.sends_max:
             addresses = self._bootstrap_list.addresses()
             with KqClient(
-                addresses, retry_timeout_s=self.spec.retry_timeout_s, rpc_timeout_s=self.spec.rpc_timeout_s
+                addresses,
+                retry_timeout_s=self.spec.retry_timeout_s,
+                rpc_timeout_s=self.spec.rpc_timeout_s,
+                tls=self.spec.tls,
             ) as client:
                 while sends < self.spec.sends_max and self._bootstrap_list.addresses() == addresses:
                     if self._stopping.wait(max(0.0, next_s - time.monotonic())):
@@ -203,10 +211,21 @@ class Producer(threading.Thread):
 class Consumer(threading.Thread):
     """Reads every partition from offset 0 on one node until stopped, recording records and log ends."""
 
-    def __init__(self, name: str, node: str, topic: str, partitions: int, history: History) -> None:
+    def __init__(
+        self,
+        name: str,
+        node: str,
+        topic: str,
+        partitions: int,
+        history: History,
+        tls: TlsConfig | None = None,
+    ) -> None:
+        """A consumer of `topic` on the node at gRPC address `node`, reaching it with `tls` (None: plain
+        text)."""
         super().__init__(name=f"chaos-{name}", daemon=True)
         self.name_ = name
         self.node = node
+        self._tls = tls
         self._topic = topic
         self._positions = dict.fromkeys(range(partitions), 0)
         self._log_ends = dict.fromkeys(range(partitions), -1)
@@ -228,7 +247,10 @@ class Consumer(threading.Thread):
     def run(self) -> None:
         """Polls until stopped, riding out node restarts and pauses."""
         with KqClient(
-            [self.node], retry_timeout_s=CONSUMER_RETRY_TIMEOUT_S, rpc_timeout_s=CONSUMER_RPC_TIMEOUT_S
+            [self.node],
+            retry_timeout_s=CONSUMER_RETRY_TIMEOUT_S,
+            rpc_timeout_s=CONSUMER_RPC_TIMEOUT_S,
+            tls=self._tls,
         ) as client:
             turn = 0
             while not self._stopping.is_set():
@@ -279,9 +301,14 @@ class Consumer(threading.Thread):
 
 
 def producer_specs(
-    count: int, bootstrap: Sequence[str], rate_per_s: float, shape: WorkloadShape | None = None
+    count: int,
+    bootstrap: Sequence[str],
+    rate_per_s: float,
+    shape: WorkloadShape | None = None,
+    tls: TlsConfig | None = None,
 ) -> list[ProducerSpec]:
-    """`count` producers cycling through the shape's kinds (by default keyed, unkeyed, pinned, ...)."""
+    """`count` producers cycling through the shape's kinds (by default keyed, unkeyed, pinned, ...),
+    reaching the nodes with `tls` (None: plain text)."""
     shape = shape or DEFAULT_SHAPE
     kinds = shape.kinds
     return [
@@ -292,6 +319,7 @@ def producer_specs(
             rate_per_s,
             keys=shape.keys,
             tombstone_share=shape.tombstone_share,
+            tls=tls,
         )
         for i in range(count)
     ]
@@ -309,10 +337,13 @@ class Workload:
         consumer_nodes: Sequence[str],
         seed: int,
         group_members: Sequence[GroupMemberSpec] = (),
+        tls: TlsConfig | None = None,
     ) -> None:
         """`consumer_nodes`: the gRPC address of every node (a consumer each), also the bootstrap list
-        of the producers and group members until `follow` replaces it."""
+        of the producers and group members until `follow` replaces it. `tls`: how the consumers and
+        group members reach the nodes (the producers' specs say it for each)."""
         self._topic = topic
+        self._tls = tls
         self._partitions = partitions
         self._history = history
         self.bootstrap = Bootstrap(consumer_nodes)
@@ -321,11 +352,11 @@ class Workload:
             for i, spec in enumerate(producers)
         ]
         self.consumers = [
-            Consumer(f"c{i}@{node}", node, topic, partitions, history)
+            Consumer(f"c{i}@{node}", node, topic, partitions, history, tls)
             for i, node in enumerate(consumer_nodes)
         ]
         self.group_members = [
-            GroupMember(spec, self.bootstrap, topic, history, seed * 1_000 + 500 + i)
+            GroupMember(spec, self.bootstrap, topic, history, seed * 1_000 + 500 + i, tls)
             for i, spec in enumerate(group_members)
         ]
 
@@ -346,7 +377,12 @@ class Workload:
         for node in addresses:
             if node not in pinned:
                 consumer = Consumer(
-                    f"c{len(self.consumers)}@{node}", node, self._topic, self._partitions, self._history
+                    f"c{len(self.consumers)}@{node}",
+                    node,
+                    self._topic,
+                    self._partitions,
+                    self._history,
+                    self._tls,
                 )
                 self.consumers.append(consumer)
                 consumer.start()
