@@ -12,7 +12,8 @@ Every step reads the members as they are at its time (`cluster.nodes`): a scenar
 nodes. Whatever happens, every process is stopped by its PID and the lab is removed.
 
 A secure run (`RunSettings.secure`) makes certificates into the scenario's `certs/` (kq.deploy.certs,
-through `LocalCluster(tls_dir=...)`), starts the nodes with mutual TLS on gRPC and TLS on Kafka, and
+through `LocalCluster(tls_dir=...)`), starts the nodes with mutual TLS on gRPC and TLS on Kafka and
+with `--auth` (the `admin` certificate is the super-user), and
 gives every client (workload, probes, admin calls, reader) the `admin` certificate and the CA. Before
 the nodes stop, each one still running must refuse plain text on both ports and serve TLS on Kafka
 (`kq.deploy.tls_probe`; restarted nodes included), else a `plain-text` anomaly: a run that says it
@@ -48,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 TOPIC = "chaos"
 CERTS_DIR = "certs"  # In the scenario's directory: the CA, node and `admin` certificates of a secure run.
+# A secure run also turns on authentication and ACLs; the `admin` certificate every client presents is
+# the super-user (as `deploy/run-cluster.sh start --secure` does).
+SECURE_NODE_ARGS = ("--auth", "--super-user", "User:admin")
 SCENARIO_BASE_BUDGET_S = 180.0  # Start, warm-up, healing, convergence and reading, at most.
 ROUND_BUDGET_S = 120.0  # One fault round, at most; a run normally needs a small fraction of it.
 GROUP_HISTORY_FILE = "group-history.json"
@@ -136,7 +140,12 @@ def _run_in_lab(
     cluster = LocalCluster(
         base_dir,
         settings.nodes,
-        node_args=(*DEFAULT_NODE_ARGS, *scenario.node_args, *settings.node_args),
+        node_args=(
+            *DEFAULT_NODE_ARGS,
+            *(SECURE_NODE_ARGS if settings.secure else ()),
+            *scenario.node_args,
+            *settings.node_args,
+        ),
         hosts=lab.hosts() if lab is not None else None,
         launcher=lab.launcher if lab is not None else None,
         tls_dir=base_dir / CERTS_DIR if settings.secure else None,
