@@ -70,13 +70,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, SupportsIndex
 
+import pysyncobj.pickle
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.journal import FileJournal
+from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE
 
 from kq.raft.journal import LegacyJournal, RaftJournal
 
 Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
+# Builds the peer transport from PySyncObj's poller, its tick-callback registration, and the nodes.
+TransportFactory = Callable[[Any, Callable[[Callable[[], None]], None], Any, Any], Any]
 
 
 class WireBytes(bytes):
@@ -93,9 +97,24 @@ def wire_bytes(value: int, length: int) -> WireBytes:
     return WireBytes(value.to_bytes(length, "little"))
 
 
+# The first byte of an entry's command: PySyncObj's entry types.
+REGULAR_TYPE = _COMMAND_TYPE.REGULAR
+NO_OP_TYPE = _COMMAND_TYPE.NO_OP
+MEMBERSHIP_TYPE = _COMMAND_TYPE.MEMBERSHIP
+NO_OP_COMMAND = bytes([NO_OP_TYPE])  # A new leader's first entry, as PySyncObj writes it.
+
+
 def entry_command(method_id: int, argument: bytes) -> WireBytes:
     """The log entry of one call `method(argument)`: PySyncObj's layout, pickled once at protocol 5."""
-    return WireBytes(bytes([_COMMAND_TYPE.REGULAR]) + pickle.dumps((method_id, (argument,)), protocol=5))
+    return WireBytes(bytes([REGULAR_TYPE]) + pickle.dumps((method_id, (argument,)), protocol=5))
+
+
+def membership_command(remove: bool, address: str) -> bytes:
+    """The MEMBERSHIP entry adding (or removing) the voter at `address`, byte for byte as PySyncObj's
+    `addNodeToCluster(address)` (`removeNodeFromCluster`) writes it: its pickle module, protocol 2."""
+    node = TCPNode(address)
+    change = ["rem" if remove else "add", node.id, node]
+    return bytes([MEMBERSHIP_TYPE]) + bytes(pysyncobj.pickle.dumps(change))
 
 
 class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
@@ -117,10 +136,18 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         conf: SyncObjConf,
         serializer: Any,
         journal: RaftJournal,
+        transport: TransportFactory,
     ) -> None:
+        """`transport(poller, add_tick_callback, self_node, other_nodes)` builds the peer transport
+        (raft/transport.py) on PySyncObj's poller; `conf.password` must be None (no Fernet layer)."""
         assert not conf.autoTick, "kq ticks PySyncObj from its own thread"
         assert conf.journalFile is None, "kq's journal replaces PySyncObj's"
-        super().__init__(self_address, peer_addresses, conf)
+        assert conf.password is None, "kq's transport authenticates peers; PySyncObj's encryptor stays off"
+
+        def build_transport(sync_obj: SyncObj, self_node: Any, other_nodes: Any) -> Any:
+            return transport(sync_obj._poller, sync_obj.addOnTickCallback, self_node, other_nodes)
+
+        super().__init__(self_address, peer_addresses, conf, transportClass=build_transport)
         self._SyncObj__serializer = serializer  # Before the first tick: see the module docstring.
         self._journal = journal
         self._install_journal(journal)
