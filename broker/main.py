@@ -64,6 +64,7 @@ from kq.proto.limits import (
     RETENTION_CHECK_S_DEFAULT,
 )
 from kq.raft.node import DURABILITY_MODES, Durability, RaftBindError, RaftConfig, RaftNode
+from kq.raft.transport import RaftTls
 from kq.raft.results import ApplyResult
 from kq.raft.topic_config import defaults_problem, parse_assignments
 from kq.storage import Store
@@ -595,6 +596,8 @@ def main(
         compaction_log_bytes_max=compaction_log_mib * 1024 * 1024,
         durability=durability,
         join=join,
+        # Mutual TLS between nodes with the node's certificate whenever it has one (raft/transport.py).
+        tls=RaftTls(*tls.files) if tls is not None and tls.files is not None else None,
     )
     config = NodeConfig(
         node_id,
