@@ -64,9 +64,9 @@ from kq.proto.limits import (
     RETENTION_CHECK_S_DEFAULT,
 )
 from kq.raft.node import DURABILITY_MODES, Durability, RaftBindError, RaftConfig, RaftNode
-from kq.raft.transport import RaftTls
 from kq.raft.results import ApplyResult
 from kq.raft.topic_config import defaults_problem, parse_assignments
+from kq.raft.transport import RaftTls
 from kq.storage import Store
 from kq.storage.store import MAP_SIZE_BYTES_DEFAULT
 

@@ -47,8 +47,8 @@ import crc32c as crc32c_module
 import lmdb
 
 from kq.proto.limits import COPY_CHUNK_BYTES, COPY_RETRY_S, HEADER_BYTES_MAX, TRANSMISSION_TIMEOUT_S
-from kq.raft.faults import receive_fault_message, restore_fault_message
 from kq.raft import local_pickle
+from kq.raft.faults import receive_fault_message, restore_fault_message
 from kq.raft.journal import OS_DISK, Disk
 from kq.raft.local_pickle import LocalPickleError
 from kq.raft.state_machine import ENVIRONMENT_ERRORS

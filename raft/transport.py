@@ -27,6 +27,7 @@ utility connection fails its handshake and is closed. kq changes membership thro
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import hmac
@@ -55,7 +56,7 @@ from kq.proto.limits import (
     RAFT_SEND_BUFFER_BYTES_MAX,
 )
 from kq.raft.validation import address_problem
-from kq.raft.wire import EntryNotRepresentable, WireError, decode_message, encode_message, parse_frame
+from kq.raft.wire import EntryNotRepresentableError, WireError, decode_message, encode_message, parse_frame
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ class PeerConnection:
             self._secure()
         if self.state == _State.TLS:
             self._tls_handshake()
-            if self.state == _State.TLS or self.state == _State.CLOSED:
+            if self.state in (_State.TLS, _State.CLOSED):
                 return
         self._flush()
         if self.state != _State.CLOSED:
@@ -206,7 +207,9 @@ class PeerConnection:
             return
         self.state = _State.TLS
         assert not isinstance(self._sock, ssl.SSLSocket)
-        self._sock = context.wrap_socket(self._sock, server_side=not self._dialed, do_handshake_on_connect=False)
+        self._sock = context.wrap_socket(
+            self._sock, server_side=not self._dialed, do_handshake_on_connect=False
+        )
         self._tls_handshake()
 
     def _tls_handshake(self) -> None:
@@ -266,10 +269,20 @@ class PeerConnection:
         self_address = self._transport.self_address
         if own:
             return proof_mac(
-                self._transport.password, own_role, self._nonce, self._peer_nonce, self_address, self._peer_address
+                self._transport.password,
+                own_role,
+                self._nonce,
+                self._peer_nonce,
+                self_address,
+                self._peer_address,
             )
         return proof_mac(
-            self._transport.password, peer_role, self._peer_nonce, self._nonce, self._peer_address, self_address
+            self._transport.password,
+            peer_role,
+            self._peer_nonce,
+            self._nonce,
+            self._peer_address,
+            self_address,
         )
 
     def _on_proof(self, data: bytes) -> None:
@@ -382,10 +395,8 @@ class PeerConnection:
                 reason or "closed", "Raft connection with %s closed: %s", self.peer_name, why
             )
         self._transport.poller.unsubscribe(self._fileno)
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass
         self._in.clear()
         self._out.clear()
         self._transport.on_closed(self, was_open)
@@ -472,7 +483,7 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
             return False
         try:
             payload = encode_message(message)
-        except EntryNotRepresentable as error:  # A bug: loud, and the message is not sent.
+        except EntryNotRepresentableError as error:  # A bug: loud, and the message is not sent.
             logger.error("cannot send a %s message to %s: %s", message.get("type"), node, error)
             return False
         connection.send_frame(payload)
@@ -562,7 +573,9 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
                 return
             if len(self._pending) >= RAFT_PENDING_CONNECTIONS_MAX:
                 sock.close()
-                self.bad_peer_log.warning("pending", "refused a Raft connection from %s: too many in handshake", peer)
+                self.bad_peer_log.warning(
+                    "pending", "refused a Raft connection from %s: too many in handshake", peer
+                )
                 continue
             self._configure(sock)
             connection = PeerConnection(self, sock, None, f"{peer[0]}:{peer[1]}")
@@ -579,7 +592,10 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         return bool(self.self_address > node.address)
 
     def _dial(self, node: Any, now: float) -> None:
-        if now - self._last_dial_s.get(node, -self._settings.connection_retry_s) < self._settings.connection_retry_s:
+        if (
+            now - self._last_dial_s.get(node, -self._settings.connection_retry_s)
+            < self._settings.connection_retry_s
+        ):
             return
         self._last_dial_s[node] = now
         try:
@@ -604,4 +620,6 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
                 if now - connection.last_read_s > self._settings.connection_timeout_s:
                     connection.close("nothing received within the connection timeout", quiet=True)
             elif now - connection.started_s > RAFT_HANDSHAKE_TIMEOUT_S:
-                connection.close("no handshake within the timeout", reason="handshake", quiet=connection.node is not None)
+                connection.close(
+                    "no handshake within the timeout", reason="handshake", quiet=connection.node is not None
+                )

@@ -10,7 +10,7 @@ smuggle a pickle in, so entries travel as fields (`Entry`: the method id and kq'
 voter's address; or nothing for a no-op) and the receiver rebuilds the exact bytes from those plain
 values with its own pickler (`command_from_wire`). The sender, in turn, accepts only commands it can
 rebuild byte for byte from the fields it sends (`command_to_wire`: a canonical kq call, a no-op, a
-membership change): anything else raises `EntryNotRepresentable`, a bug that must not pass silently,
+membership change): anything else raises `EntryNotRepresentableError`, a bug that must not pass silently,
 since a follower would hold other bytes than the leader's journal.
 
 `decode_message` checks every field against `kq.proto.limits` and raises only `WireError`: unknown
@@ -57,7 +57,7 @@ class WireError(ValueError):
     """Bytes from a peer that are not a valid kq Raft frame: the connection is dropped."""
 
 
-class EntryNotRepresentable(ValueError):
+class EntryNotRepresentableError(ValueError):
     """A local entry or message the wire format has no exact form for (a bug: the sender refuses it)."""
 
 
@@ -65,10 +65,10 @@ class EntryNotRepresentable(ValueError):
 
 
 def command_to_wire(command: bytes, into: raft_pb2.Entry) -> None:
-    """Sets `into`'s command fields from an entry's command bytes; EntryNotRepresentable unless the
+    """Sets `into`'s command fields from an entry's command bytes; EntryNotRepresentableError unless the
     receiver's `command_from_wire` will rebuild exactly `command` from them."""
     if not command:
-        raise EntryNotRepresentable("an empty command")
+        raise EntryNotRepresentableError("an empty command")
     kind = command[0]
     if kind == REGULAR_TYPE:
         method_id, argument = _regular_call(command)
@@ -81,9 +81,11 @@ def command_to_wire(command: bytes, into: raft_pb2.Entry) -> None:
         into.membership.remove = remove
         into.membership.address = address
     else:
-        raise EntryNotRepresentable(f"entry type {kind} has no wire form (kq never proposes it)")
+        raise EntryNotRepresentableError(f"entry type {kind} has no wire form (kq never proposes it)")
     if command_from_wire(into) != command:
-        raise EntryNotRepresentable(f"entry of type {kind} is not in the canonical form the receiver rebuilds")
+        raise EntryNotRepresentableError(
+            f"entry of type {kind} is not in the canonical form the receiver rebuilds"
+        )
 
 
 def _regular_call(command: bytes) -> tuple[int, bytes]:
@@ -91,11 +93,11 @@ def _regular_call(command: bytes) -> tuple[int, bytes]:
     try:
         call = local_pickle.loads(command[1:])
     except LocalPickleError as error:
-        raise EntryNotRepresentable(f"a regular entry that is not kq's call: {error}") from error
+        raise EntryNotRepresentableError(f"a regular entry that is not kq's call: {error}") from error
     match call:
         case (int() as method_id, (bytes() as argument,)) if 0 <= method_id < RAFT_METHODS:
             return method_id, argument
-    raise EntryNotRepresentable("a regular entry that is not a call of kq's one replicated method")
+    raise EntryNotRepresentableError("a regular entry that is not a call of kq's one replicated method")
 
 
 def _membership_change(command: bytes) -> tuple[bool, str]:
@@ -103,11 +105,11 @@ def _membership_change(command: bytes) -> tuple[bool, str]:
     try:
         change = local_pickle.loads(command[1:])
     except LocalPickleError as error:
-        raise EntryNotRepresentable(f"a membership entry that is not PySyncObj's: {error}") from error
+        raise EntryNotRepresentableError(f"a membership entry that is not PySyncObj's: {error}") from error
     match change:
         case [("add" | "rem") as kind, str() as address, _]:
             return kind == "rem", address
-    raise EntryNotRepresentable("a membership entry that is not ['add' | 'rem', address, node]")
+    raise EntryNotRepresentableError("a membership entry that is not ['add' | 'rem', address, node]")
 
 
 def entry_to_wire(entry: Entry, into: raft_pb2.Entry) -> None:
@@ -155,7 +157,9 @@ def _header_to_wire(chunk: bytes, into: raft_pb2.SnapshotHeader) -> None:
     try:
         applied_index, (next_entry, start_entry, cluster) = read_header(io.BytesIO(chunk))
     except (SnapshotError, ValueError) as error:
-        raise EntryNotRepresentable(f"a store copy's first chunk is not a snapshot header: {error}") from error
+        raise EntryNotRepresentableError(
+            f"a store copy's first chunk is not a snapshot header: {error}"
+        ) from error
     into.applied_index = applied_index
     entry_to_wire(next_entry, into.next_entry)
     entry_to_wire(start_entry, into.start_entry)
@@ -179,7 +183,7 @@ def _header_from_wire(header: raft_pb2.SnapshotHeader, node_of: Callable[[str], 
 
 
 def encode_message(message: Message) -> bytes:
-    """The RaftFrame bytes of one PySyncObj message; EntryNotRepresentable for one without a wire form."""
+    """The RaftFrame bytes of one PySyncObj message; EntryNotRepresentableError if it has no wire form."""
     frame = raft_pb2.RaftFrame()
     kind = message.get("type")
     if kind == "append_entries":
@@ -205,7 +209,7 @@ def encode_message(message: Message) -> bytes:
     elif kind == KEEPALIVE_TYPE:
         frame.keepalive.SetInParent()
     else:
-        raise EntryNotRepresentable(f"message type {kind!r} has no wire form")
+        raise EntryNotRepresentableError(f"message type {kind!r} has no wire form")
     return frame.SerializeToString()
 
 
@@ -213,7 +217,7 @@ def _append_to_wire(message: Message, append: raft_pb2.AppendEntries) -> None:
     append.term = message["term"]
     append.commit_index = message["commit_index"]
     if "transmission" in message:  # PySyncObj's piecewise entry: kq's entries are all below its batch.
-        raise EntryNotRepresentable("an entry sent in pieces (larger than PySyncObj's append batch)")
+        raise EntryNotRepresentableError("an entry sent in pieces (larger than PySyncObj's append batch)")
     if "serialized" in message:
         serialized = message["serialized"]
         if serialized is None:
@@ -281,7 +285,10 @@ def decode_message(data: bytes, node_of: Callable[[str], Any]) -> Message:
             "success": answer.success,
         }
     if kind == "apply_command":
-        command: Message = {"type": "apply_command", "command": command_from_wire(frame.apply_command.command)}
+        command: Message = {
+            "type": "apply_command",
+            "command": command_from_wire(frame.apply_command.command),
+        }
         if frame.apply_command.HasField("request_id"):
             command["request_id"] = frame.apply_command.request_id
         return command
@@ -309,7 +316,9 @@ def _append_from_wire(append: raft_pb2.AppendEntries, node_of: Callable[[str], A
             message["serialized"] = (_header_from_wire(chunk.header, node_of), True, chunk.is_last)
         elif content == "data" or (content is None and chunk.is_last):
             if len(chunk.data) > RAFT_CHUNK_BYTES_MAX:
-                raise WireError(f"a store-copy chunk of {len(chunk.data)} bytes exceeds {RAFT_CHUNK_BYTES_MAX}")
+                raise WireError(
+                    f"a store-copy chunk of {len(chunk.data)} bytes exceeds {RAFT_CHUNK_BYTES_MAX}"
+                )
             message["serialized"] = (chunk.data, False, chunk.is_last)
         else:
             raise WireError("a store-copy chunk without content")

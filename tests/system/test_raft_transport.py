@@ -84,7 +84,11 @@ def closed_by_peer(sock: socket.socket) -> bool:
 def handshake_as(sock: socket.socket, claimed: str, target: str, secret: str) -> None:
     """Completes the handshake as the voter at `claimed`, dialing the node at `target`."""
     nonce = os.urandom(32)
-    sock.sendall(frame(raft_pb2.RaftFrame(hello=raft_pb2.Hello(version=RAFT_WIRE_VERSION, address=claimed, nonce=nonce))))
+    sock.sendall(
+        frame(
+            raft_pb2.RaftFrame(hello=raft_pb2.Hello(version=RAFT_WIRE_VERSION, address=claimed, nonce=nonce))
+        )
+    )
     hello = read_frame(sock).hello
     assert hello.address == target
     mac = proof_mac(secret, b"dialer", nonce, hello.nonce, claimed, target)
@@ -120,19 +124,28 @@ def test_pickles_sent_to_the_raft_port_execute_nothing(plain: LocalCluster, tmp_
     target, dialer = specs[0], specs[-1]  # The node with the larger address dials the smaller one.
     compressed = zlib.compress(payload, 3)
     encrypted = getEncryptor(plain.secret).encrypt_at_time(compressed, int(time.monotonic()))
-    for old_frame in (struct.pack("i", len(compressed)) + compressed, struct.pack("i", len(encrypted)) + encrypted):
+    for old_frame in (
+        struct.pack("i", len(compressed)) + compressed,
+        struct.pack("i", len(encrypted)) + encrypted,
+    ):
         with socket.create_connection(host_port(target.raft_address), timeout=SOCKET_TIMEOUT_S) as sock:
             sock.sendall(old_frame)
             assert closed_by_peer(sock)
 
-    entry_with_pickle = raft_pb2.Entry(index=2, term=0, regular=raft_pb2.RegularCommand(method_id=0, argument=payload))
+    entry_with_pickle = raft_pb2.Entry(
+        index=2, term=0, regular=raft_pb2.RegularCommand(method_id=0, argument=payload)
+    )
     hostile = [
         # An append from an old term (PySyncObj ignores it once decoded) whose entry's argument is the pickle.
-        raft_pb2.RaftFrame(append_entries=raft_pb2.AppendEntries(term=0, prev_log_index=1, entries=[entry_with_pickle])),
+        raft_pb2.RaftFrame(
+            append_entries=raft_pb2.AppendEntries(term=0, prev_log_index=1, entries=[entry_with_pickle])
+        ),
         # A forwarded proposal carrying it (kq refuses forwarded proposals).
         raft_pb2.RaftFrame(apply_command=raft_pb2.ApplyCommand(command=entry_with_pickle, request_id=1)),
         # A store-copy chunk carrying it as data: written to a file, never loaded (no header first).
-        raft_pb2.RaftFrame(append_entries=raft_pb2.AppendEntries(term=0, chunk=raft_pb2.SnapshotChunk(data=payload))),
+        raft_pb2.RaftFrame(
+            append_entries=raft_pb2.AppendEntries(term=0, chunk=raft_pb2.SnapshotChunk(data=payload))
+        ),
     ]
     for message in hostile:
         with socket.create_connection(host_port(target.raft_address), timeout=SOCKET_TIMEOUT_S) as sock:
@@ -205,8 +218,10 @@ def test_the_raft_port_refuses_certificates_that_are_not_the_cluster_s_node_cert
     still_serves(secure, "after-certificates")
     leader = secure.wait_ready()
     wait_for(
-        lambda: "TLS handshake failed" in secure.log_path(next(iter(secure.nodes))).read_text()
-        or "is not a kq node" in secure.log_path(next(iter(secure.nodes))).read_text(),
+        lambda: (
+            "TLS handshake failed" in secure.log_path(next(iter(secure.nodes))).read_text()
+            or "is not a kq node" in secure.log_path(next(iter(secure.nodes))).read_text()
+        ),
         "the node logged the refusal",
         10.0,
     )
@@ -218,7 +233,15 @@ def test_nodes_speak_no_pickle_and_no_fernet(plain: LocalCluster) -> None:
     token (which starts with version byte 0x80 in base64: 'gAAAAA')."""
     specs = sorted(plain.nodes.values(), key=lambda spec: spec.raft_address)
     with socket.create_connection(host_port(specs[0].raft_address), timeout=SOCKET_TIMEOUT_S) as sock:
-        sock.sendall(frame(raft_pb2.RaftFrame(hello=raft_pb2.Hello(version=RAFT_WIRE_VERSION, address=specs[-1].raft_address, nonce=os.urandom(32)))))
+        sock.sendall(
+            frame(
+                raft_pb2.RaftFrame(
+                    hello=raft_pb2.Hello(
+                        version=RAFT_WIRE_VERSION, address=specs[-1].raft_address, nonce=os.urandom(32)
+                    )
+                )
+            )
+        )
         hello = read_frame(sock).hello
     assert hello.version == RAFT_WIRE_VERSION and hello.address == specs[0].raft_address
     assert len(hello.nonce) == 32 and hashlib.sha256(hello.nonce).digest() != b""
