@@ -292,6 +292,10 @@ RAFT_PENDING_CONNECTIONS_MAX = 64  # Incoming connections still in their handsha
 # peer reconnects and the leader resends), so a stuck peer cannot grow the leader's memory.
 RAFT_SEND_BUFFER_BYTES_MAX = 128 * 1024 * 1024
 RAFT_RECEIVE_BYTES = 256 * 1024  # One recv() call's bytes.
+RAFT_SEND_BYTES = 256 * 1024  # One send() call's bytes.
+# A frame before the handshake completed (Hello, Proof: an address, a nonce, a MAC): an unauthenticated
+# peer cannot make the node buffer more than this per connection.
+RAFT_HANDSHAKE_FRAME_BYTES_MAX = 1024
 RAFT_BAD_PEER_LOG_S = 10.0  # One log line per reason this often, for refused connections and frames.
 
 # raft/pysyncobj_adapter.py

@@ -49,11 +49,13 @@ from kq.proto import raft_pb2
 from kq.proto.limits import (
     RAFT_BAD_PEER_LOG_S,
     RAFT_FRAME_BYTES_MAX,
+    RAFT_HANDSHAKE_FRAME_BYTES_MAX,
     RAFT_HANDSHAKE_TIMEOUT_S,
     RAFT_NONCE_BYTES,
     RAFT_PENDING_CONNECTIONS_MAX,
     RAFT_RECEIVE_BYTES,
     RAFT_SEND_BUFFER_BYTES_MAX,
+    RAFT_SEND_BYTES,
 )
 from kq.raft.validation import address_problem
 from kq.raft.wire import EntryNotRepresentableError, WireError, decode_message, encode_message, parse_frame
@@ -63,7 +65,6 @@ logger = logging.getLogger(__name__)
 RAFT_WIRE_VERSION = 1
 NODE_CN_PREFIX = "kq node "  # kq/deploy/certs.py names node certificates "kq node <id>".
 _LENGTH = struct.Struct(">I")
-_SEND_BYTES = 256 * 1024  # One send() call's bytes.
 _DIALER, _ACCEPTOR = b"dialer", b"acceptor"
 _READ, _WRITE, _ERROR = POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR
 
@@ -314,7 +315,7 @@ class PeerConnection:
         self._tls_wants_write = False
         while self._out:
             view = memoryview(self._out)
-            chunk = view[:_SEND_BYTES]
+            chunk = view[:RAFT_SEND_BYTES]
             try:
                 sent = self._sock.send(chunk)
             except (BlockingIOError, ssl.SSLWantWriteError):
@@ -352,8 +353,9 @@ class PeerConnection:
         """Hands every whole frame received to the handshake or to PySyncObj, in order."""
         while self.state not in (_State.CLOSED,) and len(self._in) >= _LENGTH.size:
             (length,) = _LENGTH.unpack_from(self._in)
-            if length > RAFT_FRAME_BYTES_MAX:
-                self.close(f"a frame of {length} bytes exceeds {RAFT_FRAME_BYTES_MAX}", reason="frame")
+            length_max = RAFT_FRAME_BYTES_MAX if self.state == _State.OPEN else RAFT_HANDSHAKE_FRAME_BYTES_MAX
+            if length > length_max:
+                self.close(f"a frame of {length} bytes exceeds {length_max}", reason="frame")
                 return
             if len(self._in) < _LENGTH.size + length:
                 return
