@@ -314,20 +314,24 @@ class PeerConnection:
             return
         self._tls_wants_write = False
         while self._out:
+            failure: BaseException | None = None
+            sent = 0
             view = memoryview(self._out)
             chunk = view[:RAFT_SEND_BYTES]
             try:
                 sent = self._sock.send(chunk)
-            except (BlockingIOError, ssl.SSLWantWriteError):
-                return
-            except ssl.SSLWantReadError:
-                return  # The next readable event resumes it.
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                pass  # The socket is full (or TLS needs to read first): the next event resumes.
             except (ssl.SSLError, OSError) as error:
-                self.close(f"send failed: {error}", quiet=_is_reset(error))
-                return
-            finally:
+                failure = error
+            finally:  # The buffer cannot be resized (or cleared by close) while a view of it exists.
                 chunk.release()
                 view.release()
+            if failure is not None:
+                self.close(f"send failed: {failure}", quiet=_is_reset(failure))
+                return
+            if sent <= 0:
+                return
             del self._out[:sent]
 
     def _read(self) -> None:
@@ -399,8 +403,8 @@ class PeerConnection:
         self._transport.poller.unsubscribe(self._fileno)
         with contextlib.suppress(OSError):
             self._sock.close()
-        self._in.clear()
-        self._out.clear()
+        self._in = bytearray()
+        self._out = bytearray()
         self._transport.on_closed(self, was_open)
 
 
