@@ -38,7 +38,7 @@ import ssl
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ class TransportSettings:
     """What the transport needs of the node's configuration (PySyncObj's conf, read by the adapter)."""
 
     bind_address: str  # host:port
-    password: str  # The cluster secret: the handshake's HMAC key.
+    password: str = field(repr=False)  # The cluster secret: the handshake's HMAC key.
     tls: RaftTls | None
     connection_timeout_s: float
     connection_retry_s: float
@@ -125,16 +125,22 @@ def proof_mac(password: str, role: bytes, own_nonce: bytes, peer_nonce: bytes, o
 
 
 class RateLimitedLog:
-    """One WARNING line per reason per RAFT_BAD_PEER_LOG_S (reasons are a fixed set of strings)."""
+    """One line per reason per RAFT_BAD_PEER_LOG_S (reasons are a fixed set of strings)."""
 
     def __init__(self) -> None:
         self._last_s: dict[str, float] = {}
 
     def warning(self, reason: str, message: str, *args: object) -> None:
+        self._log(logging.WARNING, reason, message, *args)
+
+    def error(self, reason: str, message: str, *args: object) -> None:
+        self._log(logging.ERROR, reason, message, *args)
+
+    def _log(self, level: int, reason: str, message: str, *args: object) -> None:
         now = time.monotonic()
         if now - self._last_s.get(reason, -RAFT_BAD_PEER_LOG_S) >= RAFT_BAD_PEER_LOG_S:
             self._last_s[reason] = now
-            logger.warning(message, *args)
+            logger.log(level, message, *args)
 
 
 class _State:
@@ -489,8 +495,10 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
             return False
         try:
             payload = encode_message(message)
-        except EntryNotRepresentableError as error:  # A bug: loud, and the message is not sent.
-            logger.error("cannot send a %s message to %s: %s", message.get("type"), node, error)
+        except EntryNotRepresentableError as error:  # A bug: loud (ERROR), and the message is not sent.
+            self.bad_peer_log.error(
+                "unrepresentable", "cannot send a %s message to %s: %s", message.get("type"), node, error
+            )
             return False
         connection.send_frame(payload)
         return connection.is_open

@@ -6,6 +6,8 @@ tells the transport once (it used to escape as BufferError and leave the connect
 from __future__ import annotations
 
 import errno
+import logging
+import pickle
 import socket
 import ssl
 from collections.abc import Callable
@@ -17,7 +19,14 @@ from pysyncobj.node import TCPNode
 from pysyncobj.poller import createPoller
 
 from kq.deploy import certs
-from kq.raft.transport import PeerConnection, RaftTls, RateLimitedLog, tls_contexts
+from kq.raft.transport import (
+    PeerConnection,
+    RaftTls,
+    RaftTransport,
+    RateLimitedLog,
+    TransportSettings,
+    tls_contexts,
+)
 from kq.raft.wire import encode_message
 
 ROUNDS_MAX = 200  # Poller rounds a handshake may take (each returns at once once there is work).
@@ -149,3 +158,26 @@ def test_tls_then_the_handshake_open_both_ends(cluster_tls: tuple[ssl.SSLContext
     pump((acceptor, dialer), lambda: bool(acceptor.messages))
     assert acceptor.messages == [{"type": "timeout_now", "term": 9}]
     assert isinstance(dialed._sock, ssl.SSLSocket) and dialed._sock.version() == "TLSv1.3"
+
+
+def test_a_message_without_a_wire_form_is_not_sent_and_logged_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RaftTransport.send refuses an entry it cannot encode exactly: False, one ERROR line, nothing sent."""
+    acceptor, accepted, dialer, dialed = pair()
+    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
+    settings = TransportSettings("127.0.0.1:2002", "secret", None, 1.5, 0.3, 0.1, 1, 1 << 20)
+    peer = TCPNode("127.0.0.1:2001")
+    transport = RaftTransport(
+        TCPNode("127.0.0.1:2002"), [peer], dialer.poller, lambda callback: None, settings, TCPNode
+    )
+    transport._connections[peer] = dialed
+    foreign = b"\x00" + pickle.dumps((0, (b"x",)), protocol=2)  # Not kq's canonical call.
+    message = {"type": "append_entries", "term": 1, "commit_index": 0, "entries": [(foreign, 2, 1)]}
+    with caplog.at_level(logging.ERROR, logger="kq.raft.transport"):
+        assert not transport.send(peer, {**message, "prevLogIdx": 1, "prevLogTerm": 1})
+        assert transport.send(peer, {"type": "kq_keepalive"})
+    assert [record.levelno for record in caplog.records] == [logging.ERROR]
+    pump((acceptor, dialer), lambda: bool(acceptor.messages))
+    assert acceptor.messages == [{"type": "kq_keepalive"}]
+    transport.destroy()
