@@ -70,6 +70,7 @@ from kq.raft.auth import EVERYONE, principal_problem
 from kq.raft.node import DURABILITY_MODES, Durability, RaftBindError, RaftConfig, RaftNode
 from kq.raft.results import ApplyResult
 from kq.raft.topic_config import defaults_problem, parse_assignments
+from kq.raft.transport import RaftTls
 from kq.storage import Store
 from kq.storage.store import MAP_SIZE_BYTES_DEFAULT
 
@@ -251,8 +252,18 @@ def _server_tls(
     return ServerTls(files.cert, files.key, files.ca, require_client_cert, (Path(cert), Path(key), Path(ca)))
 
 
-def _refuse_exposed_plain_text(grpc_address: str, kafka_address: str, grpc_tls: bool) -> None:
-    """Plain text only on loopback, unless --insecure: ConfigError for an exposed plain-text port."""
+def _refuse_exposed_plain_text(
+    grpc_address: str, kafka_address: str, grpc_tls: bool, raft_address: str
+) -> None:
+    """Plain text only on loopback, unless --insecure: ConfigError for an exposed plain-text port. The
+    Raft port speaks TLS whenever the node has a certificate (raft/transport.py); without one its
+    traffic is authenticated by --secret but not encrypted."""
+    if not grpc_tls and not is_loopback(raft_address):
+        raise ConfigError(
+            f"--raft-address {raft_address} is not a loopback address: without TLS, Raft traffic is "
+            "authenticated by --secret but not encrypted; give the node --tls-cert, --tls-key and "
+            "--tls-ca, or pass --insecure to accept plain text"
+        )
     if not grpc_tls and not is_loopback(grpc_address):
         raise ConfigError(
             f"--grpc-address {grpc_address} is not a loopback address: serve gRPC over TLS (--tls-cert, "
@@ -544,8 +555,8 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     "--insecure",
     is_flag=True,
     default=False,
-    help="Serve plain text on a non-loopback address (gRPC without TLS, or Kafka without --kafka-tls) "
-    "(KQ_INSECURE).",
+    help="Serve plain text on a non-loopback address (gRPC and Raft without TLS, or Kafka without "
+    "--kafka-tls) (KQ_INSECURE).",
 )
 def main(
     node_id: str,
@@ -622,7 +633,9 @@ def main(
             raise ConfigError("--kafka-tls needs --tls-cert, --tls-key and --tls-ca")
         mechanisms = parse_sasl_mechanisms(kafka_sasl_mechanisms) if kafka_sasl else ()
         if not insecure:
-            _refuse_exposed_plain_text(grpc_address, kafka_address if not kafka_tls else "", tls is not None)
+            _refuse_exposed_plain_text(
+                grpc_address, kafka_address if not kafka_tls else "", tls is not None, raft_address
+            )
         kafka = None
         if kafka_address:
             kafka = KafkaConfig(
@@ -649,6 +662,8 @@ def main(
         compaction_log_bytes_max=compaction_log_mib * 1024 * 1024,
         durability=durability,
         join=join,
+        # Mutual TLS between nodes with the node's certificate whenever it has one (raft/transport.py).
+        tls=RaftTls(*tls.files) if tls is not None and tls.files is not None else None,
     )
     config = NodeConfig(
         node_id,

@@ -1,4 +1,5 @@
-"""Regenerates the Python code for `proto/kq.proto`; `--check` fails when the committed code is stale.
+"""Regenerates the Python code for `proto/kq.proto` and `proto/raft.proto` (the Raft transport's
+frames, no service); `--check` fails when the committed code is stale.
 
 Run from the project root: `python -m kq.proto.generate` (write) or `python -m kq.proto.generate --check`.
 The generator versions are pinned in pyproject's `dev` extra so the output is reproducible.
@@ -15,7 +16,7 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # The mypy-protobuf plugins live beside the interpreter.
-GENERATED = ("kq_pb2.py", "kq_pb2.pyi", "kq_pb2_grpc.py", "kq_pb2_grpc.pyi")
+GENERATED = ("kq_pb2.py", "kq_pb2.pyi", "kq_pb2_grpc.py", "kq_pb2_grpc.pyi", "raft_pb2.py", "raft_pb2.pyi")
 
 
 def generate(output_root: Path) -> None:
@@ -37,6 +38,16 @@ def generate(output_root: Path) -> None:
         str(ROOT / "kq" / "proto" / "kq.proto"),
     ]
     if protoc.main(arguments) != 0:
+        raise SystemExit("protoc failed")
+    raft_arguments = [  # No service in it: no gRPC stubs.
+        "protoc",
+        f"-I{ROOT}",
+        f"--plugin=protoc-gen-mypy={BIN / 'protoc-gen-mypy'}",
+        f"--python_out={output_root}",
+        f"--mypy_out={output_root}",
+        str(ROOT / "kq" / "proto" / "raft.proto"),
+    ]
+    if protoc.main(raft_arguments) != 0:
         raise SystemExit("protoc failed")
 
 

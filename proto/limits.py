@@ -292,6 +292,30 @@ COMPACTION_RETAIN_BYTES_MAX = 32 * 1024 * 1024
 BIND_RETRY_S = 0.1  # A Raft port still held (a node restarted at once) is tried again this often,
 BIND_ATTEMPTS_MAX = 50  # this many times; then the node refuses to start.
 
+# raft/transport.py and raft/wire.py: the Raft transport between nodes (DESIGN.md, "Raft transport").
+# A frame holds one message: PySyncObj packs entries into an append until they reach its batch
+# (TRANSPORT_BUFFER_BYTES), so the largest is just under that plus one more entry of ENTRY_BYTES_MAX.
+RAFT_FRAME_OVERHEAD_BYTES = 64 * 1024  # Terms, indexes and field tags around the entries.
+RAFT_FRAME_BYTES_MAX = TRANSPORT_BUFFER_BYTES + ENTRY_BYTES_MAX + RAFT_FRAME_OVERHEAD_BYTES
+# Entries in one append: each entry's command is at least a byte, and PySyncObj's batch stops at
+# TRANSPORT_BUFFER_BYTES of commands.
+RAFT_ENTRIES_PER_MESSAGE_MAX = TRANSPORT_BUFFER_BYTES
+RAFT_CHUNK_BYTES_MAX = TRANSPORT_BUFFER_BYTES // 4  # One chunk of a store copy (raft/snapshot.py).
+RAFT_METHODS = 1  # kq's @replicated methods (`RaftNode._apply_entry`, PySyncObj's id 0); a test checks it.
+RAFT_FAIL_REASON_MAX = 7  # PySyncObj's FAIL_REASON values are 0..7 (UNKNOWN_OUTCOME).
+RAFT_NONCE_BYTES = 32  # The handshake's challenge, each way.
+RAFT_HANDSHAKE_TIMEOUT_S = 5.0  # A connection not authenticated by then is closed.
+RAFT_PENDING_CONNECTIONS_MAX = 64  # Incoming connections still in their handshake; more are closed at once.
+# Bytes queued for one peer that its socket has not taken: beyond it the connection is dropped (the
+# peer reconnects and the leader resends), so a stuck peer cannot grow the leader's memory.
+RAFT_SEND_BUFFER_BYTES_MAX = 128 * 1024 * 1024
+RAFT_RECEIVE_BYTES = 256 * 1024  # One recv() call's bytes.
+RAFT_SEND_BYTES = 256 * 1024  # One send() call's bytes.
+# A frame before the handshake completed (Hello, Proof: an address, a nonce, a MAC): an unauthenticated
+# peer cannot make the node buffer more than this per connection.
+RAFT_HANDSHAKE_FRAME_BYTES_MAX = 1024
+RAFT_BAD_PEER_LOG_S = 10.0  # One log line per reason this often, for refused connections and frames.
+
 # raft/pysyncobj_adapter.py
 ENTRY_COMMAND_OVERHEAD_BYTES = 64  # An entry command's bytes beyond its argument (a generous bound).
 

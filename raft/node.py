@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pysyncobj import SyncObjConf, SyncObjException, replicated
+from pysyncobj.node import TCPNode
 
 from kq.proto.limits import (
     BIND_ATTEMPTS_MAX,
@@ -39,10 +40,12 @@ from kq.proto.limits import (
 from kq.raft.faults import EXIT_ENVIRONMENT_FAULT, apply_fault_message, fail_stop
 from kq.raft.inbound import already_held, refusal, without_commit_advance
 from kq.raft.journal import OS_DISK, Disk, RaftJournal, convert_legacy_journal
-from kq.raft.pysyncobj_adapter import PySyncObjAdapter, read_pysyncobj_journal
+from kq.raft.pysyncobj_adapter import PySyncObjAdapter, TransportFactory, read_pysyncobj_journal
 from kq.raft.results import ApplyResult
 from kq.raft.snapshot import RaftData, SnapshotSerializer, read_header
 from kq.raft.state_machine import apply
+from kq.raft.transport import RaftTls, RaftTransport, TransportSettings
+from kq.raft.wire import KEEPALIVE_TYPE
 from kq.storage import SnapshotError, Store
 
 logger = logging.getLogger(__name__)
@@ -54,7 +57,7 @@ TICK_THREAD_NAME = "kq-raft-tick"
 # carry whole entries only.
 APPEND_ENTRIES_BATCH_BYTES = TRANSPORT_BUFFER_BYTES
 EXIT_APPLY_FAILED = EXIT_ENVIRONMENT_FAULT  # A full store or disk, an I/O error: stop, never diverge.
-KEEPALIVE_MESSAGE = {"type": "kq_keepalive"}
+KEEPALIVE_MESSAGE = {"type": KEEPALIVE_TYPE}
 LEGACY_JOURNAL_NAME = "journal"  # PySyncObj's FileJournal, which kq used before raft/journal.py.
 
 # What an acknowledged write survives (DESIGN.md, "Durability"). replicated: a majority holds it in
@@ -73,7 +76,7 @@ class RaftConfig:
     raft_address: str  # host:port this node binds and its peers dial.
     peer_raft_addresses: tuple[str, ...]
     data_dir: Path
-    password: str
+    password: str  # The cluster secret: peers prove it in the transport's handshake (HMAC).
     election_timeout_min_s: float = 0.5
     election_timeout_max_s: float = 1.0
     heartbeat_period_s: float = 0.05
@@ -89,6 +92,8 @@ class RaftConfig:
     # `--join`: this node is being added to a running cluster. While its data directory is new it
     # never starts an election: it waits for the leader that adds it (broker/membership.py).
     join: bool = False
+    # Mutual TLS between nodes (`--tls-cert/--tls-key/--tls-ca`); None: plain TCP (loopback clusters).
+    tls: RaftTls | None = None
 
     @property
     def synced(self) -> bool:
@@ -109,7 +114,7 @@ def _unused_hook(*_args: Any) -> None:
 
 def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
     return SyncObjConf(
-        password=config.password,
+        password=None,  # kq's transport (raft/transport.py) authenticates peers; no Fernet layer.
         autoTick=False,  # kq's kq-raft-tick thread ticks it (start/close), so the constructor starts none.
         commandsQueueSize=COMMANDS_QUEUE_MAX,
         raftMinTimeout=config.election_timeout_min_s,
@@ -140,6 +145,25 @@ def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
         commandsWaitLeader=True,
         pollerType="auto",
     )
+
+
+def _transport_factory(config: RaftConfig, conf: SyncObjConf) -> TransportFactory:
+    """Builds kq's Raft transport (raft/transport.py) with this node's password, TLS and timings."""
+    settings = TransportSettings(
+        bind_address=config.raft_address,
+        password=config.password,
+        tls=config.tls,
+        connection_timeout_s=conf.connectionTimeout,
+        connection_retry_s=conf.connectionRetryTime,
+        bind_retry_s=BIND_RETRY_S,
+        bind_attempts_max=BIND_ATTEMPTS_MAX,
+        socket_buffer_bytes=TRANSPORT_BUFFER_BYTES,
+    )
+
+    def build(poller: Any, add_tick_callback: Any, self_node: Any, other_nodes: Any) -> RaftTransport:
+        return RaftTransport(self_node, other_nodes, poller, add_tick_callback, settings, TCPNode)
+
+    return build
 
 
 def finish_compaction(journal: RaftJournal, snapshot_file: Path) -> None:
@@ -206,7 +230,10 @@ class RaftNode(PySyncObjAdapter):
         finish_compaction(journal, raft_dir / "snapshot")
         try:
             peers = list(config.peer_raft_addresses)
-            super().__init__(config.raft_address, peers, _conf(config, raft_dir), self._snapshots, journal)
+            conf = _conf(config, raft_dir)
+            super().__init__(
+                config.raft_address, peers, conf, self._snapshots, journal, _transport_factory(config, conf)
+            )
         except SyncObjException as error:  # Raised by PySyncObj's constructor only when it cannot bind.
             journal.close()
             raise RaftBindError(

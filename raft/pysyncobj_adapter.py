@@ -1,18 +1,23 @@
 """The one place kq reaches inside PySyncObj. Pinned: pysyncobj==0.3.17 (pyproject.toml).
 
 kq uses PySyncObj's public API where it has one: `SyncObjConf`, `@replicated`, `doTick`, `destroy`,
-`addOnTickCallback`, `forceLogCompaction`, `getStatus`, `isReady` and `raftLastApplied`. It never
-changes PySyncObj's modules: no attribute of `pysyncobj.*` is assigned, its serializer class is not
-swapped, and its pickle protocol stays its own, 2.
+`addOnTickCallback`, `forceLogCompaction`, `getStatus`, `isReady`, `raftLastApplied`, and the
+constructor's `transportClass` with the `pysyncobj.transport.Transport` interface. It never changes
+PySyncObj's modules: no attribute of `pysyncobj.*` is assigned and its serializer class is not swapped.
 
-Protocol 2 has no bytes type: it stores bytes as latin-1 text in UTF-8, two bytes for each byte
->= 0x80, and PySyncObj pickles an entry twice (the call, then the message that carries it), so a
-random or compressed payload cost 2.5 bytes on the wire per byte and five times the zlib work on the
-tick thread (DESIGN.md has the measurements: elections under load). kq therefore builds each entry
-itself, as `@replicated` would (`entry_command`: PySyncObj's REGULAR type byte, then the call pickled
-once, at protocol 5), and hands it to PySyncObj as `WireBytes`, a bytes subclass that any protocol
-pickles as one integer holding the same bytes: one byte per byte, whatever the payload. Entries read
-back from the journal after a restart are plain bytes again: correct, only bigger on the wire.
+Peers talk through kq's transport (raft/transport.py, raft/wire.py): protobuf frames, mutual TLS or
+an HMAC handshake with the cluster password, and no pickle on the network; PySyncObj's own
+TCPTransport (zlib, pickle, Fernet) and its encryptor are not used (`conf.password` is None). An
+entry's command is still a pickle in PySyncObj's log (PySyncObj unpickles it at apply), so the
+transport carries entries as fields and the receiver rebuilds the command with the builders below
+(`entry_command`, `membership_command`, `NO_OP_COMMAND`): no network byte reaches an unpickler.
+
+kq builds each REGULAR entry itself, as `@replicated` would (`entry_command`: PySyncObj's REGULAR type
+byte, then the call pickled once, at protocol 5, where bytes are bytes; PySyncObj's own protocol 2
+stores them as latin-1 text, two bytes for each byte >= 0x80), so the leader's and every follower's
+log hold the same bytes. It is `WireBytes`, a bytes subclass that any pickle protocol stores as one
+integer holding the same bytes: that mattered while PySyncObj pickled its messages; it stays because
+snapshot headers written before pickle a `wire_bytes` call (raft/local_pickle.py resolves it).
 
 What PySyncObj keeps private, and kq needs, is read or written only by `PySyncObjAdapter` below.
 Every private member used, and why (a `_SyncObj__` name is a double-underscore member of `SyncObj`,
@@ -51,6 +56,11 @@ as Python mangles it):
   RemoveNode, which validate the address and register the node's other addresses first.
 - `transferLeadership`, called on the tick thread only (it reads the match indexes).
 - `_isLeader`, `_getLeader`, called: the leader flag and address (PySyncObj's "protected" getters).
+- `_poller`, read once in the constructor (`transportClass`): kq's transport subscribes its sockets
+  to PySyncObj's poller, so peer messages are read and handled inside `doTick`, on the tick thread,
+  as with PySyncObj's transport. raft/transport.py itself names no SyncObj member: it implements
+  `Transport` and calls that base class's helpers for subclasses (`_onMessageReceived`,
+  `_onNodeConnected`, `_onNodeDisconnected`).
 - `_applyCommand`, `_methodToID`, `_getFuncName`, `pysyncobj.syncobj._COMMAND_TYPE.REGULAR`: what
   `@replicated` itself calls to queue a call (`propose_call`), so that kq chooses the entry's bytes.
 
@@ -59,7 +69,7 @@ from `doTick`: apply, the serializer, tick callbacks, the message hook), except 
 `_getLeader`, which read one reference each and are hints by nature. Upgrading PySyncObj means
 re-reading its `syncobj.py` for each item of this list; `tests/raft/test_node.py` fails if one is
 gone, or if any other kq module names a PySyncObj private or assigns to a `pysyncobj` module, and
-measures the entry sizes above.
+measures an entry's size on the wire.
 """
 
 from __future__ import annotations
@@ -70,13 +80,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, SupportsIndex
 
+import pysyncobj.pickle
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
 from pysyncobj.journal import FileJournal
+from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE
 
 from kq.raft.journal import LegacyJournal, RaftJournal
 
 Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
+# Builds the peer transport from PySyncObj's poller, its tick-callback registration, and the nodes.
+TransportFactory = Callable[[Any, Callable[[Callable[[], None]], None], Any, Any], Any]
 
 
 class WireBytes(bytes):
@@ -93,9 +107,24 @@ def wire_bytes(value: int, length: int) -> WireBytes:
     return WireBytes(value.to_bytes(length, "little"))
 
 
+# The first byte of an entry's command: PySyncObj's entry types.
+REGULAR_TYPE = _COMMAND_TYPE.REGULAR
+NO_OP_TYPE = _COMMAND_TYPE.NO_OP
+MEMBERSHIP_TYPE = _COMMAND_TYPE.MEMBERSHIP
+NO_OP_COMMAND = bytes([NO_OP_TYPE])  # A new leader's first entry, as PySyncObj writes it.
+
+
 def entry_command(method_id: int, argument: bytes) -> WireBytes:
     """The log entry of one call `method(argument)`: PySyncObj's layout, pickled once at protocol 5."""
-    return WireBytes(bytes([_COMMAND_TYPE.REGULAR]) + pickle.dumps((method_id, (argument,)), protocol=5))
+    return WireBytes(bytes([REGULAR_TYPE]) + pickle.dumps((method_id, (argument,)), protocol=5))
+
+
+def membership_command(remove: bool, address: str) -> bytes:
+    """The MEMBERSHIP entry adding (or removing) the voter at `address`, byte for byte as PySyncObj's
+    `addNodeToCluster(address)` (`removeNodeFromCluster`) writes it: its pickle module, protocol 2."""
+    node = TCPNode(address)
+    change = ["rem" if remove else "add", node.id, node]
+    return bytes([MEMBERSHIP_TYPE]) + bytes(pysyncobj.pickle.dumps(change))
 
 
 class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no type hints.
@@ -117,10 +146,18 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         conf: SyncObjConf,
         serializer: Any,
         journal: RaftJournal,
+        transport: TransportFactory,
     ) -> None:
+        """`transport(poller, add_tick_callback, self_node, other_nodes)` builds the peer transport
+        (raft/transport.py) on PySyncObj's poller; `conf.password` must be None (no Fernet layer)."""
         assert not conf.autoTick, "kq ticks PySyncObj from its own thread"
         assert conf.journalFile is None, "kq's journal replaces PySyncObj's"
-        super().__init__(self_address, peer_addresses, conf)
+        assert conf.password is None, "kq's transport authenticates peers; PySyncObj's encryptor stays off"
+
+        def build_transport(sync_obj: SyncObj, self_node: Any, other_nodes: Any) -> Any:
+            return transport(sync_obj._poller, sync_obj.addOnTickCallback, self_node, other_nodes)
+
+        super().__init__(self_address, peer_addresses, conf, transportClass=build_transport)
         self._SyncObj__serializer = serializer  # Before the first tick: see the module docstring.
         self._journal = journal
         self._install_journal(journal)

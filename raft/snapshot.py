@@ -11,7 +11,8 @@ it is ahead of its own store (restore only moves forward) and skips the entries 
 File layout, a local snapshot and a transmitted one alike (integers big-endian):
 
     magic          8 bytes  b"KQSNAP02"
-    header_length  u32      then a pickle (protocol 5) of {"raft": <PySyncObj's tuple>, "applied_index": u64}
+    header_length  u32      then a pickle (protocol 5) of {"raft": <PySyncObj's tuple>, "applied_index": u64},
+                            written by this node only (a copy's header travels as fields: raft/wire.py)
     data_length    u64      then a copy of the store (`data.mdb`) of that many bytes; 0 in a local snapshot
     data_crc32c    u32      over the copy
     end            5 bytes  b"KQEND"
@@ -46,8 +47,10 @@ import crc32c as crc32c_module
 import lmdb
 
 from kq.proto.limits import COPY_CHUNK_BYTES, COPY_RETRY_S, HEADER_BYTES_MAX, TRANSMISSION_TIMEOUT_S
+from kq.raft import local_pickle
 from kq.raft.faults import receive_fault_message, restore_fault_message
 from kq.raft.journal import OS_DISK, Disk
+from kq.raft.local_pickle import LocalPickleError
 from kq.raft.state_machine import ENVIRONMENT_ERRORS
 from kq.storage import SnapshotError, Store
 
@@ -157,7 +160,7 @@ class SnapshotSerializer:
         logger.info("snapshot started at applied index %d", applied_index)
         try:
             index = self._log.compaction_start(index)
-            header = _header(self._log.window(index), applied_index)
+            header = header_bytes(self._log.window(index), applied_index)
             if self._durable:  # The journal loses the entries up to `index`: the store must hold them.
                 self._store.sync()
             self._write_durably(header + _U64.pack(0) + _U32.pack(0) + END)
@@ -190,7 +193,7 @@ class SnapshotSerializer:
         return (None, *raft_data)
 
     def _rewrite_header_only(self, raft_data: RaftData) -> None:
-        header = _header(raft_data, self._store.applied_index())
+        header = header_bytes(raft_data, self._store.applied_index())
         self._write_durably(header + _U64.pack(0) + _U32.pack(0) + END)
 
     def _write_durably(self, content: bytes) -> None:
@@ -281,7 +284,7 @@ class SnapshotSerializer:
             return None
         transaction = self._store.begin_snapshot()
         applied_index = self._store.applied_index_in(transaction)
-        copy = _Copy(_header(self._log.window(self._log.first_index()), applied_index), applied_index)
+        copy = _Copy(header_bytes(self._log.window(self._log.first_index()), applied_index), applied_index)
         self._copy = copy
         self._thread = threading.Thread(
             target=self._write_copy, args=(copy, transaction), name="kq-snapshot-copy", daemon=True
@@ -379,7 +382,8 @@ def _environment_fault(error: BaseException) -> bool:
     return isinstance(error, ENVIRONMENT_ERRORS) or type(error) is lmdb.Error
 
 
-def _header(raft_data: RaftData, applied_index: int) -> bytes:
+def header_bytes(raft_data: RaftData, applied_index: int) -> bytes:
+    """The snapshot file's magic and header (a local snapshot and the first chunk of a copy alike)."""
     raw = pickle.dumps({"raft": tuple(raft_data), "applied_index": applied_index}, protocol=5)
     return MAGIC + _U32.pack(len(raw)) + raw
 
@@ -405,10 +409,14 @@ def read_header(source: BinaryIO) -> tuple[int, RaftData]:
     raw_header = source.read(length)
     if len(raw_header) != length:
         raise SnapshotError("snapshot header is cut short")
-    # The file comes from this node or from an authenticated (password-protected) Raft peer.
-    header = pickle.loads(raw_header)
-    raft_data: RaftData = tuple(header["raft"])
-    return int(header["applied_index"]), raft_data
+    # This node wrote the header (a peer's header arrives as fields, raft/wire.py, and is written here
+    # by `header_bytes`); the unpickler resolves only the globals a header holds.
+    try:
+        header = local_pickle.loads(raw_header)
+        raft_data: RaftData = tuple(header["raft"])
+        return int(header["applied_index"]), raft_data
+    except (LocalPickleError, KeyError, TypeError, ValueError) as error:
+        raise SnapshotError(f"snapshot header is not kq's: {error}") from error
 
 
 def extract_data(source: BinaryIO, destination: Path) -> None:

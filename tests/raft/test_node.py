@@ -1,7 +1,7 @@
 """RaftNode in one process: three real nodes on loopback sockets, each ticked by its own kq-raft-tick thread.
 
 The constructor starts no thread, start() starts exactly one, close() joins it and frees the port; the
-largest entries replicate whole, one byte per byte under PySyncObj's pickle protocol 2; a closed node
+largest entries replicate whole, one byte per byte in kq's Raft transport (raft/wire.py); a closed node
 restarts from its journal and store. Waits are on conditions with deadlines.
 """
 
@@ -19,10 +19,11 @@ from pathlib import Path
 import pysyncobj.pickle
 import pytest
 from pysyncobj import SyncObj
+from pysyncobj.node import TCPNode
 
 from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
-from kq.proto.limits import ENTRY_BYTES_MAX, ENTRY_COMMAND_OVERHEAD_BYTES
+from kq.proto.limits import ENTRY_BYTES_MAX, ENTRY_COMMAND_OVERHEAD_BYTES, RAFT_FRAME_BYTES_MAX, RAFT_METHODS
 from kq.raft import pysyncobj_adapter
 from kq.raft.node import (
     APPEND_ENTRIES_BATCH_BYTES,
@@ -33,6 +34,7 @@ from kq.raft.node import (
 )
 from kq.raft.pysyncobj_adapter import WireBytes, entry_command
 from kq.raft.results import ApplyResult
+from kq.raft.wire import decode_message, encode_message
 from kq.storage import Store
 from tests.raft.helpers import append, create
 
@@ -40,8 +42,9 @@ WAIT_S = 20.0  # Elections and applies of in-process nodes on a busy 2-core mach
 
 
 # Raft timings for moving the largest entries between three nodes of one process (one GIL). Each 3 MB
-# entry costs the leader's tick thread pickling, zlib and Fernet per follower, and each follower the
-# reverse, before any of them ticks again: on a loaded 2-core machine, seconds. With the production
+# entry costs the leader's tick thread its encoding per follower (and, before kq's transport, pickling,
+# zlib and Fernet), and each follower the rebuilding, before any of them ticks again: on a loaded 2-core
+# machine, up to seconds. With the production
 # timings (an election after 0.5-1 s without a heartbeat, the leader stepping down after 2 s without
 # a majority's answers, a connection dropped after 1.5 s silent) the transfer itself caused elections,
 # and an election discards the entry in flight (PySyncObj's reason 3, DISCARDED) or strands a
@@ -151,7 +154,8 @@ def test_the_largest_entries_replicate_whole(
     patient_cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     """3 MB of bytes >= 0x80 (pickle protocol 2's worst case) and 3 MB of random bytes: each entry is
-    WireBytes in every node's log, goes out in one message, and every store ends byte-identical.
+    WireBytes in every node's log (a follower rebuilds it with `entry_command`), goes out in one
+    message, and every store ends byte-identical.
 
     Under CPU load it used to fail: the transfer itself starved the tick threads past the election
     timeout, so the proposal came back DISCARDED or a follower missed the entry (`with_big_entry_timing`)."""
@@ -204,20 +208,24 @@ def test_a_port_in_use_refuses_to_start(tmp_path: Path) -> None:
         store.close()
 
 
-def test_entries_cost_one_byte_per_byte_under_pysyncobjs_pickle() -> None:
-    """PySyncObj's protocol-2 pickle of a message carrying the largest entry of bytes >= 0x80 (its worst
-    case: two bytes each as plain bytes) is as long as the entry; every entry fits one append message."""
+def test_entries_cost_one_byte_per_byte_on_the_wire() -> None:
+    """The Raft transport's frame carrying the largest entry of bytes >= 0x80 is as long as the entry
+    (protobuf bytes, no pickle), fits a frame, and the receiver rebuilds the leader's exact command."""
     argument = b"\xff" * ENTRY_BYTES_MAX
-    command = entry_command(7, argument)
+    command = entry_command(0, argument)
     assert len(command) <= ENTRY_BYTES_MAX + ENTRY_COMMAND_OVERHEAD_BYTES < APPEND_ENTRIES_BATCH_BYTES
-    message = {"type": "append_entries", "entries": [(command, 12, 3)]}
-    wire = pysyncobj.pickle.dumps(message)
-    assert len(wire) < len(argument) + 1024
-    plain = pysyncobj.pickle.dumps({"type": "append_entries", "entries": [(bytes(command), 12, 3)]})
-    assert len(plain) > 1.9 * len(argument)  # What plain bytes cost.
-    received = pysyncobj.pickle.loads(wire)["entries"][0][0]
+    message = {"type": "append_entries", "term": 3, "commit_index": 11, "entries": [(command, 12, 3)]}
+    wire = encode_message({**message, "prevLogIdx": 11, "prevLogTerm": 3})
+    assert len(argument) < len(wire) < len(argument) + 1024 <= RAFT_FRAME_BYTES_MAX
+    received = decode_message(wire, TCPNode)["entries"][0][0]
     assert type(received) is WireBytes and received == command
-    assert pysyncobj.pickle.loads(received[1:]) == (7, (argument,))  # As PySyncObj's apply reads it.
+    assert pysyncobj.pickle.loads(received[1:]) == (0, (argument,))  # As PySyncObj's apply reads it.
+
+
+def test_kq_has_exactly_the_replicated_methods_the_wire_allows(cluster: Cluster) -> None:
+    """The wire refuses method ids >= RAFT_METHODS: kq's one @replicated method has PySyncObj's id 0."""
+    assert cluster.nodes[0]._methodToID == {"_apply_entry_v0": 0}  # PySyncObj names it by version.
+    assert RAFT_METHODS == 1
 
 
 def test_pysyncobj_privates_are_touched_only_by_the_adapter_and_its_modules_never_patched() -> None:

@@ -204,6 +204,7 @@ def test_a_node_refuses_half_a_tls_setup(tmp_path: Path) -> None:
     [
         (["--grpc-address", "10.255.255.1:9101"], "is not a loopback address: serve gRPC over TLS"),
         (["--kafka-address", "10.255.255.1:9092"], "serve Kafka over TLS (--kafka-tls) or pass --insecure"),
+        (["--raft-address", "10.255.255.1:7101"], "authenticated by --secret but not encrypted"),
     ],
 )
 def test_plain_text_on_a_non_loopback_address_needs_insecure(

@@ -1,0 +1,342 @@
+"""The Raft transport's codec: PySyncObj's peer messages to `kq.raft.v1.RaftFrame` bytes and back. Pure.
+
+PySyncObj hands its transport dictionaries (`{"type": "append_entries", "term": 3, ...}`) and expects
+the same dictionaries back on the other node. Its own transport pickled them; this codec gives each
+message type kq uses an explicit protobuf form (proto/raft.proto) and never unpickles a network byte.
+
+Log entries are the subtle part: an entry's command is bytes PySyncObj later unpickles at apply
+(REGULAR: the call; MEMBERSHIP: the change). A peer that could put bytes in an entry could still
+smuggle a pickle in, so entries travel as fields (`Entry`: the method id and kq's `Command` bytes; the
+voter's address; or nothing for a no-op) and the receiver rebuilds the exact bytes from those plain
+values with its own pickler (`command_from_wire`). The sender, in turn, accepts only commands it can
+rebuild byte for byte from the fields it sends (`command_to_wire`: a canonical kq call, a no-op, a
+membership change): anything else raises `EntryNotRepresentableError`, a bug that must not pass silently,
+since a follower would hold other bytes than the leader's journal.
+
+`decode_message` checks every field against `kq.proto.limits` and raises only `WireError`: unknown
+message types, unknown fields (protobuf would keep them silently), a non-canonical encoding, values
+out of bounds. The transport then drops that connection (raft/transport.py).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from kq.proto import raft_pb2
+from kq.proto.limits import (
+    ENTRY_BYTES_MAX,
+    MEMBERS_MAX,
+    RAFT_CHUNK_BYTES_MAX,
+    RAFT_ENTRIES_PER_MESSAGE_MAX,
+    RAFT_FAIL_REASON_MAX,
+    RAFT_METHODS,
+)
+from kq.raft import local_pickle
+from kq.raft.local_pickle import LocalPickleError
+from kq.raft.pysyncobj_adapter import (
+    MEMBERSHIP_TYPE,
+    NO_OP_COMMAND,
+    REGULAR_TYPE,
+    entry_command,
+    membership_command,
+)
+from kq.raft.snapshot import header_bytes, read_header
+from kq.raft.validation import address_problem
+from kq.storage import SnapshotError
+
+KEEPALIVE_TYPE = "kq_keepalive"  # raft/node.py's keepalive message (a type PySyncObj ignores).
+Message = dict[str, Any]
+Entry = tuple[bytes, int, int]  # PySyncObj's log entry: (command, index, term).
+
+
+class WireError(ValueError):
+    """Bytes from a peer that are not a valid kq Raft frame: the connection is dropped."""
+
+
+class EntryNotRepresentableError(ValueError):
+    """A local entry or message the wire format has no exact form for (a bug: the sender refuses it)."""
+
+
+# Entries, sender side -----------------------------------------------------------------------------
+
+
+def command_to_wire(command: bytes, into: raft_pb2.Entry) -> None:
+    """Sets `into`'s command fields from an entry's command bytes; EntryNotRepresentableError unless the
+    receiver's `command_from_wire` will rebuild exactly `command` from them."""
+    if not command:
+        raise EntryNotRepresentableError("an empty command")
+    kind = command[0]
+    if kind == REGULAR_TYPE:
+        method_id, argument = _regular_call(command)
+        into.regular.method_id = method_id
+        into.regular.argument = argument
+    elif command == NO_OP_COMMAND:
+        into.no_op.SetInParent()
+    elif kind == MEMBERSHIP_TYPE:
+        remove, address = _membership_change(command)
+        into.membership.remove = remove
+        into.membership.address = address
+    else:
+        raise EntryNotRepresentableError(f"entry type {kind} has no wire form (kq never proposes it)")
+    if command_from_wire(into) != command:
+        raise EntryNotRepresentableError(
+            f"entry of type {kind} is not in the canonical form the receiver rebuilds"
+        )
+
+
+def _regular_call(command: bytes) -> tuple[int, bytes]:
+    """(method id, argument) of a REGULAR entry holding one call with one bytes argument."""
+    try:
+        call = local_pickle.loads(command[1:])
+    except LocalPickleError as error:
+        raise EntryNotRepresentableError(f"a regular entry that is not kq's call: {error}") from error
+    match call:
+        case (int() as method_id, (bytes() as argument,)) if 0 <= method_id < RAFT_METHODS:
+            return method_id, argument
+    raise EntryNotRepresentableError("a regular entry that is not a call of kq's one replicated method")
+
+
+def _membership_change(command: bytes) -> tuple[bool, str]:
+    """(remove, address) of a MEMBERSHIP entry."""
+    try:
+        change = local_pickle.loads(command[1:])
+    except LocalPickleError as error:
+        raise EntryNotRepresentableError(f"a membership entry that is not PySyncObj's: {error}") from error
+    match change:
+        case [("add" | "rem") as kind, str() as address, _]:
+            return kind == "rem", address
+    raise EntryNotRepresentableError("a membership entry that is not ['add' | 'rem', address, node]")
+
+
+def entry_to_wire(entry: Entry, into: raft_pb2.Entry) -> None:
+    """Sets `into` from a PySyncObj log entry (command, index, term)."""
+    command, index, term = entry
+    into.index = index
+    into.term = term
+    command_to_wire(command, into)
+
+
+# Entries, receiver side ---------------------------------------------------------------------------
+
+
+def command_from_wire(entry: raft_pb2.Entry) -> bytes:
+    """The command bytes this node's log holds for `entry`, rebuilt from plain values by this node's
+    own pickler; WireError for a command out of bounds (checked before anything is built)."""
+    which = entry.WhichOneof("command")
+    if which == "regular":
+        regular = entry.regular
+        if regular.method_id >= RAFT_METHODS:
+            raise WireError(f"method id {regular.method_id} is not kq's replicated method")
+        if len(regular.argument) > ENTRY_BYTES_MAX:
+            raise WireError(f"an entry argument of {len(regular.argument)} bytes exceeds {ENTRY_BYTES_MAX}")
+        return entry_command(regular.method_id, regular.argument)
+    if which == "no_op":
+        return NO_OP_COMMAND
+    if which == "membership":
+        problem = address_problem(entry.membership.address, "a voter's address")
+        if problem is not None:
+            raise WireError(problem)
+        return membership_command(entry.membership.remove, entry.membership.address)
+    raise WireError("an entry without a command")
+
+
+def entry_from_wire(entry: raft_pb2.Entry) -> Entry:
+    """PySyncObj's (command, index, term) for `entry`."""
+    return command_from_wire(entry), entry.index, entry.term
+
+
+# Snapshot headers ---------------------------------------------------------------------------------
+
+
+def _header_to_wire(chunk: bytes, into: raft_pb2.SnapshotHeader) -> None:
+    """Sets `into` from the first chunk of a store copy (this node's own `header_bytes`)."""
+    try:
+        applied_index, (next_entry, start_entry, cluster) = read_header(io.BytesIO(chunk))
+    except (SnapshotError, ValueError) as error:
+        raise EntryNotRepresentableError(
+            f"a store copy's first chunk is not a snapshot header: {error}"
+        ) from error
+    into.applied_index = applied_index
+    entry_to_wire(next_entry, into.next_entry)
+    entry_to_wire(start_entry, into.start_entry)
+    into.cluster.extend(sorted(str(node.address) for node in cluster))
+
+
+def _header_from_wire(header: raft_pb2.SnapshotHeader, node_of: Callable[[str], Any]) -> bytes:
+    """The header chunk this node writes for `header` (raft/snapshot.py `header_bytes`)."""
+    if len(header.cluster) > MEMBERS_MAX:
+        raise WireError(f"a snapshot of {len(header.cluster)} voters exceeds {MEMBERS_MAX}")
+    for address in header.cluster:
+        problem = address_problem(address, "a voter's address")
+        if problem is not None:
+            raise WireError(problem)
+    nodes = {node_of(address) for address in header.cluster}
+    raft_data = (entry_from_wire(header.next_entry), entry_from_wire(header.start_entry), nodes)
+    return header_bytes(raft_data, header.applied_index)
+
+
+# Messages -----------------------------------------------------------------------------------------
+
+
+def encode_message(message: Message) -> bytes:
+    """The RaftFrame bytes of one PySyncObj message; EntryNotRepresentableError if it has no wire form."""
+    frame = raft_pb2.RaftFrame()
+    kind = message.get("type")
+    if kind == "append_entries":
+        _append_to_wire(message, frame.append_entries)
+    elif kind == "request_vote":
+        vote = frame.request_vote
+        vote.term, vote.last_log_index = message["term"], message["last_log_index"]
+        vote.last_log_term = message["last_log_term"]
+    elif kind == "response_vote":
+        frame.response_vote.term = message["term"]
+    elif kind == "next_node_idx":
+        answer = frame.next_node_index
+        answer.next_node_index, answer.reset = message["next_node_idx"], message["reset"]
+        answer.success = message["success"]
+    elif kind == "apply_command":
+        command_to_wire(message["command"], frame.apply_command.command)
+        if "request_id" in message:
+            frame.apply_command.request_id = message["request_id"]
+    elif kind == "apply_command_response":
+        _response_to_wire(message, frame.apply_command_response)
+    elif kind == "timeout_now":
+        frame.timeout_now.term = message["term"]
+    elif kind == KEEPALIVE_TYPE:
+        frame.keepalive.SetInParent()
+    else:
+        raise EntryNotRepresentableError(f"message type {kind!r} has no wire form")
+    return frame.SerializeToString()
+
+
+def _append_to_wire(message: Message, append: raft_pb2.AppendEntries) -> None:
+    append.term = message["term"]
+    append.commit_index = message["commit_index"]
+    if "transmission" in message:  # PySyncObj's piecewise entry: kq's entries are all below its batch.
+        raise EntryNotRepresentableError("an entry sent in pieces (larger than PySyncObj's append batch)")
+    if "serialized" in message:
+        serialized = message["serialized"]
+        if serialized is None:
+            append.pending.SetInParent()
+            return
+        data, is_first, is_last = serialized
+        if is_first:
+            _header_to_wire(data, append.chunk.header)
+        else:
+            append.chunk.data = data
+        append.chunk.is_last = is_last
+        return
+    append.prev_log_index = message["prevLogIdx"]
+    append.prev_log_term = message["prevLogTerm"]
+    for entry in message.get("entries", ()):
+        entry_to_wire(entry, append.entries.add())
+
+
+def _response_to_wire(message: Message, response: raft_pb2.ApplyCommandResponse) -> None:
+    response.request_id = message["request_id"]
+    if "error" in message:
+        response.error = message["error"]
+    else:
+        response.log_index, response.log_term = message["log_idx"], message["log_term"]
+
+
+def parse_frame(data: bytes) -> raft_pb2.RaftFrame:
+    """The frame in `data`, strictly: WireError for bytes protobuf cannot parse, unknown fields, or an
+    encoding other than the canonical one this codec writes."""
+    frame = raft_pb2.RaftFrame()
+    try:
+        frame.ParseFromString(data)
+    except (DecodeError, RecursionError, ValueError) as error:
+        raise WireError(f"not a Raft frame: {error}") from error
+    frame.DiscardUnknownFields()
+    if frame.ByteSize() != len(data):  # Unknown fields (now discarded), repeated or padded fields.
+        raise WireError("a Raft frame with unknown or repeated fields")
+    return frame
+
+
+def decode_message(data: bytes, node_of: Callable[[str], Any]) -> Message:
+    """The PySyncObj message in one frame after the handshake; WireError for anything else.
+
+    `node_of(address)` builds PySyncObj's node object for a voter named in a snapshot header."""
+    frame = parse_frame(data)
+    kind = frame.WhichOneof("message")
+    if kind == "append_entries":
+        return _append_from_wire(frame.append_entries, node_of)
+    if kind == "request_vote":
+        vote = frame.request_vote
+        return {
+            "type": "request_vote",
+            "term": vote.term,
+            "last_log_index": vote.last_log_index,
+            "last_log_term": vote.last_log_term,
+        }
+    if kind == "response_vote":
+        return {"type": "response_vote", "term": frame.response_vote.term}
+    if kind == "next_node_index":
+        answer = frame.next_node_index
+        return {
+            "type": "next_node_idx",
+            "next_node_idx": answer.next_node_index,
+            "reset": answer.reset,
+            "success": answer.success,
+        }
+    if kind == "apply_command":
+        command: Message = {
+            "type": "apply_command",
+            "command": command_from_wire(frame.apply_command.command),
+        }
+        if frame.apply_command.HasField("request_id"):
+            command["request_id"] = frame.apply_command.request_id
+        return command
+    if kind == "apply_command_response":
+        return _response_from_wire(frame.apply_command_response)
+    if kind == "timeout_now":
+        return {"type": "timeout_now", "term": frame.timeout_now.term}
+    if kind == "keepalive":
+        return {"type": KEEPALIVE_TYPE}
+    raise WireError(f"message {kind!r} is not a Raft message" if kind else "a frame without a message")
+
+
+def _append_from_wire(append: raft_pb2.AppendEntries, node_of: Callable[[str], Any]) -> Message:
+    message: Message = {"type": "append_entries", "term": append.term, "commit_index": append.commit_index}
+    snapshot = append.WhichOneof("snapshot")
+    if snapshot is not None:
+        if append.entries or append.prev_log_index or append.prev_log_term:
+            raise WireError("a store-copy message with log entries")
+        if snapshot == "pending":
+            message["serialized"] = None
+            return message
+        chunk = append.chunk
+        content = chunk.WhichOneof("content")
+        if content == "header":
+            message["serialized"] = (_header_from_wire(chunk.header, node_of), True, chunk.is_last)
+        elif content == "data" or (content is None and chunk.is_last):
+            if len(chunk.data) > RAFT_CHUNK_BYTES_MAX:
+                raise WireError(
+                    f"a store-copy chunk of {len(chunk.data)} bytes exceeds {RAFT_CHUNK_BYTES_MAX}"
+                )
+            message["serialized"] = (chunk.data, False, chunk.is_last)
+        else:
+            raise WireError("a store-copy chunk without content")
+        return message
+    if len(append.entries) > RAFT_ENTRIES_PER_MESSAGE_MAX:
+        raise WireError(f"{len(append.entries)} entries exceed {RAFT_ENTRIES_PER_MESSAGE_MAX}")
+    message["entries"] = [entry_from_wire(entry) for entry in append.entries]
+    message["prevLogIdx"] = append.prev_log_index
+    message["prevLogTerm"] = append.prev_log_term
+    return message
+
+
+def _response_from_wire(response: raft_pb2.ApplyCommandResponse) -> Message:
+    message: Message = {"type": "apply_command_response", "request_id": response.request_id}
+    if response.HasField("error"):
+        if response.error > RAFT_FAIL_REASON_MAX:
+            raise WireError(f"failure reason {response.error} is not PySyncObj's")
+        message["error"] = response.error
+    else:
+        message["log_idx"], message["log_term"] = response.log_index, response.log_term
+    return message

@@ -1,0 +1,183 @@
+"""PeerConnection (raft/transport.py) over a socket pair in one thread, driven by PySyncObj's poller:
+the password handshake opens both ends and messages flow; a wrong password, a wrong address or a
+frame too big for the handshake closes them; a peer reset while sending closes the connection and
+tells the transport once (it used to escape as BufferError and leave the connection half closed)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import pickle
+import socket
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pysyncobj.node import TCPNode
+from pysyncobj.poller import createPoller
+
+from kq.deploy import certs
+from kq.raft.transport import (
+    PeerConnection,
+    RaftTls,
+    RaftTransport,
+    RateLimitedLog,
+    TransportSettings,
+    tls_contexts,
+)
+from kq.raft.wire import encode_message
+
+ROUNDS_MAX = 200  # Poller rounds a handshake may take (each returns at once once there is work).
+
+
+class FakeTransport:
+    """What a PeerConnection asks of its transport, recording what it is told."""
+
+    def __init__(self, address: str, password: str, peers: tuple[str, ...], tls: Any = None) -> None:
+        self.poller = createPoller("poll")
+        self.self_address = address
+        self.password = password
+        self.bad_peer_log = RateLimitedLog()
+        self.peers = peers
+        self.tls = tls
+        self.opened: list[str] = []
+        self.messages: list[dict[str, Any]] = []
+        self.closed: list[bool] = []
+
+    def tls_context(self, server_side: bool) -> ssl.SSLContext | None:
+        return None if self.tls is None else self.tls[0 if server_side else 1]
+
+    def accepts_from(self, address: str) -> bool:
+        return address in self.peers
+
+    def node_of(self, address: str) -> TCPNode:
+        return TCPNode(address)
+
+    def on_open(self, connection: PeerConnection, address: str) -> None:
+        self.opened.append(address)
+
+    def on_message(self, connection: PeerConnection, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    def on_closed(self, connection: PeerConnection, was_open: bool) -> None:
+        self.closed.append(was_open)
+
+
+def pair(
+    dialer_password: str = "secret", acceptor_peers: tuple[str, ...] = ("127.0.0.1:2002",), tls: Any = None
+) -> tuple[FakeTransport, PeerConnection, FakeTransport, PeerConnection]:
+    """A dialer (127.0.0.1:2002) connected to an acceptor (127.0.0.1:2001) over a socket pair."""
+    left, right = socket.socketpair()
+    for sock in (left, right):
+        sock.setblocking(False)
+    acceptor = FakeTransport("127.0.0.1:2001", "secret", acceptor_peers, tls)
+    dialer = FakeTransport("127.0.0.1:2002", dialer_password, (), tls)
+    accepted = PeerConnection(acceptor, left, None, "accepted")  # type: ignore[arg-type]
+    dialed = PeerConnection(dialer, right, TCPNode("127.0.0.1:2001"), "127.0.0.1:2001")  # type: ignore[arg-type]
+    return acceptor, accepted, dialer, dialed
+
+
+def pump(transports: tuple[FakeTransport, ...], until: Callable[[], bool]) -> None:
+    for _ in range(ROUNDS_MAX):
+        if until():
+            return
+        for transport in transports:
+            transport.poller.poll(0.01)
+    assert until(), "the connections did not reach the expected state"
+
+
+def test_the_password_handshake_opens_both_ends_and_messages_flow() -> None:
+    """Hello and Proof each way, then a keepalive and a vote reach the other side decoded."""
+    acceptor, accepted, dialer, dialed = pair()
+    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
+    assert acceptor.opened == ["127.0.0.1:2002"] and dialer.opened == ["127.0.0.1:2001"]
+    dialed.send_frame(encode_message({"type": "kq_keepalive"}))
+    accepted.send_frame(encode_message({"type": "response_vote", "term": 3}))
+    pump((acceptor, dialer), lambda: bool(acceptor.messages and dialer.messages))
+    assert acceptor.messages == [{"type": "kq_keepalive"}]
+    assert dialer.messages == [{"type": "response_vote", "term": 3}]
+
+
+def test_a_wrong_password_or_an_unknown_address_closes_the_connection() -> None:
+    """The acceptor refuses a proof made with another password, and a dialer it does not know."""
+    for password, peers in (("not the secret", ("127.0.0.1:2002",)), ("secret", ("127.0.0.1:9999",))):
+        acceptor, accepted, dialer, _dialed = pair(password, peers)
+        pump((acceptor, dialer), lambda: bool(acceptor.closed))  # noqa: B023
+        assert acceptor.opened == [] and acceptor.closed == [False] and not accepted.is_open
+
+
+def test_a_big_frame_before_the_handshake_closes_the_connection() -> None:
+    """An unauthenticated peer cannot make the node buffer more than a handshake frame."""
+    left, right = socket.socketpair()
+    left.setblocking(False)
+    acceptor = FakeTransport("127.0.0.1:2001", "secret", ("127.0.0.1:2002",))
+    accepted = PeerConnection(acceptor, left, None, "accepted")  # type: ignore[arg-type]
+    right.sendall((1 << 20).to_bytes(4, "big") + b"x" * 4096)
+    pump((acceptor,), lambda: bool(acceptor.closed))
+    assert not accepted.is_open
+    right.close()
+
+
+class ResettingSocket:
+    """A socket whose send fails as a peer's reset does."""
+
+    def __init__(self, real: socket.socket) -> None:
+        self.real = real
+
+    def send(self, data: Any) -> int:
+        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_a_reset_while_sending_closes_the_connection_and_tells_the_transport_once() -> None:
+    """The send fails with ECONNRESET: the connection closes cleanly and the transport hears it once."""
+    acceptor, accepted, dialer, dialed = pair()
+    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
+    dialed._sock = ResettingSocket(dialed._sock)  # type: ignore[assignment]
+    dialed.send_frame(encode_message({"type": "response_vote", "term": 1}))
+    assert not dialed.is_open and dialer.closed == [True]
+
+
+@pytest.fixture(scope="module")
+def cluster_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    directory: Path = tmp_path_factory.mktemp("certs")
+    certs.init(directory, {"1": ["127.0.0.1"]}, ["admin"], days=1)
+    return tls_contexts(RaftTls(directory / "node-1.pem", directory / "node-1-key.pem", directory / "ca.pem"))
+
+
+def test_tls_then_the_handshake_open_both_ends(cluster_tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    """Non-blocking TLS 1.3 on the poller (want-read and want-write handled), then Hello and Proof."""
+    acceptor, accepted, dialer, dialed = pair(tls=cluster_tls)
+    dialed.on_event(dialed._fileno, 2)  # The dialer's connect completed (writable): it starts TLS.
+    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
+    dialed.send_frame(encode_message({"type": "timeout_now", "term": 9}))
+    pump((acceptor, dialer), lambda: bool(acceptor.messages))
+    assert acceptor.messages == [{"type": "timeout_now", "term": 9}]
+    assert isinstance(dialed._sock, ssl.SSLSocket) and dialed._sock.version() == "TLSv1.3"
+
+
+def test_a_message_without_a_wire_form_is_not_sent_and_logged_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RaftTransport.send refuses an entry it cannot encode exactly: False, one ERROR line, nothing sent."""
+    acceptor, accepted, dialer, dialed = pair()
+    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
+    settings = TransportSettings("127.0.0.1:2002", "secret", None, 1.5, 0.3, 0.1, 1, 1 << 20)
+    peer = TCPNode("127.0.0.1:2001")
+    transport = RaftTransport(
+        TCPNode("127.0.0.1:2002"), [peer], dialer.poller, lambda callback: None, settings, TCPNode
+    )
+    transport._connections[peer] = dialed
+    foreign = b"\x00" + pickle.dumps((0, (b"x",)), protocol=2)  # Not kq's canonical call.
+    message = {"type": "append_entries", "term": 1, "commit_index": 0, "entries": [(foreign, 2, 1)]}
+    with caplog.at_level(logging.ERROR, logger="kq.raft.transport"):
+        assert not transport.send(peer, {**message, "prevLogIdx": 1, "prevLogTerm": 1})
+        assert transport.send(peer, {"type": "kq_keepalive"})
+    assert [record.levelno for record in caplog.records] == [logging.ERROR]
+    pump((acceptor, dialer), lambda: bool(acceptor.messages))
+    assert acceptor.messages == [{"type": "kq_keepalive"}]
+    transport.destroy()
