@@ -25,6 +25,7 @@ from kq.bench.side_by_side import (
     SCENARIOS,
 )
 from tests.bench.quick import report_meta
+from tests.bench.test_compare_kafka import check_quick_kq_kafka
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK_RUN_TIMEOUT_S = 300.0  # A quick run takes about half a minute; this only bounds a hung cluster.
@@ -120,7 +121,8 @@ def _nats_unavailable() -> str | None:
 
 @pytest.mark.system
 def test_quick_comparison_reports_every_figure_for_both_systems(tmp_path: Path) -> None:
-    """`python -m kq.bench.compare --quick` runs both clusters and writes JSON with every figure of both."""
+    """`python -m kq.bench.compare --quick` runs every system (kq, kq-kafka, NATS) and writes JSON with
+    every figure of each."""
     reason = _nats_unavailable()
     if reason is not None:
         pytest.skip(reason)
@@ -156,3 +158,5 @@ def test_quick_comparison_reports_every_figure_for_both_systems(tmp_path: Path) 
         assert rows[key]["kq"]["median"] > 0 and rows[key]["nats"]["median"] > 0
     assert len(document["targets"]) == 7
     assert output.with_suffix(".md").read_text().startswith("# kq vs NATS JetStream")
+    if importlib.util.find_spec("confluent_kafka") is not None:  # The default systems include kq-kafka.
+        check_quick_kq_kafka(document)

@@ -8,7 +8,6 @@ checked to refuse plain text before the first scenario.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -78,21 +77,18 @@ def test_report_puts_the_tls_column_beside_the_plain_one() -> None:
 
 @pytest.mark.system
 def test_quick_secure_run_measures_every_scenario_over_tls(tmp_path: Path) -> None:
-    """`--quick --systems kq,kq-kafka --kq-security tls`: both kq systems ran every scenario on clusters
-    with certificates in their directories, moved messages, and say how they were secured."""
-    if importlib.util.find_spec("confluent_kafka") is None:
-        pytest.skip("confluent-kafka is not installed: pip install -e '.[test]'")
+    """`--quick --systems kq --kq-security tls`: kq ran every scenario on a cluster with certificates
+    in its directory, moved messages, and says how it was secured. (The Kafka port's TLS column is
+    the same cluster setup with librdkafka over SSL; the default suite's secure chaos run covers
+    Kafka clients over TLS, so it is not measured again here.)"""
     document, _ = run_quick(
-        "kq.bench.compare",
-        tmp_path,
-        QUICK_RUN_TIMEOUT_S,
-        ["--systems", "kq,kq-kafka", "--kq-security", "tls"],
+        "kq.bench.compare", tmp_path, QUICK_RUN_TIMEOUT_S, ["--systems", "kq", "--kq-security", "tls"]
     )
 
-    assert list(document["systems"]) == ["kq-tls", "kq-kafka-tls"]
+    assert list(document["systems"]) == ["kq-tls"]
     assert document["settings"]["kq_securities"] == ["tls"]
     rows = {row["key"]: row for row in document["figures"]}
-    for column, system in (("kq-tls", "kq"), ("kq-kafka-tls", "kq-kafka")):
+    for column, system in (("kq-tls", "kq"),):
         measured = document["systems"][column]
         assert {run["scenario"] for run in measured["runs"]} >= set(SCENARIOS), column
         assert "over TLS" in measured["describe"]["security"], column
