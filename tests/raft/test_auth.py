@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kq.broker.auth import DELETE, DESCRIBE, GROUP, READ, TOPIC, WRITE
 from kq.client.security import acl, scram_credential, scram_keys
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
@@ -21,12 +22,6 @@ from kq.raft.state_machine import apply
 from kq.storage import Store
 
 MAP_BYTES = 64 * 1024**2
-READ = kq_pb2.ACL_OPERATION_READ
-WRITE = kq_pb2.ACL_OPERATION_WRITE
-DESCRIBE = kq_pb2.ACL_OPERATION_DESCRIBE
-DELETE = kq_pb2.ACL_OPERATION_DELETE
-TOPIC = kq_pb2.ACL_RESOURCE_TOPIC
-GROUP = kq_pb2.ACL_RESOURCE_GROUP
 
 
 @pytest.fixture
