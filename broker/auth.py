@@ -44,13 +44,13 @@ from kq.raft.auth import (
     SecurityState,
 )
 from kq.raft.results import ApplyResult
+from kq.raft.transport import NODE_CN_PREFIX
 from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 
 AUTHORIZATION_METADATA_KEY = "authorization"
 TOKEN_PREFIX = "kq_"
-NODE_CERT_PREFIX = "kq node "  # The common name of a node certificate (kq/deploy/certs.py).
 
 TOPIC = kq_pb2.ACL_RESOURCE_TOPIC
 GROUP = kq_pb2.ACL_RESOURCE_GROUP
@@ -204,8 +204,8 @@ class Security:
 
     def principal_of(self, common_name: str) -> Principal:
         """The principal of a verified certificate's common name."""
-        if common_name.startswith(NODE_CERT_PREFIX):
-            return Principal(NODE_PREFIX + common_name[len(NODE_CERT_PREFIX) :], True)
+        if common_name.startswith(NODE_CN_PREFIX):
+            return Principal(NODE_PREFIX + common_name[len(NODE_CN_PREFIX) :], True)
         return self.user_principal(common_name)
 
     def user_principal(self, user: str) -> Principal:

@@ -7,7 +7,9 @@ credentials here; only those reach the cluster. A new token is printed once, alo
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -137,45 +139,53 @@ def revoke_token(ctx: click.Context, token_id: str) -> None:
     click.echo(f"revoked token {token_id}")
 
 
-def _acl_options(command: click.decorators.FC) -> click.decorators.FC:
-    """The options naming ACLs, shared by `acls add` and `acls remove`."""
-    options = [
-        click.option("--principal", required=True, help="User:<name>, or User:* for every user."),
-        click.option(
-            "--operation",
-            "operations",
-            type=click.Choice(list(OPERATIONS)),
-            multiple=True,
-            required=True,
-            help="What is allowed (or denied); repeatable.",
-        ),
-        click.option("--topic", help="A topic name (or prefix with --prefixed; * for every topic)."),
-        click.option("--group", help="A consumer group name (or prefix with --prefixed; * for every group)."),
-        click.option("--cluster", "on_cluster", is_flag=True, help="The cluster itself (admin operations)."),
-        click.option("--prefixed", is_flag=True, help="The name is a prefix: every name starting with it."),
-        click.option("--deny", is_flag=True, help="Deny instead of allow (a deny wins over any allow)."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+_ACL_OPTIONS = (
+    click.option("--principal", required=True, help="User:<name>, or User:* for every user."),
+    click.option(
+        "--operation",
+        "operations",
+        type=click.Choice(list(OPERATIONS)),
+        multiple=True,
+        required=True,
+        help="What is allowed (or denied); repeatable.",
+    ),
+    click.option("--topic", help="A topic name (or prefix with --prefixed; * for every topic)."),
+    click.option("--group", help="A consumer group name (or prefix with --prefixed; * for every group)."),
+    click.option("--cluster", "on_cluster", is_flag=True, help="The cluster itself (admin operations)."),
+    click.option("--prefixed", is_flag=True, help="The name is a prefix: every name starting with it."),
+    click.option("--deny", is_flag=True, help="Deny instead of allow (a deny wins over any allow)."),
+)
 
 
-def _acls(
-    principal: str,
-    operations: tuple[str, ...],
-    topic: str | None,
-    group: str | None,
-    on_cluster: bool,
-    prefixed: bool,
-    deny: bool,
-) -> list[kq_pb2.Acl]:
-    chosen = [(kind, name) for kind, name in (("topic", topic), ("group", group)) if name is not None]
-    if on_cluster:
-        chosen.append(("cluster", "kq-cluster"))
-    if len(chosen) != 1:
-        raise CommandError("name one resource: --topic NAME, --group NAME or --cluster")
-    kind, name = chosen[0]
-    return [acl(principal, operation, kind, name, prefixed=prefixed, deny=deny) for operation in operations]
+def _with_acl_options(
+    command: Callable[[click.Context, list[kq_pb2.Acl]], None],
+) -> Callable[..., None]:
+    """`command(ctx, rules)` as a click callback taking the options that name ACLs (`acls add` and
+    `acls remove` share them), one ACL per --operation."""
+
+    @functools.wraps(command)
+    def with_rules(
+        ctx: click.Context,
+        principal: str,
+        operations: tuple[str, ...],
+        topic: str | None,
+        group: str | None,
+        on_cluster: bool,
+        prefixed: bool,
+        deny: bool,
+    ) -> None:
+        chosen = [(kind, name) for kind, name in (("topic", topic), ("group", group)) if name is not None]
+        if on_cluster:
+            chosen.append(("cluster", "kq-cluster"))
+        if len(chosen) != 1:
+            raise CommandError("name one resource: --topic NAME, --group NAME or --cluster")
+        kind, name = chosen[0]
+        command(ctx, [acl(principal, op, kind, name, prefixed=prefixed, deny=deny) for op in operations])
+
+    decorated: Callable[..., None] = click.pass_context(with_rules)
+    for option in reversed(_ACL_OPTIONS):
+        decorated = option(decorated)
+    return decorated
 
 
 @click.group()
@@ -191,40 +201,18 @@ def acls() -> None:
 
 
 @acls.command("add")
-@_acl_options
-@click.pass_context
-def add_acls(
-    ctx: click.Context,
-    principal: str,
-    operations: tuple[str, ...],
-    topic: str | None,
-    group: str | None,
-    on_cluster: bool,
-    prefixed: bool,
-    deny: bool,
-) -> None:
+@_with_acl_options
+def add_acls(ctx: click.Context, rules: list[kq_pb2.Acl]) -> None:
     """Add ACLs (one per --operation)."""
-    rules = _acls(principal, operations, topic, group, on_cluster, prefixed, deny)
     open_client(ctx).add_acls(rules)
     for rule in rules:
         click.echo(f"added {describe_acl(rule)}")
 
 
 @acls.command("remove")
-@_acl_options
-@click.pass_context
-def remove_acls(
-    ctx: click.Context,
-    principal: str,
-    operations: tuple[str, ...],
-    topic: str | None,
-    group: str | None,
-    on_cluster: bool,
-    prefixed: bool,
-    deny: bool,
-) -> None:
-    """Remove the ACLs that match exactly."""
-    rules = _acls(principal, operations, topic, group, on_cluster, prefixed, deny)
+@_with_acl_options
+def remove_acls(ctx: click.Context, rules: list[kq_pb2.Acl]) -> None:
+    """Remove the ACLs that match exactly (one per --operation)."""
     removed = open_client(ctx).remove_acls(rules)
     click.echo(f"removed {removed} of {len(rules)} ACLs")
 
