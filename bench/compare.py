@@ -156,32 +156,26 @@ def parse_systems(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(s for s in SYSTEMS if s in named) if named else SYSTEMS
 
 
-def parse_durabilities(value: str) -> tuple[str, ...]:
-    """`--kq-durability`: one kq-node durability or a comma-separated list, duplicates dropped, in order.
-
-    Raises click.BadParameter on an empty list or a value that is not a durability.
-    """
+def _parse_list(value: str, choices: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """A comma-separated list of `choices`, duplicates dropped, in order; click.BadParameter on an
+    empty list or a value that is not one of them (named as `what`)."""
     named = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
-    unknown = [name for name in named if name not in DURABILITIES]
+    unknown = [name for name in named if name not in choices]
     if unknown or not named:
         raise click.BadParameter(
-            f"unknown durability {', '.join(unknown) or '(none)'}; choose from {', '.join(DURABILITIES)}"
+            f"unknown {what} {', '.join(unknown) or '(none)'}; choose from {', '.join(choices)}"
         )
     return named
+
+
+def parse_durabilities(value: str) -> tuple[str, ...]:
+    """`--kq-durability`: one kq-node durability or a comma-separated list (`_parse_list`)."""
+    return _parse_list(value, DURABILITIES, "durability")
 
 
 def parse_securities(value: str) -> tuple[str, ...]:
-    """`--kq-security`: plain, tls, or both comma-separated, duplicates dropped, in order.
-
-    Raises click.BadParameter on an empty list or a value that is not a security.
-    """
-    named = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
-    unknown = [name for name in named if name not in SECURITIES]
-    if unknown or not named:
-        raise click.BadParameter(
-            f"unknown security {', '.join(unknown) or '(none)'}; choose from {', '.join(SECURITIES)}"
-        )
-    return named
+    """`--kq-security`: plain, tls, or both comma-separated (`_parse_list`)."""
+    return _parse_list(value, SECURITIES, "security")
 
 
 def _settings_document(settings: CompareSettings) -> dict[str, Any]:

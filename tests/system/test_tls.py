@@ -94,6 +94,19 @@ def test_clients_without_tls_without_a_certificate_or_from_another_ca_are_refuse
         assert not [topic.name for topic in client.list_topics() if topic.name.startswith("refused-")]
 
 
+def _librdkafka_ssl(cluster: LocalCluster, client: str) -> dict[str, object]:
+    """librdkafka's settings for the cluster's Kafka listener over SSL, presenting `client`'s certificate."""
+    assert cluster.tls_dir is not None
+    directory = cluster.tls_dir
+    return {
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(directory / "ca.pem"),
+        "ssl.certificate.location": str(directory / f"{client}.pem"),
+        "ssl.key.location": str(directory / f"{client}-key.pem"),
+    }
+
+
 def test_kafka_clients_produce_and_consume_over_mutual_tls(secure: LocalCluster) -> None:
     """librdkafka and kafka-python with security.protocol=SSL and the admin certificate; a plain-text
     client gets no metadata."""
@@ -101,14 +114,7 @@ def test_kafka_clients_produce_and_consume_over_mutual_tls(secure: LocalCluster)
     kafka = pytest.importorskip("kafka")
     assert secure.tls_dir is not None
     directory = secure.tls_dir
-    ssl_settings = {
-        "bootstrap.servers": secure.kafka_bootstrap,
-        "security.protocol": "SSL",
-        "ssl.ca.location": str(directory / "ca.pem"),
-        "ssl.certificate.location": str(directory / "admin.pem"),
-        "ssl.key.location": str(directory / "admin-key.pem"),
-    }
-    producer = confluent.Producer(ssl_settings)
+    producer = confluent.Producer(_librdkafka_ssl(secure, "admin"))
     for i in range(5):
         producer.produce("kafka-secure", value=f"ssl-{i}".encode())
     assert producer.flush(30) == 0
@@ -138,16 +144,7 @@ def test_a_kafka_client_certificate_is_its_principal_for_acls(secure: LocalClust
     """Over the Kafka listener too, bob's certificate makes it User:bob: its produce is refused
     TOPIC_AUTHORIZATION_FAILED and writes nothing until an ACL lets it WRITE the topic."""
     confluent = pytest.importorskip("confluent_kafka")
-    assert secure.tls_dir is not None
-    directory = secure.tls_dir
-    bob = {
-        "bootstrap.servers": secure.kafka_bootstrap,
-        "security.protocol": "SSL",
-        "ssl.ca.location": str(directory / "ca.pem"),
-        "ssl.certificate.location": str(directory / "bob.pem"),
-        "ssl.key.location": str(directory / "bob-key.pem"),
-        "message.timeout.ms": 10_000,
-    }
+    bob = {**_librdkafka_ssl(secure, "bob"), "message.timeout.ms": 10_000}
     with KqClient(secure.bootstrap, tls=secure.tls) as admin:
         admin.create_topic("kafka-bob", partitions=1)
         admin.add_acls([acl("User:bob", "describe", "topic", "kafka-bob")])
