@@ -37,6 +37,9 @@ from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX, UNARY_CALLS_MAX
 
 logger = logging.getLogger(__name__)
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
+# Coroutine handlers counted with the plain-function calls against `unary_calls_max`: each holds what
+# a worker's call holds (a request waiting for its commit) without holding a thread.
+COUNTED_COROUTINES = frozenset({"Produce"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +102,10 @@ class EdgeInterceptor(_Interceptor):
     A handler that is a coroutine function runs on the loop. One that is a plain function (it
     proposes and waits for the commit, or reads metadata: work that blocks) runs on `workers`; it
     must not touch its context (that belongs to the loop). Those calls in progress are capped at
-    `unary_calls_max` (a count kept on the loop, so no lock): one more is answered QUEUE_FULL at
-    once instead of queueing in the pool without bound. Streams (kq has no client-streaming RPCs)
-    must be coroutine functions that write with `context.write`.
+    `unary_calls_max` (a count kept on the loop, so no lock), together with the coroutine calls of
+    COUNTED_COROUTINES: one more is answered QUEUE_FULL at once instead of queueing without bound.
+    Streams (kq has no client-streaming RPCs) must be coroutine functions that write with
+    `context.write`.
     """
 
     def __init__(
@@ -144,16 +148,21 @@ class EdgeInterceptor(_Interceptor):
     def _unary(self, method: str, behavior: Callable[[Any, Any], Any]) -> Callable[[Any, _Context], Any]:
         name = method.rsplit("/", 1)[-1]  # The latency label: one of the server's own method names.
         if inspect.iscoroutinefunction(behavior):
+            counted = name in COUNTED_COROUTINES
 
             async def handle_on_loop(request: Any, context: _Context) -> Any:
                 started_s = time.monotonic()
                 await _refuse_undecodable(request, context)
                 await self._admit(method, request, context)
+                if counted:
+                    await self._take_call(context)
                 try:
                     return await behavior(request, context)
                 except Exception as error:
                     await self._fail(method, error, context)
                 finally:
+                    if counted:
+                        self.unary_calls -= 1
                     observe_latency(GRPC_REQUEST_LATENCY, name, started_s)
 
             return handle_on_loop
@@ -162,13 +171,7 @@ class EdgeInterceptor(_Interceptor):
             started_s = time.monotonic()
             await _refuse_undecodable(request, context)
             await self._admit(method, request, context)
-            if self.unary_calls >= self._unary_calls_max:
-                await abort_async(
-                    context,
-                    ErrorCode.QUEUE_FULL,
-                    f"this node has its maximum of {self._unary_calls_max} calls in progress; retry later",
-                )
-            self.unary_calls += 1
+            await self._take_call(context)
             try:
                 return await asyncio.get_running_loop().run_in_executor(
                     self._workers, contextvars.copy_context().run, behavior, request, context
@@ -180,6 +183,16 @@ class EdgeInterceptor(_Interceptor):
                 observe_latency(GRPC_REQUEST_LATENCY, name, started_s)
 
         return handle_in_pool
+
+    async def _take_call(self, context: _Context) -> None:
+        """Counts one more call in progress, or answers QUEUE_FULL at once when `unary_calls_max` are."""
+        if self.unary_calls >= self._unary_calls_max:
+            await abort_async(
+                context,
+                ErrorCode.QUEUE_FULL,
+                f"this node has its maximum of {self._unary_calls_max} calls in progress; retry later",
+            )
+        self.unary_calls += 1
 
     def _stream(self, method: str, behavior: Callable[[Any, Any], Any]) -> Callable[[Any, _Context], Any]:
         if not inspect.iscoroutinefunction(behavior):

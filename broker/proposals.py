@@ -154,12 +154,8 @@ class Batcher:
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
 
-    def append(self, checked: CheckedAppend, timeout_s: float) -> AppendOutcome:
-        """Queues one produce request and waits for its result."""
-        return wait_result(self.submit(checked), timeout_s, self._consensus)
-
     async def append_async(self, checked: CheckedAppend, timeout_s: float) -> AppendOutcome:
-        """`append` for a coroutine on the front-end loop (the Kafka listener): no thread waits."""
+        """Queues one produce request and waits for its result, on the serving loop: no thread waits."""
         return await wait_async(self.submit(checked), timeout_s, self._consensus)
 
     def submit(self, checked: CheckedAppend) -> Future[AppendOutcome]:

@@ -14,7 +14,11 @@ The apply thread never touches a future. It records what changed (the highest in
 partitions an append entry touched, whether another kind of entry came) under a lock and, if no
 drain is pending, schedules one with a single `call_soon_threadsafe`: however fast entries apply,
 the loop runs at most one drain per turn, and each drain wakes only the futures whose key changed.
-So a stream on a partition nobody writes costs nothing while others are written.
+So a stream on a partition nobody writes costs nothing while others are written. While no coroutine
+watches at all (a follower nobody reads from), the apply thread records nothing and never wakes the
+loop: that wake-up (a write to the loop's self-pipe, then a turn of the loop) cost a third of a
+follower's apply thread per entry (bench/README.md, "Profiles"). The count of watchers is kept
+under the same lock, so a watcher registered after an entry's check reads what that entry wrote.
 
 Keys: a partition `(topic, partition)` is woken by appends to it and by every other kind of entry
 (a topic deleted, records trimmed); `METADATA` (group waits) by every entry that is not an append;
@@ -48,6 +52,7 @@ class AppliedNotifier:
         self._drain_pending = False
         self._touched: set[PartitionKey] = set()  # At most every partition of the cluster.
         self._other_entry = False  # A non-append entry (or a restore) since the last drain.
+        self._watchers = 0  # Futures registered by `watching` (set on the loop, read by the apply thread).
         # Serving loop only: the futures of the waiting coroutines, by key. Each waiting coroutine
         # has one future here at a time, so the map is bounded by the node's admitted waiters.
         self._futures: dict[WatchKey, set[asyncio.Future[None]]] = {}
@@ -60,6 +65,8 @@ class AppliedNotifier:
         with self._changed:
             self._applied_index = max(self._applied_index, index)
             self._changed.notify_all()
+            if not self._watchers:
+                return  # Nobody on the loop waits; a watcher that registers later reads this entry.
             if isinstance(result, AppendResult):
                 self._touched.update(result.partitions)
             else:
@@ -102,9 +109,13 @@ class AppliedNotifier:
             future.set_result(None)
         futures = self._futures.setdefault(key, set())
         futures.add(future)
+        with self._changed:
+            self._watchers += 1
         try:
             yield future
         finally:
+            with self._changed:
+                self._watchers -= 1
             futures.discard(future)
             if not futures and self._futures.get(key) is futures:
                 del self._futures[key]

@@ -126,6 +126,9 @@ READERS_PER_CONNECTION_MAX = 1_024
 # threads; at most UNARY_CALLS_MAX such calls are in progress (running or queued for a thread),
 # beyond it QUEUE_FULL at once.
 UNARY_CALLS_MAX = 4_096
+# A produce request's batch of at most this is checked on the serving loop (broker/service.py
+# `produce`): cheaper than the hand-off to a worker and back; a longer walk would hold up the loop.
+PRODUCE_CHECK_ON_LOOP_BYTES_MAX = 16 * 1024
 GRPC_WORKERS_MIN = 4
 GRPC_WORKERS_MAX = 1_024
 GRPC_WORKERS_DEFAULT = 64  # Threads start on demand: an idle node runs a few.

@@ -32,7 +32,6 @@ from kq.proto import kq_pb2
 from kq.proto.limits import (
     KAFKA_PARTITIONS_PER_REQUEST_MAX,
     KAFKA_UNACKNOWLEDGED_APPENDS_MAX,
-    PROPOSAL_TIMEOUT_S,
 )
 from kq.proto.records import MalformedBatchError, split_batches
 
@@ -99,9 +98,7 @@ class ProduceApis(KafkaBase):
         for batch in batches:
             request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=bytes(batch))
             try:
-                append = await self._in_workers(self._service.prepared_append, request)
-                outcome = await self._batcher.append_async(append, PROPOSAL_TIMEOUT_S)
-                answer = self._service.produced(request, outcome)
+                answer = await self._service.produce(request)
             except KqError as error:
                 code = kafka_code(error, NOT_LEADER_OR_FOLLOWER)
                 # A batch the shared validation refused (at the edge or in apply): Kafka's INVALID_RECORD.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 from kq.broker.consensus import ConsensusStatus
@@ -65,20 +66,19 @@ def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> No
     batcher = Batcher(consensus, lambda: 1_000)
     batcher.start()
     request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        first: list[Future[AppendOutcome]] = []
-        for slot in range(PROPOSALS_IN_FLIGHT_MAX):  # One at a time: each fills a slot alone.
-            first.append(pool.submit(batcher.append, request, 10))
-            proposed = slot + 1
-            wait_for(lambda: len(consensus.held) == proposed, "the entry proposed", WAIT_S, poll_s=0.005)  # noqa: B023
-        queued = [pool.submit(batcher.append, request, 10) for _ in range(10)]
-        wait_for(lambda: batcher._queue.qsize() == 10, "ten queued appends", WAIT_S, poll_s=0.005)
+    first: list[Future[AppendOutcome]] = []
+    for slot in range(PROPOSALS_IN_FLIGHT_MAX):  # One at a time: each fills a slot alone.
+        first.append(batcher.submit(request))
+        proposed = slot + 1
+        wait_for(lambda: len(consensus.held) == proposed, "the entry proposed", WAIT_S, poll_s=0.005)  # noqa: B023
+    queued = [batcher.submit(request) for _ in range(10)]
+    wait_for(lambda: batcher._queue.qsize() == 10, "ten queued appends", WAIT_S, poll_s=0.005)
+    consensus.commit_next()
+    wait_for(lambda: len(consensus.held) == PROPOSALS_IN_FLIGHT_MAX, "full window", WAIT_S, poll_s=0.005)
+    assert appends_in(consensus.held[-1][0]) == 10
+    while consensus.held:
         consensus.commit_next()
-        wait_for(lambda: len(consensus.held) == PROPOSALS_IN_FLIGHT_MAX, "full window", WAIT_S, poll_s=0.005)
-        assert appends_in(consensus.held[-1][0]) == 10
-        while consensus.held:
-            consensus.commit_next()
-        offsets = sorted(f.result(timeout=10).result.base_offset for f in first + queued)
+    offsets = sorted(f.result(timeout=10).result.base_offset for f in first + queued)
     assert offsets == list(range(12))
     batcher.stop()
     store.close()
@@ -90,8 +90,10 @@ def test_a_request_is_answered_unavailable_when_nothing_commits(tmp_path: Path) 
     batcher = Batcher(HeldConsensus(store), lambda: 1_000)
     batcher.start()
     try:
-        batcher.append(
-            checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v"))), 0.05
+        asyncio.run(
+            batcher.append_async(
+                checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v"))), 0.05
+            )
         )
     except Exception as error:
         assert type(error).__name__ == "UnavailableError"
@@ -115,22 +117,21 @@ def test_entries_are_packed_within_the_work_budget(tmp_path: Path) -> None:
     heavy = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=dense))
     light = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
     assert ENTRY_WORK_MAX // 2 < heavy.work <= ENTRY_WORK_MAX
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        futures = []
-        for slot in range(PROPOSALS_IN_FLIGHT_MAX):
-            futures.append(pool.submit(batcher.append, light, 10))
-            proposed = slot + 1
-            wait_for(lambda: len(consensus.held) == proposed, "the entry proposed", WAIT_S, poll_s=0.005)  # noqa: B023
-        futures += [pool.submit(batcher.append, heavy, 10) for _ in range(3)]
-        wait_for(lambda: batcher._queue.qsize() == 3, "three queued heavy appends", WAIT_S, poll_s=0.005)
-        futures += [pool.submit(batcher.append, light, 10) for _ in range(5)]
-        wait_for(lambda: batcher._queue.qsize() == 8, "five light ones behind them", WAIT_S, poll_s=0.005)
-        sizes: list[int] = []
-        while len(sizes) < PROPOSALS_IN_FLIGHT_MAX + 3:
-            wait_for(lambda: bool(consensus.held), "an entry proposed", WAIT_S, poll_s=0.005)
-            sizes.append(appends_in(consensus.held[0][0]))
-            consensus.commit_next()
-        outcomes = [f.result(timeout=10) for f in futures]
+    futures = []
+    for slot in range(PROPOSALS_IN_FLIGHT_MAX):
+        futures.append(batcher.submit(light))
+        proposed = slot + 1
+        wait_for(lambda: len(consensus.held) == proposed, "the entry proposed", WAIT_S, poll_s=0.005)  # noqa: B023
+    futures += [batcher.submit(heavy) for _ in range(3)]
+    wait_for(lambda: batcher._queue.qsize() == 3, "three queued heavy appends", WAIT_S, poll_s=0.005)
+    futures += [batcher.submit(light) for _ in range(5)]
+    wait_for(lambda: batcher._queue.qsize() == 8, "five light ones behind them", WAIT_S, poll_s=0.005)
+    sizes: list[int] = []
+    while len(sizes) < PROPOSALS_IN_FLIGHT_MAX + 3:
+        wait_for(lambda: bool(consensus.held), "an entry proposed", WAIT_S, poll_s=0.005)
+        sizes.append(appends_in(consensus.held[0][0]))
+        consensus.commit_next()
+    outcomes = [f.result(timeout=10) for f in futures]
     assert sizes == [1, 1, 1, 1, 6]  # Each heavy one alone; the last heavy one carries the light ones.
     assert all(o.result.error == 0 for o in outcomes)
     batcher.stop()

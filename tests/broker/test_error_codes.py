@@ -401,7 +401,7 @@ def test_a_full_produce_queue_answers_queue_full(edge: Edge, monkeypatch: pytest
     def full(*_: object) -> None:
         raise ResourceExhaustedError("produce queue is full; retry later")
 
-    monkeypatch.setattr("kq.broker.proposals.Batcher.append", full)
+    monkeypatch.setattr("kq.broker.proposals.Batcher.submit", full)
     error = fail(edge, "Produce", produce("t", 0, b"v"))
     assert (error.code(), code_of(error)) == (grpc.StatusCode.RESOURCE_EXHAUSTED, ErrorCode.QUEUE_FULL)
 
