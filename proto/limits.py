@@ -278,6 +278,9 @@ FETCH_BYTES_DEFAULT = 1024 * 1024
 # raft/node.py
 # A tick waits at most this long for socket events; a proposal wakes it at once (PySyncObj's pipe).
 TICK_WAIT_S = 0.01
+# The leader tells followers an entry committed with the next entry or heartbeat, at most this late
+# (raft/pysyncobj_adapter.py `commit_notice`), plus a tick: what an idle follower's readers wait at worst.
+COMMIT_NOTICE_DELAY_S = 0.005
 TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own tick thread pauses.
 TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
