@@ -58,8 +58,8 @@ from kq.proto.limits import (
 from kq.proto.records import (
     BatchBuilder,
     NewRecord,
+    decode_batch,
     next_sequence,
-    parse_batch,
     read_header,
     record_size_max,
     wall_clock_ms,
@@ -557,7 +557,8 @@ def _decode_batches(
     batch was served.
 
     Each batch is a stored RecordBatch v2, checked whole (its CRC32C included) as it is decoded;
-    parse_batch's default limits are those every stored batch passed.
+    decode_batch's default limits are those every stored batch passed. Each record is built once, as
+    the ConsumerRecord returned (a consumer's cost per record is mostly the objects it builds).
     """
     records: list[ConsumerRecord] = []
     next_offset = offset
@@ -565,24 +566,27 @@ def _decode_batches(
         if len(records) >= limit:
             break
         header = read_header(batch.data)
+        base_offset = header.base_offset
         timestamp_type = 1 if header.log_append_time else 0  # Kafka's numbers.
-        for wire in parse_batch(batch.data):
-            record_offset = header.base_offset + wire.offset_delta
-            if record_offset < offset:
-                continue
-            records.append(
-                ConsumerRecord(
-                    topic=topic,
-                    partition=partition,
-                    offset=record_offset,
-                    timestamp_ms=wire.timestamp_ms,
-                    timestamp_type=timestamp_type,
-                    key=wire.key,
-                    value=wire.value,
-                    headers=wire.headers,
-                )
-            )
-        next_offset = max(next_offset, header.base_offset + header.last_offset_delta + 1)
+
+        def build(
+            offset_delta: int,
+            timestamp_ms: int,
+            key: bytes | None,
+            value: bytes | None,
+            headers: tuple[tuple[str, bytes], ...],
+            _size_bytes: int,
+            base_offset: int = base_offset,
+            timestamp_type: int = timestamp_type,
+        ) -> ConsumerRecord:
+            at = base_offset + offset_delta
+            return ConsumerRecord(topic, partition, at, timestamp_ms, timestamp_type, key, value, headers)
+
+        decoded = decode_batch(batch.data, build)
+        if base_offset < offset:  # Only a first batch can start before the offset asked for.
+            decoded = [record for record in decoded if record.offset >= offset]
+        records += decoded
+        next_offset = max(next_offset, base_offset + header.last_offset_delta + 1)
     if len(records) > limit:
         return records[:limit], records[limit].offset
     return records, next_offset

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +68,12 @@ class RecordMetadata:
     index: int = 0  # Raft index of the entry; pass as min_index to read your writes from a follower.
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    """A record read from a partition (kafka-python's names)."""
+class ConsumerRecord(NamedTuple):
+    """A record read from a partition: kafka-python's names, and like kafka-python's a named tuple.
+
+    A tuple because a consumer builds one per record: a frozen dataclass of eight fields took 2.2 us
+    to build (each field set through `object.__setattr__`), a named tuple takes a fifth of that.
+    """
 
     topic: str
     partition: int
