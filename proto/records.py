@@ -543,10 +543,16 @@ def _walk_record(  # noqa: PLR0915 - inline on purpose: see the docstring.
     position += 1  # The record's attributes: unused. The length leaves at least five bytes after them.
     if (byte := buffer[position]) < 0x80:
         timestamp_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+    elif position + 1 < stop and (high := buffer[position + 1]) < 0x80:
+        raw = (byte & 0x7F) | (high << 7)
+        timestamp_delta, position = (raw >> 1) ^ -(raw & 1), position + 2
     else:
         timestamp_delta, position = _varint(buffer, position, stop, VARLONG_BYTES_MAX)
     if position < stop and (byte := buffer[position]) < 0x80:
         offset_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+    elif position + 1 < stop and (high := buffer[position + 1]) < 0x80:  # Records 64 to 8191 of a batch.
+        raw = (byte & 0x7F) | (high << 7)
+        offset_delta, position = (raw >> 1) ^ -(raw & 1), position + 2
     else:
         offset_delta, position = _varint(buffer, position, stop, VARINT_BYTES_MAX)
     if not lowest <= offset_delta <= highest:
