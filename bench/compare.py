@@ -41,6 +41,7 @@ from kq.bench.side_by_side import (
     column_for,
     run_system,
 )
+from kq.client.producer import BATCH_BYTES_DEFAULT
 from kq.deploy.cluster import work_dir
 from kq.deploy.provenance import source_commit, source_dirty
 
@@ -218,8 +219,8 @@ def _settings_document(settings: CompareSettings) -> dict[str, Any]:
 @click.option(
     "--kq-batch-bytes",
     type=click.IntRange(1024, 2 * 1024 * 1024),
-    default=64 * 1024,
-    help="Producer batch_size; values per request with send-batch.",
+    default=BATCH_BYTES_DEFAULT,
+    help="Producer batch_size (default: the Producer's own); values per request with send-batch.",
 )
 @click.option("--kq-linger-ms", type=click.IntRange(0, 1000), default=5)
 @click.option("--kq-max-in-flight", type=click.IntRange(1, 64), default=5)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from kq.bench import procfs
 from kq.bench.failover import FailoverSample
 from kq.bench.produce_fetch import LatencySample, ThroughputSample
+from kq.client.producer import BATCH_BYTES_DEFAULT
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ class CompareSettings:
     failover_window_s: float = FAILOVER_WINDOW_S
     kq_send_batch: bool = True  # Also measure kq's send_batch from threads (extra rows).
     kq_threads: int = 8  # Threads of the send_batch scenarios.
-    kq_batch_bytes: int = 64 * 1024  # Producer batch_size; values per send_batch request.
+    # Producer batch_size (the Producer's own default, 256 KiB); values per send_batch request.
+    kq_batch_bytes: int = BATCH_BYTES_DEFAULT
     kq_linger_ms: int = 5
     kq_max_in_flight: int = 5
     nats_max_pending: int = 4_000  # Outstanding async publishes of the NATS client.
