@@ -6,11 +6,17 @@ latency), under heavy load the queue fills while the slots are busy, so entries 
 up to ENTRY_BYTES_MAX, APPENDS_PER_ENTRY_MAX appends, or ENTRY_WORK_MAX units of apply's work (each
 append's measured by the edge's check, proto/records.py WorkMeter). No sleeps.
 
+A request that finds nothing in flight and nothing queued is proposed at once by the thread that
+submits it (the serving loop), without the hand-off to `kq-batcher` and back: one thread wake-up
+less for every request of a lightly loaded leader (measured: bench/README.md, "Profiles"). Once an
+entry is in flight, requests queue, and the batcher packs them as before.
+
 Threads: the constructor starts none; `start()` starts `kq-batcher`, the only thread that takes from
-the queue (`queue.Queue`, its own lock) and proposes; `_in_flight_changed` (a condition) guards
-`_in_flight`, which the proposal callbacks on the Raft tick thread also change. gRPC threads put
-requests and wait on their futures. `stop()` queues a sentinel: the thread proposes what was queued
-before it, then returns.
+the queue (`queue.Queue`, its own lock). `_in_flight_changed` (a condition, reentrant) guards
+`_in_flight` and `_queued`, which the proposal callbacks on the Raft tick thread also change, and
+is held while an entry is handed to the consensus, so entries are proposed in the order requests
+were submitted whichever thread proposes them. Submitters (the serving loop) wait on their futures.
+`stop()` queues a sentinel: the thread proposes what was queued before it, then returns.
 """
 
 from __future__ import annotations
@@ -138,10 +144,12 @@ class Batcher:
         self._clock_ms = clock_ms
         self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=BATCHER_QUEUE_MAX)
         self._in_flight: dict[int, float] = {}  # Proposal number -> monotonic deadline.
-        self._in_flight_changed = threading.Condition()
+        self._queued = 0  # Requests put in the queue and not proposed yet (the carry included).
+        self._in_flight_changed = threading.Condition()  # Reentrant: a callback may run inside propose.
         self._proposal_number = 0
         self._carry: _Pending | None = None
         self._stopping = False  # Read and written by the kq-batcher thread only.
+        self._stopping_requested = False  # Set by stop(), under _in_flight_changed.
         self._thread: threading.Thread | None = None
 
     def queue_depth(self) -> int:
@@ -164,15 +172,22 @@ class Batcher:
         pending = _Pending(checked.append, checked.append.ByteSize(), checked.work, Future())
         assert pending.size_bytes + ENTRY_OVERHEAD_BYTES <= ENTRY_BYTES_MAX, "the edge checks request size"
         assert pending.work <= ENTRY_WORK_MAX, "the edge checked it against an entry's budget"
-        try:
-            self._queue.put_nowait(pending)
-        except queue.Full as error:
-            raise ResourceExhaustedError("produce queue is full; retry later") from error
+        with self._in_flight_changed:
+            if not self._in_flight and not self._queued and not self._stopping_requested:
+                self._propose([pending], queued=False)  # Nothing ahead: no hand-off to the batcher thread.
+                return pending.future
+            try:
+                self._queue.put_nowait(pending)
+            except queue.Full as error:
+                raise ResourceExhaustedError("produce queue is full; retry later") from error
+            self._queued += 1
         return pending.future
 
     def stop(self) -> None:
         """Stops the kq-batcher thread after proposing the requests already queued (call it once no
         request arrives any more). Waits at most PROPOSAL_TIMEOUT_S for a proposal slot to free."""
+        with self._in_flight_changed:
+            self._stopping_requested = True  # From now on every request goes through the queue.
         if self._thread is None or not self._thread.is_alive():
             return
         with contextlib.suppress(queue.Full):  # A full queue drains while the thread runs.
@@ -185,7 +200,7 @@ class Batcher:
             batch = self._take_batch()
             if batch is None:
                 return
-            self._propose(batch)
+            self._propose(batch, queued=True)
 
     def _take_batch(self) -> list[_Pending] | None:
         """The next entry's requests: what is queued now, within the entry limits; None to stop."""
@@ -222,37 +237,41 @@ class Batcher:
                     return
                 self._in_flight_changed.wait(timeout=min(self._in_flight.values()) - now)
 
-    def _propose(self, batch: list[_Pending]) -> None:
-        self._proposal_number += 1
-        number = self._proposal_number
-        with self._in_flight_changed:
-            self._in_flight[number] = time.monotonic() + PROPOSAL_TIMEOUT_S
-
-        def on_result(result: ApplyResult | None, reason: int) -> None:
-            with self._in_flight_changed:
-                self._in_flight.pop(number, None)
-                self._in_flight_changed.notify()
-            if reason == PYSYNCOBJ_SUCCESS and isinstance(result, AppendResult):
-                assert len(result.appends) == len(batch)
-                for pending, outcome in zip(batch, result.appends, strict=True):
-                    pending.future.set_result(AppendOutcome(outcome, result.index))
-                return
-            error: KqError = UnavailableError(f"entry not committed (reason {reason}); retry")
-            if isinstance(result, RejectedResult):
-                error = refused(result)
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(error)
-
+    def _propose(self, batch: list[_Pending], queued: bool) -> None:
+        """Hands `batch` to the consensus as one entry: the batcher thread's requests (`queued`), or a
+        submitter's that found nothing ahead of it. Holds `_in_flight_changed` from taking the slot to
+        the hand-off, so entries reach the consensus in the order their requests were submitted."""
         command = commands.append(self._clock_ms(), [pending.append for pending in batch])
-        try:  # Each append passed append_problem at the edge; the envelope is checked like every command.
-            check_command(command)
-        except InvalidArgumentError as error:
-            for pending in batch:
-                pending.future.set_exception(error)
-            on_result(None, PYSYNCOBJ_SUCCESS)  # Frees the slot; the futures are already failed.
-            return
-        self._consensus.propose(commands.encode(command), on_result)
+        with self._in_flight_changed:
+            self._proposal_number += 1
+            number = self._proposal_number
+            self._in_flight[number] = time.monotonic() + PROPOSAL_TIMEOUT_S
+            self._queued -= len(batch) if queued else 0
+
+            def on_result(result: ApplyResult | None, reason: int) -> None:
+                with self._in_flight_changed:
+                    self._in_flight.pop(number, None)
+                    self._in_flight_changed.notify()
+                if reason == PYSYNCOBJ_SUCCESS and isinstance(result, AppendResult):
+                    assert len(result.appends) == len(batch)
+                    for pending, outcome in zip(batch, result.appends, strict=True):
+                        pending.future.set_result(AppendOutcome(outcome, result.index))
+                    return
+                error: KqError = UnavailableError(f"entry not committed (reason {reason}); retry")
+                if isinstance(result, RejectedResult):
+                    error = refused(result)
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(error)
+
+            try:  # Each append passed append_problem at the edge; the envelope is checked like every command.
+                check_command(command)
+            except InvalidArgumentError as error:
+                for pending in batch:
+                    pending.future.set_exception(error)
+                on_result(None, PYSYNCOBJ_SUCCESS)  # Frees the slot; the futures are already failed.
+                return
+            self._consensus.propose(commands.encode(command), on_result)
 
 
 def wall_clock_ms() -> int:

@@ -136,3 +136,28 @@ def test_entries_are_packed_within_the_work_budget(tmp_path: Path) -> None:
     assert all(o.result.error == 0 for o in outcomes)
     batcher.stop()
     store.close()
+
+
+def test_a_request_with_nothing_ahead_is_proposed_by_its_submitter_and_order_holds(tmp_path: Path) -> None:
+    """With nothing in flight or queued, submit proposes at once on the calling thread (the batcher
+    thread is not even started here); the next requests queue behind it and reach the consensus after
+    it, in order, once the batcher runs."""
+    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+    apply(store, 1, create("t", 1))
+    consensus = HeldConsensus(store)
+    batcher = Batcher(consensus, lambda: 1_000)
+    produce = [kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(v)) for v in (b"a", b"b", b"c")]
+    requests = [checked_append(request) for request in produce]
+    futures = [batcher.submit(requests[0])]
+    assert len(consensus.held) == 1, "the first request was not proposed by its submitter"
+    futures += [batcher.submit(request) for request in requests[1:]]
+    assert len(consensus.held) == 1, "requests behind an entry in flight must queue for the batcher"
+    batcher.start()
+    consensus.commit_next()
+    wait_for(lambda: len(consensus.held) == 1, "the queued requests proposed", WAIT_S, poll_s=0.005)
+    assert appends_in(consensus.held[0][0]) == 2
+    consensus.commit_next()
+    offsets = [future.result(timeout=WAIT_S).result.base_offset for future in futures]
+    assert offsets == [0, 1, 2]
+    batcher.stop()
+    store.close()
