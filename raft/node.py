@@ -41,7 +41,7 @@ from kq.raft.faults import EXIT_ENVIRONMENT_FAULT, apply_fault_message, fail_sto
 from kq.raft.inbound import already_held, refusal, without_commit_advance
 from kq.raft.journal import OS_DISK, Disk, RaftJournal, convert_legacy_journal
 from kq.raft.pysyncobj_adapter import PySyncObjAdapter, TransportFactory, read_pysyncobj_journal
-from kq.raft.results import ApplyResult
+from kq.raft.results import AppendResult, ApplyResult
 from kq.raft.snapshot import RaftData, SnapshotSerializer, read_header
 from kq.raft.state_machine import apply
 from kq.raft.transport import RaftTls, RaftTransport, TransportSettings
@@ -349,6 +349,8 @@ class RaftNode(PySyncObjAdapter):
                 logger.debug("apply of entry %d failed", index, exc_info=True)
             fail_stop(apply_fault_message(error, index, self._store.path, self._store.map_size_bytes()))
         self._on_applied(index, result)
+        if not isinstance(result, AppendResult):
+            self.notify_commit_now()  # A metadata or group change: readers on followers see it at once.
         self._log_bytes += len(data)
         if self._log_bytes > self._log_bytes_max:
             self._log_bytes = 0

@@ -36,7 +36,9 @@ as Python mangles it):
   first also written): PySyncObj sends AppendEntries at once after applying entries, only to tell
   the followers the new commit index, a second round trip per entry. The override sends at once
   when a connected peer lacks entries (a new one, or a follower catching up) or the heartbeat is
-  due, and otherwise moves the next send to at most COMMIT_NOTICE_DELAY_S away (`commit_notice`).
+  due, and otherwise moves the next send to at most COMMIT_NOTICE_DELAY_S away (`commit_notice`);
+  an applied entry other than an append (a topic, config, group or security change) is told at once
+  (`notify_commit_now`), as before, so only produce entries wait.
 - `FileJournal._destroy`, called: closes PySyncObj's own journal file once `read_pysyncobj_journal`
   has read it (converting a data directory written before kq's journal).
 - `_SyncObj__serializer`, written once, in the constructor: kq's `SnapshotSerializer`
@@ -170,6 +172,7 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
 
         super().__init__(self_address, peer_addresses, conf, transportClass=build_transport)
         self._SyncObj__serializer = serializer  # Before the first tick: see the module docstring.
+        self._commit_notice_now = False  # Tick thread only: `notify_commit_now`.
         self._journal = journal
         self._install_journal(journal)
         self.addOnTickCallback(self.sync_journal)  # Group commit: what this tick added, once.
@@ -204,10 +207,16 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         heartbeat, moved to at most COMMIT_NOTICE_DELAY_S away. See `commit_notice`."""
         now = pysyncobj_clock()
         due: float = self._SyncObj__newAppendEntriesTime
-        if now >= due or self._peers_lack_entries():
+        if now >= due or self._commit_notice_now or self._peers_lack_entries():
+            self._commit_notice_now = False
             SyncObj._SyncObj__sendAppendEntries(self)
         else:
             self._SyncObj__newAppendEntriesTime = commit_notice(due, now)
+
+    def notify_commit_now(self) -> None:
+        """Makes the next AppendEntries (this tick's, after apply) go at once, not with the next entry
+        or heartbeat: an entry readers of a follower should see without delay. Tick thread only."""
+        self._commit_notice_now = True
 
     def _peers_lack_entries(self) -> bool:
         last: int = self._SyncObj__getCurrentLogIndex()
