@@ -1,0 +1,192 @@
+"""Where a workload's time and CPU go on each node: `python -m kq.bench.profile`.
+
+Starts a three-node cluster (the harness, 127.0.0.1, a temporary directory), runs one workload of
+the comparison's (`one-in-flight`: `KqClient.send` one record at a time; `producer`: one
+`client.Producer` with the comparison's settings), and reports each node's CPU per message (utime +
+stime from /proc over the run) and, with py-spy installed (`pip install py-spy`; it ptraces the
+nodes, so it needs the permission to), the top frames of every busy thread of the leader and of one
+follower: the samples whose innermost frame is that function ("self"), and those whose stack holds
+it ("total"). py-spy samples stacks of threads that are running, so a thread waiting in `poll` or on
+a lock counts only when the OS says it runs; the share of samples is the share of that thread's busy
+time. The raw py-spy files (collapsed stacks, loadable by any flame graph tool) are kept in
+`--output-dir` when given. Every node is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from kq.bench import procfs
+from kq.bench.produce_fetch import produce_latency
+from kq.client import KqClient, Producer
+from kq.client.producer import BATCH_BYTES_DEFAULT
+from kq.deploy.cluster import LocalCluster, work_dir
+
+SCENARIOS = ("one-in-flight", "producer")
+TOPIC = "profile"
+PARTITIONS = {"one-in-flight": 1, "producer": 6}
+SAMPLES_PER_S = 300  # py-spy's rate: enough samples in seconds, little load of its own.
+SPY_START_S = 1.0  # py-spy attaches before the measured run starts.
+SPY_STOP_TIMEOUT_S = 30.0
+TOP_FRAMES = 12
+PRODUCER_TIMEOUT_S = 600.0
+IDLE_LEAVES = (  # Innermost frames of a thread that waits: not work, though the OS may call it running.
+    "PollPoller.poll (pysyncobj/poller.py:88)",
+    "EpollSelector.select",
+    "Condition.wait",
+    "_worker (concurrent/futures/thread.py:81)",
+)
+
+
+def thread_profile(raw: str, frames: int = TOP_FRAMES) -> dict[str, dict[str, list[tuple[str, int]]]]:
+    """Per thread (its Python name) of py-spy's raw output (`--threads`, collapsed stacks): its busy
+    samples, and its top frames by self and by total samples; idle leaves (IDLE_LEAVES) left out."""
+    selves: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    totals: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    busy: collections.Counter[str] = collections.Counter()
+    for line in raw.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit() or not stack:
+            continue
+        count, stack_frames = int(count_text), stack.split(";")
+        thread = stack_frames[0].rsplit(": ", 1)[-1] if ": " in stack_frames[0] else stack_frames[0]
+        if any(stack_frames[-1].startswith(idle) for idle in IDLE_LEAVES):
+            continue
+        busy[thread] += count
+        selves[thread][_short(stack_frames[-1])] += count
+        for frame in set(stack_frames[1:]):
+            totals[thread][_short(frame)] += count
+    return {
+        thread: {
+            "busy": [("samples", samples)],
+            "self": selves[thread].most_common(frames),
+            "total": totals[thread].most_common(frames),
+        }
+        for thread, samples in busy.most_common()
+    }
+
+
+def _short(frame: str) -> str:
+    """`function (path/to/file.py:line)` as `function (file.py:line)`."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit('/', 1)[-1]}" if where else name
+
+
+@contextmanager
+def spying(pids: dict[str, int], seconds: float, output_dir: Path) -> Iterator[dict[str, Path]]:
+    """py-spy recording each of `pids` for `seconds` (nothing without py-spy); the raw files by name."""
+    executable = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if seconds <= 0 or not Path(executable).exists():
+        yield {}
+        return
+    files = {name: output_dir / f"{name}.raw" for name in pids}
+    duration, rate = str(max(1, round(seconds))), str(SAMPLES_PER_S)
+    spies = [
+        subprocess.Popen(
+            [
+                executable,
+                "record",
+                "-p",
+                str(pid),
+                "-d",
+                duration,
+                "-r",
+                rate,
+                "--threads",
+                "--nonblocking",
+                "-f",
+                "raw",
+                "-o",
+                str(files[name]),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    ]
+    time.sleep(SPY_START_S)
+    try:
+        yield files
+    finally:
+        for spy in spies:
+            try:
+                spy.wait(timeout=seconds + SPY_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                spy.kill()  # By its own handle (its PID): never by name.
+                spy.wait()
+
+
+def run_workload(cluster: LocalCluster, scenario: str, messages: int, value: bytes) -> float:
+    """Runs `scenario` once; its elapsed seconds."""
+    started = time.monotonic()
+    if scenario == "one-in-flight":
+        produce_latency(cluster.bootstrap, TOPIC, messages, value, 0, PRODUCER_TIMEOUT_S)
+        return time.monotonic() - started
+    with KqClient(cluster.bootstrap) as client, Producer(client, batch_size=BATCH_BYTES_DEFAULT) as producer:
+        for _ in range(messages):
+            producer.send(TOPIC, value)
+        producer.flush(timeout_s=PRODUCER_TIMEOUT_S)
+    return time.monotonic() - started
+
+
+def report(
+    scenario: str, messages: int, elapsed_s: float, cpu_us: dict[str, float], profiles: dict[str, str]
+) -> list[str]:
+    """The text printed: rate, CPU per message per node, and each profiled node's busiest threads."""
+    lines = [f"{scenario}: {messages:,} messages in {elapsed_s:.2f} s = {messages / elapsed_s:,.0f} msgs/s"]
+    lines.append("server CPU µs/msg: " + ", ".join(f"{name} {value:,.1f}" for name, value in cpu_us.items()))
+    for name, raw in profiles.items():
+        for thread, parts in thread_profile(raw).items():
+            lines.append(f"\n{name} {thread}: {parts['busy'][0][1]} busy samples")
+            width = max(1, parts["busy"][0][1])
+            for kind in ("self", "total"):
+                lines += [f"  {kind:5} {100 * n / width:5.1f}%  {frame}" for frame, n in parts[kind]]
+    return lines
+
+
+@click.command()
+@click.option("--scenario", type=click.Choice(SCENARIOS), default="one-in-flight", show_default=True)
+@click.option("--messages", type=click.IntRange(1, 10_000_000), default=3_000, show_default=True)
+@click.option("--value-bytes", type=click.IntRange(1, 1024 * 1024), default=100, show_default=True)
+@click.option("--spy-seconds", type=click.FloatRange(0, 600), default=8.0, show_default=True)
+@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+def main(scenario: str, messages: int, value_bytes: int, spy_seconds: float, output_dir: Path | None) -> None:
+    """Profiles one workload on a fresh three-node cluster (see the module docstring)."""
+    with work_dir(None, "kq-profile-") as base, LocalCluster(base / "cluster") as cluster:
+        leader = cluster.wait_ready()
+        with KqClient(cluster.bootstrap) as admin:
+            admin.create_topic(TOPIC, PARTITIONS[scenario])
+        value = b"v" * value_bytes
+        run_workload(cluster, scenario, min(messages, 300), value)  # Warm-up: connections, producer id.
+        pids = cluster.pids()
+        follower = next(node for node in sorted(pids) if node != leader)
+        names = {"leader": pids[leader], "follower": pids[follower]}
+        click.echo(f"leader: node {leader}; follower profiled: node {follower}")
+        spy_dir = output_dir or Path(tempfile.mkdtemp(dir=base))
+        spy_dir.mkdir(parents=True, exist_ok=True)
+        before = procfs.cpu_seconds_each(pids)
+        with spying(names, spy_seconds, spy_dir) as files:
+            elapsed_s = run_workload(cluster, scenario, messages, value)
+            after = procfs.cpu_seconds_each(pids)
+        cpu_us = {
+            ("leader " if node == leader else "follower ") + node: (after[node] - before[node])
+            * 1e6
+            / messages
+            for node in sorted(pids)
+        }
+        profiles = {name: path.read_text() for name, path in files.items() if path.exists()}
+        click.echo("\n".join(report(scenario, messages, elapsed_s, cpu_us, profiles)))
+
+
+if __name__ == "__main__":
+    main()
