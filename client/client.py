@@ -65,6 +65,7 @@ from kq.proto.records import (
     wall_clock_ms,
 )
 
+RECORDS_UNCUT = 1 << 62  # A record limit no response reaches: every record of the served batches.
 # The epoch this client's idempotent producer writes in every batch: it never bumps one (a failure
 # with an unknown outcome starts a new producer id instead, whose sequences start at 0).
 PRODUCER_EPOCH = 0
@@ -348,11 +349,15 @@ class KqClient(GroupsApi, SecurityApi):
         wait_ms: int = 0,
         node: str | None = None,
         min_index: int | None = None,
+        whole_batches: bool = False,
     ) -> FetchResult:
         """Reads records from `offset`, from `node` or any node; waits up to `wait_ms` for new ones.
 
         `min_index` (default: the highest index this client has seen) makes a node that has not
-        applied it yet answer with no records rather than with older state.
+        applied it yet answer with no records rather than with older state. A node serves whole
+        stored batches until they hold `max_records`; `whole_batches` returns every record of them
+        instead of cutting the last batch at `max_records`, so a reader that reads on (the Spark
+        source) starts its next fetch at a batch's start and decodes each batch once.
         """
         request = kq_pb2.FetchRequest(
             topic=topic,
@@ -369,7 +374,8 @@ class KqClient(GroupsApi, SecurityApi):
         else:
             response = self._connections.read("Fetch", request, node)
         self._saw(response.applied_index)
-        records, next_offset = _decode_batches(topic, partition, response.batches, offset, max_records)
+        limit = RECORDS_UNCUT if whole_batches else max_records
+        records, next_offset = _decode_batches(topic, partition, response.batches, offset, limit)
         return FetchResult(
             tuple(records),
             response.log_start_offset,
@@ -549,7 +555,7 @@ def _offsets(partition: kq_pb2.PartitionInfo) -> PartitionOffsets:
 
 
 def _decode_batches(
-    topic: str, partition: int, batches: Iterable[kq_pb2.RecordBatch], offset: int, limit: int = 1 << 62
+    topic: str, partition: int, batches: Iterable[kq_pb2.RecordBatch], offset: int, limit: int = RECORDS_UNCUT
 ) -> tuple[list[ConsumerRecord], int]:
     """At most `limit` records of served batches from `offset` on (a first batch may start before it),
     and the offset to read from next: past the last record returned when `limit` cut them short, else

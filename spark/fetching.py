@@ -50,6 +50,7 @@ class Fetcher(Protocol):
         wait_ms: int = ...,
         node: str | None = ...,
         min_index: int | None = ...,
+        whole_batches: bool = ...,
     ) -> FetchResult: ...
 
     def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]: ...
@@ -137,6 +138,7 @@ def _fetch(
             wait_ms=policy.catch_up_wait_ms,
             node=node,
             min_index=min_index,
+            whole_batches=True,  # The next fetch starts at a batch's start: each batch decoded once.
         )
     except OffsetOutOfRangeError:
         return _after_data_loss(fetcher, offset_range, position, node, policy.fail_on_data_loss)

@@ -56,8 +56,10 @@ class FakeCluster:
         wait_ms: int = 0,
         node: str | None = None,
         min_index: int | None = None,
+        whole_batches: bool = False,
     ) -> FetchResult:
-        """Like a broker: UNAVAILABLE when down, nothing when behind min_index, OUT_OF_RANGE below start."""
+        """Like a broker: UNAVAILABLE when down, nothing when behind min_index, OUT_OF_RANGE below start.
+        Its records are not in batches, so `whole_batches` changes nothing."""
         assert node is not None and min_index is not None
         fake = self.nodes[node]
         if fake.fetches_before_death is not None and len(fake.fetches) >= fake.fetches_before_death:

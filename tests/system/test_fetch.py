@@ -28,6 +28,12 @@ def test_fetch_from_inside_a_batch_returns_exactly_the_asked_records(cluster: Lo
             assert result.records[0].key == b"k" and result.records[-1].key is None
             # CreateTime: the client stamps a record sent without a timestamp, as Kafka clients do.
             assert result.records[0].timestamp_type == 0 and result.records[0].timestamp_ms >= sent_ms
+            # The node serves the first batch whole (it holds 3 records from offset 7, at least 2):
+            # cut at max_records, or all of it with whole_batches, whose next fetch starts at 10.
+            cut = client.fetch("inside", 0, 7, max_records=2, node=node)
+            whole = client.fetch("inside", 0, 7, max_records=2, node=node, whole_batches=True)
+            assert ([r.offset for r in cut.records], cut.next_offset) == ([7, 8], 9)
+            assert ([r.offset for r in whole.records], whole.next_offset) == ([7, 8, 9], 10)
 
 
 def test_stream_pushes_records_produced_after_it_started(cluster: LocalCluster) -> None:
