@@ -62,6 +62,7 @@ class ReadPolicy:
 
     fetch_max_records: int
     fail_on_data_loss: bool
+    whole_batches: bool = False  # Each fetch's last batch whole, not cut at fetch_max_records.
     catch_up_wait_ms: int = SPARK_CATCH_UP_WAIT_MS
     stall_timeout_s: float = SPARK_READ_STALL_TIMEOUT_S
     fetch_delay_ms: int = 0  # kq.debug.fetchDelayMs: a pause before each fetch, to test failover mid-read.
@@ -138,7 +139,7 @@ def _fetch(
             wait_ms=policy.catch_up_wait_ms,
             node=node,
             min_index=min_index,
-            whole_batches=True,  # The next fetch starts at a batch's start: each batch decoded once.
+            whole_batches=policy.whole_batches,  # Then each batch is fetched and decoded once.
         )
     except OffsetOutOfRangeError:
         return _after_data_loss(fetcher, offset_range, position, node, policy.fail_on_data_loss)

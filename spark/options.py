@@ -90,6 +90,9 @@ class SourceOptions:
     read_from: ReadFrom
     pinned_node: str  # The node when read_from is NODE, else "".
     fetch_max_records: int
+    # kq.fetch.maxRecords unset: each fetch takes whole stored batches until they hold
+    # fetch_max_records, so no batch is fetched and decoded twice (KqClient.fetch `whole_batches`).
+    fetch_whole_batches: bool
     debug_served_by: bool
     debug_fetch_delay_ms: int
 
@@ -128,6 +131,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     values = {key.lower(): str(value) for key, value in options.items()}
     reject_unknown(values, KNOWN_OPTIONS, "kq source")
     read_from, pinned_node = _read_from(values.get("kq.readfrom", "follower"))
+    fetch_records = positive_int(values, "kq.fetch.maxRecords", FETCH_RECORDS_MAX)
     return SourceOptions(
         nodes=node_addresses(values.get("kq.nodes")),
         subscription=_subscription(values),
@@ -139,8 +143,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         include_headers=_boolean(values, "includeHeaders", default=False),
         read_from=read_from,
         pinned_node=pinned_node,
-        fetch_max_records=positive_int(values, "kq.fetch.maxRecords", FETCH_RECORDS_MAX)
-        or FETCH_RECORDS_MAX,
+        fetch_max_records=fetch_records or FETCH_RECORDS_MAX,
+        fetch_whole_batches=fetch_records is None,
         debug_served_by=_boolean(values, "kq.debug.servedBy", default=False),
         debug_fetch_delay_ms=_non_negative_int(values, "kq.debug.fetchDelayMs", SPARK_FETCH_DELAY_MS_MAX),
     )

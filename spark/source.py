@@ -242,6 +242,7 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     schema = arrow_schema(options.include_headers, options.debug_served_by)
     policy = ReadPolicy(
         fetch_max_records=options.fetch_max_records,
+        whole_batches=options.fetch_whole_batches,
         fail_on_data_loss=options.fail_on_data_loss,
         fetch_delay_ms=options.debug_fetch_delay_ms,
     )

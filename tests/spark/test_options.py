@@ -30,6 +30,13 @@ def test_defaults_follow_kafka() -> None:
     assert options.read_from is ReadFrom.FOLLOWER and options.fail_on_data_loss
     assert not options.include_headers and not options.debug_served_by
     assert options.max_offsets_per_trigger is None and options.min_partitions is None
+    assert options.fetch_max_records == 10_000 and options.fetch_whole_batches
+
+
+def test_an_explicit_fetch_size_bounds_every_fetch() -> None:
+    """kq.fetch.maxRecords given: fetches are cut at it (no whole batches beyond it)."""
+    options = parse_options({**NODES, "subscribe": "a", "kq.fetch.maxRecords": "50"})
+    assert options.fetch_max_records == 50 and not options.fetch_whole_batches
 
 
 def test_spark_lower_cases_option_names() -> None:
