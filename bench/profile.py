@@ -39,6 +39,7 @@ SAMPLES_PER_S = 300  # py-spy's rate: enough samples in seconds, little load of 
 SPY_START_S = 1.0  # py-spy attaches before the measured run starts.
 SPY_STOP_TIMEOUT_S = 30.0
 TOP_FRAMES = 12
+ROOT_SHARE = 0.8  # A frame on at least this share of a thread's busy stacks is its run loop: not shown.
 PRODUCER_TIMEOUT_S = 600.0
 IDLE_LEAVES = (  # Innermost frames of a thread that waits: not work, though the OS may call it running.
     "PollPoller.poll (pysyncobj/poller.py:88)",
@@ -70,7 +71,12 @@ def thread_profile(raw: str, frames: int = TOP_FRAMES) -> dict[str, dict[str, li
         thread: {
             "busy": [("samples", samples)],
             "self": selves[thread].most_common(frames),
-            "total": totals[thread].most_common(frames),
+            # Frames on (nearly) every stack of the thread (its run loop) say nothing: left out.
+            "total": [
+                (frame, count)
+                for frame, count in totals[thread].most_common()
+                if count < ROOT_SHARE * samples
+            ][:frames],
         }
         for thread, samples in busy.most_common()
     }
