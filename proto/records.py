@@ -526,8 +526,8 @@ def _walk_record(  # noqa: PLR0915 - inline on purpose: see the docstring.
 
     This runs for every record of every batch, at the edge and in apply on every node, and for every
     record a client reads, so varints of one and two bytes (nearly all of them: lengths below 8 KiB)
-    are read inline and `_varint` reads the others, and the key's and value's lengths are checked
-    here rather than by `_blob`. A call per field cost a third of the walk.
+    are read inline and `_varint` reads the others, and the value's length is checked here rather
+    than by `_blob`. A call per field cost a third of the walk.
     """
     headers_max, record_bytes_max, header_name_bytes_max = limits
     if position < end and (byte := buffer[position]) < 0x80:
@@ -561,16 +561,7 @@ def _walk_record(  # noqa: PLR0915 - inline on purpose: see the docstring.
     timestamp_ms = base_timestamp_ms + timestamp_delta if append_time_ms is None else append_time_ms
     if not NO_TIMESTAMP <= timestamp_ms <= INT64_MAX:
         raise MalformedBatchError(f"timestamp {timestamp_ms} is negative (other than -1) or past int64")
-    # The key: as `_blob`, inline.
-    if position < stop and (byte := buffer[position]) < 0x80:
-        key_length, position = (byte >> 1) ^ -(byte & 1), position + 1
-    else:
-        key_length, position = _varint(buffer, position, stop, VARINT_BYTES_MAX)
-    if key_length < -1 or position + key_length > stop:
-        raise MalformedBatchError(f"key length {key_length} is below -1 or runs past the record")
-    key_start = position
-    if key_length > 0:
-        position += key_length
+    key_start, key_length, position = _blob(buffer, position, stop, "key")
     # The value: as `_blob`, inline, two-byte lengths (64 to 8191 bytes) too.
     if position < stop and (byte := buffer[position]) < 0x80:
         value_length, position = (byte >> 1) ^ -(byte & 1), position + 1
