@@ -58,8 +58,8 @@ from kq.proto.limits import (
 from kq.proto.records import (
     BatchBuilder,
     NewRecord,
-    decode_batch,
     next_sequence,
+    parse_batch_as,
     read_header,
     record_size_max,
     wall_clock_ms,
@@ -563,7 +563,7 @@ def _decode_batches(
     batch was served.
 
     Each batch is a stored RecordBatch v2, checked whole (its CRC32C included) as it is decoded;
-    decode_batch's default limits are those every stored batch passed. Each record is built once, as
+    parse_batch_as's limits are those every stored batch passed. Each record is built once, as
     the ConsumerRecord returned (a consumer's cost per record is mostly the objects it builds).
     """
     records: list[ConsumerRecord] = []
@@ -588,7 +588,7 @@ def _decode_batches(
             at = base_offset + offset_delta
             return ConsumerRecord(topic, partition, at, timestamp_ms, timestamp_type, key, value, headers)
 
-        decoded = decode_batch(batch.data, build)
+        decoded = parse_batch_as(batch.data, build)
         if base_offset < offset:  # Only a first batch can start before the offset asked for.
             decoded = [record for record in decoded if record.offset >= offset]
         records += decoded

@@ -202,7 +202,7 @@ class WireRecord:
 
 
 R = TypeVar("R")
-# Builds a reader's own record from WireRecord's fields, in their order (`decode_batch`).
+# Builds a reader's own record from WireRecord's fields, in their order (`parse_batch_as`).
 RecordBuilder = Callable[[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int], R]
 _Decoding = tuple[list[Any], Callable[..., Any]]  # The records built so far, and their builder.
 
@@ -315,34 +315,28 @@ def parse_batch(
     them. A `meter` is charged as `check_batch` charges (what the compactor packs its entries by).
     Raises MalformedBatchError naming the record.
     """
-    return decode_batch(
-        data,
-        WireRecord,
-        records_max=records_max,
-        headers_max=headers_max,
-        record_bytes_max=record_bytes_max,
-        header_name_bytes_max=header_name_bytes_max,
-        expanded_bytes_max=expanded_bytes_max,
-        meter=meter,
-    )
+    limits = (headers_max, record_bytes_max, header_name_bytes_max)
+    return _parsed(data, WireRecord, records_max, limits, expanded_bytes_max, meter)
 
 
-def decode_batch(
+def parse_batch_as(data: bytes | memoryview, build: RecordBuilder[R]) -> list[R]:
+    """`parse_batch` of a stored or served batch (the default limits), each record built by
+    `build(offset_delta, timestamp_ms, key, value, headers, size_bytes)` (WireRecord's fields) as it
+    is walked: a reader that wants its own record type (the client's ConsumerRecord) builds one
+    object a record instead of two."""
+    limits = (HEADERS_PER_RECORD_MAX, RECORD_BYTES_MAX, HEADER_NAME_BYTES_MAX)
+    return _parsed(data, build, RECORDS_PER_APPEND_MAX, limits, APPEND_BYTES_MAX, None)
+
+
+def _parsed(
     data: bytes | memoryview,
     build: RecordBuilder[R],
-    *,
-    records_max: int = RECORDS_PER_APPEND_MAX,
-    headers_max: int = HEADERS_PER_RECORD_MAX,
-    record_bytes_max: int = RECORD_BYTES_MAX,
-    header_name_bytes_max: int = HEADER_NAME_BYTES_MAX,
-    expanded_bytes_max: int = APPEND_BYTES_MAX,
-    meter: WorkMeter | None = None,
+    records_max: int,
+    limits: tuple[int, int, int],
+    expanded_bytes_max: int,
+    meter: WorkMeter | None,
 ) -> list[R]:
-    """`parse_batch`, each record built by `build(offset_delta, timestamp_ms, key, value, headers,
-    size_bytes)` (WireRecord's fields) as it is walked: a reader that wants its own record type
-    (the client's ConsumerRecord) builds one object a record instead of two."""
     decoded: list[R] = []
-    limits = (headers_max, record_bytes_max, header_name_bytes_max)
     meter = WorkMeter(_UNMETERED) if meter is None else meter
     _read(data, meter, True, records_max, limits, expanded_bytes_max, decoded=(decoded, build))
     return decoded
