@@ -240,8 +240,18 @@ class Batcher:
     def _propose(self, batch: list[_Pending], queued: bool) -> None:
         """Hands `batch` to the consensus as one entry: the batcher thread's requests (`queued`), or a
         submitter's that found nothing ahead of it. Holds `_in_flight_changed` from taking the slot to
-        the hand-off, so entries reach the consensus in the order their requests were submitted."""
+        the hand-off, so entries reach the consensus in the order their requests were submitted; the
+        entry is built and encoded before (queued requests still count in `_queued` meanwhile)."""
         command = commands.append(self._clock_ms(), [pending.append for pending in batch])
+        try:  # Each append passed append_problem at the edge; the envelope is checked like every command.
+            check_command(command)
+        except InvalidArgumentError as error:
+            with self._in_flight_changed:
+                self._queued -= len(batch) if queued else 0
+            for pending in batch:
+                pending.future.set_exception(error)
+            return
+        data = commands.encode(command)
         with self._in_flight_changed:
             self._proposal_number += 1
             number = self._proposal_number
@@ -264,14 +274,7 @@ class Batcher:
                     if not pending.future.done():
                         pending.future.set_exception(error)
 
-            try:  # Each append passed append_problem at the edge; the envelope is checked like every command.
-                check_command(command)
-            except InvalidArgumentError as error:
-                for pending in batch:
-                    pending.future.set_exception(error)
-                on_result(None, PYSYNCOBJ_SUCCESS)  # Frees the slot; the futures are already failed.
-                return
-            self._consensus.propose(commands.encode(command), on_result)
+            self._consensus.propose(data, on_result)
 
 
 def wall_clock_ms() -> int:
