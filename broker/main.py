@@ -402,8 +402,8 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     default=GRPC_WORKERS_DEFAULT,
     type=click.IntRange(GRPC_WORKERS_MIN, GRPC_WORKERS_MAX),
     help=(
-        "Threads for calls that block (proposals waiting for their commit, metadata reads); streams "
-        "and long-polls wait on none."
+        "Threads for calls that block (topic and group writes waiting for their commit, metadata reads, "
+        "the check of a large produce batch); produce requests, streams and long-polls wait on none."
     ),
 )
 @click.option(
