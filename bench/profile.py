@@ -65,7 +65,7 @@ def thread_profile(raw: str, frames: int = TOP_FRAMES) -> dict[str, dict[str, li
             continue
         busy[thread] += count
         selves[thread][_short(stack_frames[-1])] += count
-        for frame in set(stack_frames[1:]):
+        for frame in dict.fromkeys(stack_frames[1:]):  # Once a stack, outermost first (ties keep that order).
             totals[thread][_short(frame)] += count
     return {
         thread: {
