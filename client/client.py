@@ -31,6 +31,7 @@ from kq.client.security import SecurityApi
 from kq.client.tls import TlsConfig
 from kq.client.types import (
     ConsumerRecord,
+    FetchedBatches,
     FetchResult,
     NodeStatus,
     PartitionOffsets,
@@ -359,6 +360,42 @@ class KqClient(GroupsApi, SecurityApi):
         instead of cutting the last batch at `max_records`, so a reader that reads on (the Spark
         source) starts its next fetch at a batch's start and decodes each batch once.
         """
+        fetched = self.fetch_batches(
+            topic,
+            partition,
+            offset,
+            max_records=max_records,
+            max_bytes=max_bytes,
+            wait_ms=wait_ms,
+            node=node,
+            min_index=min_index,
+        )
+        limit = RECORDS_UNCUT if whole_batches else max_records
+        records, next_offset = decode_batches(topic, partition, fetched.batches, offset, limit)
+        return FetchResult(
+            tuple(records),
+            fetched.log_start_offset,
+            fetched.log_end_offset,
+            fetched.served_by,
+            fetched.applied_index,
+            next_offset,
+        )
+
+    def fetch_batches(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int = 500,
+        max_bytes: int = 1024 * 1024,
+        wait_ms: int = 0,
+        node: str | None = None,
+        min_index: int | None = None,
+    ) -> FetchedBatches:
+        """`fetch`'s stored batches as served, neither checked nor decoded: for a reader that decodes
+        them itself (the Spark source builds Arrow columns from them, spark/columns.py), and must
+        check them as `decode_batches` does. The first batch may start before `offset`."""
         request = kq_pb2.FetchRequest(
             topic=topic,
             partition=partition,
@@ -374,15 +411,12 @@ class KqClient(GroupsApi, SecurityApi):
         else:
             response = self._connections.read("Fetch", request, node)
         self._saw(response.applied_index)
-        limit = RECORDS_UNCUT if whole_batches else max_records
-        records, next_offset = _decode_batches(topic, partition, response.batches, offset, limit)
-        return FetchResult(
-            tuple(records),
+        return FetchedBatches(
+            tuple(batch.data for batch in response.batches),
             response.log_start_offset,
             response.log_end_offset,
             response.served_by,
             response.applied_index,
-            next_offset,
         )
 
     def _waiting_fetch(self, request: kq_pb2.FetchRequest, node: str | None) -> kq_pb2.FetchResponse:
@@ -442,7 +476,8 @@ class KqClient(GroupsApi, SecurityApi):
 
         for response in self._connections.stream("FetchStream", next_request, node):
             self._saw(response.applied_index)
-            records, next_offset = _decode_batches(topic, partition, response.batches, offset)
+            batches = [batch.data for batch in response.batches]
+            records, next_offset = decode_batches(topic, partition, batches, offset)
             for record in records:
                 offset = record.offset + 1
                 yield record
@@ -554,8 +589,8 @@ def _offsets(partition: kq_pb2.PartitionInfo) -> PartitionOffsets:
     )
 
 
-def _decode_batches(
-    topic: str, partition: int, batches: Iterable[kq_pb2.RecordBatch], offset: int, limit: int = RECORDS_UNCUT
+def decode_batches(
+    topic: str, partition: int, batches: Iterable[bytes], offset: int, limit: int = RECORDS_UNCUT
 ) -> tuple[list[ConsumerRecord], int]:
     """At most `limit` records of served batches from `offset` on (a first batch may start before it),
     and the offset to read from next: past the last record returned when `limit` cut them short, else
@@ -568,10 +603,10 @@ def _decode_batches(
     """
     records: list[ConsumerRecord] = []
     next_offset = offset
-    for batch in batches:
+    for data in batches:
         if len(records) >= limit:
             break
-        header = read_header(batch.data)
+        header = read_header(data)
         base_offset = header.base_offset
         timestamp_type = 1 if header.log_append_time else 0  # Kafka's numbers.
 
@@ -588,7 +623,7 @@ def _decode_batches(
             at = base_offset + offset_delta
             return ConsumerRecord(topic, partition, at, timestamp_ms, timestamp_type, key, value, headers)
 
-        decoded = parse_batch_as(batch.data, build)
+        decoded = parse_batch_as(data, build)
         if base_offset < offset:  # Only a first batch can start before the offset asked for.
             decoded = [record for record in decoded if record.offset >= offset]
         records += decoded

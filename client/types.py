@@ -100,6 +100,18 @@ class FetchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class FetchedBatches:
+    """One fetch's stored RecordBatch v2 batches as served (not yet checked or decoded: see
+    `client.decode_batches`), and what the serving node knew."""
+
+    batches: tuple[bytes, ...]
+    log_start_offset: int
+    log_end_offset: int
+    served_by: str
+    applied_index: int
+
+
+@dataclass(frozen=True, slots=True)
 class PeerState:
     """A member as one node sees it."""
 

@@ -328,6 +328,19 @@ def parse_batch_as(data: bytes | memoryview, build: RecordBuilder[R]) -> list[R]
     return _parsed(data, build, RECORDS_PER_APPEND_MAX, limits, APPEND_BYTES_MAX, None)
 
 
+def checked_records(data: bytes | memoryview) -> tuple[BatchHeader, bytes | memoryview, int, int]:
+    """A stored or served batch's header, checked as `parse_batch_as` checks it (the CRC included), and
+    where its records are: (header, buffer, start, end), in `data` or what they expanded to.
+
+    For a reader that walks the records itself (the Spark source's Arrow columns, spark/columns.py):
+    it must check each record as `_walk_record` does, or leave the batch to `parse_batch_as`."""
+    meter = WorkMeter(_UNMETERED)
+    header = read_header(data)
+    _check_header(header, data, RECORDS_PER_APPEND_MAX, sparse=True)
+    buffer, start, end = _records_region(data, header, APPEND_BYTES_MAX, meter)
+    return header, buffer, start, end
+
+
 def _parsed(
     data: bytes | memoryview,
     build: RecordBuilder[R],
@@ -669,6 +682,9 @@ def _varint(buffer: bytes | memoryview, position: int, stop: int, bytes_max: int
     if position - start >= bytes_max:
         raise MalformedBatchError(f"a varint longer than {bytes_max} bytes")
     raise MalformedBatchError("cut short inside a varint")
+
+
+read_varint = _varint  # For a reader that walks records itself (`checked_records`).
 
 
 # Writing ------------------------------------------------------------------------------------------

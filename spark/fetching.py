@@ -13,23 +13,26 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Protocol
 
+import numpy as np
+import pyarrow as pa
+
 from kq.client import (
-    ConsumerRecord,
     KqClientError,
     OffsetOutOfRangeError,
     PartitionOffsets,
     TopicNotFoundError,
 )
-from kq.client.types import FetchResult
+from kq.client.client import RECORDS_UNCUT
+from kq.client.types import FetchedBatches
 from kq.proto.limits import (
     FETCH_BYTES_MAX,
     SPARK_CATCH_UP_WAIT_MS,
     SPARK_READ_STALL_TIMEOUT_S,
     SPARK_ROUND_BACKOFF_S,
 )
+from kq.spark.columns import fetched_rows
 from kq.spark.options import DataLossError, KqSourceError
 from kq.spark.planning import DATA_LOSS_HINT, OffsetRange
 
@@ -39,7 +42,7 @@ logger = logging.getLogger(__name__)
 class Fetcher(Protocol):
     """What the reader needs of `client.KqClient`."""
 
-    def fetch(
+    def fetch_batches(
         self,
         topic: str,
         partition: int,
@@ -50,8 +53,7 @@ class Fetcher(Protocol):
         wait_ms: int = ...,
         node: str | None = ...,
         min_index: int | None = ...,
-        whole_batches: bool = ...,
-    ) -> FetchResult: ...
+    ) -> FetchedBatches: ...
 
     def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]: ...
 
@@ -69,10 +71,19 @@ class ReadPolicy:
 
 
 @dataclass(frozen=True, slots=True)
-class Chunk:
-    """Consecutive records of a range, and the node id that served them."""
+class RowShape:
+    """The rows a read yields: Arrow record batches in `schema` (spark/schema.py)."""
 
-    records: Sequence[ConsumerRecord]
+    schema: pa.Schema
+    include_headers: bool
+    served_by: bool  # kq.debug.servedBy: a column naming the node that served each row.
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Consecutive records of a range, as rows, and the node id that served them."""
+
+    rows: pa.RecordBatch
     served_by: str
 
 
@@ -82,6 +93,7 @@ def read_range(
     nodes: Sequence[str],
     min_index: int,
     policy: ReadPolicy,
+    shape: RowShape,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[Chunk]:
     """Every record of `offset_range`, exactly once and in offset order, from the first node that can."""
@@ -95,13 +107,26 @@ def read_range(
         if policy.fetch_delay_ms:
             sleep(policy.fetch_delay_ms / 1000)
         outcome = _fetch(fetcher, offset_range, position, node, min_index, policy)
-        if isinstance(outcome, FetchResult) and outcome.next_offset > position:
-            records = _checked(outcome.records, position, offset_range.end, node)
-            if records:
-                yield Chunk(records, outcome.served_by)
-            position = outcome.next_offset  # Past the records, and past any compaction left empty.
-            failed_in_a_row, stall_deadline = 0, time.monotonic() + policy.stall_timeout_s
-            continue
+        if isinstance(outcome, FetchedBatches):
+            limit = RECORDS_UNCUT if policy.whole_batches else _max_records(offset_range, position, policy)
+            served_by = outcome.served_by if shape.served_by else None
+            rows, next_offset = fetched_rows(
+                offset_range.topic,
+                offset_range.partition,
+                outcome.batches,
+                position,
+                limit,
+                shape.schema,
+                shape.include_headers,
+                served_by,
+            )
+            if next_offset > position:
+                rows = _checked(rows, position, offset_range.end, node)
+                if rows is not None:
+                    yield Chunk(rows, outcome.served_by)
+                position = next_offset  # Past the records, and past any compaction left empty.
+                failed_in_a_row, stall_deadline = 0, time.monotonic() + policy.stall_timeout_s
+                continue
         if isinstance(outcome, int):  # Records below `outcome` are gone and failOnDataLoss=false.
             position = outcome
             continue
@@ -125,21 +150,28 @@ def read_range(
             sleep(SPARK_ROUND_BACKOFF_S)
 
 
+def _max_records(offset_range: OffsetRange, position: int, policy: ReadPolicy) -> int:
+    return min(policy.fetch_max_records, offset_range.end - position)
+
+
 def _fetch(
     fetcher: Fetcher, offset_range: OffsetRange, position: int, node: str, min_index: int, policy: ReadPolicy
-) -> FetchResult | str | int:
-    """One fetch: its result, a reason to try another node, or (data loss allowed) where to resume."""
+) -> FetchedBatches | str | int:
+    """One fetch: its result, a reason to try another node, or (data loss allowed) where to resume.
+
+    The node serves whole batches until they hold the records asked for; with `whole_batches` every
+    record of them is read (the next fetch starts at a batch's start: each batch is fetched and
+    decoded once), else they are cut there."""
     try:
-        return fetcher.fetch(
+        return fetcher.fetch_batches(
             offset_range.topic,
             offset_range.partition,
             position,
-            max_records=min(policy.fetch_max_records, offset_range.end - position),
+            max_records=_max_records(offset_range, position, policy),
             max_bytes=FETCH_BYTES_MAX,
             wait_ms=policy.catch_up_wait_ms,
             node=node,
             min_index=min_index,
-            whole_batches=policy.whole_batches,  # Then each batch is fetched and decoded once.
         )
     except OffsetOutOfRangeError:
         return _after_data_loss(fetcher, offset_range, position, node, policy.fail_on_data_loss)
@@ -172,25 +204,23 @@ def _after_data_loss(
     return offset_range.end  # The log is shorter than planned: the topic was recreated; skip the rest.
 
 
-def _checked(
-    records: Sequence[ConsumerRecord], position: int, end: int, node: str
-) -> Sequence[ConsumerRecord]:
-    """The records below `end`; they must rise from `position` on (consecutive, except where compaction
-    dropped records of a compacted topic: gaps, as in Kafka)."""
-    if records and records[-1].offset >= end:
-        records = [record for record in records if record.offset < end]
-    offsets = [record.offset for record in records]
-    if any(later <= earlier for earlier, later in pairwise(offsets)) or (
-        offsets and offsets[0] < position
-    ):
+def _checked(rows: pa.RecordBatch | None, position: int, end: int, node: str) -> pa.RecordBatch | None:
+    """The rows below `end` (None: none); their offsets must rise from `position` on (consecutive,
+    except where compaction dropped records of a compacted topic: gaps, as in Kafka)."""
+    if rows is None:
+        return None
+    offsets = rows.column("offset").to_numpy()
+    if (offsets[1:] <= offsets[:-1]).any() or offsets[0] < position:
         raise KqSourceError(
             f"kq source: node {node} answered a fetch at offset {position} with offsets "
             f"{offsets[0]}..{offsets[-1]} out of order or before it (a broker bug)"
         )
-    return records
+    if offsets[-1] >= end:
+        rows = rows.slice(0, int(np.searchsorted(offsets, end)))
+    return rows if rows.num_rows else None
 
 
-def _behind(result: FetchResult, min_index: int, policy: ReadPolicy) -> str:
+def _behind(result: FetchedBatches, min_index: int, policy: ReadPolicy) -> str:
     if result.applied_index < min_index:
         return (
             f"behind (applied index {result.applied_index} < {min_index} after {policy.catch_up_wait_ms} ms)"

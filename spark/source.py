@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from kq.client import KqClient
 from kq.proto.limits import SPARK_READ_RETRY_TIMEOUT_S, SPARK_READ_RPC_TIMEOUT_S
-from kq.spark.fetching import ReadPolicy, read_range
+from kq.spark.fetching import ReadPolicy, RowShape, read_range
 from kq.spark.metadata import ClusterView, Snapshot, discover, planning_client, read_candidates, take_snapshot
 from kq.spark.options import (
     KqSourceError,
@@ -51,7 +51,7 @@ from kq.spark.planning import (
     split_ranges,
     stream_ranges,
 )
-from kq.spark.schema import arrow_schema, record_batch, spark_schema
+from kq.spark.schema import arrow_schema, spark_schema
 from kq.spark.sink import KqBatchWriter, KqSinkError, KqStreamWriter, check_schema, sink_options
 
 logger = logging.getLogger(__name__)
@@ -239,7 +239,11 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     if not isinstance(partition, KqInputPartition) and getattr(partition, "value", None) is None:
         return
     assert isinstance(partition, KqInputPartition), f"not a kq input partition: {partition!r}"
-    schema = arrow_schema(options.include_headers, options.debug_served_by)
+    shape = RowShape(
+        arrow_schema(options.include_headers, options.debug_served_by),
+        options.include_headers,
+        options.debug_served_by,
+    )
     policy = ReadPolicy(
         fetch_max_records=options.fetch_max_records,
         whole_batches=options.fetch_whole_batches,
@@ -251,9 +255,11 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
         retry_timeout_s=SPARK_READ_RETRY_TIMEOUT_S,
         rpc_timeout_s=SPARK_READ_RPC_TIMEOUT_S,
     ) as client:
-        for chunk in read_range(client, partition.offset_range, partition.nodes, partition.min_index, policy):
-            served_by = chunk.served_by if options.debug_served_by else None
-            yield record_batch(chunk.records, schema, options.include_headers, served_by)
+        chunks = read_range(
+            client, partition.offset_range, partition.nodes, partition.min_index, policy, shape
+        )
+        for chunk in chunks:
+            yield chunk.rows
 
 
 def _to_json(offsets: Mapping[TopicPartition, int]) -> StreamOffset:

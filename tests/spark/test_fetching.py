@@ -7,23 +7,25 @@ from dataclasses import dataclass, field
 import pytest
 
 from kq.client import (
-    ConsumerRecord,
     OffsetOutOfRangeError,
     PartitionOffsets,
     TopicNotFoundError,
     UnavailableError,
 )
-from kq.client.types import FetchResult
-from kq.spark.fetching import Chunk, ReadPolicy, read_range
+from kq.client.types import FetchedBatches
+from kq.proto.records import NewRecord, encode_batch, with_base_offset
+from kq.spark.fetching import Chunk, ReadPolicy, RowShape, read_range
 from kq.spark.options import DataLossError, KqSourceError
 from kq.spark.planning import OffsetRange
+from kq.spark.schema import arrow_schema
 
 MIN_INDEX = 50
+SHAPE = RowShape(arrow_schema(False, False), include_headers=False, served_by=False)
 
 
-def record(offset: int) -> ConsumerRecord:
+def record(offset: int) -> NewRecord:
     """The record every fake node holds at `offset`."""
-    return ConsumerRecord("t", 0, offset, 1_000 + offset, 0, b"k", f"v{offset}".encode())
+    return NewRecord(b"k", f"v{offset}".encode(), timestamp_ms=1_000 + offset)
 
 
 @dataclass
@@ -45,7 +47,7 @@ class FakeCluster:
     def __init__(self, *nodes: FakeNode) -> None:
         self.nodes = {f"n{node.node_id}": node for node in nodes}
 
-    def fetch(
+    def fetch_batches(
         self,
         topic: str,
         partition: int,
@@ -56,10 +58,9 @@ class FakeCluster:
         wait_ms: int = 0,
         node: str | None = None,
         min_index: int | None = None,
-        whole_batches: bool = False,
-    ) -> FetchResult:
-        """Like a broker: UNAVAILABLE when down, nothing when behind min_index, OUT_OF_RANGE below start.
-        Its records are not in batches, so `whole_batches` changes nothing."""
+    ) -> FetchedBatches:
+        """Like a broker: UNAVAILABLE when down, nothing when behind min_index, OUT_OF_RANGE below start;
+        else one batch of the records from `offset`, at most `max_records`."""
         assert node is not None and min_index is not None
         fake = self.nodes[node]
         if fake.fetches_before_death is not None and len(fake.fetches) >= fake.fetches_before_death:
@@ -69,13 +70,11 @@ class FakeCluster:
         fake.fetches.append(offset)
         if offset < fake.log_start:
             raise OffsetOutOfRangeError(f"offset {offset} is below the log start {fake.log_start}")
-        records: tuple[ConsumerRecord, ...] = ()
-        if fake.applied_index >= min_index:
-            records = tuple(record(o) for o in range(offset, min(offset + max_records, fake.log_end)))
-        next_offset = records[-1].offset + 1 if records else offset
-        return FetchResult(
-            records, fake.log_start, fake.log_end, fake.node_id, fake.applied_index, next_offset
-        )
+        batches: tuple[bytes, ...] = ()
+        records = [record(o) for o in range(offset, min(offset + max_records, fake.log_end))]
+        if fake.applied_index >= min_index and records:
+            batches = (with_base_offset(encode_batch(records), offset),)
+        return FetchedBatches(batches, fake.log_start, fake.log_end, fake.node_id, fake.applied_index)
 
     def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]:
         """The node's log start and end of partition 0."""
@@ -87,7 +86,7 @@ class FakeCluster:
 def read_all(cluster: FakeCluster, offset_range: OffsetRange, policy: ReadPolicy) -> list[Chunk]:
     """Every chunk read, with no real sleeping."""
     return list(
-        read_range(cluster, offset_range, list(cluster.nodes), MIN_INDEX, policy, sleep=lambda _: None)
+        read_range(cluster, offset_range, list(cluster.nodes), MIN_INDEX, policy, SHAPE, sleep=lambda _: None)
     )
 
 
@@ -95,7 +94,7 @@ def offsets_by_node(chunks: list[Chunk]) -> dict[str, list[int]]:
     """node id -> offsets it served, in order."""
     result: dict[str, list[int]] = {}
     for chunk in chunks:
-        result.setdefault(chunk.served_by, []).extend(r.offset for r in chunk.records)
+        result.setdefault(chunk.served_by, []).extend(chunk.rows.column("offset").to_pylist())
     return result
 
 
@@ -150,10 +149,10 @@ def test_topic_not_found_on_a_lagging_node_moves_on() -> None:
     """NOT_FOUND may only mean the node has not applied the topic yet: another node is tried."""
 
     class NewTopicCluster(FakeCluster):
-        def fetch(self, topic: str, partition: int, offset: int, **kwargs: object) -> FetchResult:
+        def fetch_batches(self, topic: str, partition: int, offset: int, **kwargs: object) -> FetchedBatches:
             if kwargs["node"] == "n1":
                 raise TopicNotFoundError("unknown topic t")
-            return super().fetch(topic, partition, offset, **kwargs)  # type: ignore[arg-type]
+            return super().fetch_batches(topic, partition, offset, **kwargs)  # type: ignore[arg-type]
 
     chunks = read_all(NewTopicCluster(FakeNode("1"), FakeNode("2")), OffsetRange("t", 0, 0, 10), POLICY)
     assert offsets_by_node(chunks) == {"2": list(range(10))}
