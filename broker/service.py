@@ -327,7 +327,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
             caught_up = applied_index >= request.min_index
             batches: list[StoredBatch] = []
             if caught_up and offset < state.log_end_offset:
-                batches = reader.batches(topic.topic_id, request.partition, offset, max_bytes)
+                batches = reader.batches(topic.topic_id, request.partition, offset, max_bytes, max_records)
                 count_fetched(request.topic, batches)
         response = kq_pb2.FetchResponse(
             log_start_offset=state.log_start_offset,

@@ -40,6 +40,7 @@ _TOPIC = struct.Struct(">QIq")
 _PARTITION_KEY = struct.Struct(">QI")
 _PARTITION_STATE = struct.Struct(">QQQ")
 _RECORD_KEY = struct.Struct(">QIQ")
+_NO_RECORD_LIMIT = 1 << 62  # `batches` without `max_records`: only the byte limit ends a read.
 _PIECE_INDEX = struct.Struct(">I")  # After a _RECORD_KEY: a `record_pieces` key.
 _TIMESTAMP_KEY = struct.Struct(">QIQQ")  # topic_id, partition, INT64_MAX - maxTimestamp, base_offset
 _INT64_MAX = 2**63 - 1
@@ -453,9 +454,12 @@ class StoreReader:
         )
         return ProducerWindow(epoch, appends)
 
-    def batches(self, topic_id: int, partition: int, offset: int, max_bytes: int) -> list[StoredBatch]:
+    def batches(
+        self, topic_id: int, partition: int, offset: int, max_bytes: int, max_records: int | None = None
+    ) -> list[StoredBatch]:
         """Batches from the one holding `offset` (or, when compaction removed that one, the first after
-        it) on, stopping once `max_bytes` of them are read.
+        it) on, stopping once `max_bytes` of them are read, or once they hold `max_records` records
+        from `offset` on (None: no record limit); a reader that serves at most that many reads no more.
 
         At least one batch is returned when the log holds one at or after `offset`, even if it alone
         exceeds `max_bytes`, so a reader always makes progress (Kafka's rule). Every checksum is
@@ -466,9 +470,12 @@ class StoreReader:
         if not self._seek_batch(cursor, topic_id, partition, offset):
             return []
         result: list[StoredBatch] = []
-        total_bytes = 0
+        total_bytes = records = 0
+        records_max = _NO_RECORD_LIMIT if max_records is None else max_records
         for raw_key, head in cursor:
-            if bytes(raw_key[:12]) != prefix or (result and total_bytes >= max_bytes):
+            if bytes(raw_key[:12]) != prefix:
+                break
+            if result and (total_bytes >= max_bytes or records >= records_max):
                 break
             base_offset = _RECORD_KEY.unpack(raw_key)[2]
             raw = self._whole(raw_key, head)
@@ -477,6 +484,7 @@ class StoreReader:
                 assert base_offset >= result[-1].next_offset, f"batches overlap at offset {base_offset}"
             result.append(batch)
             total_bytes += len(raw)
+            records += batch.next_offset - max(offset, batch.base_offset)
         return result
 
     def stored_batches(
@@ -510,15 +518,17 @@ class StoreReader:
         if len(head) < HEADER_BYTES or len(head) >= stored_length_of(head):
             return head  # Whole, or too short to say (decode_batch reports that).
         total = stored_length_of(head)
-        parts = [bytes(head)]
+        parts = [head]
         size = len(head)
         cursor = self._transaction.cursor(db=self._pieces)
         prefix = bytes(record_key)
-        found = cursor.set_range(prefix + _PIECE_INDEX.pack(1))
-        while found and size < total and bytes(cursor.key()[: len(prefix)]) == prefix:
-            parts.append(bytes(cursor.value()))
-            size += len(parts[-1])
-            found = cursor.next()
+        if not cursor.set_range(prefix + _PIECE_INDEX.pack(1)):
+            return bytes(head)
+        for key, piece in cursor.iternext():  # Views into the map: joined (copied) once, below.
+            if size >= total or key[: len(prefix)] != prefix:
+                break
+            parts.append(piece)
+            size += len(piece)
         return b"".join(parts)
 
     def _seek_batch(self, cursor: Any, topic_id: int, partition: int, offset: int) -> bool:

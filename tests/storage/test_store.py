@@ -52,6 +52,17 @@ def test_read_starts_at_the_batch_holding_the_offset(store: Store) -> None:
         assert [b.base_offset for b in reader.batches(1, 0, 0, 1)] == [0]
 
 
+def test_a_read_stops_once_its_batches_hold_the_records_asked_for(store: Store) -> None:
+    """`max_records` counts the records from the offset on (at least one batch is read): a fetch of a few
+    records does not read (and check) a whole `max_bytes` of batches it will not serve."""
+    with store.read() as reader:
+        assert [b.base_offset for b in reader.batches(1, 0, 0, 1 << 20, max_records=2)] == [0]
+        assert [b.base_offset for b in reader.batches(1, 0, 0, 1 << 20, max_records=3)] == [0, 2]
+        assert [b.base_offset for b in reader.batches(1, 0, 1, 1 << 20, max_records=1)] == [0]
+        assert [b.base_offset for b in reader.batches(1, 0, 1, 1 << 20, max_records=2)] == [0, 2]
+        assert [b.base_offset for b in reader.batches(1, 0, 0, 1 << 20, max_records=0)] == [0]
+
+
 def test_trim_deletes_whole_batches_below_the_new_start(store: Store) -> None:
     """Trimming inside a batch keeps that batch; trimming past it deletes it."""
     with store.write() as writer:
