@@ -51,7 +51,10 @@ from kq.broker.service import BrokerService
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier
 from kq.client.tls import TlsConfig, TlsConfigError, is_loopback
-from kq.proto import kq_pb2_grpc
+from kq.proto import (
+    arrays,  # noqa: F401 - numpy loaded at start, not by the first large batch in apply.
+    kq_pb2_grpc,
+)
 from kq.proto.limits import (
     COMPACTION_CHECK_S_DEFAULT,
     GRPC_WORKERS_DEFAULT,

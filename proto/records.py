@@ -62,6 +62,7 @@ import crc32c as crc32c_module
 from kq.proto.compression import CODEC_NAMES, NONE, CompressionError, compress, decompress
 from kq.proto.limits import (
     APPEND_BYTES_MAX,
+    ARRAY_WALK_RECORDS_MIN,
     HEADER_NAME_BYTES_MAX,
     HEADERS_PER_BATCH_MAX,
     HEADERS_PER_RECORD_MAX,
@@ -98,7 +99,7 @@ INT64_MAX = 2**63 - 1
 VARINT_BYTES_MAX = 5
 VARLONG_BYTES_MAX = 10
 # attributes, then five one-byte varints (timestampDelta, offsetDelta, keyLength, valueLength, headersCount).
-_RECORD_BYTES_MIN = 6
+RECORD_BYTES_MIN = 6
 _MINUS_ONE = b"\x01"  # -1 as a zigzag varint: a null key, value or header value.
 _UNMETERED = 2**62  # The budget of a check without a meter: the limits alone bound it.
 _TABLED_VARINTS = 8192  # Non-negative values below this (one or two bytes) are encoded from a table.
@@ -470,8 +471,19 @@ def _walk(
     without it the 3 MiB a batch may expand to could hold 1.5 million of them, seconds of walking.
     They are also at most what `meter` has left, and are charged to it once walked (records and
     bytes were charged before).
+
+    A check only (nothing decoded, no spans) of at least ARRAY_WALK_RECORDS_MIN records is first
+    tried as arrays (proto/arrays.py): when every record passes there, it passes here too, with no
+    header to charge; otherwise the walk below decides.
     """
     append_time_ms = header.max_timestamp_ms if header.log_append_time else None
+    if decoded is None and spans is None and header.record_count >= ARRAY_WALK_RECORDS_MIN:
+        from kq.proto import arrays  # numpy: loaded by the node at start, so never first in apply.
+
+        joined = arrays.joined([memoryview(buffer)[position:end]])
+        shapes = [arrays.BatchShape.of(header)]
+        if arrays.walk_records(joined, shapes, [end - position], limits[1]) is not None:
+            return
     affordable = meter.remaining // WORK_PER_HEADER
     headers_left = headers_allowed = min(HEADERS_PER_BATCH_MAX, affordable)
     dense = header.record_count == header.last_offset_delta + 1
@@ -545,7 +557,7 @@ def _walk_record(  # noqa: PLR0915 - inline on purpose: see the docstring.
     else:
         length, position = _varint(buffer, position, end, VARINT_BYTES_MAX)
     stop = position + length
-    if length < _RECORD_BYTES_MIN or stop > end:
+    if length < RECORD_BYTES_MIN or stop > end:
         raise MalformedBatchError(f"length {length} is shorter than a record or runs past the records")
     position += 1  # The record's attributes: unused. The length leaves at least five bytes after them.
     if (byte := buffer[position]) < 0x80:

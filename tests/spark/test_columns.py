@@ -40,7 +40,7 @@ blobs = st.one_of(
     st.none(),
     st.binary(max_size=20),  # Inline in a binary view (12 bytes or fewer) and not.
     st.binary(min_size=60, max_size=200),  # Two-byte lengths.
-    st.binary(min_size=8_200, max_size=8_300),  # Three-byte lengths (records over 8 KiB too).
+    st.integers(8_200, 8_300).map(lambda size: bytes([size % 251]) * size),  # Three-byte lengths.
 )
 records = st.builds(
     NewRecord,
