@@ -10,7 +10,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-import crc32c
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +19,6 @@ from kq.client.client import RECORDS_UNCUT, decode_batches
 from kq.proto.compression import CODECS, NONE
 from kq.proto.records import (
     BATCH_HEADER_BYTES,
-    CRC_START,
     MalformedBatchError,
     NewRecord,
     WorkMeter,
@@ -31,27 +29,13 @@ from kq.proto.records import (
 )
 from kq.spark.columns import decode_columns, fetched_rows
 from kq.spark.schema import arrow_schema, record_batch
+from tests.storage.batches import BASE_TIME_MS, restamped
+from tests.storage.batches import records as batch_records
 
 TOPIC, PARTITION = "t", 3
 SCHEMA = arrow_schema(include_headers=True, served_by=True)
-BASE_TIME_MS = 1_700_000_000_000
 
-blobs = st.one_of(
-    st.none(),
-    st.binary(max_size=20),  # Inline in a binary view (12 bytes or fewer) and not.
-    st.binary(min_size=60, max_size=200),  # Two-byte lengths.
-    st.integers(8_200, 8_300).map(lambda size: bytes([size % 251]) * size),  # Three-byte lengths.
-)
-records = st.builds(
-    NewRecord,
-    key=blobs,
-    value=blobs,
-    timestamp_ms=st.one_of(
-        st.none(),
-        st.integers(BASE_TIME_MS - 100, BASE_TIME_MS + 100),  # One-byte deltas.
-        st.integers(BASE_TIME_MS, BASE_TIME_MS + 2**40),  # Up to six bytes.
-    ),
-)
+records = batch_records(with_headers=False)
 
 
 @st.composite
@@ -119,12 +103,6 @@ def test_a_record_with_headers_is_left_to_the_walk() -> None:
 def test_no_batches_is_no_rows() -> None:
     """An empty fetch: no rows, and the next fetch starts where this one did."""
     assert fetched_rows(TOPIC, PARTITION, [], 42, 10, SCHEMA, True, None) == (None, 42)
-
-
-def restamped(data: bytearray) -> bytes:
-    """`data` with its CRC32C computed again, so a corruption of its records reaches the walk."""
-    struct.pack_into(">I", data, CRC_START - 4, crc32c.crc32c(bytes(data[CRC_START:])))
-    return bytes(data)
 
 
 def outcome(decode: Callable[[], object]) -> tuple[str, object]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import struct
 
-import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,7 +29,6 @@ from kq.proto.limits import (
 )
 from kq.proto.records import (
     BATCH_HEADER_BYTES,
-    CRC_START,
     MalformedBatchError,
     NewRecord,
     WorkMeter,
@@ -40,27 +38,12 @@ from kq.proto.records import (
     parse_batch,
     with_log_append_time,
 )
+from tests.storage.batches import BASE_TIME_MS, restamped
+from tests.storage.batches import records as batch_records
 
-BASE_TIME_MS = 1_700_000_000_000
 BUDGET = 10**9
 
-blobs = st.one_of(
-    st.none(),
-    st.binary(max_size=12),
-    st.binary(min_size=60, max_size=200),  # Two-byte lengths.
-    st.integers(8_200, 8_300).map(lambda size: bytes([size % 251]) * size),  # Three-byte lengths.
-)
-records = st.builds(
-    NewRecord,
-    key=blobs,
-    value=blobs,
-    headers=st.one_of(st.just(()), st.just((("h", b"1"),))),
-    timestamp_ms=st.one_of(
-        st.none(),
-        st.integers(BASE_TIME_MS - 100, BASE_TIME_MS + 100),
-        st.integers(BASE_TIME_MS, BASE_TIME_MS + 2**40),
-    ),
-)
+records = batch_records(with_headers=True)
 
 
 def check(data: bytes, arrays: bool, record_bytes_max: int = RECORD_BYTES_MAX) -> tuple[str, object, int]:
@@ -129,12 +112,6 @@ def test_a_sound_batch_passes_both_ways_and_the_arrays_read_the_walks_fields(
         assert int(fields.timestamps_ms[index]) == record.timestamp_ms
         assert blob(fields.key_starts, fields.key_lengths, index) == record.key
         assert blob(fields.value_starts, fields.value_lengths, index) == record.value
-
-
-def restamped(data: bytearray) -> bytes:
-    """`data` with its CRC32C computed again, so a corruption of its records reaches the walk."""
-    struct.pack_into(">I", data, CRC_START - 4, crc32c.crc32c(bytes(data[CRC_START:])))
-    return bytes(data)
 
 
 CORRUPTIBLE = encode_batch(
