@@ -55,7 +55,7 @@ from kq.raft.results import (
 )
 from kq.raft.topic_config import TopicConfig, altered, applied_config, decode_overrides, encode_overrides
 from kq.raft.validation import append_problem, command_problem
-from kq.storage import ProducerAppend, Store, StoreWriter
+from kq.storage import ProducerAppend, ProducerWindow, Store, StoreWriter
 
 logger = logging.getLogger(__name__)
 
@@ -329,8 +329,10 @@ def _apply_partition_append(
         reason = f"a batch of {len(append.records)} bytes; max.message.bytes is {config.max_message_bytes}"
         return PartitionAppendResult(ErrorCode.MESSAGE_TOO_LARGE, reason=reason)
     idempotent = header.producer_id != NO_PRODUCER_ID
+    window: ProducerWindow | None = None
     if idempotent:
-        verdict = _check_sequence(writer, topic.topic_id, append.partition, header)
+        window = writer.producer_window(header.producer_id, topic.topic_id, append.partition)
+        verdict = _check_sequence(writer, window, header)
         if verdict is not None:
             return verdict
     records = with_log_append_time(append.records, timestamp_ms) if config.log_append_time else append.records
@@ -338,24 +340,24 @@ def _apply_partition_append(
     if idempotent:
         remembered = ProducerAppend(header.base_sequence, header.record_count, base_offset)
         writer.remember_producer_append(
-            header.producer_id, topic.topic_id, append.partition, header.producer_epoch, remembered
+            header.producer_id, topic.topic_id, append.partition, header.producer_epoch, remembered, window
         )
     return PartitionAppendResult(ErrorCode.OK, base_offset)
 
 
 def _check_sequence(
-    writer: StoreWriter, topic_id: int, partition: int, header: BatchHeader
+    writer: StoreWriter, window: ProducerWindow | None, header: BatchHeader
 ) -> PartitionAppendResult | None:
     """None when the batch is the producer's next one on the partition; else the duplicate or error result.
 
-    Kafka's rules, with its int32 sequences that wrap from 2**31 - 1 to 0: a producer's first batch on
-    a partition, and its first in a new (higher) epoch, start at sequence 0; an older epoch is fenced;
-    a retry of one of the last PRODUCER_APPENDS_KEPT appends answers its original base offset; a gap is
-    out of order, and a sequence behind those remembered is too old to deduplicate.
+    `window` is the producer's window on the partition (None: it never appended there). Kafka's rules,
+    with its int32 sequences that wrap from 2**31 - 1 to 0: a producer's first batch on a partition,
+    and its first in a new (higher) epoch, start at sequence 0; an older epoch is fenced; a retry of
+    one of the last PRODUCER_APPENDS_KEPT appends answers its original base offset; a gap is out of
+    order, and a sequence behind those remembered is too old to deduplicate.
     """
     if not writer.producer_id_allocated(header.producer_id):
         return PartitionAppendResult(ErrorCode.UNKNOWN_PRODUCER)
-    window = writer.producer_window(header.producer_id, topic_id, partition)
     sequence = header.base_sequence
     if window is None or header.producer_epoch > window.epoch:
         return None if sequence == 0 else PartitionAppendResult(ErrorCode.OUT_OF_ORDER_SEQUENCE)

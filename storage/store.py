@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -113,6 +114,12 @@ class BatchSpan:
     def end_offset(self) -> int:
         """The offset after the batch's last offset."""
         return self.base_offset + self.offset_span
+
+
+class _Unread(enum.Enum):
+    """`remember_producer_append` without the window: it reads it."""
+
+    UNREAD = enum.auto()
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,11 +455,8 @@ class StoreReader:
         raw = bytes(raw)
         epoch, count = _PRODUCER_EPOCH.unpack_from(raw, 0)
         start = _PRODUCER_EPOCH.size
-        appends = tuple(
-            ProducerAppend(*_PRODUCER_APPEND.unpack_from(raw, start + i * _PRODUCER_APPEND.size))
-            for i in range(count)
-        )
-        return ProducerWindow(epoch, appends)
+        fields = _PRODUCER_APPEND.iter_unpack(raw[start : start + count * _PRODUCER_APPEND.size])
+        return ProducerWindow(epoch, tuple(ProducerAppend(*field) for field in fields))
 
     def batches(
         self, topic_id: int, partition: int, offset: int, max_bytes: int, max_records: int | None = None
@@ -873,14 +877,23 @@ class StoreWriter(StoreReader):
         self._transaction.put(_offset_topic_key(key), b"", db=self._offset_topics)
 
     def remember_producer_append(
-        self, producer_id: int, topic_id: int, partition: int, epoch: int, append: ProducerAppend
+        self,
+        producer_id: int,
+        topic_id: int,
+        partition: int,
+        epoch: int,
+        append: ProducerAppend,
+        window: ProducerWindow | _Unread | None = _Unread.UNREAD,
     ) -> None:
         """Adds `append` to the producer's window for the partition, dropping the oldest beyond the limit.
 
-        An epoch other than the remembered one starts a new window (apply only lets a higher one through:
-        a producer's new epoch starts its sequences again at 0, as in Kafka).
+        `window` is that window as read in this transaction since its last change (apply reads it to
+        check the sequence first), or read here when not given. An epoch other than the remembered one
+        starts a new window (apply only lets a higher one through: a producer's new epoch starts its
+        sequences again at 0, as in Kafka).
         """
-        window = self.producer_window(producer_id, topic_id, partition)
+        if window is _Unread.UNREAD:
+            window = self.producer_window(producer_id, topic_id, partition)
         earlier = window.appends if window is not None and window.epoch == epoch else ()
         appends = [*earlier, append][-PRODUCER_APPENDS_KEPT:]
         raw = _PRODUCER_EPOCH.pack(epoch, len(appends)) + b"".join(
