@@ -58,6 +58,7 @@ from kq.proto.limits import (
 )
 from kq.proto.records import (
     BatchBuilder,
+    BatchSource,
     NewRecord,
     next_sequence,
     parse_batch_as,
@@ -277,7 +278,7 @@ class KqClient(GroupsApi, SecurityApi):
             return next(self._round_robin) % count
 
     def produce_batch(
-        self, topic: str, partition: int, batch: BatchBuilder, compression: str | None = None
+        self, topic: str, partition: int, batch: BatchSource, compression: str | None = None
     ) -> list[RecordMetadata]:
         """Sends one batch's records to one partition as one request and waits for it; idempotent
         unless disabled (what `send_batch`, the `Producer` and the Spark sink send through).

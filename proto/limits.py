@@ -113,6 +113,9 @@ SPARK_WRITE_RPC_TIMEOUT_S = 10.0  # One produce request of a sink task.
 SPARK_WRITE_BATCH_BYTES = 512 * 1024  # A sink task's produce request: its records' bytes at most.
 SPARK_WRITE_IN_FLIGHT = 4  # A sink task's produce requests in flight (one per partition at a time).
 SPARK_WRITE_OPEN_BYTES_MAX = 16 * 1024 * 1024  # A sink task's requests being filled, in all.
+# An Arrow batch of at least this many rows (to one topic) is encoded as arrays (spark/encoding.py);
+# smaller ones go row by row and fill requests across batches (a stream's small micro-batches).
+SPARK_WRITE_ARRAYS_ROWS_MIN = 512
 
 # Limits of the node's own machinery (moved here from the modules that use them, so every wait,
 # queue and size of kq is named in this one module).

@@ -55,7 +55,7 @@ import struct
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import crc32c as crc32c_module
 
@@ -728,6 +728,26 @@ def encode_batch(
     for record in records:
         builder.append(record, now_ms)
     return builder.build(compression, producer_id, producer_epoch, base_sequence)
+
+
+class BatchSource(Protocol):
+    """What a batch is sent from (`KqClient.produce_batch`): records encoded, the header still to write,
+    with the producer fields of the request (a `BatchBuilder`, or the Spark sink's `EncodedBatch`)."""
+
+    @property
+    def record_count(self) -> int:
+        """Records in the batch."""
+        ...
+
+    def build(
+        self,
+        compression: int = ...,
+        producer_id: int = ...,
+        producer_epoch: int = ...,
+        base_sequence: int = ...,
+    ) -> bytes:
+        """The whole batch: header, CRC, records compressed with `compression`."""
+        ...
 
 
 class BatchBuilder:

@@ -44,6 +44,7 @@ from kq.client.partitioner import partition_for_key
 from kq.proto.limits import (
     RECORD_BYTES_MAX,
     RECORDS_PER_APPEND_MAX,
+    SPARK_WRITE_ARRAYS_ROWS_MIN,
     SPARK_WRITE_BATCH_BYTES,
     SPARK_WRITE_IN_FLIGHT,
     SPARK_WRITE_OPEN_BYTES_MAX,
@@ -51,6 +52,7 @@ from kq.proto.limits import (
     SPARK_WRITE_RPC_TIMEOUT_S,
 )
 from kq.proto.records import BatchBuilder, NewRecord, wall_clock_ms
+from kq.spark.encoding import EncodedBatch, binary_column, encode_rows
 from kq.spark.options import KqSourceError, node_addresses, option_error, positive_int, reject_unknown
 from kq.spark.schema import HEADER_SPARK_TYPE
 
@@ -236,7 +238,7 @@ class _Piece:
 
     topic: str
     partition: int
-    builder: BatchBuilder = field(default_factory=BatchBuilder)
+    builder: BatchBuilder | EncodedBatch = field(default_factory=BatchBuilder)
     rows: list[int] = field(default_factory=list)
     size: int = 0
 
@@ -299,6 +301,11 @@ class _Encoder:
         """The batch's rows as pieces, in the order to send them."""
         count = batch.num_rows
         columns = self._columns
+        plain = not (columns.topic or columns.partition or columns.headers)  # Key and value at most.
+        if count >= SPARK_WRITE_ARRAYS_ROWS_MIN and plain:
+            pieces = self._encode_as_arrays(batch, first_row, sender)
+            if pieces is not None:
+                return pieces
         values = _column(batch, "value", count)
         keys = _column(batch, "key", count) if columns.key else [None] * count
         topics = _column(batch, "topic", count) if columns.topic else [self._options.topic] * count
@@ -325,7 +332,9 @@ class _Encoder:
                 if key is not None:
                     partition = partition_for_key(key, partitions)
                 else:
-                    partition = sticky.setdefault(topic, self._next_sticky(topic, partitions))
+                    if topic not in sticky:
+                        sticky[topic] = self._next_sticky(topic, partitions)
+                    partition = sticky[topic]
             elif not 0 <= partition < partitions:
                 raise _row_error(
                     row, sender, f"topic {topic!r} has partitions 0 to {partitions - 1}, not {partition}"
@@ -340,6 +349,7 @@ class _Encoder:
                     done.append(piece)
                     self._open_bytes -= piece.size
                 piece = open_pieces[(topic, partition)] = _Piece(topic, partition)
+            assert isinstance(piece.builder, BatchBuilder), "the row encoder fills only its own pieces"
             added = piece.builder.append(NewRecord(key, value, pairs), now_ms)
             piece.size += added
             self._open_bytes += added
@@ -347,6 +357,31 @@ class _Encoder:
         if self._open_bytes > SPARK_WRITE_OPEN_BYTES_MAX:
             done += self.flush()
         return done
+
+    def _encode_as_arrays(
+        self, batch: pa.RecordBatch, first_row: int, sender: _Sender
+    ) -> list[_Piece] | None:
+        """The rows of a batch to the `topic` option's topic, with a value and maybe a key column and no
+        other, encoded as arrays (spark/encoding.py); None where the row encoder must (a row too large).
+
+        Pieces still filling are sent first: they hold earlier rows of the same partitions."""
+        topic = self._options.topic
+        assert topic is not None, "without a topic column, the topic option names the topic"
+        partitions = self._partition_count(topic, first_row, sender)
+        chunks = encode_rows(
+            binary_column(batch, "key") if self._columns.key else None,
+            binary_column(batch, "value"),
+            partitions,
+            lambda: self._next_sticky(topic, partitions),
+            wall_clock_ms(),
+        )
+        if chunks is None:
+            return None
+        pieces = self.flush()
+        for chunk in chunks:
+            rows = (chunk.rows + first_row).tolist()
+            pieces.append(_Piece(topic, chunk.partition, chunk.batch, rows, chunk.size))
+        return pieces
 
     def flush(self) -> list[_Piece]:
         """The pieces still filling, to send now (the task's rows are all encoded, or too many wait)."""

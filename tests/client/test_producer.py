@@ -18,7 +18,7 @@ from kq.client.producer import (
 )
 from kq.client.types import ProducerRecord
 from kq.deploy.waiting import wait_for
-from kq.proto.records import BatchBuilder, NewRecord, encode_record, parse_batch, record_size_max
+from kq.proto.records import BatchSource, NewRecord, encode_record, parse_batch, record_size_max
 
 BLOCK_MS = 200  # How long a full buffer makes `send` wait in these tests.
 WAIT_S = 10.0  # A condition on the sender thread that has not held by then is a failure.
@@ -44,7 +44,7 @@ class FakeClient(KqClient):
         return record.partition or 0
 
     def produce_batch(
-        self, topic: str, partition: int, batch: BatchBuilder, compression: str | None = None
+        self, topic: str, partition: int, batch: BatchSource, compression: str | None = None
     ) -> list[RecordMetadata]:
         records = [record.value for record in parse_batch(batch.build())]
         with self.lock:

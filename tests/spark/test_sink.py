@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StructField, StructType
 
 from kq.client import KqClient
+from kq.client.partitioner import partition_for_key
 from kq.deploy.cluster import LocalCluster
 from kq.proto.limits import RECORD_BYTES_MAX
 from kq.spark.schema import HEADER_SPARK_TYPE
@@ -102,6 +103,31 @@ def test_string_columns_per_row_topics_and_keyed_partitions(
             for row in back:
                 probe = client.send(topic, b"probe", key=row["key"])
                 assert probe.partition == row["partition"], f"key {row['key']!r} of {topic}"
+
+
+def test_large_batches_of_keys_and_values_go_where_kafkas_partitioner_sends_them(
+    spark_session: SparkSession, spark_cluster: LocalCluster, topic_name: str
+) -> None:
+    """Arrow batches of thousands of key-value rows to the `topic` option (the sink encodes them as
+    arrays, spark/encoding.py): every row back once, keyed ones in Kafka's murmur2 partition, each
+    partition's rows in row order."""
+    with KqClient(spark_cluster.bootstrap) as client:
+        client.create_topic(topic_name, partitions=PARTITIONS)
+    count = 12_000
+    frame = spark_session.range(count, numPartitions=1).selectExpr(
+        "case when id % 10 = 0 then null else cast(id % 997 as string) end as key",
+        "cast(id as string) as value",
+    )
+    write(frame, spark_cluster, topic=topic_name)
+    back = read(spark_session, spark_cluster, topic_name)
+    assert sorted(int(row["value"]) for row in back) == list(range(count))
+    for row in back:
+        if row["key"] is not None:
+            assert row["partition"] == partition_for_key(row["key"], PARTITIONS), row["key"]
+    by_partition: dict[int, list[int]] = {}
+    for row in sorted(back, key=lambda row: (row["partition"], row["offset"])):
+        by_partition.setdefault(row["partition"], []).append(int(row["value"]))
+    assert all(values == sorted(values) for values in by_partition.values()), "a partition out of row order"
 
 
 def test_a_task_run_again_after_writing_duplicates_what_it_wrote(
