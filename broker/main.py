@@ -57,6 +57,7 @@ from kq.proto import (
 )
 from kq.proto.limits import (
     COMPACTION_CHECK_S_DEFAULT,
+    GIL_SWITCH_INTERVAL_S,
     GRPC_WORKERS_DEFAULT,
     GRPC_WORKERS_MAX,
     GRPC_WORKERS_MIN,
@@ -299,6 +300,9 @@ def raise_open_files_limit() -> int:
 
 def run_node(config: NodeConfig, log_level: str, log_format: LogFormat = "auto") -> None:
     """Runs the node until SIGTERM or SIGINT; the main thread handles signals and the health status."""
+    # The Raft tick thread gives up the GIL at every socket call, and then waited up to Python's 5 ms
+    # for a busy thread to be asked to hand it back (GIL_SWITCH_INTERVAL_S).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     configure_logging(config.node_id, log_level, log_format)
     stopping = threading.Event()
     for signal_number in (signal.SIGTERM, signal.SIGINT):

@@ -284,6 +284,10 @@ FETCH_BYTES_DEFAULT = 1024 * 1024
 # raft/node.py
 # A tick waits at most this long for socket events; a proposal wakes it at once (PySyncObj's pipe).
 TICK_WAIT_S = 0.01
+# A node's sys.setswitchinterval (Python's default: 5 ms). A thread that gave up the GIL for a system
+# call (the Raft tick thread's sends, polls and loop wake-ups) waits at most this long to get it back
+# from a busy one. Measured, 1 KiB `Producer`, three A/B pairs: 25,000 -> 28,500 msgs/s (medians).
+GIL_SWITCH_INTERVAL_S = 0.001
 # The leader tells followers an entry committed with the next entry or heartbeat, at most this late
 # (raft/pysyncobj_adapter.py `commit_notice`), plus a tick: what an idle follower's readers wait at worst.
 COMMIT_NOTICE_DELAY_S = 0.005
