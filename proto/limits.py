@@ -134,7 +134,9 @@ READERS_PER_CONNECTION_MAX = 1_024
 UNARY_CALLS_MAX = 4_096
 # A produce request's batch of at most this is checked on the serving loop (broker/service.py
 # `produce`): cheaper than the hand-off to a worker and back; a longer walk would hold up the loop.
-PRODUCE_CHECK_ON_LOOP_BYTES_MAX = 16 * 1024
+# 64 KiB of records is at most about 3 ms of checking (10,000 records walked as arrays, proto/arrays.py).
+# Measured, 1 KiB `Producer`, three A/B pairs against 16 KiB: 6-13 % more msgs/s, up to 12 % less CPU.
+PRODUCE_CHECK_ON_LOOP_BYTES_MAX = 64 * 1024
 GRPC_WORKERS_MIN = 4
 GRPC_WORKERS_MAX = 1_024
 GRPC_WORKERS_DEFAULT = 64  # Threads start on demand: an idle node runs a few.
