@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 
-from kq.client import KqClient, ProducerRecord
+from kq.client import ConsumerRecord, KqClient, ProducerRecord
 from kq.client.partitioner import partition_for_key
 from kq.deploy.cluster import LocalCluster
 
@@ -196,9 +196,15 @@ def test_records_cross_between_grpc_and_kafka(kafka_cluster: LocalCluster) -> No
         )
     producer.flush(TIMEOUT_S)
     producer.close()
+    records: list[ConsumerRecord] = []
+    deadline = time.monotonic() + TIMEOUT_S
     with KqClient(kafka_cluster.bootstrap) as client:
-        fetched = client.fetch(topic, 0, len(sent), max_records=100, wait_ms=2000)
-    assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in fetched.records] == [
+        # The producer's acknowledgements came from the leader; a follower serving this fetch may
+        # not have applied its last batches yet (it learns of a commit up to a few ms later): read on.
+        while len(records) < 10 and time.monotonic() < deadline:
+            fetched = client.fetch(topic, 0, len(sent) + len(records), max_records=100, wait_ms=2000)
+            records += fetched.records
+    assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in records] == [
         (b"kk", f"kv{i}".encode(), (("n", b"1"),), 1_800_000_000_000 + i) for i in range(10)
     ]
 
