@@ -335,11 +335,7 @@ def checked_records(data: bytes | memoryview) -> tuple[BatchHeader, bytes | memo
 
     For a reader that walks the records itself (the Spark source's Arrow columns, spark/columns.py):
     it must check each record as `_walk_record` does, or leave the batch to `parse_batch_as`."""
-    meter = WorkMeter(_UNMETERED)
-    header = read_header(data)
-    _check_header(header, data, RECORDS_PER_APPEND_MAX, sparse=True)
-    buffer, start, end = _records_region(data, header, APPEND_BYTES_MAX, meter)
-    return header, buffer, start, end
+    return _checked_region(data, WorkMeter(_UNMETERED), True, RECORDS_PER_APPEND_MAX, APPEND_BYTES_MAX)
 
 
 def _parsed(
@@ -371,13 +367,22 @@ def _read(
     buffer its records are in (`data`, or what they expanded to). `_walk` fills `decoded` (a list and
     the builder of its records) and `spans`.
     """
+    header, records, start, end = _checked_region(data, meter, sparse, records_max, expanded_bytes_max)
+    _walk(records, start, end, header, limits, meter, decoded=decoded, spans=spans)
+    return header, records
+
+
+def _checked_region(
+    data: bytes | memoryview, meter: WorkMeter, sparse: bool, records_max: int, expanded_bytes_max: int
+) -> tuple[BatchHeader, bytes | memoryview, int, int]:
+    """A batch's checks before its records are walked, charging `meter` before each step: its header,
+    and (buffer, start, end) of its records, in `data` or what they expanded to."""
     meter.charge(WORK_PER_APPEND, "an append")
     header = read_header(data)
     meter.charge(header.record_count * WORK_PER_RECORD + len(data) // WORK_BYTES_PER_UNIT, "the batch")
     _check_header(header, data, records_max, sparse)
     records, start, end = _records_region(data, header, expanded_bytes_max, meter)
-    _walk(records, start, end, header, limits, meter, decoded=decoded, spans=spans)
-    return header, records
+    return header, records, start, end
 
 
 def _check_header(

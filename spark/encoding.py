@@ -68,10 +68,6 @@ class EncodedBatch:
             base_sequence,
         )
 
-    def clear(self) -> None:
-        """Drops the records (a sent batch no longer holds their memory)."""
-        self.records = b""
-
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
