@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -114,12 +113,6 @@ class BatchSpan:
     def end_offset(self) -> int:
         """The offset after the batch's last offset."""
         return self.base_offset + self.offset_span
-
-
-class _Unread(enum.Enum):
-    """`remember_producer_append` without the window: it reads it."""
-
-    UNREAD = enum.auto()
 
 
 @dataclass(frozen=True, slots=True)
@@ -883,17 +876,15 @@ class StoreWriter(StoreReader):
         partition: int,
         epoch: int,
         append: ProducerAppend,
-        window: ProducerWindow | _Unread | None = _Unread.UNREAD,
+        window: ProducerWindow | None,
     ) -> None:
         """Adds `append` to the producer's window for the partition, dropping the oldest beyond the limit.
 
-        `window` is that window as read in this transaction since its last change (apply reads it to
-        check the sequence first), or read here when not given. An epoch other than the remembered one
-        starts a new window (apply only lets a higher one through: a producer's new epoch starts its
-        sequences again at 0, as in Kafka).
+        `window` is that window as read in this transaction since its last change (None: it has none);
+        apply reads it to check the sequence first. An epoch other than the remembered one starts a new
+        window (apply only lets a higher one through: a producer's new epoch starts its sequences again
+        at 0, as in Kafka).
         """
-        if window is _Unread.UNREAD:
-            window = self.producer_window(producer_id, topic_id, partition)
         earlier = window.appends if window is not None and window.epoch == epoch else ()
         appends = [*earlier, append][-PRODUCER_APPENDS_KEPT:]
         raw = _PRODUCER_EPOCH.pack(epoch, len(appends)) + b"".join(

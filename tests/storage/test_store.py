@@ -94,11 +94,13 @@ def test_producer_windows_keep_the_last_appends_of_one_epoch(store: Store) -> No
     """A partition remembers a producer's last five appends in its epoch; a new epoch starts over."""
     with store.write() as writer:
         for sequence in range(7):
-            writer.remember_producer_append(3, 1, 0, 0, ProducerAppend(sequence, 1, 10 + sequence))
+            writer.remember_producer_append(
+                3, 1, 0, 0, ProducerAppend(sequence, 1, 10 + sequence), writer.producer_window(3, 1, 0)
+            )
         window = writer.producer_window(3, 1, 0)
         assert window is not None and window.epoch == 0
         assert [a.first_sequence for a in window.appends] == [2, 3, 4, 5, 6]
-        writer.remember_producer_append(3, 1, 0, 1, ProducerAppend(0, 4, 20))
+        writer.remember_producer_append(3, 1, 0, 1, ProducerAppend(0, 4, 20), window)
         assert writer.producer_window(3, 1, 0) == type(window)(1, (ProducerAppend(0, 4, 20),))
         assert writer.producer_window(3, 1, 1) is None
 
