@@ -85,7 +85,7 @@ def decode_columns(batches: Sequence[bytes], offset: int, limit: int) -> tuple[C
     (which also decides which error a malformed fetch raises, and whether a batch past `limit` is
     looked at at all)."""
     if not batches:
-        return _no_columns(offset)
+        return None  # Nothing to decode: the walk answers at once.
     regions: list[bytes | memoryview] = []
     shapes: list[BatchShape] = []
     bases, batch_ends = [], []
@@ -134,12 +134,6 @@ def _chosen(
     if held > limit:
         return first, first + limit, int(offsets[first + limit])
     return first, first + held, max([offset, *batch_ends[:decoded]])
-
-
-def _no_columns(next_offset: int) -> tuple[Columns, int]:
-    empty = np.zeros(0, np.int64)
-    nothing = pa.array([], pa.binary())
-    return Columns(empty, empty, np.zeros(0, np.int32), nothing, nothing), next_offset
 
 
 def _binary(buffer: bytes, starts: Ints, lengths: Ints) -> pa.Array:
