@@ -36,6 +36,7 @@ from kq.client.types import (
     NodeStatus,
     PartitionOffsets,
     PeerState,
+    ProducedBatch,
     ProducerRecord,
     RecordMetadata,
     TopicConfigValue,
@@ -279,7 +280,7 @@ class KqClient(GroupsApi, SecurityApi):
 
     def produce_batch(
         self, topic: str, partition: int, batch: BatchSource, compression: str | None = None
-    ) -> list[RecordMetadata]:
+    ) -> ProducedBatch:
         """Sends one batch's records to one partition as one request and waits for it; idempotent
         unless disabled (what `send_batch`, the `Producer` and the Spark sink send through).
 
@@ -571,13 +572,10 @@ def new_record(record: ProducerRecord, now_ms: int) -> NewRecord:
     return NewRecord(record.key, record.value, record.headers, timestamp_ms)
 
 
-def _metadata(topic: str, response: kq_pb2.ProduceResponse, count: int) -> list[RecordMetadata]:
-    return [
-        RecordMetadata(
-            topic, response.partition, response.base_offset + i, response.duplicate, response.index
-        )
-        for i in range(count)
-    ]
+def _metadata(topic: str, response: kq_pb2.ProduceResponse, count: int) -> ProducedBatch:
+    return ProducedBatch(
+        topic, response.partition, response.base_offset, count, response.duplicate, response.index
+    )
 
 
 def _topic_info(topic: kq_pb2.TopicInfo) -> TopicInfo:

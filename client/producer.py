@@ -27,13 +27,13 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from kq.client.client import KqClient, new_record
 from kq.client.errors import KqClientError
-from kq.client.types import ProducerRecord, RecordMetadata
+from kq.client.types import ProducedBatch, ProducerRecord, RecordMetadata
 from kq.proto.compression import CODECS
 from kq.proto.limits import (
     CLIENT_REQUEST_BYTES_MAX,
@@ -95,8 +95,10 @@ class BatchMetadata:
     listed: tuple[RecordMetadata, ...] | None = None
 
     @staticmethod
-    def of(metadata: list[RecordMetadata]) -> BatchMetadata:
+    def of(metadata: Sequence[RecordMetadata]) -> BatchMetadata:
         """The compact form of a batch's metadata, in send order (one entry per record)."""
+        if isinstance(metadata, ProducedBatch):  # What `produce_batch` returns: consecutive by making.
+            return BatchMetadata(metadata[0])
         first = metadata[0]
         topic, partition, offset, duplicate, index = (
             first.topic,

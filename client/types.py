@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,84 @@ class RecordMetadata:
     offset: int
     duplicate: bool = False
     index: int = 0  # Raft index of the entry; pass as min_index to read your writes from a follower.
+
+
+class ProducedBatch(Sequence[RecordMetadata]):
+    """Where a batch's records were written: one `RecordMetadata` a record, built when asked.
+
+    The broker stores a batch's records at consecutive offsets under one Raft index, so five numbers
+    say where all of them are. A list of a dataclass a record took about half of a Spark sink
+    worker's Python time (4,766 records a request); this is O(1) whatever the batch holds.
+    """
+
+    __slots__ = ("base_offset", "duplicate", "partition", "raft_index", "record_count", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        base_offset: int,
+        record_count: int,
+        duplicate: bool,
+        raft_index: int,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.base_offset = base_offset
+        self.record_count = record_count
+        self.duplicate = duplicate
+        self.raft_index = raft_index
+
+    def __len__(self) -> int:
+        return self.record_count
+
+    @overload
+    def __getitem__(self, position: int) -> RecordMetadata: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[RecordMetadata]: ...
+
+    def __getitem__(self, position: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        if isinstance(position, slice):
+            return [self._at(at) for at in range(*position.indices(self.record_count))]
+        if position < 0:
+            position += self.record_count
+        if not 0 <= position < self.record_count:
+            raise IndexError(f"record {position} of a batch of {self.record_count}")
+        return self._at(position)
+
+    def __iter__(self) -> Iterator[RecordMetadata]:
+        return (self._at(position) for position in range(self.record_count))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ProducedBatch):
+            return self._fields() == other._fields()
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducedBatch(topic={self.topic!r}, partition={self.partition}, offsets={self.base_offset}"
+            f"..{self.base_offset + self.record_count - 1}, duplicate={self.duplicate}, "
+            f"raft_index={self.raft_index})"
+        )
+
+    def _at(self, position: int) -> RecordMetadata:
+        return RecordMetadata(
+            self.topic, self.partition, self.base_offset + position, self.duplicate, self.raft_index
+        )
+
+    def _fields(self) -> tuple[str, int, int, int, bool, int]:
+        return (
+            self.topic,
+            self.partition,
+            self.base_offset,
+            self.record_count,
+            self.duplicate,
+            self.raft_index,
+        )
 
 
 class ConsumerRecord(NamedTuple):

@@ -35,7 +35,6 @@ from kq.spark.options import option_error as _option_error
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True, slots=True)
 class ClusterView:
     """The nodes (id and gRPC address, sorted by id) and the leader's id ("" when none is known)."""

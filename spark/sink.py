@@ -39,7 +39,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
-from kq.client import KqClient, RecordMetadata, TopicNotFoundError
+from kq.client import KqClient, ProducedBatch, TopicNotFoundError
 from kq.client.partitioner import partition_for_key
 from kq.proto.limits import (
     RECORD_BYTES_MAX,
@@ -249,7 +249,7 @@ class _Sender:
     def __init__(self, client: KqClient, pool: ThreadPoolExecutor) -> None:
         self._client = client
         self._pool = pool
-        self._in_flight: dict[tuple[str, int], tuple[_Piece, Future[list[RecordMetadata]]]] = {}
+        self._in_flight: dict[tuple[str, int], tuple[_Piece, Future[ProducedBatch]]] = {}
         self.by_topic: Counter[str] = Counter()
 
     @property
@@ -270,7 +270,7 @@ class _Sender:
         while self._in_flight:
             self._settle(*self._in_flight.pop(next(iter(self._in_flight))))
 
-    def _settle(self, piece: _Piece, future: Future[list[RecordMetadata]]) -> None:
+    def _settle(self, piece: _Piece, future: Future[ProducedBatch]) -> None:
         error = future.exception()
         if error is not None:
             raise KqSinkError(

@@ -16,7 +16,7 @@ from kq.client.producer import (
     BufferFullError,
     RecordFuture,
 )
-from kq.client.types import ProducerRecord
+from kq.client.types import ProducedBatch, ProducerRecord
 from kq.deploy.waiting import wait_for
 from kq.proto.records import BatchSource, NewRecord, encode_record, parse_batch, record_size_max
 
@@ -45,7 +45,7 @@ class FakeClient(KqClient):
 
     def produce_batch(
         self, topic: str, partition: int, batch: BatchSource, compression: str | None = None
-    ) -> list[RecordMetadata]:
+    ) -> ProducedBatch:
         records = [record.value for record in parse_batch(batch.build())]
         with self.lock:
             self.in_flight[partition] = self.in_flight.get(partition, 0) + 1
@@ -60,7 +60,7 @@ class FakeClient(KqClient):
             self.requests.append((topic, partition, records))
             base = self.next_offset.get((topic, partition), 0)
             self.next_offset[(topic, partition)] = base + len(records)
-        return [RecordMetadata(topic, partition, base + i) for i in range(len(records))]
+        return ProducedBatch(topic, partition, base, len(records), False, 0)
 
 
 def values_sent(fake: FakeClient, partition: int) -> list[bytes | None]:
@@ -303,3 +303,19 @@ def test_batch_metadata_keeps_only_irregular_batches_whole() -> None:
     irregular = [*regular[:2], RecordMetadata("t", 1, 42, True, 7), *regular[3:]]
     whole = BatchMetadata.of(irregular)
     assert whole.listed is not None and [whole.at(i) for i in range(5)] == irregular
+
+
+def test_produced_batch_is_the_list_of_its_records_metadata() -> None:
+    """What `produce_batch` returns answers as the list of a `RecordMetadata` a record would."""
+    listed = [RecordMetadata("t", 1, 40 + i, True, 7) for i in range(5)]
+    produced = ProducedBatch("t", 1, 40, 5, True, 7)
+    assert len(produced) == 5 and list(produced) == listed and produced == listed
+    assert produced[0] == listed[0] and produced[-1] == listed[-1] and produced[1:4] == listed[1:4]
+    assert produced[::-2] == listed[::-2] and produced[7:] == []
+    for outside in (5, -6):
+        with pytest.raises(IndexError):
+            produced[outside]
+    assert produced != ProducedBatch("t", 1, 40, 5, False, 7) and produced != listed[:4]
+    assert produced == ProducedBatch("t", 1, 40, 5, True, 7) and ProducedBatch("t", 1, 0, 0, False, 0) == []
+    compact = BatchMetadata.of(produced)
+    assert compact.listed is None and [compact.at(i) for i in range(5)] == listed
