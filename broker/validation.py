@@ -80,7 +80,7 @@ def checked_append(request: kq_pb2.ProduceRequest) -> CheckedAppend:
         raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
     append = commands.partition_append(request.topic, request.partition, request.records)
     meter = WorkMeter(ENTRY_WORK_MAX)
-    check(append_problem(append, meter))
+    check(append_problem(append, meter, edge=True))
     return CheckedAppend(append, meter.spent)
 
 

@@ -53,6 +53,11 @@ WORK_BYTES_PER_UNIT = 256  # Bytes checksummed and stored, and again bytes expan
 # HEADERS_PER_BATCH_MAX headers, APPEND_BYTES_MAX stored and expanded: 154,596 units), so every batch
 # the edge accepts fits an entry: ~0.15 s of apply here.
 ENTRY_WORK_MAX = 160_000
+# Batches a node's edge checked and passed, kept so that this node's apply of the entry holding one
+# (the leader's, which proposed it) does not walk it again (raft/validation.py PassedBatches): at
+# least the requests in flight to one leader, in count and in bytes.
+PASSED_BATCHES_KEPT = 256
+PASSED_BATCHES_BYTES_MAX = 32 * 1024 * 1024
 OFFSETS_PER_COMMIT_MAX = 10_000
 # Key compaction (raft CompactCommand, broker/compactor.py). One compaction entry rewrites batches
 # within the work budget of one append entry (ENTRY_WORK_MAX, charged by compacted_batch as check_batch

@@ -314,7 +314,8 @@ def _apply_partition_append(
     problem = append_problem(append, meter)  # The very check the edge ran: never an assert here.
     if problem is not None:
         return PartitionAppendResult(ErrorCode.INVALID_COMMAND, reason=problem)
-    header = read_header(append.records)  # Checked whole above: the header is sound.
+    records = append.records  # Each read of the field copies the batch.
+    header = read_header(records)  # Checked whole above: the header is sound.
     topic = writer.topic(append.topic)
     if topic is None:
         return PartitionAppendResult(ErrorCode.UNKNOWN_TOPIC)
@@ -325,8 +326,8 @@ def _apply_partition_append(
         config = configs[topic.topic_id] = applied_config(
             decode_overrides(writer.topic_configs(topic.topic_id))
         )
-    if len(append.records) > config.max_message_bytes:
-        reason = f"a batch of {len(append.records)} bytes; max.message.bytes is {config.max_message_bytes}"
+    if len(records) > config.max_message_bytes:
+        reason = f"a batch of {len(records)} bytes; max.message.bytes is {config.max_message_bytes}"
         return PartitionAppendResult(ErrorCode.MESSAGE_TOO_LARGE, reason=reason)
     idempotent = header.producer_id != NO_PRODUCER_ID
     window: ProducerWindow | None = None
@@ -335,7 +336,8 @@ def _apply_partition_append(
         verdict = _check_sequence(writer, window, header)
         if verdict is not None:
             return verdict
-    records = with_log_append_time(append.records, timestamp_ms) if config.log_append_time else append.records
+    if config.log_append_time:
+        records = with_log_append_time(records, timestamp_ms)
     base_offset = writer.append(topic.topic_id, append.partition, records)
     if idempotent:
         remembered = ProducerAppend(header.base_sequence, header.record_count, base_offset)

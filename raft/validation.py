@@ -17,6 +17,8 @@ its memory bound (raft/patterns.py). Each function returns a one-line reason, or
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import pairwise
 
@@ -41,6 +43,8 @@ from kq.proto.limits import (
     NODE_ID_LENGTH_MAX,
     OFFSETS_PER_COMMIT_MAX,
     PARTITIONS_MAX,
+    PASSED_BATCHES_BYTES_MAX,
+    PASSED_BATCHES_KEPT,
     PROTOCOL_NAME_LENGTH_MAX,
     PROTOCOL_TYPE_LENGTH_MAX,
     RACK_NAME_LENGTH_MAX,
@@ -84,7 +88,65 @@ def partition_count_problem(partitions: int) -> str | None:
     return None
 
 
-def append_problem(append: kq_pb2.PartitionAppend, meter: WorkMeter | None = None) -> str | None:
+class PassedBatches:
+    """Batches this process's edge checked and passed, with the work their check cost: a memo of
+    `check_batch`, so the leader's apply of an entry it proposed does not walk its batches again.
+
+    `check_batch` is a pure function of a batch's bytes and the fixed limits, and its work count is
+    too (WorkMeter), so a batch byte for byte equal to one that passed passes again at the same
+    cost: `recall` answers only for equal bytes (found by length and CRC32C, then compared whole),
+    and apply charges its entry's meter the same units, or checks in full when they do not fit
+    (where the check would have stopped). Followers, which never saw the request, check in full;
+    every replica reaches the same verdict, the one rule's condition. A batch is recalled once (one
+    apply on this node); those never applied (refused, or leadership lost) age out, the oldest first,
+    beyond PASSED_BATCHES_KEPT batches or PASSED_BATCHES_BYTES_MAX bytes. Any thread: the edge
+    remembers on the serving loop or a gRPC worker, apply recalls on the tick thread.
+    """
+
+    def __init__(self, kept_max: int, bytes_max: int) -> None:
+        self._kept_max = kept_max
+        self._bytes_max = bytes_max
+        self._lock = threading.Lock()
+        self._batches: OrderedDict[tuple[int, bytes], tuple[bytes, int]] = OrderedDict()
+        self._bytes = 0
+
+    def remember(self, records: bytes, work: int) -> None:
+        """Notes that `records` passed `check_batch` at a cost of `work` units."""
+        if len(records) > self._bytes_max:
+            return
+        key = _batch_key(records)
+        with self._lock:
+            replaced = self._batches.pop(key, None)
+            if replaced is not None:
+                self._bytes -= len(replaced[0])
+            self._batches[key] = (records, work)
+            self._bytes += len(records)
+            while len(self._batches) > self._kept_max or self._bytes > self._bytes_max:
+                self._bytes -= len(self._batches.popitem(last=False)[1][0])
+
+    def recall(self, records: bytes) -> int | None:
+        """The work units `records` cost when they passed, forgetting them; None if they did not."""
+        key = _batch_key(records)
+        with self._lock:
+            found = self._batches.get(key)
+            if found is None or found[0] != records:
+                return None
+            del self._batches[key]
+            self._bytes -= len(records)
+        return found[1]
+
+
+def _batch_key(records: bytes) -> tuple[int, bytes]:
+    """A batch's length and the bytes where RecordBatch v2 keeps its CRC32C: few batches share both."""
+    return len(records), records[17:21]
+
+
+PASSED_BATCHES = PassedBatches(PASSED_BATCHES_KEPT, PASSED_BATCHES_BYTES_MAX)
+
+
+def append_problem(
+    append: kq_pb2.PartitionAppend, meter: WorkMeter | None = None, *, edge: bool = False
+) -> str | None:
     """Why one produce request's batch cannot be appended: not one valid RecordBatch v2, or over a limit.
 
     `check_batch` (proto/records.py) checks the whole batch: its CRC32C, attributes, producer fields
@@ -94,18 +156,27 @@ def append_problem(append: kq_pb2.PartitionAppend, meter: WorkMeter | None = Non
 
     `meter` counts the check's work (proto/records.py WorkMeter): apply passes its entry's meter, so
     an entry's batches together stay within ENTRY_WORK_MAX; the edge passes a fresh one and packs
-    entries by what it spent.
+    entries by what it spent. The edge (`edge`, with a meter) remembers each batch that passes in
+    PASSED_BATCHES, and apply (any meter) on the same node takes the verdict and its cost from there
+    (PassedBatches says why that is the same answer).
     """
     problem = topic_name_problem(append.topic)
     if problem is not None:
         return problem
-    if not append.records:
+    records = append.records  # Each read of the field copies the batch.
+    if not records:
         return "a produce request needs a record batch"
-    if len(append.records) > APPEND_BYTES_MAX:
-        return f"record batch of {len(append.records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
+    if len(records) > APPEND_BYTES_MAX:
+        return f"record batch of {len(records)} bytes exceeds the {APPEND_BYTES_MAX}-byte limit"
+    if meter is not None and not edge:
+        work = PASSED_BATCHES.recall(records)
+        if work is not None and work <= meter.remaining:
+            meter.spent += work
+            return None
+    spent = 0 if meter is None else meter.spent
     try:
         check_batch(
-            append.records,
+            records,
             RECORDS_PER_APPEND_MAX,
             HEADERS_PER_RECORD_MAX,
             RECORD_BYTES_MAX,
@@ -117,6 +188,8 @@ def append_problem(append: kq_pb2.PartitionAppend, meter: WorkMeter | None = Non
         return f"over the entry's work budget: {error}"
     except MalformedBatchError as error:
         return f"bad record batch: {error}"
+    if edge and meter is not None:
+        PASSED_BATCHES.remember(records, meter.spent - spent)
     return None
 
 

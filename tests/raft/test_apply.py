@@ -24,7 +24,7 @@ from kq.raft.results import (
     TrimResult,
 )
 from kq.raft.state_machine import apply
-from kq.raft.validation import append_problem
+from kq.raft.validation import PassedBatches, append_problem
 from kq.storage import ProducerAppend, Store
 from tests.raft.helpers import CLOCK_MS, append, create
 
@@ -306,3 +306,58 @@ def test_an_entry_past_its_work_budget_is_refused_append_by_append(tmp_path: Pat
     assert isinstance(result, AppendResult)
     assert [a.error for a in result.appends] == [ErrorCode.OK, *[ErrorCode.INVALID_COMMAND] * 4, ErrorCode.OK]
     assert all("the batch needs" in a.reason and "work budget" in a.reason for a in result.appends[1:5])
+
+
+def test_a_batch_the_edge_passed_applies_as_one_it_did_not(tmp_path: Path) -> None:
+    """The leader's apply takes an edge-checked batch's verdict and work from PASSED_BATCHES; a
+    follower checks in full. Both end identical, over the work budget too: the second dense batch
+    is remembered, but its work no longer fits the entry's meter, so it is checked and refused."""
+    first, second = dense_batch(), dense_batch(headers=9)
+    small = encode_batch([NewRecord(None, b"v")], ZSTD)
+    parts = [commands.partition_append("t", 0, data) for data in (small, first, second)]
+    entry = commands.encode(commands.append(CLOCK_MS, parts))
+    results, dumps = [], []
+    for name in ("leader", "follower"):
+        if name == "leader":
+            for part in parts:
+                assert append_problem(part, WorkMeter(ENTRY_WORK_MAX), edge=True) is None
+        replica = Store.open(tmp_path / name, map_size_bytes=64 * 1024**2)
+        run(replica, [create("t", 1)])
+        results.append(apply(replica, 2, entry))
+        dumps.append(replica.dump())
+    assert results[0] == results[1] and dumps[0] == dumps[1]
+    result = results[0]
+    assert isinstance(result, AppendResult)
+    assert [a.error for a in result.appends] == [ErrorCode.OK, ErrorCode.OK, ErrorCode.INVALID_COMMAND]
+    assert "work budget" in result.appends[2].reason
+
+
+def test_passed_batches_answer_only_equal_bytes_once_and_stay_bounded() -> None:
+    """A recall needs the very bytes remembered (not just their length and CRC field), answers once,
+    and the oldest batches go beyond the count or byte bound."""
+    memo = PassedBatches(kept_max=3, bytes_max=100)
+    batch = bytes(range(30))
+    twin = batch[:21] + bytes(9)  # Same length and CRC field, other records.
+    memo.remember(batch, 7)
+    assert memo.recall(twin) is None
+    assert memo.recall(batch) == 7 and memo.recall(batch) is None
+    batches = [bytes([n]) * 30 for n in range(4)]
+    for work, data in enumerate(batches):
+        memo.remember(data, work)
+    assert memo.recall(batches[0]) is None  # Four of 30 bytes: over 100 bytes, and over three kept.
+    assert [memo.recall(data) for data in batches[1:]] == [1, 2, 3]
+    memo.remember(bytes(101), 1)  # Larger than the whole bound: not kept.
+    assert memo.recall(bytes(101)) is None
+
+
+def test_the_edge_check_charges_what_apply_would() -> None:
+    """A remembered batch's work is what the full check spends, so the batcher's packing holds."""
+    data = dense_batch(records=500)
+    part = commands.partition_append("t", 0, data)
+    edge = WorkMeter(ENTRY_WORK_MAX)
+    assert append_problem(part, edge, edge=True) is None
+    recalled = WorkMeter(ENTRY_WORK_MAX)
+    assert append_problem(part, recalled) is None
+    full = WorkMeter(ENTRY_WORK_MAX)
+    assert append_problem(part, full) is None  # Recalled once: this one walks it.
+    assert edge.spent == recalled.spent == full.spent > 0
