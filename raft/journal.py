@@ -149,9 +149,14 @@ def sync_directory(directory: Path) -> None:
 
 def encode_record(command: bytes, index: int, term: int) -> bytes:
     """One journal record."""
+    return record_header(command, index, term) + command
+
+
+def record_header(command: bytes, index: int, term: int) -> bytes:
+    """The bytes of a journal record before its command."""
     index_term = _INDEX_TERM.pack(index, term)
     checksum = crc32c_module.crc32c(command, crc32c_module.crc32c(index_term))
-    return _RECORD.pack(len(command), checksum, index, term) + command
+    return _RECORD.pack(len(command), checksum, index, term)
 
 
 def decode_records(data: bytes) -> tuple[list[Entry], list[int], int]:
@@ -235,12 +240,14 @@ class RaftJournal:
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         """Appends an entry (to the page cache; durable at the next `flush` in fsync mode)."""
-        record = encode_record(bytes(command), idx, term)
-        with self._failing(f"append entry {idx}"):
-            self._disk.write_at(self._fd, self._end, record)
+        command = bytes(command)  # A bytes subclass (an old snapshot header's entry) as plain bytes.
+        header = record_header(command, idx, term)
+        with self._failing(f"append entry {idx}"):  # Two writes: joining them copied the entry.
+            self._disk.write_at(self._fd, self._end, header)
+            self._disk.write_at(self._fd, self._end + len(header), command)
         self._entries.append((command, idx, term))
         self._offsets.append(self._end)
-        self._end += len(record)
+        self._end += len(header) + len(command)
         self._dirty = True
 
     def clear(self) -> None:

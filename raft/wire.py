@@ -72,9 +72,14 @@ def command_to_wire(command: bytes, into: raft_pb2.Entry) -> None:
     kind = command[0]
     if kind == REGULAR_TYPE:
         method_id, argument = _regular_call(command)
+        if len(argument) > ENTRY_BYTES_MAX:  # The receiver refuses it (command_from_wire).
+            raise EntryNotRepresentableError(f"an entry argument of {len(argument)} bytes")
+        if entry_command(method_id, argument) != command:  # What the receiver rebuilds.
+            raise EntryNotRepresentableError("a regular entry not in the form the receiver rebuilds")
         into.regular.method_id = method_id
         into.regular.argument = argument
-    elif command == NO_OP_COMMAND:
+        return
+    if command == NO_OP_COMMAND:
         into.no_op.SetInParent()
     elif kind == MEMBERSHIP_TYPE:
         remove, address = _membership_change(command)
@@ -131,9 +136,10 @@ def command_from_wire(entry: raft_pb2.Entry) -> bytes:
         regular = entry.regular
         if regular.method_id >= RAFT_METHODS:
             raise WireError(f"method id {regular.method_id} is not kq's replicated method")
-        if len(regular.argument) > ENTRY_BYTES_MAX:
-            raise WireError(f"an entry argument of {len(regular.argument)} bytes exceeds {ENTRY_BYTES_MAX}")
-        return entry_command(regular.method_id, regular.argument)
+        argument = regular.argument  # Each read of the field copies it.
+        if len(argument) > ENTRY_BYTES_MAX:
+            raise WireError(f"an entry argument of {len(argument)} bytes exceeds {ENTRY_BYTES_MAX}")
+        return entry_command(regular.method_id, argument)
     if which == "no_op":
         return NO_OP_COMMAND
     if which == "membership":

@@ -32,7 +32,7 @@ from kq.raft.node import (
     RaftConfig,
     RaftNode,
 )
-from kq.raft.pysyncobj_adapter import WireBytes, entry_command
+from kq.raft.pysyncobj_adapter import entry_command
 from kq.raft.results import ApplyResult
 from kq.raft.wire import decode_message, encode_message
 from kq.storage import Store
@@ -154,7 +154,7 @@ def test_the_largest_entries_replicate_whole(
     patient_cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     """3 MB of bytes >= 0x80 (pickle protocol 2's worst case) and 3 MB of random bytes: each entry is
-    WireBytes in every node's log (a follower rebuilds it with `entry_command`), goes out in one
+    the same bytes in every node's log (a follower rebuilds it with `entry_command`), goes out in one
     message, and every store ends byte-identical.
 
     Under CPU load it used to fail: the transfer itself starved the tick threads past the election
@@ -173,7 +173,7 @@ def test_the_largest_entries_replicate_whole(
             WAIT_S,
         )
         held = [node.entries(index, 1) for node in cluster.nodes]
-        assert all(type(entries[0][0]) is WireBytes for entries in held if entries)
+        assert all(type(entries[0][0]) is bytes for entries in held if entries)
         assert all(len(entries[0][0]) < APPEND_ENTRIES_BATCH_BYTES for entries in held if entries)
     dumps = [store.dump() for store in cluster.stores]
     assert dumps[0] == dumps[1] == dumps[2]
@@ -218,7 +218,7 @@ def test_entries_cost_one_byte_per_byte_on_the_wire() -> None:
     wire = encode_message({**message, "prevLogIdx": 11, "prevLogTerm": 3})
     assert len(argument) < len(wire) < len(argument) + 1024 <= RAFT_FRAME_BYTES_MAX
     received = decode_message(wire, TCPNode)["entries"][0][0]
-    assert type(received) is WireBytes and received == command
+    assert type(received) is bytes and received == command
     assert pysyncobj.pickle.loads(received[1:]) == (0, (argument,))  # As PySyncObj's apply reads it.
 
 

@@ -297,3 +297,18 @@ def test_the_length_prefix_is_four_bytes_big_endian() -> None:
     from kq.raft import transport
 
     assert transport._LENGTH.size == 4 and transport._LENGTH.pack(1) == struct.pack(">I", 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    method_id=st.integers(0, 70_000),
+    size=st.sampled_from([0, 1, 255, 256, 65_535, 65_536, 65_537, 1 << 20]),
+    fill=st.binary(min_size=1, max_size=64),
+)
+def test_entry_command_is_the_pickle_it_always_was(method_id: int, size: int, fill: bytes) -> None:
+    """Logs written by earlier versions hold `bytes([REGULAR]) + pickle.dumps(call, protocol=5)`:
+    the command built into one buffer must be those very bytes (a follower compares them)."""
+    argument = (fill * (size // len(fill) + 1))[:size]
+    expected = bytes([entry_command(0, b"")[0]]) + pickle.dumps((method_id, (argument,)), protocol=5)
+    assert entry_command(method_id, argument) == expected
+    assert type(entry_command(method_id, argument)) is bytes
