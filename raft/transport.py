@@ -58,7 +58,14 @@ from kq.proto.limits import (
     RAFT_SEND_BYTES,
 )
 from kq.raft.validation import address_problem
-from kq.raft.wire import EntryNotRepresentableError, WireError, decode_message, encode_message, parse_frame
+from kq.raft.wire import (
+    EntryNotRepresentableError,
+    Message,
+    WireError,
+    decode_message,
+    encode_message,
+    parse_frame,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -447,6 +454,9 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         self._connections: dict[Any, PeerConnection] = {}  # By node: dialing, or authenticated.
         self._pending: set[PeerConnection] = set()  # Accepted, not yet authenticated.
         self._last_dial_s: dict[Any, float] = {}
+        # The last AppendEntries with entries encoded, and its frame: PySyncObj sends each follower
+        # the same message in turn, and an entry's encoding copies its bytes about ten times.
+        self._last_append: tuple[Message, bytes] | None = None
         self._server: socket.socket | None = None
         self._bind_attempts = 0
         self._ready = False
@@ -494,7 +504,7 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         if connection is None or not connection.is_open:
             return False
         try:
-            payload = encode_message(message)
+            payload = self._encoded(message)
         except EntryNotRepresentableError as error:  # A bug: loud (ERROR), and the message is not sent.
             self.bad_peer_log.error(
                 "unrepresentable", "cannot send a %s message to %s: %s", message.get("type"), node, error
@@ -503,7 +513,20 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         connection.send_frame(payload)
         return connection.is_open
 
+    def _encoded(self, message: Message) -> bytes:
+        """`encode_message(message)`, from the last AppendEntries when `message` equals it (a pure
+        function of the message; comparing finds the very entry tuples of PySyncObj's log at once)."""
+        if message.get("type") != "append_entries" or not message.get("entries"):
+            return encode_message(message)
+        last = self._last_append
+        if last is not None and last[0] == message:
+            return last[1]
+        payload = encode_message(message)
+        self._last_append = (message, payload)
+        return payload
+
     def destroy(self) -> None:
+        self._last_append = None
         self.setOnMessageReceivedCallback(None)
         self.setOnNodeConnectedCallback(None)
         self.setOnNodeDisconnectedCallback(None)

@@ -19,6 +19,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.poller import createPoller
 
 from kq.deploy import certs
+from kq.raft.pysyncobj_adapter import entry_command
 from kq.raft.transport import (
     PeerConnection,
     RaftTls,
@@ -180,4 +181,35 @@ def test_a_message_without_a_wire_form_is_not_sent_and_logged_as_an_error(
     assert [record.levelno for record in caplog.records] == [logging.ERROR]
     pump((acceptor, dialer), lambda: bool(acceptor.messages))
     assert acceptor.messages == [{"type": "kq_keepalive"}]
+    transport.destroy()
+
+
+def test_followers_sent_the_same_append_entries_share_one_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PySyncObj sends each follower an equal AppendEntries in turn: the frame is encoded once, and a
+    message that differs in anything (here the commit index) is encoded anew."""
+    acceptor, accepted, dialer, dialed = pair()
+    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
+    settings = TransportSettings("127.0.0.1:2002", "secret", None, 1.5, 0.3, 0.1, 1, 1 << 20)
+    peer = TCPNode("127.0.0.1:2001")
+    transport = RaftTransport(
+        TCPNode("127.0.0.1:2002"), [peer], dialer.poller, lambda callback: None, settings, TCPNode
+    )
+    transport._connections[peer] = dialed
+    encoded: list[dict[str, Any]] = []
+
+    def counting(message: dict[str, Any]) -> bytes:
+        encoded.append(message)
+        return encode_message(message)
+
+    monkeypatch.setattr("kq.raft.transport.encode_message", counting)
+    entries = [(entry_command(0, b"x" * 1000), 2, 1)]
+    message = {"type": "append_entries", "term": 1, "commit_index": 1, "prevLogIdx": 1, "prevLogTerm": 1}
+    sent = [{**message, "entries": list(entries)}, {**message, "entries": list(entries)}]
+    sent.append({**sent[0], "commit_index": 2})
+    for each in sent:
+        assert transport.send(peer, each)
+    assert len(encoded) == 2
+    pump((acceptor, dialer), lambda: len(acceptor.messages) == 3)
+    assert [m["commit_index"] for m in acceptor.messages] == [1, 1, 2]
+    assert all(m["entries"] == entries for m in acceptor.messages)
     transport.destroy()
