@@ -25,6 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kq.proto.limits import (
+    ARRAY_RUN_BACKOFF_MAX,
+    ARRAY_RUN_BACKOFF_MIN,
+    ARRAY_RUN_PROBE_MAX,
+    ARRAY_RUN_PROBE_MIN,
+)
 from kq.proto.records import (
     INT64_MAX,
     NO_TIMESTAMP,
@@ -117,26 +123,13 @@ def _record_bounds(buffer: Bytes, data: bytes, counts: list[int], ends: Ints) ->
     """Where each record's fields start (after its length) and where it stops; None if a length is
     wrong.
 
-    The one Python loop a record, as short as it can be: each record starts where the one before
-    stopped, so the lengths are followed one by one; then they are read again, and checked, as
-    arrays (a negative length, whose lowest bit is set, is refused there)."""
-    starts = [0] * sum(counts)
-    position = 0
-    try:
-        for index in range(len(starts)):  # Over every batch's records: the regions are contiguous.
-            starts[index] = position
-            byte = data[position]
-            if byte < 0x80:
-                position += 1 + (byte >> 1)
-            elif (high := data[position + 1]) < 0x80:
-                position += 2 + (((byte & 0x7F) | (high << 7)) >> 1)
-            else:
-                length, position = read_varint(data, position, len(data), VARINT_BYTES_MAX)
-                position += max(length, 0)
-    except (IndexError, MalformedBatchError):
+    `_record_starts` follows the lengths (reading a negative one as positive: it only proposes);
+    then they are read again, and checked, as arrays (a negative length, whose lowest bit is set, is
+    refused there), and each record must stop where the next starts."""
+    start_array = _record_starts(buffer, data, sum(counts))
+    if start_array is None:
         return None
     record_ends = np.repeat(ends, counts)
-    start_array = np.array(starts, np.int64)
     lengths, bodies, fine = _varints(buffer, start_array, record_ends, VARINT_BYTES_MAX)
     stops = bodies + lengths
     fine &= (lengths >= RECORD_BYTES_MIN) & (stops <= record_ends)
@@ -145,6 +138,75 @@ def _record_bounds(buffer: Bytes, data: bytes, counts: list[int], ends: Ints) ->
     if not fine.all() or (stops[last_records] != ends).any():
         return None
     return bodies, stops
+
+
+def _record_starts(buffer: Bytes, data: bytes, total: int) -> Ints | None:
+    """Where `total` records start, each where the one before stopped; None if a length cannot be
+    read.
+
+    The one Python loop a record, as short as it can be, except over runs of records whose lengths
+    are the same bytes (fixed-size values): at a record whose length takes one or two bytes, a numpy
+    test reads the bytes where the next records would start if they were as long, and takes every
+    record up to the first that differs at once (limits.py ARRAY_RUN_*: tests grow while they hold,
+    and back off while they find nothing, so varied lengths cost a few tests a batch). Records with
+    the same one- or two-byte length varint are exactly as long, so this is the chain the loop
+    finds, and `_record_bounds` checks it whatever found it."""
+    walked = [0] * total  # Starts found one by one, at their index.
+    pieces: list[Ints] = []
+    position = index = 0
+    probe, backoff, walk = ARRAY_RUN_PROBE_MIN, ARRAY_RUN_BACKOFF_MIN, 0
+    last_start = len(data) - 2  # A start the test reads keeps both of its bytes inside the buffer.
+    try:
+        while index < total:
+            if walk:  # One record at a time.
+                stop = min(index + walk, total)
+                for at in range(index, stop):
+                    walked[at] = position
+                    byte = data[position]
+                    if byte < 0x80:
+                        position += 1 + (byte >> 1)
+                    elif (high := data[position + 1]) < 0x80:
+                        position += 2 + (((byte & 0x7F) | (high << 7)) >> 1)
+                    else:
+                        length, position = read_varint(data, position, len(data), VARINT_BYTES_MAX)
+                        position += max(length, 0)
+                pieces.append(np.array(walked[index:stop], np.int64))
+                index, walk = stop, 0
+                continue
+            byte = data[position]
+            if byte < 0x80:
+                size, high = 1 + (byte >> 1), -1
+            elif (high := data[position + 1]) < 0x80:
+                size = 2 + (((byte & 0x7F) | (high << 7)) >> 1)
+            else:  # Records of 8 KiB or more (or a bad length): few, walked one by one.
+                walk = 1
+                continue
+            count = min(probe, total - index, (last_start - position) // size + 1)
+            after = position + size
+            if count < 2 or data[after] != byte or (high >= 0 and data[after + 1] != high):
+                walk, backoff = backoff, min(backoff * 2, ARRAY_RUN_BACKOFF_MAX)  # Lengths vary here.
+                continue
+            run, starts = _run(buffer, position, size, count, byte, high)
+            pieces.append(starts)
+            position, index = position + size * run, index + run
+            if run == count:
+                probe, backoff = min(probe * 2, ARRAY_RUN_PROBE_MAX), ARRAY_RUN_BACKOFF_MIN
+            else:
+                probe = ARRAY_RUN_PROBE_MIN
+    except (IndexError, MalformedBatchError):
+        return None
+    return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+
+
+def _run(buffer: Bytes, position: int, size: int, count: int, byte: int, high: int) -> tuple[int, Ints]:
+    """How many of the `count` records from `position` have the length bytes of the first (`byte`,
+    and `high` unless it is -1), were each `size` bytes long (so each is), and their starts."""
+    starts = np.arange(position, position + size * count, size, dtype=np.int64)
+    same = buffer[starts] == byte
+    if high >= 0:
+        same &= buffer[starts + 1] == high
+    run = count if bool(same.all()) else int(same.argmin())  # At least 1: starts[0] is `position`.
+    return run, starts[:run]
 
 
 def _fields(buffer: Bytes, bodies: Ints, stops: Ints) -> tuple[Ints, ...] | None:

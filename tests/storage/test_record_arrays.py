@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kq.proto import records as records_module
 from kq.proto.arrays import BatchShape, joined, walk_records
+from kq.proto.arrays import _record_starts as record_starts
 from kq.proto.compression import CODECS, NONE
 from kq.proto.limits import (
     APPEND_BYTES_MAX,
@@ -165,3 +167,45 @@ def test_a_batch_below_the_threshold_is_walked_in_python(monkeypatch: pytest.Mon
     monkeypatch.setattr("kq.proto.arrays.walk_records", refuse)
     small = encode_batch([NewRecord(None, b"v")] * (ARRAY_WALK_RECORDS_MIN - 1), NONE)
     assert check(small, arrays=True)[0] == "ok"
+
+
+# Runs of records of one length (proto/arrays.py `_record_starts` takes them whole): records short
+# enough for one-byte lengths, then two-byte ones, then a few of varied lengths, then a run again.
+RUNS = encode_batch(
+    [NewRecord(b"k", b"s" * 20)] * 150
+    + [NewRecord(b"key", b"v" * 100)] * 150
+    + [NewRecord(None, b"w" * n) for n in range(5)]
+    + [NewRecord(b"key", b"v" * 100)] * 100,
+    NONE,
+    base_timestamp_ms=BASE_TIME_MS,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=3))
+def test_a_corrupted_run_of_equal_records_is_judged_alike_both_ways(flips: list[tuple[int, int]]) -> None:
+    """Within runs of equal records too (a length byte changed to another length, or to look like
+    the next record's): the same verdict, message and work both ways."""
+    assert arrays_accept(RUNS)
+    data = bytearray(RUNS)
+    for at, value in flips:
+        data[BATCH_HEADER_BYTES + at % (len(data) - BATCH_HEADER_BYTES)] = value
+    batch = restamped(data)
+    assert check(batch, arrays=True) == check(batch, arrays=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 404), st.integers(0, 1), st.integers(0, 255))
+def test_a_run_with_one_length_byte_changed_is_judged_alike_both_ways(
+    record: int, which: int, value: int
+) -> None:
+    """The corruption that matters to runs: one record's length byte (the first, or the second of a
+    two-byte length), changed to any value."""
+    header, buffer, start, end = checked_records(RUNS)
+    region = joined([memoryview(buffer)[start:end]])
+    starts = record_starts(np.frombuffer(region, np.uint8), region, header.record_count)
+    assert starts is not None
+    data = bytearray(RUNS)
+    data[BATCH_HEADER_BYTES + int(starts[record]) + which] = value
+    batch = restamped(data)
+    assert check(batch, arrays=True) == check(batch, arrays=False)
