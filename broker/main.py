@@ -390,7 +390,7 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
 @click.option("--compaction-min-time-s", default=300, type=click.IntRange(1, 86_400))
 @click.option(
     "--compaction-log-mib",
-    default=32,
+    default=128,
     type=click.IntRange(1, 65_536),
     help="Raft entry MiB kept in RAM before a snapshot compacts them.",
 )

@@ -86,8 +86,8 @@ class RaftConfig:
     compaction_min_entries: int = 5_000  # Bounds the Raft log PySyncObj keeps in RAM.
     compaction_min_time_s: float = 300.0
     # Entry bytes kept in RAM between snapshots: a byte bound next to PySyncObj's entry-count bound.
-    # A snapshot copies nothing (raft/snapshot.py), so compacting often is cheap.
-    compaction_log_bytes_max: int = 32 * 1024 * 1024
+    # A snapshot copies no store (raft/snapshot.py), but rewrites the journal's tail: not too often.
+    compaction_log_bytes_max: int = 128 * 1024 * 1024
     durability: Durability = "replicated"  # "fsync": acknowledged once on disk on a majority.
     # `--join`: this node is being added to a running cluster. While its data directory is new it
     # never starts an election: it waits for the leader that adds it (broker/membership.py).
