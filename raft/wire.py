@@ -128,15 +128,17 @@ def entry_to_wire(entry: Entry, into: raft_pb2.Entry) -> None:
 # Entries, receiver side ---------------------------------------------------------------------------
 
 
-def command_from_wire(entry: raft_pb2.Entry) -> bytes:
+def command_from_wire(entry: raft_pb2.Entry, argument: bytes | None = None) -> bytes:
     """The command bytes this node's log holds for `entry`, rebuilt from plain values by this node's
-    own pickler; WireError for a command out of bounds (checked before anything is built)."""
+    own pickler; WireError for a command out of bounds (checked before anything is built).
+    `argument`: a regular entry's argument when `parse_frame` took it out of the entry."""
     which = entry.WhichOneof("command")
     if which == "regular":
         regular = entry.regular
         if regular.method_id >= RAFT_METHODS:
             raise WireError(f"method id {regular.method_id} is not kq's replicated method")
-        argument = regular.argument  # Each read of the field copies it.
+        if argument is None:
+            argument = regular.argument  # Each read of the field copies it.
         if len(argument) > ENTRY_BYTES_MAX:
             raise WireError(f"an entry argument of {len(argument)} bytes exceeds {ENTRY_BYTES_MAX}")
         return entry_command(regular.method_id, argument)
@@ -150,9 +152,9 @@ def command_from_wire(entry: raft_pb2.Entry) -> bytes:
     raise WireError("an entry without a command")
 
 
-def entry_from_wire(entry: raft_pb2.Entry) -> Entry:
-    """PySyncObj's (command, index, term) for `entry`."""
-    return command_from_wire(entry), entry.index, entry.term
+def entry_from_wire(entry: raft_pb2.Entry, argument: bytes | None = None) -> Entry:
+    """PySyncObj's (command, index, term) for `entry` (`argument`: as `command_from_wire` takes it)."""
+    return command_from_wire(entry, argument), entry.index, entry.term
 
 
 # Snapshot headers ---------------------------------------------------------------------------------
@@ -253,25 +255,69 @@ def _response_to_wire(message: Message, response: raft_pb2.ApplyCommandResponse)
 def parse_frame(data: bytes) -> raft_pb2.RaftFrame:
     """The frame in `data`, strictly: WireError for bytes protobuf cannot parse, unknown fields, or an
     encoding other than the canonical one this codec writes."""
+    return _parsed(data)[0]
+
+
+def _parsed(data: bytes) -> tuple[raft_pb2.RaftFrame, list[bytes]]:
+    """`parse_frame`'s frame, and the arguments of its AppendEntries' regular entries, taken out.
+
+    The canonical check compares the length of the frame encoded again with the bytes received.
+    Encoding copies every byte, an entry's megabytes too, so the arguments are taken out first (each
+    read of them copies once, as reading them later would), the rest is measured, and their fields'
+    lengths are added back at each level they nest in (`_with_arguments_size`)."""
     frame = raft_pb2.RaftFrame()
     try:
         frame.ParseFromString(data)
     except (DecodeError, RecursionError, ValueError) as error:
         raise WireError(f"not a Raft frame: {error}") from error
     frame.DiscardUnknownFields()
-    if frame.ByteSize() != len(data):  # Unknown fields (now discarded), repeated or padded fields.
+    arguments: list[bytes] = []
+    if frame.WhichOneof("message") == "append_entries" and frame.append_entries.entries:
+        size = _with_arguments_size(frame, arguments)
+    else:
+        size = frame.ByteSize()
+    if size != len(data):  # Unknown fields (now discarded), repeated or padded fields.
         raise WireError("a Raft frame with unknown or repeated fields")
-    return frame
+    return frame, arguments
+
+
+def _with_arguments_size(frame: raft_pb2.RaftFrame, arguments: list[bytes]) -> int:
+    """The canonical size of `frame`, whose AppendEntries has entries, after moving each entry's
+    regular argument into `arguments` (b"" for an entry without one): each nested message's size
+    without the arguments, plus what they add to it and to the length prefixes around it."""
+    append = frame.append_entries
+    added = 0  # To the AppendEntries' size, from its entries' grown sizes and length prefixes.
+    for entry in append.entries:
+        if entry.WhichOneof("command") != "regular" or not entry.regular.argument:
+            arguments.append(b"")
+            continue
+        argument = entry.regular.argument
+        arguments.append(argument)
+        entry.regular.ClearField("argument")
+        regular_after = entry.regular.ByteSize()
+        regular_full = regular_after + _field_size(len(argument))
+        entry_after = entry.ByteSize()
+        entry_full = entry_after - _field_size(regular_after) + _field_size(regular_full)
+        added += _field_size(entry_full) - _field_size(entry_after)
+    append_after = append.ByteSize()
+    append_full = append_after + added
+    return frame.ByteSize() - _field_size(append_after) + _field_size(append_full)
+
+
+def _field_size(length: int) -> int:
+    """The bytes of a length-delimited field of `length` bytes: its one-byte tag (field numbers below
+    16), its length varint, its content."""
+    return 1 + (max(length, 1).bit_length() + 6) // 7 + length
 
 
 def decode_message(data: bytes, node_of: Callable[[str], Any]) -> Message:
     """The PySyncObj message in one frame after the handshake; WireError for anything else.
 
     `node_of(address)` builds PySyncObj's node object for a voter named in a snapshot header."""
-    frame = parse_frame(data)
+    frame, arguments = _parsed(data)
     kind = frame.WhichOneof("message")
     if kind == "append_entries":
-        return _append_from_wire(frame.append_entries, node_of)
+        return _append_from_wire(frame.append_entries, arguments, node_of)
     if kind == "request_vote":
         vote = frame.request_vote
         return {
@@ -307,7 +353,10 @@ def decode_message(data: bytes, node_of: Callable[[str], Any]) -> Message:
     raise WireError(f"message {kind!r} is not a Raft message" if kind else "a frame without a message")
 
 
-def _append_from_wire(append: raft_pb2.AppendEntries, node_of: Callable[[str], Any]) -> Message:
+def _append_from_wire(
+    append: raft_pb2.AppendEntries, arguments: list[bytes], node_of: Callable[[str], Any]
+) -> Message:
+    """PySyncObj's AppendEntries message; `arguments`: its regular entries' (`_parsed`)."""
     message: Message = {"type": "append_entries", "term": append.term, "commit_index": append.commit_index}
     snapshot = append.WhichOneof("snapshot")
     if snapshot is not None:
@@ -331,7 +380,9 @@ def _append_from_wire(append: raft_pb2.AppendEntries, node_of: Callable[[str], A
         return message
     if len(append.entries) > RAFT_ENTRIES_PER_MESSAGE_MAX:
         raise WireError(f"{len(append.entries)} entries exceed {RAFT_ENTRIES_PER_MESSAGE_MAX}")
-    message["entries"] = [entry_from_wire(entry) for entry in append.entries]
+    message["entries"] = [
+        entry_from_wire(entry, argument) for entry, argument in zip(append.entries, arguments, strict=True)
+    ]
     message["prevLogIdx"] = append.prev_log_index
     message["prevLogTerm"] = append.prev_log_term
     return message
