@@ -28,6 +28,7 @@ import numpy.typing as npt
 from kq.proto.limits import (
     ARRAY_RUN_BACKOFF_MAX,
     ARRAY_RUN_BACKOFF_MIN,
+    ARRAY_RUN_MIN,
     ARRAY_RUN_PROBE_MAX,
     ARRAY_RUN_PROBE_MIN,
 )
@@ -182,8 +183,13 @@ def _record_starts(buffer: Bytes, data: bytes, total: int) -> Ints | None:
                 walk = 1
                 continue
             count = min(probe, total - index, (last_start - position) // size + 1)
-            after = position + size
-            if count < 2 or data[after] != byte or (high >= 0 and data[after + 1] != high):
+            after, later = position + size, position + 2 * size
+            if (  # A look at the next two records in Python first: a numpy test costs ~8 µs.
+                count < ARRAY_RUN_MIN
+                or data[after] != byte
+                or data[later] != byte
+                or (high >= 0 and (data[after + 1] != high or data[later + 1] != high))
+            ):
                 walk, backoff = backoff, min(backoff * 2, ARRAY_RUN_BACKOFF_MAX)  # Lengths vary here.
                 continue
             run, starts = _run(buffer, position, size, count, byte, high)
@@ -191,8 +197,10 @@ def _record_starts(buffer: Bytes, data: bytes, total: int) -> Ints | None:
             position, index = position + size * run, index + run
             if run == count:
                 probe, backoff = min(probe * 2, ARRAY_RUN_PROBE_MAX), ARRAY_RUN_BACKOFF_MIN
-            else:
+            elif run >= ARRAY_RUN_MIN:
                 probe = ARRAY_RUN_PROBE_MIN
+            else:  # A short run: lengths vary here after all.
+                probe, walk, backoff = ARRAY_RUN_PROBE_MIN, backoff, min(backoff * 2, ARRAY_RUN_BACKOFF_MAX)
     except (IndexError, MalformedBatchError):
         return None
     return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)

@@ -13,9 +13,11 @@ ARRAY_WALK_RECORDS_MIN = 64
 # The array walk follows records' lengths one by one in Python (~0.23 µs a record) except over runs of
 # records of one length (fixed-size values), which it takes whole once a numpy test confirms them
 # (~8 µs a test): a test over ARRAY_RUN_PROBE_MIN records first, twice as many after each that held
-# (at most ARRAY_RUN_PROBE_MAX). Where the next record's length differs, records are walked one by
-# one, ARRAY_RUN_BACKOFF_MIN of them and twice as many after each further miss (at most
-# ARRAY_RUN_BACKOFF_MAX), so records of varied lengths cost a few cheap looks a batch.
+# (at most ARRAY_RUN_PROBE_MAX). Where the next two records' lengths differ, or a test finds fewer
+# than ARRAY_RUN_MIN alike, records are walked one by one, ARRAY_RUN_BACKOFF_MIN of them and twice as
+# many after each further miss (at most ARRAY_RUN_BACKOFF_MAX), so records of varied lengths cost a
+# few cheap looks a batch.
+ARRAY_RUN_MIN = 16
 ARRAY_RUN_PROBE_MIN = 64
 ARRAY_RUN_PROBE_MAX = 4096
 ARRAY_RUN_BACKOFF_MIN = 16
