@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from kq.raft.results import (
     TrimResult,
 )
 from kq.raft.state_machine import apply
-from kq.raft.validation import PassedBatches, append_problem
+from kq.raft.validation import PASSED_BATCHES, PassedBatches, append_problem
 from kq.storage import ProducerAppend, Store
 from tests.raft.helpers import CLOCK_MS, append, create
 
@@ -283,6 +284,23 @@ def dense_batch(records: int = 10_000, headers: int = 10) -> bytes:
     return encode_batch([NewRecord(None, b"x", header_list)] * records, ZSTD, base_timestamp_ms=CLOCK_MS)
 
 
+def applied_alike(
+    tmp_path: Path, entry: bytes, before_first: Callable[[], None] = lambda: None
+) -> ApplyResult:
+    """`entry`'s result on two replicas of topic t (`before_first` runs before the first applies it):
+    the same on both, with byte-identical stores."""
+    results, dumps = [], []
+    for name in ("first", "second"):
+        if name == "first":
+            before_first()
+        replica = Store.open(tmp_path / name, map_size_bytes=64 * 1024**2)
+        run(replica, [create("t", 1)])
+        results.append(apply(replica, 2, entry))
+        dumps.append(replica.dump())
+    assert results[0] == results[1] and dumps[0] == dumps[1]
+    return results[0]
+
+
 def test_an_entry_past_its_work_budget_is_refused_append_by_append(tmp_path: Path) -> None:
     """An entry the batcher would never build (five dense batches, each within every limit, over the
     entry's work budget together) applies its first append and refuses the rest for the budget, the
@@ -294,15 +312,7 @@ def test_an_entry_past_its_work_budget_is_refused_append_by_append(tmp_path: Pat
     assert meter.spent * 2 > ENTRY_WORK_MAX  # One fits an entry, two do not.
     parts = [commands.partition_append("t", 0, data) for _ in range(5)]
     parts.append(commands.partition_append("t", 0, encode_batch([NewRecord(None, b"v")], ZSTD)))
-    entry = commands.encode(commands.append(CLOCK_MS, parts))
-    results, dumps = [], []
-    for name in ("left", "right"):
-        replica = Store.open(tmp_path / name, map_size_bytes=64 * 1024**2)
-        run(replica, [create("t", 1)])
-        results.append(apply(replica, 2, entry))
-        dumps.append(replica.dump())
-    assert results[0] == results[1] and dumps[0] == dumps[1]
-    result = results[0]
+    result = applied_alike(tmp_path, commands.encode(commands.append(CLOCK_MS, parts)))
     assert isinstance(result, AppendResult)
     assert [a.error for a in result.appends] == [ErrorCode.OK, *[ErrorCode.INVALID_COMMAND] * 4, ErrorCode.OK]
     assert all("the batch needs" in a.reason and "work budget" in a.reason for a in result.appends[1:5])
@@ -315,18 +325,12 @@ def test_a_batch_the_edge_passed_applies_as_one_it_did_not(tmp_path: Path) -> No
     first, second = dense_batch(), dense_batch(headers=9)
     small = encode_batch([NewRecord(None, b"v")], ZSTD)
     parts = [commands.partition_append("t", 0, data) for data in (small, first, second)]
-    entry = commands.encode(commands.append(CLOCK_MS, parts))
-    results, dumps = [], []
-    for name in ("leader", "follower"):
-        if name == "leader":
-            for part in parts:
-                assert append_problem(part, WorkMeter(ENTRY_WORK_MAX), edge=True) is None
-        replica = Store.open(tmp_path / name, map_size_bytes=64 * 1024**2)
-        run(replica, [create("t", 1)])
-        results.append(apply(replica, 2, entry))
-        dumps.append(replica.dump())
-    assert results[0] == results[1] and dumps[0] == dumps[1]
-    result = results[0]
+
+    def edge_checks() -> None:
+        for part in parts:
+            assert append_problem(part, WorkMeter(ENTRY_WORK_MAX), edge=True) is None
+
+    result = applied_alike(tmp_path, commands.encode(commands.append(CLOCK_MS, parts)), edge_checks)
     assert isinstance(result, AppendResult)
     assert [a.error for a in result.appends] == [ErrorCode.OK, ErrorCode.OK, ErrorCode.INVALID_COMMAND]
     assert "work budget" in result.appends[2].reason
@@ -358,6 +362,7 @@ def test_the_edge_check_charges_what_apply_would() -> None:
     assert append_problem(part, edge, edge=True) is None
     recalled = WorkMeter(ENTRY_WORK_MAX)
     assert append_problem(part, recalled) is None
+    assert PASSED_BATCHES.recall(data) is None  # Apply took the edge's verdict, once.
     full = WorkMeter(ENTRY_WORK_MAX)
-    assert append_problem(part, full) is None  # Recalled once: this one walks it.
+    assert append_problem(part, full) is None  # Not remembered any more: walked.
     assert edge.spent == recalled.spent == full.spent > 0

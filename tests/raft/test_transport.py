@@ -161,10 +161,8 @@ def test_tls_then_the_handshake_open_both_ends(cluster_tls: tuple[ssl.SSLContext
     assert isinstance(dialed._sock, ssl.SSLSocket) and dialed._sock.version() == "TLSv1.3"
 
 
-def test_a_message_without_a_wire_form_is_not_sent_and_logged_as_an_error(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """RaftTransport.send refuses an entry it cannot encode exactly: False, one ERROR line, nothing sent."""
+def open_transport() -> tuple[FakeTransport, FakeTransport, RaftTransport, TCPNode]:
+    """The dialer's side of an open pair as a RaftTransport with the acceptor as its one peer."""
     acceptor, accepted, dialer, dialed = pair()
     pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
     settings = TransportSettings("127.0.0.1:2002", "secret", None, 1.5, 0.3, 0.1, 1, 1 << 20)
@@ -173,6 +171,14 @@ def test_a_message_without_a_wire_form_is_not_sent_and_logged_as_an_error(
         TCPNode("127.0.0.1:2002"), [peer], dialer.poller, lambda callback: None, settings, TCPNode
     )
     transport._connections[peer] = dialed
+    return acceptor, dialer, transport, peer
+
+
+def test_a_message_without_a_wire_form_is_not_sent_and_logged_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RaftTransport.send refuses an entry it cannot encode exactly: False, one ERROR line, nothing sent."""
+    acceptor, dialer, transport, peer = open_transport()
     foreign = b"\x00" + pickle.dumps((0, (b"x",)), protocol=2)  # Not kq's canonical call.
     message = {"type": "append_entries", "term": 1, "commit_index": 0, "entries": [(foreign, 2, 1)]}
     with caplog.at_level(logging.ERROR, logger="kq.raft.transport"):
@@ -187,14 +193,7 @@ def test_a_message_without_a_wire_form_is_not_sent_and_logged_as_an_error(
 def test_followers_sent_the_same_append_entries_share_one_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
     """PySyncObj sends each follower an equal AppendEntries in turn: the frame is encoded once, and a
     message that differs in anything (here the commit index) is encoded anew."""
-    acceptor, accepted, dialer, dialed = pair()
-    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
-    settings = TransportSettings("127.0.0.1:2002", "secret", None, 1.5, 0.3, 0.1, 1, 1 << 20)
-    peer = TCPNode("127.0.0.1:2001")
-    transport = RaftTransport(
-        TCPNode("127.0.0.1:2002"), [peer], dialer.poller, lambda callback: None, settings, TCPNode
-    )
-    transport._connections[peer] = dialed
+    acceptor, dialer, transport, peer = open_transport()
     encoded: list[dict[str, Any]] = []
 
     def counting(message: dict[str, Any]) -> bytes:

@@ -11,12 +11,14 @@ again, so each corruption reaches the record checks) are checked both ways.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kq.proto import arrays as arrays_module
 from kq.proto import records as records_module
 from kq.proto.arrays import BatchShape, joined, walk_records
 from kq.proto.arrays import _record_starts as record_starts
@@ -38,6 +40,7 @@ from kq.proto.records import (
     checked_records,
     encode_batch,
     parse_batch,
+    read_varint,
     with_log_append_time,
 )
 from tests.storage.batches import BASE_TIME_MS, restamped
@@ -209,3 +212,27 @@ def test_a_run_with_one_length_byte_changed_is_judged_alike_both_ways(
     data[BATCH_HEADER_BYTES + int(starts[record]) + which] = value
     batch = restamped(data)
     assert check(batch, arrays=True) == check(batch, arrays=False)
+
+
+def test_runs_of_equal_records_are_taken_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of equal records is followed in a few numpy tests, not a step a record, and the
+    starts they give are the chain's."""
+    header, buffer, start, end = checked_records(RUNS)
+    region = joined([memoryview(buffer)[start:end]])
+    tests: list[int] = []
+    real_run = arrays_module._run
+
+    def counting(*args: Any) -> tuple[int, Any]:
+        run, starts = real_run(*args)
+        tests.append(run)
+        return run, starts
+
+    monkeypatch.setattr(arrays_module, "_run", counting)
+    starts = record_starts(np.frombuffer(region, np.uint8), region, header.record_count)
+    assert starts is not None and len(tests) <= 12 and sum(tests) >= header.record_count - 40
+    chain, position = [], 0
+    for _ in range(header.record_count):  # The chain of lengths, one varint at a time.
+        chain.append(position)
+        length, position = read_varint(region, position, len(region), 5)
+        position += length
+    assert starts.tolist() == chain
