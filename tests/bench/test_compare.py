@@ -124,6 +124,7 @@ def _nats_unavailable() -> str | None:
 
 
 @pytest.mark.system
+@pytest.mark.bench
 def test_quick_comparison_reports_every_figure_for_both_systems(tmp_path: Path) -> None:
     """`python -m kq.bench.compare --quick` runs every system (kq, kq-kafka, NATS) and writes JSON with
     every figure of each."""

@@ -76,6 +76,7 @@ def test_report_puts_the_tls_column_beside_the_plain_one() -> None:
 
 
 @pytest.mark.system
+@pytest.mark.bench
 def test_quick_secure_run_measures_every_scenario_over_tls(tmp_path: Path) -> None:
     """`--quick --systems kq --kq-security tls`: kq ran every scenario on a cluster with certificates
     in its directory, moved messages, and says how it was secured. (The Kafka port's TLS column is

@@ -13,6 +13,7 @@ QUICK_RUN_TIMEOUT_S = 120.0  # A quick run takes about 15 s; this only bounds a 
 
 
 @pytest.mark.system
+@pytest.mark.bench
 def test_quick_run_holds_every_connection(tmp_path: Path) -> None:
     """`python -m kq.bench.connections --quick`: every connection held and rechecked, the node answers."""
     report, printed = run_quick("kq.bench.connections", tmp_path, QUICK_RUN_TIMEOUT_S)

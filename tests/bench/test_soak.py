@@ -312,6 +312,7 @@ def _run_soak(tmp_path: Path, *extra: str) -> tuple[dict[str, Any], subprocess.C
 
 
 @pytest.mark.system
+@pytest.mark.bench
 def test_short_soak_with_retention_trims_and_compares_what_is_left(tmp_path: Path) -> None:
     """A 36-second soak at a low rate with retention.bytes of 32 KiB a partition writes a complete
     report: logs are trimmed alike on every node, the digests of what is left are equal, the consumers

@@ -13,6 +13,7 @@ QUICK_RUN_TIMEOUT_S = 120.0  # A quick run takes about 10 s; this only bounds a 
 
 
 @pytest.mark.system
+@pytest.mark.bench
 def test_quick_run_measures_every_level(tmp_path: Path) -> None:
     """`python -m kq.bench.streams --quick`: latency at every level, admitted + refused == requested."""
     report, printed = run_quick("kq.bench.streams", tmp_path, QUICK_RUN_TIMEOUT_S)
