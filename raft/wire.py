@@ -288,11 +288,11 @@ def _with_arguments_size(frame: raft_pb2.RaftFrame, arguments: list[bytes]) -> i
     append = frame.append_entries
     added = 0  # To the AppendEntries' size, from its entries' grown sizes and length prefixes.
     for entry in append.entries:
-        if entry.WhichOneof("command") != "regular" or not entry.regular.argument:
-            arguments.append(b"")
-            continue
-        argument = entry.regular.argument
+        # Read once: each read of the field copies it.
+        argument = entry.regular.argument if entry.WhichOneof("command") == "regular" else b""
         arguments.append(argument)
+        if not argument:
+            continue
         entry.regular.ClearField("argument")
         regular_after = entry.regular.ByteSize()
         regular_full = regular_after + _field_size(len(argument))
