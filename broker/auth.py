@@ -265,7 +265,9 @@ def _metadata(metadata: Sequence[Any] | None, key: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------
 # What each RPC needs. A method absent here needs only an authenticated principal (ListTopics and
 # ListGroups filter what they answer; ClusterStatus, RegisterProducer and WhoAmI are open to every
-# principal: clients need them to find the leader and to produce idempotently).
+# principal: clients need them to find the leader and to produce idempotently). ProduceMany needs WRITE
+# on each request's topic, checked per request by its handler (broker/service.py), so a topic the
+# principal may not write fails its own requests only, as Kafka's Produce answers per partition.
 
 
 def _topic(operation: int, field: str = "topic") -> Callable[[Any], list[Access]]:

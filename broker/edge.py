@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 # Coroutine handlers counted with the plain-function calls against `unary_calls_max`: each holds what
 # a worker's call holds (a request waiting for its commit) without holding a thread.
-COUNTED_COROUTINES = frozenset({"Produce"})
+COUNTED_COROUTINES = frozenset({"Produce", "ProduceMany"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,11 @@ from typing import Any
 
 import grpc
 
-from kq.broker.auth import TOPIC, current_principal
+from kq.broker.auth import TOPIC, WRITE, Access, Principal, current_principal
 from kq.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
+    KqError,
     OutOfRangeError,
     error_for_code,
 )
@@ -28,6 +29,7 @@ from kq.broker.validation import (
     check,
     check_command,
     check_partition_count,
+    check_produce_many,
     check_topic_name,
     checked_append,
     fetch_limits,
@@ -167,6 +169,33 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
     ) -> kq_pb2.ProduceResponse:
         """Appends records to one partition through the batcher; answers after commit."""
         return await self.produce(request)
+
+    async def ProduceMany(
+        self, request: kq_pb2.ProduceManyRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> kq_pb2.ProduceManyResponse:
+        """Appends to several partitions in one call (what the Producer and the Spark sink send): each
+        request is checked, authorized (WRITE on its topic), proposed and answered as its own Produce
+        call would be, and gets its own result, in order. The call fails as a whole only when none of
+        it could be written here: too many requests, a partition named twice, or not the leader (the
+        client follows `kq-leader` with all of it)."""
+        check_produce_many(request)
+        self._require_leader()
+        principal = current_principal()
+        results = await asyncio.gather(*(self._produce_one(item, principal) for item in request.requests))
+        return kq_pb2.ProduceManyResponse(results=results)
+
+    async def _produce_one(
+        self, request: kq_pb2.ProduceRequest, principal: Principal
+    ) -> kq_pb2.ProduceResult:
+        """One request of a ProduceMany call: its response, or the error its Produce call would end with."""
+        denied = self._security.denied(principal, (Access(WRITE, TOPIC, request.topic),))
+        if denied is not None:
+            message = f"{principal.name} may not {denied.describe()}"
+            return kq_pb2.ProduceResult(error_code=ErrorCode.PERMISSION_DENIED, message=message)
+        try:
+            return kq_pb2.ProduceResult(response=await self.produce(request))
+        except KqError as error:
+            return kq_pb2.ProduceResult(error_code=error.code, message=str(error))
 
     async def produce(self, request: kq_pb2.ProduceRequest) -> kq_pb2.ProduceResponse:
         """Checks, proposes and answers one produce request (gRPC and Kafka); raises KqError.

@@ -17,6 +17,7 @@ from kq.proto.limits import (
     FETCH_RECORDS_DEFAULT,
     FETCH_RECORDS_MAX,
     FETCH_WAIT_MS_MAX,
+    PRODUCE_MANY_REQUESTS_MAX,
 )
 from kq.proto.records import WorkMeter
 from kq.raft import commands
@@ -82,6 +83,25 @@ def checked_append(request: kq_pb2.ProduceRequest) -> CheckedAppend:
     meter = WorkMeter(ENTRY_WORK_MAX)
     check(append_problem(append, meter, edge=True))
     return CheckedAppend(append, meter.spent)
+
+
+def check_produce_many(request: kq_pb2.ProduceManyRequest) -> None:
+    """Rejects a ProduceMany call as a whole: more than PRODUCE_MANY_REQUESTS_MAX requests, or one
+    (topic, partition) named twice (the order of two batches to one partition would then depend on
+    which check ended first). Each request is checked on its own afterwards, as a Produce call."""
+    if len(request.requests) > PRODUCE_MANY_REQUESTS_MAX:
+        raise InvalidArgumentError(
+            f"{len(request.requests)} produce requests in one call; at most {PRODUCE_MANY_REQUESTS_MAX}"
+        )
+    seen: set[tuple[str, int | None]] = set()
+    for item in request.requests:
+        key = (item.topic, item.partition if item.HasField("partition") else None)
+        if key in seen:
+            raise InvalidArgumentError(
+                f"partition {item.partition} of topic {item.topic!r} is named twice in one call; "
+                "send its next batch in the next call"
+            )
+        seen.add(key)
 
 
 def fetch_limits(request: kq_pb2.FetchRequest) -> tuple[int, int, int]:

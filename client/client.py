@@ -11,6 +11,7 @@ partition's stripe, and the producer lock only while a producer id is being regi
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import threading
@@ -24,6 +25,7 @@ from kq.client.errors import (
     TooManyReadersError,
     TopicNotFoundError,
     UnavailableError,
+    error_of_code,
 )
 from kq.client.groups_api import GroupsApi
 from kq.client.partitioner import partition_for_key
@@ -45,7 +47,10 @@ from kq.client.types import (
 )
 from kq.proto import kq_pb2
 from kq.proto.compression import CODECS
+from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
+    CLIENT_BACKOFF_INITIAL_S,
+    CLIENT_BACKOFF_MAX_S,
     CLIENT_PARTITION_LOCKS,
     CLIENT_PRODUCER_PARTITIONS_MAX,
     CLIENT_REQUEST_BYTES_MAX,
@@ -314,6 +319,101 @@ class KqClient(GroupsApi, SecurityApi):
             self._advance_sequence(key, producer_id, next_sequence(sequence, count))
             self._saw(response.index)
             return _metadata(topic, response, count)
+
+    def produce_batches(
+        self, batches: Sequence[tuple[str, int, BatchSource]], compression: str | None = None
+    ) -> list[ProducedBatch | KqClientError]:
+        """Sends several partitions' batches, each (topic, partition) once, in one ProduceMany call and
+        waits for all of them; each gets its own outcome, in order: its `ProducedBatch`, or the error
+        `produce_batch` would have raised for it alone. One call costs the leader about what one
+        Produce does, so the `Producer` and the Spark sink send a call per round of partitions.
+
+        Idempotent unless disabled, as `produce_batch`: the partitions' locks are held from taking
+        their sequences to the answer, a retriable failure of one request is sent again (alone, with
+        the same sequence) until the client's retry timeout, and a request whose outcome stays
+        unknown starts a new producer id.
+        """
+        keys = [(topic, partition) for topic, partition, _ in batches]
+        if len(set(keys)) != len(keys):
+            raise ValueError("each (topic, partition) may be named once per call")
+        codec = CODECS[compression or "none"]
+        if not self._idempotent:
+            requests = [
+                kq_pb2.ProduceRequest(topic=topic, partition=partition, records=batch.build(codec))
+                for topic, partition, batch in batches
+            ]
+            return [
+                outcome
+                if isinstance(outcome, KqClientError)
+                else _metadata(topic, outcome, batch.record_count)
+                for (topic, _, batch), outcome in zip(batches, self._produce_many(requests), strict=True)
+            ]
+        stripes = sorted({hash(key) % len(self._partition_locks) for key in keys})  # One order: no deadlock.
+        with contextlib.ExitStack() as held:
+            for stripe in stripes:
+                held.enter_context(self._partition_locks[stripe])
+            taken = [self._next_sequence(key) for key in keys]
+            requests = [
+                kq_pb2.ProduceRequest(
+                    topic=topic,
+                    partition=partition,
+                    records=batch.build(codec, producer_id, PRODUCER_EPOCH, sequence),
+                )
+                for (topic, partition, batch), (producer_id, sequence) in zip(batches, taken, strict=True)
+            ]
+            results: list[ProducedBatch | KqClientError] = []
+            outcomes = self._produce_many(requests)
+            for (topic, _, batch), key, (producer_id, sequence), outcome in zip(
+                batches, keys, taken, outcomes, strict=True
+            ):
+                if isinstance(outcome, InvalidRequestError | TopicNotFoundError):
+                    self._forget_partition_count(topic)  # Refused before apply wrote it: nothing was written.
+                elif isinstance(outcome, KqClientError):
+                    self._reset_producer(producer_id)  # Outcome unknown: see produce_batch.
+                else:
+                    self._advance_sequence(key, producer_id, next_sequence(sequence, batch.record_count))
+                    self._saw(outcome.index)
+                    results.append(_metadata(topic, outcome, batch.record_count))
+                    continue
+                results.append(outcome)
+            return results
+
+    def _produce_many(
+        self, requests: list[kq_pb2.ProduceRequest]
+    ) -> list[kq_pb2.ProduceResponse | KqClientError]:
+        """Each request's response or final error, through ProduceMany calls: the call itself is retried
+        and redirected as every write is; a request that failed retriably alone is sent again in the
+        next call (after a doubling backoff) until the client's retry timeout."""
+        outcomes: list[kq_pb2.ProduceResponse | KqClientError | None] = [None] * len(requests)
+        deadline = time.monotonic() + self._connections.retry_timeout_s
+        pending, backoff_s = list(range(len(requests))), CLIENT_BACKOFF_INITIAL_S
+        while pending:
+            call = kq_pb2.ProduceManyRequest(requests=[requests[i] for i in pending])
+            try:
+                response = self._connections.write("ProduceMany", call)
+                if len(response.results) != len(pending):
+                    raise KqClientError(
+                        f"{len(response.results)} results for {len(pending)} produce requests"
+                    )
+            except KqClientError as call_error:
+                for i in pending:
+                    outcomes[i] = call_error
+                break
+            again = []
+            for i, result in zip(pending, response.results, strict=True):
+                if result.error_code == ErrorCode.OK:
+                    outcomes[i] = result.response
+                    continue
+                error = error_of_code(result.error_code, result.message)
+                if error.retriable and time.monotonic() + backoff_s < deadline:
+                    again.append(i)
+                else:
+                    outcomes[i] = error
+            pending = again
+            if pending:
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, CLIENT_BACKOFF_MAX_S)
+        return [outcome for outcome in outcomes if outcome is not None]
 
     def _next_sequence(self, key: tuple[str, int]) -> tuple[int, int]:
         """(producer id, sequence) for the next request to `key`, registering a producer id if needed."""

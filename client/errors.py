@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import grpc
 
-from kq.proto.errors import LEADER_METADATA_KEY, ErrorCode, code_from_metadata, metadata_value
+from kq.proto.errors import LEADER_METADATA_KEY, ErrorCode, code_from_metadata, metadata_value, spec_of
 
 
 class KqClientError(Exception):
@@ -228,6 +228,17 @@ def from_rpc_error(error: grpc.RpcError, address: str) -> KqClientError:
     # gRPC's own refusals (message too large, unimplemented, ...): the text is kept for display only.
     details = error.details()
     return KqClientError(f"{status.name} from {address}" + (f": {details}" if details else ""), status=status)
+
+
+def error_of_code(code: int, message: str) -> KqClientError:
+    """The KqClientError for a kq error code carried in a response (one ProduceMany request's result),
+    classed as the same code in a call's metadata is; a code this version does not know is a plain
+    KqClientError (not retriable)."""
+    try:
+        known = ErrorCode(code)
+    except ValueError:
+        return KqClientError(f"error code {code}: {message}")
+    return CLASS_BY_CODE[known](message or known.name, error_code=known, status=spec_of(known).status)
 
 
 def _unreachable(status: grpc.StatusCode, address: str) -> str:

@@ -4,11 +4,13 @@
 encoded once, at its position, by proto/records.py `BatchBuilder`) and returns a `RecordFuture` at
 once; a record without a timestamp gets the clock at `send` (CreateTime). A sender thread (started
 by the first `send`, by `start()` or by `with`, never by the constructor) ships a partition's batch
-when it reaches `batch_size` bytes, when its oldest record has waited `linger_ms`, or on `flush`.
-At most one request is in flight per partition, which keeps the partition's records in send order
-and its idempotent sequence numbers contiguous; up to `max_in_flight` partitions are sent
-concurrently. While a partition's request is in flight its next batch keeps filling, so batches
-grow with load by themselves.
+when it reaches `batch_size` bytes, when its oldest record has waited `linger_ms`, or on `flush`,
+and with it the first batch of every other partition that has one (as Kafka's sender drains a
+node): they go as one ProduceMany call (`KqClient.produce_batches`), whose cost to the leader is
+about one Produce call's, whatever the number of partitions. At most one batch is in flight per
+partition, which keeps the partition's records in send order and its idempotent sequence numbers
+contiguous; up to `max_in_flight` calls are in flight at once. While a partition's batch is in
+flight its next batch keeps filling, so batches grow with load by themselves.
 
 Memory is bounded by what a pending record really costs, not only by its encoded bytes: each one
 is charged an upper bound of its encoded size (`record_size_max`: its position and timestamp delta
@@ -36,7 +38,9 @@ from kq.client.errors import KqClientError
 from kq.client.types import ProducedBatch, ProducerRecord, RecordMetadata
 from kq.proto.compression import CODECS
 from kq.proto.limits import (
+    CLIENT_PRODUCE_MANY_BYTES_MAX,
     CLIENT_REQUEST_BYTES_MAX,
+    PRODUCE_MANY_REQUESTS_MAX,
     PRODUCER_ACKED_PARTITIONS_MAX,
     PRODUCER_IN_FLIGHT_MAX,
     RECORDS_PER_APPEND_MAX,
@@ -222,7 +226,8 @@ class Producer:
         self._max_block_s = max_block_ms / 1000
         self._changed = threading.Condition()
         self._open: dict[tuple[str, int], deque[_Batch]] = {}  # Oldest first; only the last one fills.
-        self._in_flight: set[tuple[str, int]] = set()
+        self._in_flight: set[tuple[str, int]] = set()  # Partitions with a batch in a call in flight.
+        self._calls_in_flight = 0
         self._acknowledged_now: dict[tuple[str, int], Future[BatchMetadata]] = {}  # acks="none".
         self._pending_bytes = 0  # Cost of every record and batch not yet resolved.
         self._pending_records = 0
@@ -401,12 +406,13 @@ class Producer:
     def _run(self) -> None:
         with self._changed:
             while not (self._closed and not self._open):
-                ready, wait_s = self._ready_batches(time.monotonic())
-                for key in ready:
-                    self._in_flight.add(key)
-                    # No local name for the batch: this thread would keep its records alive while waiting.
-                    self._pool.submit(self._ship, key, self._take_oldest(key))
-                if ready:
+                calls, wait_s = self._ready_calls(time.monotonic())
+                for keys in calls:
+                    self._in_flight.update(keys)
+                    self._calls_in_flight += 1
+                    # No local name for the batches: this thread would keep their records alive while waiting.
+                    self._pool.submit(self._ship, [(key, self._take_oldest(key)) for key in keys])
+                if calls:
                     self._changed.notify_all()  # Senders blocked on a full batch may open a new one.
                 self._changed.wait(timeout=wait_s)
 
@@ -418,43 +424,71 @@ class Producer:
             del self._open[key]
         return batch
 
-    def _ready_batches(self, now: float) -> tuple[list[tuple[str, int]], float | None]:
-        """Partitions whose batch should go now, and how long until the next one is due."""
-        ready: list[tuple[str, int]] = []
-        next_due: float | None = None
+    def _ready_calls(self, now: float) -> tuple[list[list[tuple[str, int]]], float | None]:
+        """The calls to send now, each a list of partitions (one batch each), and how long until the
+        next batch is due. Once one partition's batch is due (full, lingered, or flushing), every
+        partition with a batch and none in flight joins, in calls of at most PRODUCE_MANY_REQUESTS_MAX
+        batches and CLIENT_PRODUCE_MANY_BYTES_MAX bytes, up to `max_in_flight` calls in flight."""
+        idle = [key for key in self._open if key not in self._in_flight]
         hurry = self._flushing or self._blocked or self._closed
-        for key, queue in self._open.items():
-            if key in self._in_flight or len(self._in_flight) + len(ready) >= self._max_in_flight:
-                continue
-            batch = queue[0]
-            due = batch.opened + self._linger_s
-            sealed = len(queue) > 1 or batch.size_bytes >= self._batch_bytes
-            if hurry or sealed or due <= now:
-                ready.append(key)
-            else:
-                next_due = due - now if next_due is None else min(next_due, due - now)
-        return ready, next_due
+        next_due: float | None = None
+        due_now = bool(hurry)
+        for key in idle if not due_now else ():
+            queue = self._open[key]
+            due = queue[0].opened + self._linger_s
+            if len(queue) > 1 or queue[0].size_bytes >= self._batch_bytes or due <= now:
+                due_now = True
+                break
+            next_due = due - now if next_due is None else min(next_due, due - now)
+        calls: list[list[tuple[str, int]]] = []
+        if not idle or not due_now or self._calls_in_flight >= self._max_in_flight:
+            return calls, next_due
+        call: list[tuple[str, int]] = []
+        call_bytes = 0
+        for key in idle:
+            size = self._open[key][0].size_bytes
+            if call and (
+                len(call) >= PRODUCE_MANY_REQUESTS_MAX or call_bytes + size > CLIENT_PRODUCE_MANY_BYTES_MAX
+            ):
+                calls.append(call)
+                if self._calls_in_flight + len(calls) >= self._max_in_flight:
+                    return calls, None  # The rest go when a call returns (it notifies).
+                call, call_bytes = [], 0
+            call.append(key)
+            call_bytes += size
+        calls.append(call)
+        return calls, None
 
-    def _ship(self, key: tuple[str, int], batch: _Batch) -> None:
-        """Sends one batch and resolves its Future (so every record of it) with the outcome."""
-        topic, partition = key
-        count = batch.records.record_count
+    def _ship(self, items: list[tuple[tuple[str, int], _Batch]]) -> None:
+        """Sends one call's batches and resolves each batch's Future (so every record of it) with its
+        own outcome."""
         try:
-            metadata = self._client.produce_batch(topic, partition, batch.records, self._compression)
-            if len(metadata) != count:
-                raise KqClientError(f"{len(metadata)} offsets returned for {count} records")
+            sources = [(topic, partition, batch.records) for (topic, partition), batch in items]
+            outcomes: Sequence[ProducedBatch | Exception] = self._client.produce_batches(
+                sources, self._compression
+            )
         except Exception as error:  # Whatever went wrong must reach every record, or callers hang.
-            batch.future.set_exception(error)
-            if self._acks == "none":
-                logger.warning("fire-and-forget batch to %s/%d failed: %s", topic, partition, error)
-        else:
-            batch.future.set_result(BatchMetadata.of(metadata))
+            outcomes = [error] * len(items)
+        try:
+            for ((topic, partition), batch), outcome in zip(items, outcomes, strict=True):
+                count = batch.records.record_count
+                result = outcome
+                if not isinstance(result, Exception) and len(result) != count:
+                    result = KqClientError(f"{len(result)} offsets returned for {count} records")
+                if isinstance(result, Exception):
+                    batch.future.set_exception(result)
+                    if self._acks == "none":
+                        logger.warning("fire-and-forget batch to %s/%d failed: %s", topic, partition, result)
+                else:
+                    batch.future.set_result(BatchMetadata.of(result))
         finally:
             with self._changed:
-                self._in_flight.discard(key)
-                self._pending_bytes -= batch.cost_bytes
-                self._pending_records -= count
-                batch.records.clear()  # No longer charged, so no longer held, whoever still refers to it.
+                self._calls_in_flight -= 1
+                for key, batch in items:
+                    self._in_flight.discard(key)
+                    self._pending_bytes -= batch.cost_bytes
+                    self._pending_records -= batch.records.record_count
+                    batch.records.clear()  # No longer charged, so no longer held, whoever still refers to it.
                 self._changed.notify_all()
 
 

@@ -59,6 +59,11 @@ class BrokerStub:
                 request_serializer=kq_dot_proto_dot_kq__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=kq_dot_proto_dot_kq__pb2.ProduceResponse.FromString,
                 _registered_method=True)
+        self.ProduceMany = channel.unary_unary(
+                '/kq.v1.Broker/ProduceMany',
+                request_serializer=kq_dot_proto_dot_kq__pb2.ProduceManyRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ProduceManyResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/kq.v1.Broker/Fetch',
                 request_serializer=kq_dot_proto_dot_kq__pb2.FetchRequest.SerializeToString,
@@ -229,6 +234,12 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Produce(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceMany(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -430,6 +441,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Produce,
                     request_deserializer=kq_dot_proto_dot_kq__pb2.ProduceRequest.FromString,
                     response_serializer=kq_dot_proto_dot_kq__pb2.ProduceResponse.SerializeToString,
+            ),
+            'ProduceMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProduceMany,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ProduceManyRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ProduceManyResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
@@ -707,6 +723,33 @@ class Broker:
             '/kq.v1.Broker/Produce',
             kq_dot_proto_dot_kq__pb2.ProduceRequest.SerializeToString,
             kq_dot_proto_dot_kq__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/ProduceMany',
+            kq_dot_proto_dot_kq__pb2.ProduceManyRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ProduceManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,7 @@ class BrokerStub:
     ListTopics: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListTopicsRequest, _kq_pb2.ListTopicsResponse]
     DescribeTopic: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DescribeTopicRequest, _kq_pb2.DescribeTopicResponse]
     Produce: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]
+    ProduceMany: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ProduceManyRequest, _kq_pb2.ProduceManyResponse]
     Fetch: _grpc.UnaryUnaryMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]
     FetchStream: _grpc.UnaryStreamMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]
     """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
@@ -78,6 +79,7 @@ class BrokerAsyncStub(BrokerStub):
     ListTopics: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListTopicsRequest, _kq_pb2.ListTopicsResponse]  # type: ignore[assignment]
     DescribeTopic: _aio.UnaryUnaryMultiCallable[_kq_pb2.DescribeTopicRequest, _kq_pb2.DescribeTopicResponse]  # type: ignore[assignment]
     Produce: _aio.UnaryUnaryMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]  # type: ignore[assignment]
+    ProduceMany: _aio.UnaryUnaryMultiCallable[_kq_pb2.ProduceManyRequest, _kq_pb2.ProduceManyResponse]  # type: ignore[assignment]
     Fetch: _aio.UnaryUnaryMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]  # type: ignore[assignment]
     FetchStream: _aio.UnaryStreamMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]  # type: ignore[assignment]
     """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
@@ -143,6 +145,13 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.ProduceRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.ProduceResponse, _abc.Awaitable[_kq_pb2.ProduceResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ProduceMany(
+        self,
+        request: _kq_pb2.ProduceManyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.ProduceManyResponse, _abc.Awaitable[_kq_pb2.ProduceManyResponse]]: ...
 
     @_abc_1.abstractmethod
     def Fetch(

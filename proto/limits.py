@@ -23,6 +23,9 @@ ARRAY_RUN_PROBE_MAX = 4096
 ARRAY_RUN_BACKOFF_MIN = 16
 ARRAY_RUN_BACKOFF_MAX = 1024
 APPEND_BYTES_MAX = 3 * 1024 * 1024  # One produce request's record batch, and its records once expanded.
+# Produce requests in one ProduceMany call (Kafka's Produce names many partitions too); the call's
+# whole size is bounded by GRPC_MESSAGE_BYTES_MAX, each request's records by APPEND_BYTES_MAX.
+PRODUCE_MANY_REQUESTS_MAX = 1_000
 # Blocks of one xerial-framed snappy batch (snappy-java writes 32 KiB blocks: ~100 for a full batch).
 # Each costs a step of a Python loop, so a stream of empty blocks cannot make a check slow.
 SNAPPY_XERIAL_BLOCKS_MAX = 4_096
@@ -98,12 +101,15 @@ CLIENT_RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal 
 CLIENT_RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
 CLIENT_STATUS_TIMEOUT_S = 2.0  # One ClusterStatus call to each bootstrap node.
 CLIENT_REQUEST_BYTES_MAX = 2 * 1024 * 1024  # A produce request's records: room below APPEND_BYTES_MAX.
+# Records of one ProduceMany call the client sends (the Producer, the Spark sink): under
+# GRPC_MESSAGE_BYTES_MAX with room for the envelope; a batch alone may still be CLIENT_REQUEST_BYTES_MAX.
+CLIENT_PRODUCE_MANY_BYTES_MAX = 4 * 1024 * 1024
 CLIENT_CHANNELS_MAX = 64  # Channels kept open; beyond it the least recently used non-bootstrap one closes.
 CLIENT_TOPICS_CACHED_MAX = TOPICS_MAX  # Partition counts remembered; the oldest is forgotten beyond it.
 # Partitions an idempotent producer id keeps sequences for; one more starts a new producer id.
 CLIENT_PRODUCER_PARTITIONS_MAX = 100_000
 CLIENT_PARTITION_LOCKS = 1_024  # Lock stripes serializing one in-flight produce request per partition.
-PRODUCER_IN_FLIGHT_MAX = 64  # Partitions a Producer sends to concurrently (its max_in_flight).
+PRODUCER_IN_FLIGHT_MAX = 64  # ProduceMany calls a Producer has in flight at once (its max_in_flight).
 PRODUCER_ACKED_PARTITIONS_MAX = 10_000  # acks="none": partitions whose shared resolved future is kept.
 GROUP_JOIN_ATTEMPTS_MAX = 10  # JoinGroup calls one rejoin of a GroupConsumer makes before giving up.
 
@@ -129,7 +135,7 @@ SPARK_WRITE_RETRY_TIMEOUT_S = 30.0  # A sink task's retries of one produce (a le
 SPARK_WRITE_RPC_TIMEOUT_S = 10.0  # One produce request of a sink task.
 # A sink task's produce request: its records' bytes at most (with 512 KiB a write was ~15 % slower).
 SPARK_WRITE_BATCH_BYTES = 1024 * 1024
-SPARK_WRITE_IN_FLIGHT = 4  # A sink task's produce requests in flight (one per partition at a time).
+SPARK_WRITE_IN_FLIGHT = 4  # A sink task's ProduceMany calls in flight (a partition in one at a time).
 SPARK_WRITE_OPEN_BYTES_MAX = 16 * 1024 * 1024  # A sink task's requests being filled, in all.
 # An Arrow batch of at least this many rows (to one topic) is encoded as arrays (spark/encoding.py);
 # smaller ones go row by row and fill requests across batches (a stream's small micro-batches).

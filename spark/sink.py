@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,9 +39,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
-from kq.client import KqClient, ProducedBatch, TopicNotFoundError
+from kq.client import KqClient, KqClientError, ProducedBatch, TopicNotFoundError
 from kq.client.partitioner import partition_for_key
 from kq.proto.limits import (
+    CLIENT_PRODUCE_MANY_BYTES_MAX,
+    PRODUCE_MANY_REQUESTS_MAX,
     RECORD_BYTES_MAX,
     RECORDS_PER_APPEND_MAX,
     SPARK_WRITE_ARRAYS_ROWS_MIN,
@@ -201,8 +203,9 @@ def write_rows(options: SinkOptions, columns: Columns, batches: Iterator[pa.Reco
 
     Rows are encoded into one RecordBatch per topic-partition (`_Encoder`), each sent once it holds
     SPARK_WRITE_BATCH_BYTES or RECORDS_PER_APPEND_MAX records (or the task's rows end) while the
-    encoder goes on; a partition has one request in flight at a time (so its rows stay in order), and
-    up to SPARK_WRITE_IN_FLIGHT partitions' requests are in flight together."""
+    encoder goes on; the pieces ready together go as one ProduceMany call (`_Sender`), a partition
+    has one piece in flight at a time (so its rows stay in order), and up to SPARK_WRITE_IN_FLIGHT
+    calls are in flight together."""
     fail_after = options.fail_after_rows if options.fail_after_rows and _first_attempt() else 0
     rows = 0
     started = time.monotonic()
@@ -217,16 +220,13 @@ def write_rows(options: SinkOptions, columns: Columns, batches: Iterator[pa.Reco
         sender = _Sender(client, pool)
         encoder = _Encoder(client, options, columns)
         for batch in batches:
-            for piece in encoder.encode(batch, rows, sender):
-                sender.submit(piece)
+            sender.submit(encoder.encode(batch, rows, sender))
             rows += batch.num_rows
             if fail_after and rows >= fail_after:
-                for piece in encoder.flush():
-                    sender.submit(piece)
+                sender.submit(encoder.flush())
                 sender.settle_all()
                 raise KqSinkError(f"kq sink: kq.debug.failAfterRows: failing this attempt after {rows} rows")
-        for piece in encoder.flush():
-            sender.submit(piece)
+        sender.submit(encoder.flush())
         sender.settle_all()
     logger.info("kq sink: task wrote %d rows in %.1f s", rows, time.monotonic() - started)
     return KqCommitMessage(rows, dict(sender.by_topic))
@@ -244,12 +244,15 @@ class _Piece:
 
 
 class _Sender:
-    """Sends pieces on the pool, one in flight per partition, and counts what was acknowledged."""
+    """Sends pieces as ProduceMany calls on the pool (`KqClient.produce_batches`: one call carries a
+    piece of each partition an Arrow batch's rows went to), a partition's pieces one at a time (so
+    its rows stay in order), at most SPARK_WRITE_IN_FLIGHT calls at once; counts what was acknowledged."""
 
     def __init__(self, client: KqClient, pool: ThreadPoolExecutor) -> None:
         self._client = client
         self._pool = pool
-        self._in_flight: dict[tuple[str, int], tuple[_Piece, Future[ProducedBatch]]] = {}
+        self._calls: deque[_Call] = deque()  # In flight, oldest first.
+        self._in_flight: dict[tuple[str, int], _Call] = {}  # Each partition's call in flight.
         self.by_topic: Counter[str] = Counter()
 
     @property
@@ -257,29 +260,82 @@ class _Sender:
         """Rows acknowledged so far."""
         return sum(self.by_topic.values())
 
-    def submit(self, piece: _Piece) -> None:
-        """Sends `piece` once its partition's previous request is answered (raising if that failed)."""
-        key = (piece.topic, piece.partition)
-        previous = self._in_flight.pop(key, None)
-        if previous is not None:
-            self._settle(*previous)
-        self._in_flight[key] = (piece, self._pool.submit(self._client.produce_batch, *key, piece.builder))
+    def submit(self, pieces: Sequence[_Piece]) -> None:
+        """Sends `pieces` (in order) in as few calls as the limits allow, each once the calls before it
+        holding one of its partitions are answered (raising if one of those failed)."""
+        for call in _calls_of(pieces):
+            for piece in call:
+                earlier = self._in_flight.get((piece.topic, piece.partition))
+                if earlier is not None:
+                    self._settle_through(earlier)
+            if len(self._calls) >= SPARK_WRITE_IN_FLIGHT:
+                self._settle_through(self._calls[0])
+            sources = [(piece.topic, piece.partition, piece.builder) for piece in call]
+            sent = _Call(call, self._pool.submit(self._client.produce_batches, sources))
+            self._calls.append(sent)
+            for piece in call:
+                self._in_flight[(piece.topic, piece.partition)] = sent
 
     def settle_all(self) -> None:
-        """Waits for every request in flight; raises for the first that failed."""
-        while self._in_flight:
-            self._settle(*self._in_flight.pop(next(iter(self._in_flight))))
+        """Waits for every call in flight; raises for the first piece that failed."""
+        if self._calls:
+            self._settle_through(self._calls[-1])
 
-    def _settle(self, piece: _Piece, future: Future[ProducedBatch]) -> None:
-        error = future.exception()
-        if error is not None:
-            raise KqSinkError(
-                f"kq sink: row {piece.rows[0]} of this task (topic {piece.topic!r}, partition "
-                f"{piece.partition}) was not written, with {len(piece.rows) - 1} rows after it: "
-                f"{type(error).__name__}: {error} "
-                f"({self.acknowledged} rows acknowledged before them)"
-            ) from error
-        self.by_topic[piece.topic] += len(piece.rows)
+    def _settle_through(self, last: _Call) -> None:
+        """Waits for the calls in flight up to and including `last`, oldest first."""
+        while self._calls:
+            call = self._calls.popleft()
+            for piece in call.pieces:
+                self._in_flight.pop((piece.topic, piece.partition), None)
+            self._settle(call)
+            if call is last:
+                return
+
+    def _settle(self, call: _Call) -> None:
+        error = call.future.exception()
+        outcomes = [error] * len(call.pieces) if error is not None else call.future.result()
+        for piece, outcome in zip(call.pieces, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                raise KqSinkError(
+                    f"kq sink: row {piece.rows[0]} of this task (topic {piece.topic!r}, partition "
+                    f"{piece.partition}) was not written, with {len(piece.rows) - 1} rows after it: "
+                    f"{type(outcome).__name__}: {outcome} "
+                    f"({self.acknowledged} rows acknowledged before them)"
+                ) from outcome
+            self.by_topic[piece.topic] += len(piece.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One ProduceMany call in flight: its pieces, and each one's outcome when it is answered."""
+
+    pieces: list[_Piece]
+    future: Future[list[ProducedBatch | KqClientError]]
+
+
+def _calls_of(pieces: Sequence[_Piece]) -> list[list[_Piece]]:
+    """`pieces` cut, in order, into calls of distinct partitions within PRODUCE_MANY_REQUESTS_MAX
+    pieces and CLIENT_PRODUCE_MANY_BYTES_MAX bytes (a piece of a partition already in the call starts
+    the next one)."""
+    calls: list[list[_Piece]] = []
+    call: list[_Piece] = []
+    keys: set[tuple[str, int]] = set()
+    size = 0
+    for piece in pieces:
+        key = (piece.topic, piece.partition)
+        if call and (
+            key in keys
+            or len(call) >= PRODUCE_MANY_REQUESTS_MAX
+            or size + piece.size > CLIENT_PRODUCE_MANY_BYTES_MAX
+        ):
+            calls.append(call)
+            call, keys, size = [], set(), 0
+        call.append(piece)
+        keys.add(key)
+        size += piece.size
+    if call:
+        calls.append(call)
+    return calls
 
 
 class _Encoder:

@@ -6,7 +6,8 @@ import grpc
 import pytest
 
 from kq.proto import kq_pb2
-from kq.proto.limits import PARTITIONS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
+from kq.proto.errors import ERROR_CODE_METADATA_KEY, LEADER_METADATA_KEY, ErrorCode, metadata_value
+from kq.proto.limits import PARTITIONS_MAX, PRODUCE_MANY_REQUESTS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
 from tests.broker.conftest import Edge, expect, produce, status_of
 from tests.raft.helpers import batch
 
@@ -106,3 +107,62 @@ def test_long_poll_returns_when_a_record_arrives(edge: Edge) -> None:
     future = edge.stub.Fetch.future(kq_pb2.FetchRequest(topic="t", partition=1, offset=0, wait_ms=10_000))
     edge.stub.Produce(produce("t", 1, b"late"))
     assert [r.value for r in future.result(timeout=10).records] == [b"late"]
+
+
+def test_produce_many_answers_each_request_as_its_own_produce_would(edge: Edge) -> None:
+    """One ProduceMany call: each request gets the result its own Produce call gets (the record
+    stored, or the same error code), in order; a refused one costs the others nothing."""
+    bad_batch = kq_pb2.ProduceRequest(topic="t", partition=1, records=batch(b"v")[:-1])
+    requests = [
+        produce("t", 0, b"a", b"b"),
+        produce("missing", 0, b"v"),
+        bad_batch,
+        produce("t", 5, b"v"),
+        kq_pb2.ProduceRequest(topic="t", records=batch(b"v")),  # No partition.
+        produce("u", 0, b"c"),
+    ]
+    edge.stub.CreateTopic(kq_pb2.CreateTopicRequest(name="u", partitions=1))
+    alone = []
+    for request in requests[1:5]:
+        with pytest.raises(grpc.RpcError) as caught:
+            edge.stub.Produce(request)
+        alone.append(int(metadata_value(caught.value.trailing_metadata(), ERROR_CODE_METADATA_KEY) or 0))
+    before = edge.store.dump()
+    response = edge.stub.ProduceMany(kq_pb2.ProduceManyRequest(requests=requests))
+    codes = [result.error_code for result in response.results]
+    assert codes == [ErrorCode.OK, *alone, ErrorCode.OK]
+    assert alone == [
+        ErrorCode.UNKNOWN_TOPIC,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.UNKNOWN_PARTITION,
+        ErrorCode.INVALID_REQUEST,
+    ]
+    assert all(result.message for result in response.results[1:5])
+    first, last = response.results[0].response, response.results[5].response
+    assert (first.partition, first.base_offset, last.partition, last.base_offset) == (0, 3, 0, 0)
+    assert edge.store.dump() != before
+    read = edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=0, offset=3))
+    assert [record.value for record in read.records] == [b"a", b"b"]
+    assert [r.value for r in edge.stub.Fetch(kq_pb2.FetchRequest(topic="u", partition=0)).records] == [b"c"]
+    assert not edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=1)).records
+
+
+def test_produce_many_refuses_a_call_it_cannot_take_whole(edge: Edge) -> None:
+    """Too many requests, a partition named twice, a follower: the call fails as a whole (a follower
+    names the leader), nothing is proposed; an empty call is answered empty."""
+    before, proposals = edge.store.dump(), edge.consensus.proposals
+    too_many = [produce("t", 0, b"v")] * (PRODUCE_MANY_REQUESTS_MAX + 1)
+    for requests in (too_many, [produce("t", 0, b"v"), produce("t", 1, b"v"), produce("t", 0, b"w")]):
+        details = expect(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            edge.stub.ProduceMany,
+            kq_pb2.ProduceManyRequest(requests=requests),
+        )
+        assert "partition 0" in details or str(PRODUCE_MANY_REQUESTS_MAX) in details
+    assert not edge.stub.ProduceMany(kq_pb2.ProduceManyRequest()).results
+    edge.consensus.leader, edge.consensus.leader_address = False, "127.0.0.1:9999"
+    with pytest.raises(grpc.RpcError) as caught:
+        edge.stub.ProduceMany(kq_pb2.ProduceManyRequest(requests=[produce("t", 0, b"v")]))
+    assert status_of(caught.value) == grpc.StatusCode.FAILED_PRECONDITION
+    assert metadata_value(caught.value.trailing_metadata(), LEADER_METADATA_KEY) == "127.0.0.1:9999"
+    assert edge.store.dump() == before and edge.consensus.proposals == proposals

@@ -10,9 +10,18 @@ import pytest
 
 import kq.client.client
 import kq.client.connection
-from kq.client import GroupConsumer, KqClient, NotCommittedError, Producer, ProducerRecord
+from kq.client import (
+    GroupConsumer,
+    KqClient,
+    NotCommittedError,
+    ProducedBatch,
+    Producer,
+    ProducerRecord,
+    TopicNotFoundError,
+)
 from kq.proto import kq_pb2
-from kq.proto.records import parse_batch, read_header
+from kq.proto.errors import ErrorCode
+from kq.proto.records import BatchBuilder, NewRecord, parse_batch, read_header
 
 
 class FakeConnections:
@@ -20,6 +29,7 @@ class FakeConnections:
 
     bootstrap = ("fake:1",)
     rpc_timeout_s = 1.0
+    retry_timeout_s = 1.0
 
     def __init__(self) -> None:
         self.producer_ids = 0
@@ -27,9 +37,14 @@ class FakeConnections:
         self.hold: dict[int, threading.Event] = {}  # Partition -> released when set.
         self.entered: dict[int, threading.Event] = {}
         self.fail: set[int] = set()
+        self.scripted: dict[int, list[ErrorCode]] = {}  # Partition -> codes its next requests get.
+        self.calls: list[list[int]] = []  # The partitions of each ProduceMany call.
         self._lock = threading.Lock()
 
     def write(self, method: str, request: Any) -> Any:
+        if method == "ProduceMany":
+            self.calls.append([item.partition for item in request.requests])
+            return kq_pb2.ProduceManyResponse(results=[self._produce_one(item) for item in request.requests])
         if method == "RegisterProducer":
             with self._lock:
                 self.producer_ids += 1
@@ -46,6 +61,16 @@ class FakeConnections:
         with self._lock:
             self.produced.append((partition, header.producer_id, header.base_sequence))
         return kq_pb2.ProduceResponse(partition=partition, base_offset=0, index=1)
+
+    def _produce_one(self, request: kq_pb2.ProduceRequest) -> kq_pb2.ProduceResult:
+        script = self.scripted.get(request.partition)
+        if script:
+            code = script.pop(0)
+            return kq_pb2.ProduceResult(error_code=code, message=f"scripted {code.name}")
+        try:
+            return kq_pb2.ProduceResult(response=self.write("Produce", request))
+        except NotCommittedError as error:
+            return kq_pb2.ProduceResult(error_code=ErrorCode.NOT_COMMITTED, message=str(error))
 
     def close(self) -> None:
         pass
@@ -188,3 +213,39 @@ def test_constructors_start_no_thread() -> None:
     assert threading.active_count() > before  # The sender started with the first send.
     producer.close()
     consumer.close()
+
+
+def one_record(value: bytes) -> BatchBuilder:
+    builder = BatchBuilder()
+    builder.append(NewRecord(None, value))
+    return builder
+
+
+def test_produce_batches_retries_alone_what_failed_retriably_with_the_same_sequence() -> None:
+    """One call, four partitions: a QUEUE_FULL one is sent again alone with its sequence (and then
+    written); an unknown topic's is refused, not retried, its sequence kept; one whose outcome stays
+    unknown (NOT_COMMITTED until the retry timeout) gives up the producer id. Outcomes keep their order."""
+    client, fake = fake_client()
+    client.send("t", b"warm", partition=0)  # Producer id 1; partition 0 at sequence 1.
+    fake.scripted = {
+        1: [ErrorCode.QUEUE_FULL],
+        2: [ErrorCode.UNKNOWN_TOPIC],
+        3: [ErrorCode.NOT_COMMITTED] * 100,
+    }
+    outcomes = client.produce_batches([("t", p, one_record(b"%d" % p)) for p in range(4)])
+    assert isinstance(outcomes[0], ProducedBatch) and isinstance(outcomes[1], ProducedBatch)
+    assert isinstance(outcomes[2], TopicNotFoundError) and isinstance(outcomes[3], NotCommittedError)
+    assert fake.calls[0] == [0, 1, 2, 3] and fake.calls[1] == [1, 3]
+    assert all(call == [3] for call in fake.calls[2:])  # Only the unknown outcome kept being retried.
+    assert fake.produced[1:] == [(0, 1, 1), (1, 1, 0)]  # Partition 1 sent again with sequence 0.
+    assert client._producer_id == 0  # Given up: partition 3's outcome is unknown.
+    client.send("t", b"next", partition=2)
+    assert fake.produced[-1] == (2, 2, 0)
+
+
+def test_produce_batches_names_each_partition_once() -> None:
+    """Two batches for one partition in one call would race each other: refused before sending."""
+    client, fake = fake_client()
+    with pytest.raises(ValueError, match="once"):
+        client.produce_batches([("t", 0, one_record(b"a")), ("t", 0, one_record(b"b"))])
+    assert not fake.calls and not fake.produced

@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 import time
 import tracemalloc
+from collections.abc import Sequence
 
 import pytest
 
-from kq.client import KqClient, Producer, RecordMetadata, UnavailableError
+from kq.client import InvalidRequestError, KqClient, KqClientError, Producer, RecordMetadata, UnavailableError
 from kq.client.producer import (
     BATCH_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
@@ -39,6 +40,9 @@ class FakeClient(KqClient):
         self.peak_per_partition = 0
         self.next_offset: dict[tuple[str, int], int] = {}
         self.attempts = 0
+        self.calls: list[list[int]] = []  # The partitions of each produce_batches call, in call order.
+        self.calls_in_flight = 0
+        self.peak_calls = 0
 
     def _choose_partition(self, topic: str, record: ProducerRecord) -> int:
         return record.partition or 0
@@ -61,6 +65,25 @@ class FakeClient(KqClient):
             base = self.next_offset.get((topic, partition), 0)
             self.next_offset[(topic, partition)] = base + len(records)
         return ProducedBatch(topic, partition, base, len(records), False, 0)
+
+    def produce_batches(
+        self, batches: Sequence[tuple[str, int, BatchSource]], compression: str | None = None
+    ) -> list[ProducedBatch | KqClientError]:
+        with self.lock:
+            self.calls.append([partition for _, partition, _ in batches])
+            self.calls_in_flight += 1
+            self.peak_calls = max(self.peak_calls, self.calls_in_flight)
+        outcomes: list[ProducedBatch | KqClientError] = []
+        try:
+            for topic, partition, batch in batches:
+                try:
+                    outcomes.append(self.produce_batch(topic, partition, batch, compression))
+                except KqClientError as error:
+                    outcomes.append(error)
+        finally:
+            with self.lock:
+                self.calls_in_flight -= 1
+        return outcomes
 
 
 def values_sent(fake: FakeClient, partition: int) -> list[bytes | None]:
@@ -95,19 +118,64 @@ def test_linger_holds_a_partial_batch_until_flush() -> None:
     producer.close()
 
 
-def test_one_request_per_partition_and_max_in_flight_overall() -> None:
-    """Requests are concurrent across partitions up to max_in_flight, never within one partition."""
+def test_one_batch_per_partition_in_flight_and_max_in_flight_calls() -> None:
+    """Calls are concurrent up to max_in_flight; a partition never has two batches in flight."""
     fake = FakeClient()
     fake.release.clear()
     producer = Producer(fake, linger_ms=0, max_in_flight=3)
+    for partition in range(3):  # One call each: the sender takes what is there when it wakes.
+        producer.send("t", b"v", partition=partition)
+        calls = partition + 1
+        wait_for(lambda: fake.calls_in_flight == calls, "one more call", WAIT_S, poll_s=0.005)  # noqa: B023
     for i in range(200):
         producer.send("t", b"v", partition=i % 6)
-    wait_for(lambda: sum(fake.in_flight.values()) == 3, "three requests in flight", WAIT_S, poll_s=0.005)
+    time.sleep(0.05)
+    assert fake.calls_in_flight == 3  # The rest wait for a call to return.
     fake.release.set()
     producer.flush()
-    assert fake.peak_in_flight == 3 and fake.peak_per_partition == 1
-    assert sum(len(records) for _, _, records in fake.requests) == 200
+    assert fake.peak_calls == 3 and fake.peak_per_partition == 1
+    assert sum(len(records) for _, _, records in fake.requests) == 203
     producer.close()
+
+
+def test_a_due_batch_takes_every_partitions_batch_along() -> None:
+    """Once one partition's batch is due, the others' batches go in the same call (Kafka drains a
+    node alike): one call for six partitions, however far each is from its linger."""
+    fake = FakeClient()
+    record_bytes = record_size_max(NewRecord(None, b"x" * 90))
+    producer = Producer(fake, linger_ms=60_000, batch_size=10 * record_bytes)
+    for partition in range(1, 6):
+        producer.send("t", b"x" * 90, partition=partition)
+    for _ in range(10):  # Partition 0's batch fills: it is due, and takes the five others along.
+        producer.send("t", b"x" * 90, partition=0)
+    wait_for(lambda: len(fake.calls) == 1, "one call", WAIT_S, poll_s=0.005)
+    assert sorted(fake.calls[0]) == [0, 1, 2, 3, 4, 5]
+    producer.flush()
+    assert len(fake.calls) == 1
+    producer.close()
+
+
+def test_one_failed_batch_of_a_call_fails_only_its_own_futures() -> None:
+    """Each batch of a call has its own outcome: a refused partition fails its records alone."""
+
+    class OnePartitionRefused(FakeClient):
+        def produce_batch(
+            self, topic: str, partition: int, batch: BatchSource, compression: str | None = None
+        ) -> ProducedBatch:
+            if partition == 1:
+                raise InvalidRequestError("refused")
+            return super().produce_batch(topic, partition, batch, compression)
+
+    fake = OnePartitionRefused()
+    with Producer(fake, linger_ms=50) as producer:
+        futures = [producer.send("t", b"v", partition=i % 3) for i in range(30)]
+        producer.flush()
+    assert len(fake.calls) == 1
+    for i, future in enumerate(futures):
+        if i % 3 == 1:
+            assert isinstance(future.exception(), InvalidRequestError)
+        else:
+            assert future.result().offset == i // 3
 
 
 def test_a_failed_request_fails_its_futures() -> None:

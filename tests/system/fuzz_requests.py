@@ -14,8 +14,9 @@ from typing import Any
 from google.protobuf.message import Message
 
 from kq.proto import kq_pb2
+from kq.proto.limits import PRODUCE_MANY_REQUESTS_MAX
 from tests.system.fuzz_batches import batch_case
-from tests.system.fuzz_valid import FUZZ_TOPICS, VALID, swap_one_field
+from tests.system.fuzz_valid import FUZZ_TOPICS, VALID, swap_one_field, valid_produce
 from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile
 from tests.system.fuzz_wire import (
     UNKNOWN_FIELD,
@@ -47,6 +48,7 @@ RPCS: dict[str, RpcSpec] = {
     "ListTopics": RpcSpec(kq_pb2.ListTopicsRequest, kq_pb2.ListTopicsResponse, False),
     "DescribeTopic": RpcSpec(kq_pb2.DescribeTopicRequest, kq_pb2.DescribeTopicResponse, False),
     "Produce": RpcSpec(kq_pb2.ProduceRequest, kq_pb2.ProduceResponse, True),
+    "ProduceMany": RpcSpec(kq_pb2.ProduceManyRequest, kq_pb2.ProduceManyResponse, True),
     "Fetch": RpcSpec(kq_pb2.FetchRequest, kq_pb2.FetchResponse, False),
     "FetchStream": RpcSpec(kq_pb2.FetchRequest, kq_pb2.FetchResponse, False, streams=True),
     "ListOffsets": RpcSpec(kq_pb2.ListOffsetsRequest, kq_pb2.ListOffsetsResponse, False),
@@ -130,12 +132,23 @@ def _delete_topic(h: Hostile) -> Message:
     return kq_pb2.DeleteTopicRequest(name=h.rng.choice(FUZZ_TOPICS) if kept else name)
 
 
-def _produce(h: Hostile) -> Message:
+def _produce(h: Hostile) -> kq_pb2.ProduceRequest:
     batch = batch_case(h.rng, large=h.huge(), producer=h.producer())
     request = kq_pb2.ProduceRequest(topic=h.topic(), records=batch.records)
     if h.chance(0.9):
         request.partition = h.partition()
     return request
+
+
+def _produce_many(h: Hostile) -> Message:
+    """Hostile produce requests in one call: none, a few (a partition maybe twice), or one past the
+    count limit."""
+    if h.chance(0.05):
+        return kq_pb2.ProduceManyRequest(
+            requests=[kq_pb2.ProduceRequest(topic="fz-a", partition=0)] * (PRODUCE_MANY_REQUESTS_MAX + 1)
+        )
+    count = h.rng.choice([0, 1, 2, 3, 4])
+    return kq_pb2.ProduceManyRequest(requests=[_produce(h) for _ in range(count)])
 
 
 def _fetch(h: Hostile) -> Message:
@@ -287,6 +300,7 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "ListTopics": lambda h: kq_pb2.ListTopicsRequest(min_index=_min_index(h)),
     "DescribeTopic": lambda h: kq_pb2.DescribeTopicRequest(name=h.topic(), min_index=_min_index(h)),
     "Produce": _produce,
+    "ProduceMany": _produce_many,
     "Fetch": _fetch,
     "FetchStream": _fetch,
     "ListOffsets": lambda h: kq_pb2.ListOffsetsRequest(topic=h.topic(), min_index=_min_index(h)),
@@ -383,9 +397,14 @@ class CaseGenerator:
             topic=self.rng.choice(["fz-a", "fz-b"]), partition=0, records=batch.records
         )
         label = f"topic={request.topic} partition=0 records: {batch.label}"
-        return Case(
-            "Produce", request.SerializeToString(), label, LEADER if self.rng.random() < 0.8 else self._node()
-        )
+        node = LEADER if self.rng.random() < 0.8 else self._node()
+        if self.rng.random() < 0.25:  # The same batch inside a ProduceMany call, beside a valid request.
+            other = "fz-b" if request.topic == "fz-a" else "fz-a"
+            beside = valid_produce(self.hostile)
+            beside.topic = other
+            many = kq_pb2.ProduceManyRequest(requests=[request, beside][:: self.rng.choice([1, -1])])
+            return Case("ProduceMany", many.SerializeToString(), f"ProduceMany of {label}", node)
+        return Case("Produce", request.SerializeToString(), label, node)
 
     def _raw_case(self, rpc: str) -> Case:
         kind = self.rng.random()

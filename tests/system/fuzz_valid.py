@@ -22,7 +22,7 @@ GROUPS = tuple(f"fz-g{number}" for number in range(4))
 FUZZ_TOPICS = tuple(f"fz-{number}" for number in range(40))  # Created and deleted by the fuzz cases.
 
 
-def _produce(h: Hostile) -> Message:
+def valid_produce(h: Hostile) -> kq_pb2.ProduceRequest:
     with h.known.lock:
         producer_ids = list(h.known.producer_ids)
     producer = NOT_IDEMPOTENT
@@ -36,6 +36,15 @@ def _produce(h: Hostile) -> Message:
     while not batch.label.startswith("valid"):
         batch = batch_case(h.rng, large=False, producer=producer)
     return kq_pb2.ProduceRequest(topic=h.rng.choice(["fz-a", "fz-b"]), partition=0, records=batch.records)
+
+
+def _produce_many(h: Hostile) -> Message:
+    """Valid produce requests to distinct partitions in one call."""
+    topics = h.rng.sample(["fz-a", "fz-b"], h.rng.choice([1, 2]))
+    requests = [valid_produce(h) for _ in topics]
+    for request, topic in zip(requests, topics, strict=True):
+        request.topic = topic
+    return kq_pb2.ProduceManyRequest(requests=requests)
 
 
 def _fetch(h: Hostile) -> Message:
@@ -114,7 +123,8 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
     "DeleteTopic": lambda h: kq_pb2.DeleteTopicRequest(name=h.rng.choice(FUZZ_TOPICS)),
     "ListTopics": lambda h: kq_pb2.ListTopicsRequest(),
     "DescribeTopic": lambda h: kq_pb2.DescribeTopicRequest(name=h.rng.choice(["fz-a", "fz-b"])),
-    "Produce": _produce,
+    "Produce": valid_produce,
+    "ProduceMany": _produce_many,
     "Fetch": _fetch,
     "FetchStream": _fetch,
     "ListOffsets": lambda h: kq_pb2.ListOffsetsRequest(topic=h.rng.choice(["fz-a", "fz-b"])),

@@ -14,11 +14,12 @@ import pytest
 from click.testing import CliRunner
 
 from kq.cli.main import kq
-from kq.client import AuthenticationError, KqClient, PermissionDeniedError, TlsConfig
+from kq.client import AuthenticationError, KqClient, PermissionDeniedError, ProducedBatch, TlsConfig
 from kq.client.security import acl
 from kq.deploy.cluster import LocalCluster
 from kq.proto import kq_pb2
 from kq.proto.errors import ERROR_CODE_METADATA_KEY, ErrorCode, metadata_value
+from kq.proto.records import BatchBuilder, NewRecord
 
 pytestmark = pytest.mark.system
 
@@ -156,6 +157,13 @@ def test_acls_grant_exactly_what_they_name_on_every_node(guarded: LocalCluster) 
         )
         with pytest.raises(PermissionDeniedError):
             alice.send("payroll", b"raise", partition=0)
+        # One ProduceMany call naming both topics: the refused one fails alone (Kafka answers per partition).
+        orders, payroll = BatchBuilder(), BatchBuilder()
+        orders.append(NewRecord(None, b"order-2"))
+        payroll.append(NewRecord(None, b"raise"))
+        both = alice.produce_batches([("orders.eu", 0, orders), ("payroll", 0, payroll)])
+        assert isinstance(both[0], ProducedBatch) and both[0].base_offset == sent.offset + 1
+        assert isinstance(both[1], PermissionDeniedError)
         with pytest.raises(PermissionDeniedError):
             alice.join_group("other", topics=["orders.eu"])
         with pytest.raises(PermissionDeniedError):
