@@ -205,34 +205,38 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         hand-off to a worker and back (two thread wake-ups, measured: bench/README.md, "Profiles").
         A larger one is checked on a worker, where its longer walk does not hold up the loop's calls.
         """
-        if len(request.records) <= PRODUCE_CHECK_ON_LOOP_BYTES_MAX:
-            append = self.prepared_append(request)
+        records = request.records  # Read once: each read of the field copies the batch.
+        if len(records) <= PRODUCE_CHECK_ON_LOOP_BYTES_MAX:
+            append = self.prepared_append(request, records)
         else:
-            append = await self._in_workers(self.prepared_append, request)
-        return self.produced(request, await self._batcher.append_async(append, PROPOSAL_TIMEOUT_S))
+            append = await self._in_workers(self.prepared_append, request, records)
+        outcome = await self._batcher.append_async(append, PROPOSAL_TIMEOUT_S)
+        return self.produced(request, outcome, records)
 
-    def prepared_append(self, request: kq_pb2.ProduceRequest) -> CheckedAppend:
-        """The checked append of a produce request, on the leader, for a partition that exists (gRPC
-        and Kafka produce both start here); raises KqError."""
-        append = checked_append(request)
+    def prepared_append(self, request: kq_pb2.ProduceRequest, records: bytes) -> CheckedAppend:
+        """The checked append of a produce request whose batch is `records`, on the leader, for a
+        partition that exists (gRPC and Kafka produce both start here); raises KqError."""
+        append = checked_append(request, records)
         self._require_leader()
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
             overrides = decode_overrides(reader.topic_configs(topic.topic_id))
         limit = applied_config(overrides).max_message_bytes
-        if len(request.records) > limit:  # Apply decides it too (the config may change meanwhile).
+        if len(records) > limit:  # Apply decides it too (the config may change meanwhile).
             raise InvalidArgumentError(
-                f"a record batch of {len(request.records)} bytes; the topic's max.message.bytes is {limit}",
+                f"a record batch of {len(records)} bytes; the topic's max.message.bytes is {limit}",
                 ErrorCode.MESSAGE_TOO_LARGE,
             )
         if effective(overrides, self._topic_defaults).compacts:
-            _check_keyed(request)
-        self._require_room(len(request.records))  # Last: a bad request is told what is wrong with it.
+            _check_keyed(request.topic, records)
+        self._require_room(len(records))  # Last: a bad request is told what is wrong with it.
         return append
 
     @staticmethod
-    def produced(request: kq_pb2.ProduceRequest, outcome: AppendOutcome) -> kq_pb2.ProduceResponse:
+    def produced(
+        request: kq_pb2.ProduceRequest, outcome: AppendOutcome, records: bytes
+    ) -> kq_pb2.ProduceResponse:
         """The answer to a committed produce request (gRPC and Kafka); raises KqError for a rejection."""
         if outcome.result.error == ErrorCode.INVALID_COMMAND:
             raise InvalidArgumentError(
@@ -242,7 +246,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         if error is not None:
             raise error
         if not outcome.result.duplicate:
-            count_produced(request.topic, read_header(request.records).record_count, len(request.records))
+            count_produced(request.topic, read_header(records).record_count, len(records))
         return kq_pb2.ProduceResponse(
             partition=request.partition,
             base_offset=outcome.result.base_offset,
@@ -558,16 +562,16 @@ def _stored_record(offset: int, record: WireRecord, log_append_time: bool) -> kq
     return message
 
 
-def _check_keyed(request: kq_pb2.ProduceRequest) -> None:
+def _check_keyed(topic: str, records: bytes) -> None:
     """Refuses a batch with a record without a key for a compacted topic, as Kafka does (its
     INVALID_RECORD): compaction keeps the newest record per key, so a keyless one would only be
     dropped later. An edge policy, not apply's: if the topic turns compacted between this check and
     the commit, compaction drops such records (README, "Topic configs, retention and compaction").
     The batch passed `checked_append`, so it decodes within the limits."""
-    for record in parse_batch(request.records):
+    for record in parse_batch(records):
         if record.key is None:
             raise InvalidArgumentError(
-                f"record {record.offset_delta} has no key: topic {request.topic} is compacted "
+                f"record {record.offset_delta} has no key: topic {topic} is compacted "
                 "(cleanup.policy=compact) and keeps records by key",
                 ErrorCode.INVALID_REQUEST,
             )

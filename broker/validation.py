@@ -67,7 +67,7 @@ class CheckedAppend:
     work: int
 
 
-def checked_append(request: kq_pb2.ProduceRequest) -> CheckedAppend:
+def checked_append(request: kq_pb2.ProduceRequest, records: bytes | None = None) -> CheckedAppend:
     """The produce request as the append apply will see, after apply's own check of it.
 
     The record batch (one Kafka RecordBatch v2) is checked whole here, on any node, by the function
@@ -75,13 +75,16 @@ def checked_append(request: kq_pb2.ProduceRequest) -> CheckedAppend:
     compressed batch expanded within APPEND_BYTES_MAX first), so an empty, truncated, count-lying or
     undecodable batch is refused with a one-line reason and what is replicated and stored is always
     readable. The check runs on a meter of a whole entry's budget, as the batch will be applied in
-    the worst case alone; every batch within the limits fits (ENTRY_WORK_MAX says why).
+    the worst case alone; every batch within the limits fits (ENTRY_WORK_MAX says why). `records` is
+    `request.records` when the caller has read it already (each read of the field copies the batch).
     """
     if not request.HasField("partition"):
         raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
-    append = commands.partition_append(request.topic, request.partition, request.records)
+    if records is None:
+        records = request.records
+    append = commands.partition_append(request.topic, request.partition, records)
     meter = WorkMeter(ENTRY_WORK_MAX)
-    check(append_problem(append, meter, edge=True))
+    check(append_problem(append, meter, edge=True, records=records))
     return CheckedAppend(append, meter.spent)
 
 

@@ -311,10 +311,10 @@ def _apply_partition_append(
 ) -> PartitionAppendResult:
     """One produce request: checked, its topic's applied configs kept (max.message.bytes, and
     LogAppendTime stamping the entry's leader clock), deduplicated, stored."""
-    problem = append_problem(append, meter)  # The very check the edge ran: never an assert here.
+    records = append.records  # Read once: each read of the field copies the batch.
+    problem = append_problem(append, meter, records=records)  # The very check the edge ran: never an assert.
     if problem is not None:
         return PartitionAppendResult(ErrorCode.INVALID_COMMAND, reason=problem)
-    records = append.records  # Each read of the field copies the batch.
     header = read_header(records)  # Checked whole above: the header is sound.
     topic = writer.topic(append.topic)
     if topic is None:

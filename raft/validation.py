@@ -145,7 +145,11 @@ PASSED_BATCHES = PassedBatches(PASSED_BATCHES_KEPT, PASSED_BATCHES_BYTES_MAX)
 
 
 def append_problem(
-    append: kq_pb2.PartitionAppend, meter: WorkMeter | None = None, *, edge: bool = False
+    append: kq_pb2.PartitionAppend,
+    meter: WorkMeter | None = None,
+    *,
+    edge: bool = False,
+    records: bytes | None = None,
 ) -> str | None:
     """Why one produce request's batch cannot be appended: not one valid RecordBatch v2, or over a limit.
 
@@ -158,12 +162,14 @@ def append_problem(
     an entry's batches together stay within ENTRY_WORK_MAX; the edge passes a fresh one and packs
     entries by what it spent. The edge (`edge`, with a meter) remembers each batch that passes in
     PASSED_BATCHES, and apply (any meter) on the same node takes the verdict and its cost from there
-    (PassedBatches says why that is the same answer).
+    (PassedBatches says why that is the same answer). `records` is `append.records` when the caller
+    has read it already: each read of the field copies the batch.
     """
     problem = topic_name_problem(append.topic)
     if problem is not None:
         return problem
-    records = append.records  # Each read of the field copies the batch.
+    if records is None:
+        records = append.records
     if not records:
         return "a produce request needs a record batch"
     if len(records) > APPEND_BYTES_MAX:
