@@ -72,6 +72,10 @@ as Python mangles it):
   `_onNodeConnected`, `_onNodeDisconnected`).
 - `_applyCommand`, `_methodToID`, `_getFuncName`, `pysyncobj.syncobj._COMMAND_TYPE.REGULAR`: what
   `@replicated` itself calls to queue a call (`propose_call`), so that kq chooses the entry's bytes.
+- `_SyncObj__doApplyCommand`, overridden; `_idToMethod`, read: a REGULAR entry whose call this
+  process remembers (`EntryCalls`: it built the command) is applied by calling the method with the
+  argument, as PySyncObj does after `pickle.loads(command[1:])` (two copies of the entry saved);
+  any other entry goes to PySyncObj's own.
 
 Deadlines PySyncObj keeps are on its own clock, `pysyncobj.monotonic` (CLOCK_MONOTONIC_RAW, which
 can be a tenth of a second from `time.monotonic` here), so the adapter compares and sets them with it.
@@ -88,6 +92,8 @@ from __future__ import annotations
 
 import io
 import pickle
+import threading
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, SupportsIndex
@@ -99,7 +105,7 @@ from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from kq.proto.limits import COMMIT_NOTICE_DELAY_S
+from kq.proto.limits import COMMIT_NOTICE_DELAY_S, ENTRY_CALLS_BYTES_MAX, ENTRY_CALLS_KEPT
 from kq.raft.journal import LegacyJournal, RaftJournal
 
 Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
@@ -141,6 +147,45 @@ def entry_command(method_id: int, argument: bytes) -> bytes:
     out.write(_REGULAR_PREFIX)
     pickle.Pickler(out, protocol=5).dump((method_id, (argument,)))
     return out.getvalue()
+
+
+class EntryCalls:
+    """The (method id, argument) of the REGULAR entries this process built lately with `entry_command`
+    (a leader's proposals, a follower's entries rebuilt from the wire), found by the identity of
+    their command bytes: the log, the transport and apply pass that very object along. The sender's
+    canonical check (raft/wire.py `command_to_wire`) and apply (`_SyncObj__doApplyCommand`) take the
+    call from here instead of unpickling the command, which copies a megabyte entry twice more each
+    time; `entry_command` made the command from this call, so the answer is the same. Bounded by
+    ENTRY_CALLS_KEPT entries and ENTRY_CALLS_BYTES_MAX bytes of arguments, oldest out first; a command
+    not found takes the longer way. Any thread (a lock)."""
+
+    def __init__(self, kept: int = ENTRY_CALLS_KEPT, bytes_max: int = ENTRY_CALLS_BYTES_MAX) -> None:
+        self._kept = kept
+        self._bytes_max = bytes_max
+        self._lock = threading.Lock()
+        self._calls: deque[tuple[bytes, int, bytes]] = deque()  # (command, method id, argument).
+        self._bytes = 0
+
+    def built(self, method_id: int, argument: bytes) -> bytes:
+        """`entry_command(method_id, argument)`, remembered."""
+        command = entry_command(method_id, argument)
+        with self._lock:
+            self._calls.append((command, method_id, argument))
+            self._bytes += len(argument)
+            while len(self._calls) > self._kept or (self._bytes > self._bytes_max and len(self._calls) > 1):
+                self._bytes -= len(self._calls.popleft()[2])
+        return command
+
+    def recall(self, command: bytes) -> tuple[int, bytes] | None:
+        """The call `command` was built from, if it is one of the remembered commands (this object)."""
+        with self._lock:
+            for built, method_id, argument in reversed(self._calls):
+                if built is command:
+                    return method_id, argument
+        return None
+
+
+ENTRY_CALLS = EntryCalls()
 
 
 def membership_command(remove: bool, address: str) -> bytes:
@@ -207,7 +252,11 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         self._journal.flush()
 
     def _SyncObj__sendNextNodeIdx(  # noqa: N802 - PySyncObj's name.
-        self, node: Any, reset: bool = False, nextNodeIdx: int | None = None, success: bool = False  # noqa: N803
+        self,
+        node: Any,
+        reset: bool = False,
+        nextNodeIdx: int | None = None,
+        success: bool = False,  # noqa: N803
     ) -> None:
         if success:  # The leader counts this node for the entries it now holds: they must be on disk.
             self.sync_journal()
@@ -259,7 +308,7 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         """Queues the call `method(argument)` of a `@replicated` method, as `@replicated` does, with the
         entry built by `entry_command`; `callback(result, reason)` runs on the tick thread."""
         method_id = self._methodToID[self._getFuncName(method)]
-        self._applyCommand(entry_command(method_id, argument), callback)
+        self._applyCommand(ENTRY_CALLS.built(method_id, argument), callback)
 
     # Reads of PySyncObj's tick-thread state (call on the tick thread only) ------------------------
 
@@ -330,6 +379,16 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         """Runs on the tick thread before PySyncObj handles a peer's message: the message to handle
         (rewritten or not), or None to drop it. Subclasses override it."""
         return message
+
+    def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802 - PySyncObj's name.
+        """Applies one committed entry: a REGULAR entry this process built calls its method with the
+        remembered argument (`ENTRY_CALLS`), as PySyncObj's own code would after unpickling it;
+        every other entry (replayed from the journal, membership, no-op) goes PySyncObj's way."""
+        known = ENTRY_CALLS.recall(command)
+        if known is None:
+            return SyncObj._SyncObj__doApplyCommand(self, command)
+        method_id, argument = known
+        return self._idToMethod[method_id](argument, _doApply=True)
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802 - PySyncObj's name.
         handled = self.peer_message(node, message)

@@ -38,6 +38,7 @@ from kq.proto.limits import (
 from kq.raft import local_pickle
 from kq.raft.local_pickle import LocalPickleError
 from kq.raft.pysyncobj_adapter import (
+    ENTRY_CALLS,
     MEMBERSHIP_TYPE,
     NO_OP_COMMAND,
     REGULAR_TYPE,
@@ -71,10 +72,11 @@ def command_to_wire(command: bytes, into: raft_pb2.Entry) -> None:
         raise EntryNotRepresentableError("an empty command")
     kind = command[0]
     if kind == REGULAR_TYPE:
-        method_id, argument = _regular_call(command)
+        known = ENTRY_CALLS.recall(command)  # Built by entry_command from this call: canonical.
+        method_id, argument = known if known is not None else _regular_call(command)
         if len(argument) > ENTRY_BYTES_MAX:  # The receiver refuses it (command_from_wire).
             raise EntryNotRepresentableError(f"an entry argument of {len(argument)} bytes")
-        if entry_command(method_id, argument) != command:  # What the receiver rebuilds.
+        if known is None and entry_command(method_id, argument) != command:  # What the receiver rebuilds.
             raise EntryNotRepresentableError("a regular entry not in the form the receiver rebuilds")
         into.regular.method_id = method_id
         into.regular.argument = argument
@@ -141,7 +143,7 @@ def command_from_wire(entry: raft_pb2.Entry, argument: bytes | None = None) -> b
             argument = regular.argument  # Each read of the field copies it.
         if len(argument) > ENTRY_BYTES_MAX:
             raise WireError(f"an entry argument of {len(argument)} bytes exceeds {ENTRY_BYTES_MAX}")
-        return entry_command(regular.method_id, argument)
+        return ENTRY_CALLS.built(regular.method_id, argument)
     if which == "no_op":
         return NO_OP_COMMAND
     if which == "membership":

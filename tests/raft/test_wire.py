@@ -20,7 +20,13 @@ from pysyncobj.node import TCPNode
 
 from kq.proto import raft_pb2
 from kq.proto.limits import ENTRY_BYTES_MAX, RAFT_CHUNK_BYTES_MAX
-from kq.raft.pysyncobj_adapter import NO_OP_COMMAND, entry_command, membership_command
+from kq.raft.pysyncobj_adapter import (
+    ENTRY_CALLS,
+    NO_OP_COMMAND,
+    EntryCalls,
+    entry_command,
+    membership_command,
+)
 from kq.raft.snapshot import header_bytes, read_header
 from kq.raft.wire import (
     EntryNotRepresentableError,
@@ -384,3 +390,39 @@ def test_the_canonical_check_agrees_with_encoding_the_whole_frame(
     assert expected
     if bytes(mutated) == original:
         assert decode_message(original, TCPNode)["entries"] == entries
+
+
+def test_an_entry_built_here_is_sent_and_rebuilt_as_its_unpickled_copy_would_be() -> None:
+    """The sender takes a command it built (EntryCalls) without unpickling it: the frame is the one an
+    equal command not built here gets (the full canonical check), and the receiver's rebuild is
+    remembered in turn, equal to the original."""
+    argument = os.urandom(70_000)
+    built = ENTRY_CALLS.built(0, argument)
+    stranger = bytes(bytearray(built))  # Equal, but not the object EntryCalls remembers.
+    assert ENTRY_CALLS.recall(built) == (0, argument) and ENTRY_CALLS.recall(stranger) is None
+    frames = [
+        encode_message(
+            {
+                "type": "append_entries",
+                "term": 3,
+                "commit_index": 1,
+                "prevLogIdx": 1,
+                "prevLogTerm": 2,
+                "entries": [(command, 2, 3)],
+            }
+        )
+        for command in (built, stranger)
+    ]
+    assert frames[0] == frames[1]
+    received = decode_message(frames[0], TCPNode)["entries"][0][0]
+    assert received == built and ENTRY_CALLS.recall(received) == (0, argument)
+
+
+def test_entry_calls_keep_the_newest_within_their_bounds() -> None:
+    """At most `kept` entries and `bytes_max` bytes of arguments (the newest one always), oldest out first."""
+    calls = EntryCalls(kept=3, bytes_max=10_000)
+    commands = [calls.built(0, bytes([n]) * 3_000) for n in range(5)]
+    assert [calls.recall(command) is not None for command in commands] == [False, False, True, True, True]
+    big = calls.built(0, b"x" * 20_000)
+    assert calls.recall(big) == (0, b"x" * 20_000)
+    assert all(calls.recall(command) is None for command in commands)
