@@ -255,8 +255,8 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         self,
         node: Any,
         reset: bool = False,
-        nextNodeIdx: int | None = None,
-        success: bool = False,  # noqa: N803
+        nextNodeIdx: int | None = None,  # noqa: N803 - PySyncObj's name.
+        success: bool = False,
     ) -> None:
         if success:  # The leader counts this node for the entries it now holds: they must be on disk.
             self.sync_journal()
