@@ -93,8 +93,8 @@ def stored_length_of(batch: bytes | memoryview) -> int:
     return _LENGTH_PREFIX_BYTES + int(_BATCH_LENGTH.unpack_from(batch, _BATCH_LENGTH_AT)[0])
 
 
-def stamp_base_offset(batch: bytes, base_offset: int) -> bytes:
-    """The stored value of `batch` at `base_offset`: only its first 8 bytes change."""
+def stamp_base_offset(batch: bytes | memoryview, base_offset: int) -> bytes:
+    """The stored value of `batch` (or of its first piece) at `base_offset`: only its first 8 bytes change."""
     return _BASE_OFFSET.pack(base_offset) + batch[_BASE_OFFSET.size :]
 
 

@@ -612,13 +612,15 @@ class StoreWriter(StoreReader):
         super().__init__(transaction, databases)
         self._piece_bytes = piece_bytes
 
-    def _put_batch(self, record_key: bytes, value: bytes) -> None:
+    def _put_batch(self, record_key: bytes, value: bytes, base_offset: int | None = None) -> None:
         """Stores a batch under `record_key`: its first `piece_bytes` in `records`, the rest in
         `record_pieces`, one page-sized piece per value, so that every value that LMDB keeps on
-        overflow pages takes exactly one page and any page a trim frees fits any later piece."""
+        overflow pages takes exactly one page and any page a trim frees fits any later piece.
+        `base_offset`: stamped into the first piece as it is stored (the batch itself is not copied)."""
         view = memoryview(value)
         piece = self._piece_bytes
-        self._transaction.put(record_key, view[:piece], db=self._records)
+        head = view[:piece] if base_offset is None else stamp_base_offset(view[:piece], base_offset)
+        self._transaction.put(record_key, head, db=self._records)
         for index, start in enumerate(range(piece, len(value), piece), start=1):
             piece_key = record_key + _PIECE_INDEX.pack(index)
             self._transaction.put(piece_key, view[start : start + piece], db=self._pieces)
@@ -773,17 +775,16 @@ class StoreWriter(StoreReader):
         base_offset = state.log_end_offset
         record_count = record_count_of(batch)  # A producer's batch: as many as its offsets.
         assert 0 < record_count == offset_span_of(batch), "apply appends only checked batches"
-        value = stamp_base_offset(batch, base_offset)
         record_key = _RECORD_KEY.pack(topic_id, partition, base_offset)
         assert self._transaction.get(record_key, db=self._records) is None, "an offset was already taken"
-        self._put_batch(record_key, value)
-        timestamp_key = _timestamp_key(record_key, value)
+        self._put_batch(record_key, batch, base_offset)  # Stored as `stamp_base_offset` would make it.
+        timestamp_key = _timestamp_key(record_key, batch)  # The header's maxTimestamp: not stamped.
         if timestamp_key is not None:
             self._transaction.put(timestamp_key, b"", db=self._timestamps)
         self._put_partition(
             topic_id,
             partition,
-            PartitionState(state.log_start_offset, base_offset + record_count, state.size_bytes + len(value)),
+            PartitionState(state.log_start_offset, base_offset + record_count, state.size_bytes + len(batch)),
         )
         return base_offset
 
