@@ -338,10 +338,7 @@ class KqClient(GroupsApi, SecurityApi):
             raise ValueError("each (topic, partition) may be named once per call")
         codec = CODECS[compression or "none"]
         if not self._idempotent:
-            requests = [
-                kq_pb2.ProduceRequest(topic=topic, partition=partition, records=batch.build(codec))
-                for topic, partition, batch in batches
-            ]
+            requests = [(topic, partition, batch.build(codec)) for topic, partition, batch in batches]
             return [
                 outcome
                 if isinstance(outcome, KqClientError)
@@ -354,11 +351,7 @@ class KqClient(GroupsApi, SecurityApi):
                 held.enter_context(self._partition_locks[stripe])
             taken = [self._next_sequence(key) for key in keys]
             requests = [
-                kq_pb2.ProduceRequest(
-                    topic=topic,
-                    partition=partition,
-                    records=batch.build(codec, producer_id, PRODUCER_EPOCH, sequence),
-                )
+                (topic, partition, batch.build(codec, producer_id, PRODUCER_EPOCH, sequence))
                 for (topic, partition, batch), (producer_id, sequence) in zip(batches, taken, strict=True)
             ]
             results: list[ProducedBatch | KqClientError] = []
@@ -379,16 +372,21 @@ class KqClient(GroupsApi, SecurityApi):
             return results
 
     def _produce_many(
-        self, requests: list[kq_pb2.ProduceRequest]
+        self, requests: list[tuple[str, int, bytes]]
     ) -> list[kq_pb2.ProduceResponse | KqClientError]:
-        """Each request's response or final error, through ProduceMany calls: the call itself is retried
-        and redirected as every write is; a request that failed retriably alone is sent again in the
-        next call (after a doubling backoff) until the client's retry timeout."""
+        """Each request's (topic, partition, records) response or final error, through ProduceMany
+        calls: the call itself is retried and redirected as every write is; a request that failed
+        retriably alone is sent again in the next call (after a doubling backoff) until the client's
+        retry timeout. Each call's requests are built in place (a ProduceRequest added to a call is
+        copied whole, records and all)."""
         outcomes: list[kq_pb2.ProduceResponse | KqClientError | None] = [None] * len(requests)
         deadline = time.monotonic() + self._connections.retry_timeout_s
         pending, backoff_s = list(range(len(requests))), CLIENT_BACKOFF_INITIAL_S
         while pending:
-            call = kq_pb2.ProduceManyRequest(requests=[requests[i] for i in pending])
+            call = kq_pb2.ProduceManyRequest()
+            for i in pending:
+                topic, partition, records = requests[i]
+                call.requests.add(topic=topic, partition=partition, records=records)
             try:
                 response = self._connections.write("ProduceMany", call)
                 if len(response.results) != len(pending):
