@@ -76,9 +76,10 @@ PASSED_BATCHES_BYTES_MAX = 32 * 1024 * 1024
 # REGULAR entries whose call a node remembers by the identity of their command bytes (raft/
 # pysyncobj_adapter.py EntryCalls: built here, so neither the sender's canonical check nor apply
 # unpickles them), and their arguments' bytes in all: the entries in flight between proposal (or
-# receipt) and apply, a few at a time; a miss only takes the longer way.
-ENTRY_CALLS_KEPT = 16
-ENTRY_CALLS_BYTES_MAX = 32 * 1024 * 1024
+# receipt) and apply, a few at a time (PROPOSALS_IN_FLIGHT_MAX entries of at most ENTRY_BYTES_MAX on
+# a leader); a miss only takes the longer way. Each argument is held beside its command: heap.
+ENTRY_CALLS_KEPT = 8
+ENTRY_CALLS_BYTES_MAX = 8 * 1024 * 1024
 OFFSETS_PER_COMMIT_MAX = 10_000
 # Key compaction (raft CompactCommand, broker/compactor.py). One compaction entry rewrites batches
 # within the work budget of one append entry (ENTRY_WORK_MAX, charged by compacted_batch as check_batch
