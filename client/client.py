@@ -308,17 +308,12 @@ class KqClient(GroupsApi, SecurityApi):
             request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=records)
             try:
                 response = self._connections.write("Produce", request)
-            except (InvalidRequestError, TopicNotFoundError):
-                self._forget_partition_count(topic)  # Refused before apply wrote it: nothing was written.
+            except KqClientError as error:
+                self._settled(key, producer_id, sequence, count, error)
                 raise
-            except KqClientError:
-                # Any other failure leaves the outcome unknown: start a fresh producer so the next
-                # records can never be mistaken for retries of these.
-                self._reset_producer(producer_id)
-                raise
-            self._advance_sequence(key, producer_id, next_sequence(sequence, count))
-            self._saw(response.index)
-            return _metadata(topic, response, count)
+            outcome = self._settled(key, producer_id, sequence, count, response)
+            assert isinstance(outcome, ProducedBatch)
+            return outcome
 
     def produce_batches(
         self, batches: Sequence[tuple[str, int, BatchSource]], compression: str | None = None
@@ -339,12 +334,14 @@ class KqClient(GroupsApi, SecurityApi):
         codec = CODECS[compression or "none"]
         if not self._idempotent:
             requests = [(topic, partition, batch.build(codec)) for topic, partition, batch in batches]
-            return [
-                outcome
-                if isinstance(outcome, KqClientError)
-                else _metadata(topic, outcome, batch.record_count)
-                for (topic, _, batch), outcome in zip(batches, self._produce_many(requests), strict=True)
-            ]
+            results: list[ProducedBatch | KqClientError] = []
+            for (topic, _, batch), outcome in zip(batches, self._produce_many(requests), strict=True):
+                if isinstance(outcome, KqClientError):
+                    results.append(outcome)
+                    continue
+                self._saw(outcome.index)
+                results.append(_metadata(topic, outcome, batch.record_count))
+            return results
         stripes = sorted({hash(key) % len(self._partition_locks) for key in keys})  # One order: no deadlock.
         with contextlib.ExitStack() as held:
             for stripe in stripes:
@@ -354,22 +351,36 @@ class KqClient(GroupsApi, SecurityApi):
                 (topic, partition, batch.build(codec, producer_id, PRODUCER_EPOCH, sequence))
                 for (topic, partition, batch), (producer_id, sequence) in zip(batches, taken, strict=True)
             ]
-            results: list[ProducedBatch | KqClientError] = []
             outcomes = self._produce_many(requests)
-            for (topic, _, batch), key, (producer_id, sequence), outcome in zip(
-                batches, keys, taken, outcomes, strict=True
-            ):
-                if isinstance(outcome, InvalidRequestError | TopicNotFoundError):
-                    self._forget_partition_count(topic)  # Refused before apply wrote it: nothing was written.
-                elif isinstance(outcome, KqClientError):
-                    self._reset_producer(producer_id)  # Outcome unknown: see produce_batch.
-                else:
-                    self._advance_sequence(key, producer_id, next_sequence(sequence, batch.record_count))
-                    self._saw(outcome.index)
-                    results.append(_metadata(topic, outcome, batch.record_count))
-                    continue
-                results.append(outcome)
-            return results
+            return [
+                self._settled(key, producer_id, sequence, batch.record_count, outcome)
+                for (_, _, batch), key, (producer_id, sequence), outcome in zip(
+                    batches, keys, taken, outcomes, strict=True
+                )
+            ]
+
+    def _settled(
+        self,
+        key: tuple[str, int],
+        producer_id: int,
+        sequence: int,
+        count: int,
+        outcome: kq_pb2.ProduceResponse | KqClientError,
+    ) -> ProducedBatch | KqClientError:
+        """An idempotent request's outcome taken into the producer's state (its partition's lock held):
+        a refused batch (refused before apply wrote it: nothing was written) forgets the topic's
+        partition count; any other failure leaves the outcome unknown, so the producer id is given up
+        and the next records can never be mistaken for retries of these; a success advances the
+        partition's sequence. Returns the batch's metadata, or the error."""
+        if isinstance(outcome, InvalidRequestError | TopicNotFoundError):
+            self._forget_partition_count(key[0])
+            return outcome
+        if isinstance(outcome, KqClientError):
+            self._reset_producer(producer_id)
+            return outcome
+        self._advance_sequence(key, producer_id, next_sequence(sequence, count))
+        self._saw(outcome.index)
+        return _metadata(key[0], outcome, count)
 
     def _produce_many(
         self, requests: list[tuple[str, int, bytes]]

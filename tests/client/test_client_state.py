@@ -57,7 +57,8 @@ class FakeConnections:
         if partition in self.fail:
             raise NotCommittedError("injected")
         header = read_header(request.records)  # The producer id and sequence travel in the batch header.
-        assert header.producer_epoch == 0 and header.record_count == len(parse_batch(request.records))
+        assert header.producer_epoch == (0 if header.producer_id >= 0 else -1)  # -1: not idempotent.
+        assert header.record_count == len(parse_batch(request.records))
         with self._lock:
             self.produced.append((partition, header.producer_id, header.base_sequence))
         return kq_pb2.ProduceResponse(partition=partition, base_offset=0, index=1)
@@ -249,3 +250,15 @@ def test_produce_batches_names_each_partition_once() -> None:
     with pytest.raises(ValueError, match="once"):
         client.produce_batches([("t", 0, one_record(b"a")), ("t", 0, one_record(b"b"))])
     assert not fake.calls and not fake.produced
+
+
+def test_produce_batches_sees_each_written_index_idempotent_or_not() -> None:
+    """Read-your-writes: a later fetch asks for the index a produced batch's entry had, whichever way
+    the client produces."""
+    for idempotent in (True, False):
+        client = KqClient(["fake:1"], idempotent=idempotent)
+        fake = FakeConnections()
+        client._connections = fake  # type: ignore[assignment]
+        outcomes = client.produce_batches([("t", 0, one_record(b"a")), ("t", 1, one_record(b"b"))])
+        assert all(isinstance(outcome, ProducedBatch) for outcome in outcomes)
+        assert client._index_seen == 1, idempotent  # FakeConnections answers index 1.
