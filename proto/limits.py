@@ -142,6 +142,8 @@ SPARK_WRITE_RETRY_TIMEOUT_S = 30.0  # A sink task's retries of one produce (a le
 SPARK_WRITE_RPC_TIMEOUT_S = 10.0  # One produce request of a sink task.
 # A sink task's produce request: its records' bytes at most (with 512 KiB a write was ~15 % slower).
 SPARK_WRITE_BATCH_BYTES = 1024 * 1024
+# A sink task joins Spark's Arrow batches (10,000 rows each) up to this size before encoding them.
+SPARK_WRITE_COALESCE_BYTES = 4 * 1024 * 1024
 SPARK_WRITE_IN_FLIGHT = 4  # A sink task's ProduceMany calls in flight (a partition in one at a time).
 SPARK_WRITE_OPEN_BYTES_MAX = 16 * 1024 * 1024  # A sink task's requests being filled, in all.
 # An Arrow batch of at least this many rows (to one topic) is encoded as arrays (spark/encoding.py);

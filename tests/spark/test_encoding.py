@@ -8,9 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kq.client.partitioner import murmur2, partition_for_key
-from kq.proto.limits import RECORD_BYTES_MAX, RECORDS_PER_APPEND_MAX, SPARK_WRITE_BATCH_BYTES
+from kq.proto.limits import (
+    RECORD_BYTES_MAX,
+    RECORDS_PER_APPEND_MAX,
+    SPARK_WRITE_BATCH_BYTES,
+    SPARK_WRITE_COALESCE_BYTES,
+)
 from kq.proto.records import BatchBuilder, NewRecord, parse_batch
 from kq.spark.encoding import binary_column, encode_rows, murmur2_of
+from kq.spark.sink import _coalesced
 
 NOW_MS = 1_700_000_000_000
 STICKY = 1
@@ -114,3 +120,19 @@ def test_a_partition_over_the_request_size_is_cut_in_row_order() -> None:
     assert chunks is not None and len(chunks) >= 2
     assert [row for chunk in chunks for row in chunk.rows.tolist()] == list(range(count))
     assert all(chunk.partition == 2 and chunk.size <= SPARK_WRITE_BATCH_BYTES for chunk in chunks)
+
+
+def test_spark_batches_are_joined_in_order_up_to_the_coalesce_size() -> None:
+    """The sink joins Spark's Arrow batches of 10,000 rows before encoding: every row once, in order;
+    each joined batch reaches SPARK_WRITE_COALESCE_BYTES but for the last; a large one goes alone."""
+    value = b"v" * 1000
+    rows = int(SPARK_WRITE_COALESCE_BYTES / len(value) / 3.5)  # Four make a joined batch.
+    small = [pa.record_batch({"value": pa.array([value] * rows, pa.binary())}) for _ in range(8)]
+    large = pa.record_batch({"value": pa.array([value] * (6 * rows), pa.binary())})
+    given_batches = [*small[:4], large, *small[4:]]
+    joined = list(_coalesced(iter(given_batches)))
+    assert pa.Table.from_batches(joined).equals(pa.Table.from_batches(given_batches))
+    assert [batch.num_rows for batch in joined] == [4 * rows, 6 * rows, 4 * rows]
+    assert joined[1] is large
+    assert all(batch.nbytes >= SPARK_WRITE_COALESCE_BYTES for batch in joined[:-1])
+    assert list(_coalesced(iter([]))) == []
