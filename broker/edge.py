@@ -22,14 +22,14 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from kq.broker.auth import CURRENT_PRINCIPAL, REQUIREMENTS, Security
+from kq.broker.auth import CURRENT_PRINCIPAL, REQUIREMENTS, Security, current_principal
 from kq.broker.errors import KqError, abort_async, abort_with
 from kq.broker.metrics import GRPC_REQUEST_LATENCY, observe_latency
 from kq.proto.errors import ErrorCode
@@ -40,6 +40,9 @@ HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 # Coroutine handlers counted with the plain-function calls against `unary_calls_max`: each holds what
 # a worker's call holds (a request waiting for its commit) without holding a thread.
 COUNTED_COROUTINES = frozenset({"Produce", "ProduceMany"})
+# Request streams, and the unary method each of their messages stands for: a message is authorized,
+# counted and timed as a call of that method would be.
+MESSAGE_METHODS = {"ProduceStream": "Produce"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +107,10 @@ class EdgeInterceptor(_Interceptor):
     must not touch its context (that belongs to the loop). Those calls in progress are capped at
     `unary_calls_max` (a count kept on the loop, so no lock), together with the coroutine calls of
     COUNTED_COROUTINES: one more is answered QUEUE_FULL at once instead of queueing without bound.
-    Streams (kq has no client-streaming RPCs) must be coroutine functions that write with
-    `context.write`.
+    Streams must be coroutine functions that write with `context.write`. A request stream (one of
+    MESSAGE_METHODS) is authenticated when it opens, and each of its messages is checked, authorized
+    and counted as a call of its unary method while the handler works on it (until it asks for the
+    next), so an idle stream holds no call.
     """
 
     def __init__(
@@ -140,6 +145,12 @@ class EdgeInterceptor(_Interceptor):
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(method, handler.unary_stream),
+                request_deserializer=safe_deserializer(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._request_stream(method, handler.stream_stream),
                 request_deserializer=safe_deserializer(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
@@ -208,6 +219,51 @@ class EdgeInterceptor(_Interceptor):
 
         return handle
 
+    def _request_stream(
+        self, method: str, behavior: Callable[[Any, Any], Any]
+    ) -> Callable[[AsyncIterator[Any], _Context], Any]:
+        name = method.rsplit("/", 1)[-1]
+        unary = MESSAGE_METHODS.get(name)
+        if unary is None or not inspect.iscoroutinefunction(behavior):
+            raise TypeError(f"{method}: a request stream must be a coroutine function of MESSAGE_METHODS")
+        unary_method = method[: -len(name)] + unary
+
+        async def handle(requests: AsyncIterator[Any], context: _Context) -> None:
+            await self._admit(method, None, context)
+            try:
+                await behavior(self._messages(unary_method, requests, context), context)
+            except Exception as error:
+                await self._fail(method, error, context)
+
+        return handle
+
+    async def _messages(
+        self, method: str, requests: AsyncIterator[Any], context: _Context
+    ) -> AsyncIterator[Any]:
+        """A request stream's messages, each checked and authorized as a call of `method`, and counted
+        as a call in progress from when it is handed out until the handler asks for the next."""
+        name = method.rsplit("/", 1)[-1]
+        stream = aiter(requests)
+        started_s: float | None = None  # The message in progress: when it was handed out.
+        try:
+            while True:
+                if started_s is not None:
+                    self.unary_calls -= 1
+                    observe_latency(GRPC_REQUEST_LATENCY, name, started_s)
+                    started_s = None
+                try:
+                    request = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                await _refuse_undecodable(request, context)
+                await self._authorize(method, request, context)
+                await self._take_call(context)
+                started_s = time.monotonic()
+                yield request
+        finally:
+            if started_s is not None:
+                self.unary_calls -= 1
+
     async def _admit(self, method: str, request: Any, context: _Context) -> None:
         """Authenticates the call and checks what its method needs (broker/auth.py): UNAUTHENTICATED or
         PERMISSION_DENIED, before the handler runs. Sets the call's CURRENT_PRINCIPAL. The health
@@ -224,8 +280,17 @@ class EdgeInterceptor(_Interceptor):
             )
             return
         CURRENT_PRINCIPAL.set(principal)
+        if request is not None:
+            await self._authorize(method, request, context)
+
+    async def _authorize(self, method: str, request: Any, context: _Context) -> None:
+        """PERMISSION_DENIED unless the call's principal may do what `method` needs for `request`."""
+        security = self._security
+        if security is None or not security.enabled:
+            return
         needs = REQUIREMENTS.get(method.rsplit("/", 1)[-1])
         if needs is not None:
+            principal = current_principal()
             denied = security.denied(principal, needs(request))
             if denied is not None:
                 await abort_async(

@@ -296,7 +296,7 @@ class KqClient(GroupsApi, SecurityApi):
         count = batch.record_count
         if not self._idempotent:
             request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=batch.build(codec))
-            response = self._connections.write("Produce", request)
+            response = self._connections.write_produce(request)
             self._saw(response.index)
             return _metadata(topic, response, count)
         key = (topic, partition)
@@ -307,7 +307,7 @@ class KqClient(GroupsApi, SecurityApi):
             records = batch.build(codec, producer_id, PRODUCER_EPOCH, sequence)
             request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=records)
             try:
-                response = self._connections.write("Produce", request)
+                response = self._connections.write_produce(request)
             except KqClientError as error:
                 self._settled(key, producer_id, sequence, count, error)
                 raise

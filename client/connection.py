@@ -7,14 +7,23 @@ list with exponential backoff until `retry_timeout_s` passes; anything else is r
 Reads go to any node (or a chosen one) and retry the same way; a stream is reopened after a
 retriable failure with a growing backoff.
 
-Thread-safe: the channel cache, the known leader and the node rotation are guarded by one lock,
-held only to read or update them, never during a call.
+A produce request goes on an open ProduceStream call to its node when one is idle or can be
+opened (`write_produce`): one message on a stream costs both ends about a third of a unary call
+(bench/README.md), and each of up to CLIENT_PRODUCE_STREAMS_MAX streams a node carries one request
+at a time, so a stream's answer is always its last request's. A node that does not know the method
+(an older version) gets unary calls from then on.
+
+Thread-safe: the channel cache, the known leader, the node rotation and the idle streams are
+guarded by one lock, held only to read or update them, never during a call. A watchdog thread
+(started with the first stream) cancels a stream whose request is past its deadline, which gRPC's
+blocking stream read cannot be given.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -31,10 +40,12 @@ from kq.proto.limits import (
     CLIENT_BACKOFF_INITIAL_S,
     CLIENT_BACKOFF_MAX_S,
     CLIENT_CHANNELS_MAX,
+    CLIENT_PRODUCE_STREAMS_MAX,
     CLIENT_REDIRECTS_MAX,
     CLIENT_RETRY_TIMEOUT_S,
     CLIENT_RPC_TIMEOUT_S,
     CLIENT_STREAM_BACKOFF_MAX_S,
+    CLIENT_STREAM_WATCH_S,
     GRPC_MESSAGE_BYTES_MAX,
 )
 
@@ -43,6 +54,37 @@ logger = logging.getLogger(__name__)
 
 class ClientClosedError(KqClientError):
     """A call on a client after `close()`."""
+
+
+class _ProduceStream:
+    """One open ProduceStream call to one node, carrying one request at a time."""
+
+    def __init__(self, stub: kq_pb2_grpc.BrokerStub, address: str) -> None:
+        self.address = address
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Read by gRPC's feeding thread.
+        self._call: Any = stub.ProduceStream(iter(self._requests.get, None))
+        self.deadline = 0.0  # While a request waits: when the watchdog cancels it (else 0).
+        self.timed_out = False
+
+    def exchange(self, request: Any, timeout_s: float) -> Any:
+        """Sends `request` and waits for its answer; raises grpc.RpcError, or StopIteration when the
+        node had ended the stream (its time limit) without reading the request."""
+        self.deadline = time.monotonic() + timeout_s
+        self._requests.put(request)
+        try:
+            return next(self._call)
+        finally:
+            self.deadline = 0.0
+
+    def time_out(self) -> None:
+        """Ends the request waiting past its deadline (its `exchange` raises)."""
+        self.timed_out = True
+        self.close()
+
+    def close(self) -> None:
+        """Cancels the call and ends the feeding thread's iterator."""
+        self._requests.put(None)
+        self._call.cancel()
 
 
 class Connections:
@@ -73,6 +115,14 @@ class Connections:
         self._leader: str | None = None
         self._rotation = itertools.cycle(self.bootstrap)
         self._closed = False
+        self._idle_streams: dict[str, list[_ProduceStream]] = {}  # By address; bounded as below.
+        self._busy_streams: set[_ProduceStream] = set()
+        self._stream_counts: dict[
+            str, int
+        ] = {}  # Open streams by address, at most CLIENT_PRODUCE_STREAMS_MAX.
+        self._unary_only: set[str] = set()  # Nodes that answered ProduceStream UNIMPLEMENTED.
+        self._watchdog: threading.Thread | None = None
+        self._closing = threading.Event()
 
     def stub(self, address: str) -> kq_pb2_grpc.BrokerStub:
         """The (cached) stub for `address`."""
@@ -111,14 +161,22 @@ class Connections:
                 return
             if address not in self.bootstrap:
                 self._channels.pop(address)[0].close()
+                for stream in self._idle_streams.pop(address, ()):
+                    self._stream_counts[address] -= 1
+                    stream.close()
 
     def close(self) -> None:
         """Closes every channel; later calls raise ClientClosedError."""
         with self._lock:
             self._closed = True
+            streams = [*self._busy_streams, *(s for idle in self._idle_streams.values() for s in idle)]
+            self._idle_streams.clear()
+            for stream in streams:
+                stream.close()
             for channel, _ in self._channels.values():
                 channel.close()
             self._channels.clear()
+        self._closing.set()
 
     @property
     def leader(self) -> str | None:
@@ -150,12 +208,23 @@ class Connections:
     def write(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         """Calls `method` on the leader, following redirects and retrying retriable failures; each
         attempt may take `timeout_s` (default: the client's RPC timeout)."""
+        return self._write(
+            method, lambda address, timeout: self._call(address, method, request, timeout), timeout_s
+        )
+
+    def write_produce(self, request: Any) -> Any:
+        """`write("Produce", request)`, each attempt on a ProduceStream when one is idle or can be opened."""
+        return self._write("Produce", lambda address, timeout: self._produce(address, request, timeout))
+
+    def _write(
+        self, method: str, attempt: Callable[[str, float], Any], timeout_s: float | None = None
+    ) -> Any:
         deadline = time.monotonic() + self.retry_timeout_s
         address = self.leader or self._next_address()
         hops, backoff_s = 0, CLIENT_BACKOFF_INITIAL_S
         while True:
             try:
-                response = self._call(address, method, request, timeout_s or self.rpc_timeout_s)
+                response = attempt(address, timeout_s or self.rpc_timeout_s)
             except KqClientError as error:
                 if error.leader_hint is not None and hops < CLIENT_REDIRECTS_MAX:
                     logger.debug("%s redirected from %s to %s", method, address, error.leader_hint)
@@ -177,6 +246,79 @@ class Connections:
                 continue
             self._set_leader(address)
             return response
+
+    def _produce(self, address: str, request: Any, timeout_s: float) -> Any:
+        """One attempt of a produce request on `address`: on a stream if one is idle or can be opened,
+        else a unary call; a failure is raised as its KqClientError, as the unary call's would be."""
+        stream = self._take_stream(address)
+        if stream is None:
+            return self._call(address, "Produce", request, timeout_s)
+        try:
+            response = stream.exchange(request, timeout_s)
+        except StopIteration:  # The node ended the stream before reading this request: never proposed.
+            self._drop_stream(stream)
+            return self._call(address, "Produce", request, timeout_s)
+        except grpc.RpcError as error:
+            self._drop_stream(stream)
+            if stream.timed_out:
+                raise UnavailableError(
+                    f"{address} did not answer in time", status=grpc.StatusCode.DEADLINE_EXCEEDED
+                ) from None
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # An older node: nothing was proposed.
+                with self._lock:
+                    self._unary_only.add(address)
+                return self._call(address, "Produce", request, timeout_s)
+            raise from_rpc_error(error, address) from None
+        with self._lock:
+            self._busy_streams.discard(stream)
+            if self._closed:
+                stream.close()
+            else:
+                self._idle_streams.setdefault(address, []).append(stream)
+        return response
+
+    def _take_stream(self, address: str) -> _ProduceStream | None:
+        """An idle stream to `address`, else a new one if it has fewer than CLIENT_PRODUCE_STREAMS_MAX,
+        else None."""
+        with self._lock:
+            if self._closed or address in self._unary_only:
+                return None
+            idle = self._idle_streams.get(address)
+            if idle:
+                stream = idle.pop()
+                self._busy_streams.add(stream)
+                return stream
+            if self._stream_counts.get(address, 0) >= CLIENT_PRODUCE_STREAMS_MAX:
+                return None
+            self._stream_counts[address] = self._stream_counts.get(address, 0) + 1
+        try:
+            stream = _ProduceStream(self.stub(address), address)
+        except BaseException:
+            with self._lock:
+                self._stream_counts[address] -= 1
+            raise
+        with self._lock:
+            self._busy_streams.add(stream)
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watch, name="kq-client-streams", daemon=True)
+                self._watchdog.start()
+        return stream
+
+    def _drop_stream(self, stream: _ProduceStream) -> None:
+        """Forgets a stream that failed or ended, and closes it."""
+        with self._lock:
+            self._busy_streams.discard(stream)
+            self._stream_counts[stream.address] -= 1
+        stream.close()
+
+    def _watch(self) -> None:
+        """The watchdog: every CLIENT_STREAM_WATCH_S, times out the streams whose request is overdue."""
+        while not self._closing.wait(CLIENT_STREAM_WATCH_S):
+            now = time.monotonic()
+            with self._lock:
+                overdue = [s for s in self._busy_streams if s.deadline and now >= s.deadline]
+            for stream in overdue:
+                stream.time_out()
 
     def read(
         self,

@@ -89,6 +89,7 @@ def credential_metadata(token: str | None, secret: str | None) -> tuple[tuple[st
 class MetadataInterceptor(
     grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
     grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg]
 ):
     """Adds fixed metadata (credentials) to every call of a channel."""
 
@@ -117,6 +118,12 @@ class MetadataInterceptor(
     ) -> Any:
         """Every server stream."""
         return continuation(self._details(client_call_details), request)
+
+    def intercept_stream_stream(
+        self, continuation: Callable[[Any, Any], Any], client_call_details: Any, request_iterator: Any
+    ) -> Any:
+        """Every request stream (ProduceStream)."""
+        return continuation(self._details(client_call_details), request_iterator)
 
 
 class SecurityApi:

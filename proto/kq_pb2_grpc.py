@@ -64,6 +64,11 @@ class BrokerStub:
                 request_serializer=kq_dot_proto_dot_kq__pb2.ProduceManyRequest.SerializeToString,
                 response_deserializer=kq_dot_proto_dot_kq__pb2.ProduceManyResponse.FromString,
                 _registered_method=True)
+        self.ProduceStream = channel.stream_stream(
+                '/kq.v1.Broker/ProduceStream',
+                request_serializer=kq_dot_proto_dot_kq__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ProduceResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/kq.v1.Broker/Fetch',
                 request_serializer=kq_dot_proto_dot_kq__pb2.FetchRequest.SerializeToString,
@@ -241,6 +246,17 @@ class BrokerServicer:
 
     def ProduceMany(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceStream(self, request_iterator, context):
+        """Produce calls on one open stream (what `KqClient` sends one request at a time on): each request is
+        answered, in order, with what its Produce call would answer, after the one before it; a failure
+        ends the stream with the status and metadata that Produce would have ended with. A request never
+        answered was never proposed (the node reads the next only after answering one). The stream ends
+        after PRODUCE_STREAM_S_MAX between requests; the client opens another.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -446,6 +462,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ProduceMany,
                     request_deserializer=kq_dot_proto_dot_kq__pb2.ProduceManyRequest.FromString,
                     response_serializer=kq_dot_proto_dot_kq__pb2.ProduceManyResponse.SerializeToString,
+            ),
+            'ProduceStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceStream,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ProduceRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ProduceResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
@@ -750,6 +771,33 @@ class Broker:
             '/kq.v1.Broker/ProduceMany',
             kq_dot_proto_dot_kq__pb2.ProduceManyRequest.SerializeToString,
             kq_dot_proto_dot_kq__pb2.ProduceManyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/kq.v1.Broker/ProduceStream',
+            kq_dot_proto_dot_kq__pb2.ProduceRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,

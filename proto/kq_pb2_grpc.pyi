@@ -41,6 +41,13 @@ class BrokerStub:
     DescribeTopic: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DescribeTopicRequest, _kq_pb2.DescribeTopicResponse]
     Produce: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]
     ProduceMany: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ProduceManyRequest, _kq_pb2.ProduceManyResponse]
+    ProduceStream: _grpc.StreamStreamMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]
+    """Produce calls on one open stream (what `KqClient` sends one request at a time on): each request is
+    answered, in order, with what its Produce call would answer, after the one before it; a failure
+    ends the stream with the status and metadata that Produce would have ended with. A request never
+    answered was never proposed (the node reads the next only after answering one). The stream ends
+    after PRODUCE_STREAM_S_MAX between requests; the client opens another.
+    """
     Fetch: _grpc.UnaryUnaryMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]
     FetchStream: _grpc.UnaryStreamMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]
     """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
@@ -80,6 +87,13 @@ class BrokerAsyncStub(BrokerStub):
     DescribeTopic: _aio.UnaryUnaryMultiCallable[_kq_pb2.DescribeTopicRequest, _kq_pb2.DescribeTopicResponse]  # type: ignore[assignment]
     Produce: _aio.UnaryUnaryMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]  # type: ignore[assignment]
     ProduceMany: _aio.UnaryUnaryMultiCallable[_kq_pb2.ProduceManyRequest, _kq_pb2.ProduceManyResponse]  # type: ignore[assignment]
+    ProduceStream: _aio.StreamStreamMultiCallable[_kq_pb2.ProduceRequest, _kq_pb2.ProduceResponse]  # type: ignore[assignment]
+    """Produce calls on one open stream (what `KqClient` sends one request at a time on): each request is
+    answered, in order, with what its Produce call would answer, after the one before it; a failure
+    ends the stream with the status and metadata that Produce would have ended with. A request never
+    answered was never proposed (the node reads the next only after answering one). The stream ends
+    after PRODUCE_STREAM_S_MAX between requests; the client opens another.
+    """
     Fetch: _aio.UnaryUnaryMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]  # type: ignore[assignment]
     FetchStream: _aio.UnaryStreamMultiCallable[_kq_pb2.FetchRequest, _kq_pb2.FetchResponse]  # type: ignore[assignment]
     """Pushes batches from `offset` on as they are applied, until the client cancels (or a time limit)."""
@@ -152,6 +166,19 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.ProduceManyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.ProduceManyResponse, _abc.Awaitable[_kq_pb2.ProduceManyResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ProduceStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_kq_pb2.ProduceRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_kq_pb2.ProduceResponse], _abc.AsyncIterator[_kq_pb2.ProduceResponse]]:
+        """Produce calls on one open stream (what `KqClient` sends one request at a time on): each request is
+        answered, in order, with what its Produce call would answer, after the one before it; a failure
+        ends the stream with the status and metadata that Produce would have ended with. A request never
+        answered was never proposed (the node reads the next only after answering one). The stream ends
+        after PRODUCE_STREAM_S_MAX between requests; the client opens another.
+        """
 
     @_abc_1.abstractmethod
     def Fetch(

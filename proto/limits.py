@@ -105,6 +105,11 @@ CLIENT_BACKOFF_INITIAL_S = 0.05
 CLIENT_BACKOFF_MAX_S = 0.25  # Retries during an election are cheap; a short cap finds the new leader sooner.
 CLIENT_STREAM_BACKOFF_MAX_S = 1.0  # Longest pause before reopening a refused or broken stream.
 CLIENT_RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal within 5 s.
+# Open ProduceStream calls a client keeps to one node (one per thread sending at once); a send beyond
+# them is a unary Produce call. Each holds one of gRPC's threads (it feeds the stream) and, on the
+# node, a reader slot.
+CLIENT_PRODUCE_STREAMS_MAX = 8
+CLIENT_STREAM_WATCH_S = 0.05  # How often a client checks its streams' requests for their deadlines.
 CLIENT_RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
 CLIENT_STATUS_TIMEOUT_S = 2.0  # One ClusterStatus call to each bootstrap node.
 CLIENT_REQUEST_BYTES_MAX = 2 * 1024 * 1024  # A produce request's records: room below APPEND_BYTES_MAX.
@@ -274,6 +279,7 @@ PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queu
 ENTRY_OVERHEAD_BYTES = 64  # Envelope bytes outside the appends, a generous bound.
 
 # broker/service.py
+PRODUCE_STREAM_S_MAX = 600.0  # A ProduceStream ends after this (after an answer); the client opens another.
 FETCH_STREAM_S_MAX = 600.0  # A stream ends after this; the client opens a new one from where it was.
 # A waiting call is woken by the entries that concern it (broker/waiters.py) and ends at once when its
 # client cancels. A group wait also re-reads this often unwoken, to notice what no entry announces

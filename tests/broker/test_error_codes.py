@@ -160,6 +160,15 @@ CASES = [
         _E.LEADER_UNKNOWN,
         leaderless,
     ),
+    # A stream of produce requests ends with the status the failing request's Produce call would have.
+    Case("ProduceStream", produce("t", 0, b"v"), _S.FAILED_PRECONDITION, _E.NOT_LEADER, follower),
+    Case("ProduceStream", produce("missing", 0, b"v"), _S.NOT_FOUND, _E.UNKNOWN_TOPIC),
+    Case("ProduceStream", kq_pb2.ProduceRequest(topic="t"), _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    Case("ProduceStream", b"\xff\xff\xff\xff", _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
+    Case("ProduceStream", produce("t", 0, b"v"), _S.PERMISSION_DENIED, _E.PERMISSION_DENIED, as_bob),
+    Case("ProduceStream", produce("t", 0, b"v"), _S.UNAUTHENTICATED, _E.UNAUTHENTICATED, unauthenticated),
+    Case("ProduceStream", produce("t", 0, b"v"), _S.RESOURCE_EXHAUSTED, _E.TOO_MANY_READERS, readers_full),
+    Case("ProduceStream", _produce_as(1, 5), _S.FAILED_PRECONDITION, _E.OUT_OF_ORDER_SEQUENCE, producer),
     Case("Produce", _produce_as(7, 0), _S.FAILED_PRECONDITION, _E.UNKNOWN_PRODUCER),
     Case("Produce", _produce_as(1, 5), _S.FAILED_PRECONDITION, _E.OUT_OF_ORDER_SEQUENCE, producer),
     Case("Produce", _produce_as(1, 1), _S.FAILED_PRECONDITION, _E.INVALID_PRODUCER_EPOCH, fenced_producer),
@@ -360,8 +369,13 @@ CASES = [
 def fail(edge: Edge, rpc: str, request: object) -> grpc.RpcError:
     """The error `rpc` answers `request` with (bytes are sent as they are, bypassing the serializer)."""
     with pytest.raises(grpc.RpcError) as caught:
-        if isinstance(request, bytes):
+        if isinstance(request, bytes) and rpc == "ProduceStream":
+            next(iter(edge.channel.stream_stream(f"/kq.v1.Broker/{rpc}", None, None)(iter([request]))))
+        elif isinstance(request, bytes):
             edge.channel.unary_unary(f"/kq.v1.Broker/{rpc}", None, None)(request)
+        elif rpc == "ProduceStream":
+            assert isinstance(request, kq_pb2.ProduceRequest)
+            next(iter(edge.stub.ProduceStream(iter([request]))))
         elif isinstance(request, kq_pb2.FetchRequest) and rpc == "FetchStream":
             next(iter(edge.stub.FetchStream(request)))
         else:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import queue
+import time
+from collections.abc import Callable
+
 import grpc
 import pytest
 
+import kq.broker.service
 from kq.proto import kq_pb2
 from kq.proto.errors import ERROR_CODE_METADATA_KEY, LEADER_METADATA_KEY, ErrorCode, metadata_value
 from kq.proto.limits import PARTITIONS_MAX, PRODUCE_MANY_REQUESTS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
@@ -145,6 +150,48 @@ def test_produce_many_answers_each_request_as_its_own_produce_would(edge: Edge) 
     assert [record.value for record in read.records] == [b"a", b"b"]
     assert [r.value for r in edge.stub.Fetch(kq_pb2.FetchRequest(topic="u", partition=0)).records] == [b"c"]
     assert not edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=1)).records
+
+
+def test_a_produce_stream_answers_each_request_as_produce_would_then_ends_on_its_limit(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests on one ProduceStream are answered one by one, in order, each as its Produce call would
+    be; no call stays counted while the stream waits; past PRODUCE_STREAM_S_MAX the stream ends after
+    an answer, and a request sent after it is never read (nothing proposed), and the slot is freed."""
+    requests: queue.SimpleQueue[kq_pb2.ProduceRequest | None] = queue.SimpleQueue()
+    responses = iter(edge.stub.ProduceStream(iter(requests.get, None)))
+    for value in (b"a", b"b", b"c"):
+        requests.put(produce("t", 1, value))
+        answer = next(responses)
+        assert (answer.partition, answer.base_offset) == (1, b"abc".index(value))
+        # Counted only while the node works on a request: released when its handler asks for the next.
+        assert _eventually(lambda: edge.front.edge.unary_calls == 0)
+    assert edge.readers.readers() == 1
+    requests.put(None)
+    assert list(responses) == []
+    read = edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=1))
+    assert [record.value for record in read.records] == [b"a", b"b", b"c"]
+
+    monkeypatch.setattr(kq.broker.service, "PRODUCE_STREAM_S_MAX", 0.0)
+    requests = queue.SimpleQueue()
+    responses = iter(edge.stub.ProduceStream(iter(requests.get, None)))
+    requests.put(produce("t", 1, b"d"))
+    assert next(responses).base_offset == 3
+    proposals = edge.consensus.proposals
+    requests.put(produce("t", 1, b"never"))
+    assert list(responses) == []  # Ended with OK after the answer: the next request was not read.
+    assert edge.consensus.proposals == proposals and edge.readers.readers() == 0
+    requests.put(None)
+
+
+def _eventually(condition: Callable[[], bool], within_s: float = 5.0) -> bool:
+    """Whether `condition` holds within `within_s` (the node's loop runs beside the test)."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def test_produce_many_refuses_a_call_it_cannot_take_whole(edge: Edge) -> None:

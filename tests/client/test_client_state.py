@@ -41,6 +41,9 @@ class FakeConnections:
         self.calls: list[list[int]] = []  # The partitions of each ProduceMany call.
         self._lock = threading.Lock()
 
+    def write_produce(self, request: Any) -> Any:
+        return self.write("Produce", request)
+
     def write(self, method: str, request: Any) -> Any:
         if method == "ProduceMany":
             self.calls.append([item.partition for item in request.requests])

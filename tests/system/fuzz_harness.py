@@ -75,15 +75,18 @@ class RawNode:
         self.unary = {
             rpc: self.channel.unary_unary(f"/kq.v1.Broker/{rpc}", None, None)
             for rpc, spec in RPCS.items()
-            if not spec.streams
+            if not spec.streams and not spec.request_streams
         }
         self.stream = self.channel.unary_stream("/kq.v1.Broker/FetchStream", None, None)
+        self.produce_stream = self.channel.stream_stream("/kq.v1.Broker/ProduceStream", None, None)
 
     def call(self, case: Case) -> tuple[grpc.StatusCode, str, bytes | None]:
         """(status, details, response bytes when OK) of one request."""
         try:
             if case.spec.streams:
                 return self._first_of_stream(case.payload)
+            if case.spec.request_streams:
+                return self._answer_on_stream(case.payload)
             response: bytes = self.unary[case.rpc](case.payload, timeout=UNARY_TIMEOUT_S)
             return grpc.StatusCode.OK, "", response
         except grpc.RpcError as error:
@@ -97,6 +100,13 @@ class RawNode:
             return call.code(), call.details() or "", None
         finally:
             call.cancel()  # type: ignore[no-untyped-call]
+
+    def _answer_on_stream(self, payload: bytes) -> tuple[grpc.StatusCode, str, bytes | None]:
+        """The answer to `payload` as the one message of a ProduceStream (the client then closes it)."""
+        call = self.produce_stream(iter([payload]), timeout=UNARY_TIMEOUT_S)
+        for answer in call:
+            return grpc.StatusCode.OK, "", bytes(answer)
+        return call.code(), call.details() or "", None
 
     def close(self) -> None:
         self.channel.close()

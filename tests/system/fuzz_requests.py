@@ -34,12 +34,14 @@ LABEL_VALUE_CHARACTERS = 40
 
 @dataclass(frozen=True, slots=True)
 class RpcSpec:
-    """One RPC: its request and response types, whether it may propose, whether it streams."""
+    """One RPC: its request and response types, whether it may propose, whether it streams (answers),
+    whether requests stream (a case's payload is then the stream's one message)."""
 
     request: type[Message]
     response: type[Message]
     writes: bool
     streams: bool = False
+    request_streams: bool = False
 
 
 RPCS: dict[str, RpcSpec] = {
@@ -49,6 +51,7 @@ RPCS: dict[str, RpcSpec] = {
     "DescribeTopic": RpcSpec(kq_pb2.DescribeTopicRequest, kq_pb2.DescribeTopicResponse, False),
     "Produce": RpcSpec(kq_pb2.ProduceRequest, kq_pb2.ProduceResponse, True),
     "ProduceMany": RpcSpec(kq_pb2.ProduceManyRequest, kq_pb2.ProduceManyResponse, True),
+    "ProduceStream": RpcSpec(kq_pb2.ProduceRequest, kq_pb2.ProduceResponse, True, request_streams=True),
     "Fetch": RpcSpec(kq_pb2.FetchRequest, kq_pb2.FetchResponse, False),
     "FetchStream": RpcSpec(kq_pb2.FetchRequest, kq_pb2.FetchResponse, False, streams=True),
     "ListOffsets": RpcSpec(kq_pb2.ListOffsetsRequest, kq_pb2.ListOffsetsResponse, False),
@@ -301,6 +304,7 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "DescribeTopic": lambda h: kq_pb2.DescribeTopicRequest(name=h.topic(), min_index=_min_index(h)),
     "Produce": _produce,
     "ProduceMany": _produce_many,
+    "ProduceStream": _produce,
     "Fetch": _fetch,
     "FetchStream": _fetch,
     "ListOffsets": lambda h: kq_pb2.ListOffsetsRequest(topic=h.topic(), min_index=_min_index(h)),
@@ -404,6 +408,8 @@ class CaseGenerator:
             beside.topic = other
             many = kq_pb2.ProduceManyRequest(requests=[request, beside][:: self.rng.choice([1, -1])])
             return Case("ProduceMany", many.SerializeToString(), f"ProduceMany of {label}", node)
+        if self.rng.random() < 0.2:  # The same batch as a message of a produce stream.
+            return Case("ProduceStream", request.SerializeToString(), f"ProduceStream of {label}", node)
         return Case("Produce", request.SerializeToString(), label, node)
 
     def _raw_case(self, rpc: str) -> Case:

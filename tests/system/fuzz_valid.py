@@ -125,6 +125,7 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
     "DescribeTopic": lambda h: kq_pb2.DescribeTopicRequest(name=h.rng.choice(["fz-a", "fz-b"])),
     "Produce": valid_produce,
     "ProduceMany": _produce_many,
+    "ProduceStream": valid_produce,
     "Fetch": _fetch,
     "FetchStream": _fetch,
     "ListOffsets": lambda h: kq_pb2.ListOffsetsRequest(topic=h.rng.choice(["fz-a", "fz-b"])),

@@ -83,7 +83,10 @@ def test_every_rpc_without_credentials_answers_unauthenticated(guarded: LocalClu
                 path = f"/kq.v1.Broker/{method.name}"
                 for metadata in ((), (("authorization", "Bearer kq_0123456789abcdef_wrong"),)):
                     with pytest.raises(grpc.RpcError) as caught:
-                        if method.server_streaming:
+                        if method.client_streaming:
+                            bidi = channel.stream_stream(path, request_class.SerializeToString, None)
+                            next(iter(bidi(iter([request_class()]), metadata=metadata, timeout=5)))
+                        elif method.server_streaming:
                             stream = channel.unary_stream(path, request_class.SerializeToString, None)
                             next(iter(stream(request_class(), metadata=metadata, timeout=5)))
                         else:

@@ -134,7 +134,11 @@ def test_undecodable_bytes_answer_invalid_argument_without_a_traceback(cluster: 
         for method in methods:
             for payload in payloads:
                 call = channel.unary_unary(f"/kq.v1.Broker/{method}", None, None)
-                if method == "FetchStream":
+                if method == "ProduceStream":
+                    bidi = channel.stream_stream(f"/kq.v1.Broker/{method}", None, None)
+                    with pytest.raises(grpc.RpcError) as caught:
+                        list(bidi(iter([payload]), timeout=5))
+                elif method == "FetchStream":
                     stream = channel.unary_stream(f"/kq.v1.Broker/{method}", None, None)
                     with pytest.raises(grpc.RpcError) as caught:
                         list(stream(payload, timeout=5))
