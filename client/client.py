@@ -18,6 +18,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+import grpc
+
 from kq.client.connection import Connections
 from kq.client.errors import (
     InvalidRequestError,
@@ -51,6 +53,7 @@ from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
     CLIENT_BACKOFF_INITIAL_S,
     CLIENT_BACKOFF_MAX_S,
+    CLIENT_METHOD_RECHECK_S,
     CLIENT_PARTITION_LOCKS,
     CLIENT_PRODUCER_PARTITIONS_MAX,
     CLIENT_REQUEST_BYTES_MAX,
@@ -120,6 +123,9 @@ class KqClient(GroupsApi, SecurityApi):
         # Highest Raft index this client has seen: reads pass it as min_index, so a client always sees
         # its own writes and never reads older state than it saw before, whichever node answers.
         self._index_seen = 0
+        # Until when ProduceMany is not asked for: a node answered UNIMPLEMENTED (an older version,
+        # during a rolling upgrade); each request goes as its own Produce meanwhile.
+        self._produce_many_unknown_until = 0.0
 
     def _saw(self, index: int) -> None:
         with self._state_lock:  # A read-modify-write: unguarded, two threads could move it backwards.
@@ -394,6 +400,10 @@ class KqClient(GroupsApi, SecurityApi):
         deadline = time.monotonic() + self._connections.retry_timeout_s
         pending, backoff_s = list(range(len(requests))), CLIENT_BACKOFF_INITIAL_S
         while pending:
+            if time.monotonic() < self._produce_many_unknown_until:
+                for i in pending:
+                    outcomes[i] = self._produce_alone(*requests[i])
+                break
             call = kq_pb2.ProduceManyRequest()
             for i in pending:
                 topic, partition, records = requests[i]
@@ -405,6 +415,9 @@ class KqClient(GroupsApi, SecurityApi):
                         f"{len(response.results)} results for {len(pending)} produce requests"
                     )
             except KqClientError as call_error:
+                if call_error.status == grpc.StatusCode.UNIMPLEMENTED:  # Nothing of it was proposed.
+                    self._produce_many_unknown_until = time.monotonic() + CLIENT_METHOD_RECHECK_S
+                    continue
                 for i in pending:
                     outcomes[i] = call_error
                 break
@@ -423,6 +436,17 @@ class KqClient(GroupsApi, SecurityApi):
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, CLIENT_BACKOFF_MAX_S)
         return [outcome for outcome in outcomes if outcome is not None]
+
+    def _produce_alone(
+        self, topic: str, partition: int, records: bytes
+    ) -> kq_pb2.ProduceResponse | KqClientError:
+        """One request of a ProduceMany call sent as a Produce call: its response or final error."""
+        request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=records)
+        try:
+            response: kq_pb2.ProduceResponse = self._connections.write_produce(request)
+        except KqClientError as error:
+            return error
+        return response
 
     def _next_sequence(self, key: tuple[str, int]) -> tuple[int, int]:
         """(producer id, sequence) for the next request to `key`, registering a producer id if needed."""

@@ -109,6 +109,9 @@ CLIENT_RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal 
 # them is a unary Produce call. Each holds one of gRPC's threads (it feeds the stream) and, on the
 # node, a reader slot.
 CLIENT_PRODUCE_STREAMS_MAX = 8
+# How long a client sends each request of a ProduceMany call as its own Produce after a node answered
+# ProduceMany UNIMPLEMENTED (an older version, during a rolling upgrade) before it asks again.
+CLIENT_METHOD_RECHECK_S = 60.0
 CLIENT_STREAM_WATCH_S = 0.05  # How often a client checks its streams' requests for their deadlines.
 CLIENT_RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
 CLIENT_STATUS_TIMEOUT_S = 2.0  # One ClusterStatus call to each bootstrap node.

@@ -31,6 +31,7 @@ class StreamingBroker(kq_pb2_grpc.BrokerServicer):
         self.unary = 0
         self.streamed = 0
         self.opened = 0
+        self.many_calls = 0
         self._lock = threading.Lock()
         self._offset = 0
 
@@ -44,6 +45,12 @@ class StreamingBroker(kq_pb2_grpc.BrokerServicer):
     ) -> kq_pb2.ProduceResponse:
         self.unary += 1
         return self._answer(request)
+
+    def ProduceMany(  # noqa: N802 - the proto's name.
+        self, request: kq_pb2.ProduceManyRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.ProduceManyResponse:
+        self.many_calls += 1  # An older node's answer: it does not know the method.
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
 
     def ProduceStream(  # noqa: N802 - the proto's name.
         self, request_iterator: Iterator[kq_pb2.ProduceRequest], context: grpc.ServicerContext
@@ -153,3 +160,16 @@ def test_threads_sending_at_once_each_get_a_stream_up_to_the_limit(
         assert servicer.opened <= 2 and servicer.streamed > 0
         connections = client._connections
     assert not connections._idle_streams and not connections._busy_streams
+
+
+def test_a_node_without_produce_many_gets_each_request_as_produce(
+    streaming: tuple[StreamingBroker, str],
+) -> None:
+    """An older node answers ProduceMany UNIMPLEMENTED: each request goes as its own Produce (on a
+    stream), each with its own outcome, and later calls do not ask for ProduceMany again."""
+    servicer, address = streaming
+    with KqClient([address], idempotent=False) as client:
+        for _ in range(2):
+            outcomes = client.produce_batches([("t", p, _batch(b"v")) for p in range(3)])
+            assert [getattr(outcome, "partition", outcome) for outcome in outcomes] == [0, 1, 2]
+        assert servicer.streamed == 6 and servicer.many_calls == 1
