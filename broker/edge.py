@@ -125,6 +125,9 @@ class EdgeInterceptor(_Interceptor):
         self._log = log or RateLimitedLog(LOG_INTERVAL_S)
         self._unary_calls_max = unary_calls_max
         self.unary_calls = 0  # Plain-function calls in progress (on the loop only).
+        # Method -> (its handler, wrapped): a call's handler is wrapped once, not on every call. At
+        # most one entry per method the server has (an unknown method has no handler to keep).
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
 
     async def intercept_service(
         self,
@@ -136,6 +139,14 @@ class EdgeInterceptor(_Interceptor):
         if handler is None:
             return None
         method = str(handler_call_details.method)
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, method: str, handler: Any) -> Any:
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary),
