@@ -196,10 +196,11 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         the node's loop is about a third of a unary call's (bench/README.md), and a client that waits
         for each answer (`KqClient.send`) saves a round of gRPC's call set-up on both ends.
 
-        The stream holds a reader slot (broker/admission.py) for its life, idle or not, and ends once
+        The stream holds a produce stream slot (broker/admission.py, PRODUCE_STREAM_LIMITS: apart from
+        the readers') for its life, idle or not, and ends once
         PRODUCE_STREAM_S_MAX has passed, after an answer: so a revoked credential, checked when a call
         opens, outlives its revocation by that much at most."""
-        with self._readers.admitted(context.peer()):
+        with self._produce_streams.admitted(context.peer()):
             deadline = time.monotonic() + PRODUCE_STREAM_S_MAX
             async for request in requests:
                 await context.write(await self.produce(request))

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-from kq.broker.admission import ReaderAdmission
+from kq.broker.admission import PRODUCE_STREAM_LIMITS, ReaderAdmission
 from kq.broker.auth import Security
 from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
@@ -62,6 +62,7 @@ class ServiceBase:
         self._notifier = notifier
         self._coordinator = coordinator
         self._readers = readers  # Slots for calls that wait (broker/admission.py).
+        self._produce_streams = ReaderAdmission(PRODUCE_STREAM_LIMITS)  # Slots for open ProduceStream calls.
         self._workers = workers  # Blocking work of coroutine handlers: proposals, group reads.
         self._reads = reads  # Record reads of coroutine handlers.
         # The leader's disk bound (broker/storage_guard.py); None: writes are never refused for room.

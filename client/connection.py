@@ -26,6 +26,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ from kq.client.errors import KqClientError, UnavailableError, from_rpc_error
 from kq.client.security import MetadataInterceptor, credential_metadata
 from kq.client.tls import TlsConfig
 from kq.proto import kq_pb2_grpc
+from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
     CLIENT_BACKOFF_INITIAL_S,
     CLIENT_BACKOFF_MAX_S,
@@ -87,6 +89,27 @@ class _ProduceStream:
         self._call.cancel()
 
 
+def _watch_streams(connections: weakref.ref[Connections], closing: threading.Event) -> None:
+    """The kq-client-streams thread: every CLIENT_STREAM_WATCH_S, times out the overdue requests of a
+    client's produce streams, until the client is closed or gone."""
+    while not closing.wait(CLIENT_STREAM_WATCH_S):
+        alive = connections()
+        if alive is None:
+            return
+        alive.time_out_overdue()
+        del alive
+
+
+def _end_streams(
+    idle: dict[str, list[_ProduceStream]], busy: set[_ProduceStream], closing: threading.Event
+) -> None:
+    """Closes every produce stream of a client and stops its watchdog (close(), or the client's end)."""
+    for stream in [*busy, *(stream for streams in idle.values() for stream in streams)]:
+        stream.close()
+    idle.clear()
+    closing.set()
+
+
 class Connections:
     """One gRPC channel per node address (at most CLIENT_CHANNELS_MAX), and the call policy."""
 
@@ -123,6 +146,11 @@ class Connections:
         self._unary_only: set[str] = set()  # Nodes that answered ProduceStream UNIMPLEMENTED.
         self._watchdog: threading.Thread | None = None
         self._closing = threading.Event()
+        # A client dropped without close() still ends its streams (and so gRPC's feeding threads)
+        # and its watchdog, which holds it only weakly.
+        self._end_streams = weakref.finalize(
+            self, _end_streams, self._idle_streams, self._busy_streams, self._closing
+        )
 
     def stub(self, address: str) -> kq_pb2_grpc.BrokerStub:
         """The (cached) stub for `address`."""
@@ -169,14 +197,13 @@ class Connections:
         """Closes every channel; later calls raise ClientClosedError."""
         with self._lock:
             self._closed = True
-            streams = [*self._busy_streams, *(s for idle in self._idle_streams.values() for s in idle)]
-            self._idle_streams.clear()
-            for stream in streams:
-                stream.close()
+            self._end_streams()
             for channel, _ in self._channels.values():
                 channel.close()
             self._channels.clear()
-        self._closing.set()
+            watchdog = self._watchdog
+        if watchdog is not None and watchdog is not threading.current_thread():
+            watchdog.join()  # It wakes on `_closing` at once.
 
     @property
     def leader(self) -> str | None:
@@ -264,11 +291,14 @@ class Connections:
                 raise UnavailableError(
                     f"{address} did not answer in time", status=grpc.StatusCode.DEADLINE_EXCEEDED
                 ) from None
+            refused = from_rpc_error(error, address)
+            if refused.error_code == ErrorCode.TOO_MANY_READERS:  # The node's stream slots are taken.
+                return self._call(address, "Produce", request, timeout_s)
             if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # An older node: nothing was proposed.
                 with self._lock:
                     self._unary_only.add(address)
                 return self._call(address, "Produce", request, timeout_s)
-            raise from_rpc_error(error, address) from None
+            raise refused from None
         with self._lock:
             self._busy_streams.discard(stream)
             if self._closed:
@@ -300,7 +330,12 @@ class Connections:
         with self._lock:
             self._busy_streams.add(stream)
             if self._watchdog is None:
-                self._watchdog = threading.Thread(target=self._watch, name="kq-client-streams", daemon=True)
+                self._watchdog = threading.Thread(
+                    target=_watch_streams,
+                    args=(weakref.ref(self), self._closing),
+                    name="kq-client-streams",
+                    daemon=True,
+                )
                 self._watchdog.start()
         return stream
 
@@ -311,14 +346,13 @@ class Connections:
             self._stream_counts[stream.address] -= 1
         stream.close()
 
-    def _watch(self) -> None:
-        """The watchdog: every CLIENT_STREAM_WATCH_S, times out the streams whose request is overdue."""
-        while not self._closing.wait(CLIENT_STREAM_WATCH_S):
-            now = time.monotonic()
-            with self._lock:
-                overdue = [s for s in self._busy_streams if s.deadline and now >= s.deadline]
-            for stream in overdue:
-                stream.time_out()
+    def time_out_overdue(self) -> None:
+        """Times out the streams whose request is past its deadline (the watchdog's round)."""
+        now = time.monotonic()
+        with self._lock:
+            overdue = [s for s in self._busy_streams if s.deadline and now >= s.deadline]
+        for stream in overdue:
+            stream.time_out()
 
     def read(
         self,

@@ -107,7 +107,7 @@ CLIENT_STREAM_BACKOFF_MAX_S = 1.0  # Longest pause before reopening a refused or
 CLIENT_RPC_TIMEOUT_S = 10.0  # One attempt; the server answers a stuck proposal within 5 s.
 # Open ProduceStream calls a client keeps to one node (one per thread sending at once); a send beyond
 # them is a unary Produce call. Each holds one of gRPC's threads (it feeds the stream) and, on the
-# node, a reader slot.
+# node, a produce stream slot (PRODUCE_STREAMS_MAX).
 CLIENT_PRODUCE_STREAMS_MAX = 8
 # How long a client sends each request of a ProduceMany call as its own Produce after a node answered
 # ProduceMany UNIMPLEMENTED (an older version, during a rolling upgrade) before it asks again.
@@ -172,6 +172,10 @@ READERS_PER_CONNECTION_MAX = 1_024
 # Plain-function handlers (proposals that wait for the commit, metadata reads) run on --grpc-workers
 # threads; at most UNARY_CALLS_MAX such calls are in progress (running or queued for a thread),
 # beyond it QUEUE_FULL at once.
+# Open ProduceStream calls (broker/service.py), admitted apart from readers: each is an idle coroutine
+# and its call between requests (a client keeps CLIENT_PRODUCE_STREAMS_MAX a node at most).
+PRODUCE_STREAMS_MAX = 1_024
+PRODUCE_STREAMS_PER_CONNECTION_MAX = 64
 UNARY_CALLS_MAX = 4_096
 # A produce request's batch of at most this is checked on the serving loop (broker/service.py
 # `produce`): cheaper than the hand-off to a worker and back; a longer walk would hold up the loop.

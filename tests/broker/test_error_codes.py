@@ -68,6 +68,13 @@ def readers_full(edge: Edge) -> None:
         edge.readers.acquire(f"ipv4:10.0.0.{number}:1")
 
 
+def streams_full(edge: Edge) -> None:
+    """Every produce stream slot of the node is taken (readers do not count there)."""
+    admission = edge.service._produce_streams
+    for number in range(admission.limits.readers_max):
+        admission.acquire(f"ipv4:10.0.0.{number}:1")
+
+
 class _Bob(Security):
     """Authentication on; every call is from User:bob, who holds no ACL."""
 
@@ -167,7 +174,7 @@ CASES = [
     Case("ProduceStream", b"\xff\xff\xff\xff", _S.INVALID_ARGUMENT, _E.INVALID_REQUEST),
     Case("ProduceStream", produce("t", 0, b"v"), _S.PERMISSION_DENIED, _E.PERMISSION_DENIED, as_bob),
     Case("ProduceStream", produce("t", 0, b"v"), _S.UNAUTHENTICATED, _E.UNAUTHENTICATED, unauthenticated),
-    Case("ProduceStream", produce("t", 0, b"v"), _S.RESOURCE_EXHAUSTED, _E.TOO_MANY_READERS, readers_full),
+    Case("ProduceStream", produce("t", 0, b"v"), _S.RESOURCE_EXHAUSTED, _E.TOO_MANY_READERS, streams_full),
     Case("ProduceStream", _produce_as(1, 5), _S.FAILED_PRECONDITION, _E.OUT_OF_ORDER_SEQUENCE, producer),
     Case("Produce", _produce_as(7, 0), _S.FAILED_PRECONDITION, _E.UNKNOWN_PRODUCER),
     Case("Produce", _produce_as(1, 5), _S.FAILED_PRECONDITION, _E.OUT_OF_ORDER_SEQUENCE, producer),

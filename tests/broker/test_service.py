@@ -157,7 +157,8 @@ def test_a_produce_stream_answers_each_request_as_produce_would_then_ends_on_its
 ) -> None:
     """Requests on one ProduceStream are answered one by one, in order, each as its Produce call would
     be; no call stays counted while the stream waits; past PRODUCE_STREAM_S_MAX the stream ends after
-    an answer, and a request sent after it is never read (nothing proposed), and the slot is freed."""
+    an answer, and a request sent after it is never read (nothing proposed), and its produce stream
+    slot is freed."""
     requests: queue.SimpleQueue[kq_pb2.ProduceRequest | None] = queue.SimpleQueue()
     responses = iter(edge.stub.ProduceStream(iter(requests.get, None)))
     for value in (b"a", b"b", b"c"):
@@ -166,7 +167,7 @@ def test_a_produce_stream_answers_each_request_as_produce_would_then_ends_on_its
         assert (answer.partition, answer.base_offset) == (1, b"abc".index(value))
         # Counted only while the node works on a request: released when its handler asks for the next.
         assert _eventually(lambda: edge.front.edge.unary_calls == 0)
-    assert edge.readers.readers() == 1
+    assert edge.service._produce_streams.readers() == 1
     requests.put(None)
     assert list(responses) == []
     read = edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=1))
@@ -180,7 +181,7 @@ def test_a_produce_stream_answers_each_request_as_produce_would_then_ends_on_its
     proposals = edge.consensus.proposals
     requests.put(produce("t", 1, b"never"))
     assert list(responses) == []  # Ended with OK after the answer: the next request was not read.
-    assert edge.consensus.proposals == proposals and edge.readers.readers() == 0
+    assert edge.consensus.proposals == proposals and edge.service._produce_streams.readers() == 0
     requests.put(None)
 
 

@@ -12,9 +12,11 @@ from concurrent import futures
 import grpc
 import pytest
 
+from kq.broker.errors import abort_with_code
 from kq.client import KqClient
 from kq.client.errors import UnavailableError
 from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.proto.errors import ErrorCode
 from kq.proto.records import BatchBuilder, NewRecord
 
 
@@ -32,6 +34,7 @@ class StreamingBroker(kq_pb2_grpc.BrokerServicer):
         self.streamed = 0
         self.opened = 0
         self.many_calls = 0
+        self.full = False  # Refuse streams as a node whose produce stream slots are taken.
         self._lock = threading.Lock()
         self._offset = 0
 
@@ -57,6 +60,10 @@ class StreamingBroker(kq_pb2_grpc.BrokerServicer):
     ) -> Iterator[kq_pb2.ProduceResponse]:
         if not self.streams:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        if self.full:
+            abort_with_code(
+                context, ErrorCode.TOO_MANY_READERS, "this node serves its maximum of 0 produce streams"
+            )
         self.opened += 1
         for request in request_iterator:
             if self.stall.is_set():
@@ -173,3 +180,14 @@ def test_a_node_without_produce_many_gets_each_request_as_produce(
             outcomes = client.produce_batches([("t", p, _batch(b"v")) for p in range(3)])
             assert [getattr(outcome, "partition", outcome) for outcome in outcomes] == [0, 1, 2]
         assert servicer.streamed == 6 and servicer.many_calls == 1
+
+
+def test_a_node_whose_stream_slots_are_taken_gets_unary_calls(streaming: tuple[StreamingBroker, str]) -> None:
+    """A stream refused for the node's stream slots (TOO_MANY_READERS): the request goes as Produce."""
+    servicer, address = streaming
+    servicer.full = True
+    with KqClient([address], idempotent=False) as client:
+        assert client.produce_batch("t", 0, _batch(b"v")).base_offset == 0
+        servicer.full = False
+        assert client.produce_batch("t", 0, _batch(b"w")).base_offset == 1
+    assert (servicer.opened, servicer.unary, servicer.streamed) == (1, 1, 1)
