@@ -15,8 +15,8 @@ at a time, so a stream's answer is always its last request's. A node that does n
 
 Thread-safe: the channel cache, the known leader, the node rotation and the idle streams are
 guarded by one lock, held only to read or update them, never during a call. A watchdog thread
-(started with the first stream) cancels a stream whose request is past its deadline, which gRPC's
-blocking stream read cannot be given.
+(running while requests wait on streams, and a second after) cancels a stream whose request is past
+its deadline, which gRPC's blocking stream read cannot be given.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from kq.proto.limits import (
     CLIENT_RETRY_TIMEOUT_S,
     CLIENT_RPC_TIMEOUT_S,
     CLIENT_STREAM_BACKOFF_MAX_S,
+    CLIENT_STREAM_WATCH_IDLE_S,
     CLIENT_STREAM_WATCH_S,
     GRPC_MESSAGE_BYTES_MAX,
 )
@@ -91,12 +92,15 @@ class _ProduceStream:
 
 def _watch_streams(connections: weakref.ref[Connections], closing: threading.Event) -> None:
     """The kq-client-streams thread: every CLIENT_STREAM_WATCH_S, times out the overdue requests of a
-    client's produce streams, until the client is closed or gone."""
+    client's produce streams; it ends when no request has waited for CLIENT_STREAM_WATCH_IDLE_S (the
+    next one starts it again), or the client is closed or gone."""
+    idle_since = time.monotonic()
     while not closing.wait(CLIENT_STREAM_WATCH_S):
         alive = connections()
-        if alive is None:
+        if alive is None or not alive.time_out_overdue(idle_since):
             return
-        alive.time_out_overdue()
+        if alive.streams_busy():
+            idle_since = time.monotonic()
         del alive
 
 
@@ -317,6 +321,7 @@ class Connections:
             if idle:
                 stream = idle.pop()
                 self._busy_streams.add(stream)
+                self._watch()
                 return stream
             if self._stream_counts.get(address, 0) >= CLIENT_PRODUCE_STREAMS_MAX:
                 return None
@@ -329,14 +334,7 @@ class Connections:
             raise
         with self._lock:
             self._busy_streams.add(stream)
-            if self._watchdog is None:
-                self._watchdog = threading.Thread(
-                    target=_watch_streams,
-                    args=(weakref.ref(self), self._closing),
-                    name="kq-client-streams",
-                    daemon=True,
-                )
-                self._watchdog.start()
+            self._watch()
         return stream
 
     def _drop_stream(self, stream: _ProduceStream) -> None:
@@ -346,13 +344,35 @@ class Connections:
             self._stream_counts[stream.address] -= 1
         stream.close()
 
-    def time_out_overdue(self) -> None:
-        """Times out the streams whose request is past its deadline (the watchdog's round)."""
+    def streams_busy(self) -> bool:
+        """Whether a request waits on a produce stream now."""
+        with self._lock:
+            return bool(self._busy_streams)
+
+    def time_out_overdue(self, idle_since: float) -> bool:
+        """The watchdog's round: times out the streams whose request is past its deadline; whether the
+        watchdog carries on (False, and it is forgotten, once no request waited since `idle_since` +
+        CLIENT_STREAM_WATCH_IDLE_S)."""
         now = time.monotonic()
         with self._lock:
+            if not self._busy_streams and now - idle_since >= CLIENT_STREAM_WATCH_IDLE_S:
+                self._watchdog = None
+                return False
             overdue = [s for s in self._busy_streams if s.deadline and now >= s.deadline]
         for stream in overdue:
             stream.time_out()
+        return True
+
+    def _watch(self) -> None:
+        """Starts the watchdog unless it runs (called holding `_lock`, with a stream taken)."""
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(
+                target=_watch_streams,
+                args=(weakref.ref(self), self._closing),
+                name="kq-client-streams",
+                daemon=True,
+            )
+            self._watchdog.start()
 
     def read(
         self,

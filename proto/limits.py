@@ -113,6 +113,7 @@ CLIENT_PRODUCE_STREAMS_MAX = 8
 # ProduceMany UNIMPLEMENTED (an older version, during a rolling upgrade) before it asks again.
 CLIENT_METHOD_RECHECK_S = 60.0
 CLIENT_STREAM_WATCH_S = 0.05  # How often a client checks its streams' requests for their deadlines.
+CLIENT_STREAM_WATCH_IDLE_S = 1.0  # The checking thread ends after this long without a request waiting.
 CLIENT_RETRY_TIMEOUT_S = 30.0  # All attempts of one call.
 CLIENT_STATUS_TIMEOUT_S = 2.0  # One ClusterStatus call to each bootstrap node.
 CLIENT_REQUEST_BYTES_MAX = 2 * 1024 * 1024  # A produce request's records: room below APPEND_BYTES_MAX.

@@ -191,3 +191,28 @@ def test_a_node_whose_stream_slots_are_taken_gets_unary_calls(streaming: tuple[S
         servicer.full = False
         assert client.produce_batch("t", 0, _batch(b"w")).base_offset == 1
     assert (servicer.opened, servicer.unary, servicer.streamed) == (1, 1, 1)
+
+
+def test_the_watchdog_ends_when_no_request_waits_and_starts_again(
+    streaming: tuple[StreamingBroker, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kq-client-streams thread ends after CLIENT_STREAM_WATCH_IDLE_S without a waiting request,
+    even for a client never closed, and the next request starts it again."""
+    import kq.client.connection
+
+    monkeypatch.setattr(kq.client.connection, "CLIENT_STREAM_WATCH_IDLE_S", 0.1)
+    _, address = streaming
+
+    def watching() -> bool:
+        return any(thread.name == "kq-client-streams" for thread in threading.enumerate())
+
+    client = KqClient([address], idempotent=False)
+    client.produce_batch("t", 0, _batch(b"a"))
+    assert watching()
+    deadline = time.monotonic() + 5
+    while watching() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not watching()
+    assert client.produce_batch("t", 0, _batch(b"b")).base_offset == 1 and watching()
+    client.close()
+    assert not watching()
