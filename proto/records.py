@@ -817,7 +817,7 @@ class BatchBuilder:
 
 
 def assemble_batch(
-    records: bytes,
+    records: bytes | memoryview,
     record_count: int,
     base_timestamp_ms: int,
     max_timestamp_ms: int,
@@ -831,7 +831,7 @@ def assemble_batch(
 
     `attributes` adds flag bits to the codec's (tests use it to build batches kq must refuse).
     """
-    payload = compress(records, compression)
+    payload = records if compression == NONE else compress(bytes(records), compression)
     tail = _FROM_CRC.pack(
         compression | attributes,
         record_count - 1,

@@ -45,7 +45,7 @@ class EncodedBatch:
     """A piece's records, encoded back to back: what `KqClient.produce_batch` builds a batch from (as
     from a `BatchBuilder`), with the producer fields it stamps per request."""
 
-    records: bytes
+    records: bytes | memoryview  # A view of Arrow's buffer: `build` copies it into the batch once.
     record_count: int
     timestamp_ms: int  # Every record's (CreateTime): the batch's base and max timestamp.
 
@@ -227,23 +227,65 @@ def _varint_sizes(values: Ints) -> Ints:
 
 def _records(
     rows: Ints, keys: pa.Array | None, values: pa.Array, key_lengths: Ints, value_lengths: Ints
-) -> bytes:
+) -> memoryview:
     """The records of `rows`, back to back: per row its head (length, attributes 0, timestamp delta 0,
-    offset delta, key length), key, value length, value and header count (0), joined by Arrow."""
-    deltas = np.arange(len(rows), dtype=np.int64)
+    offset delta, key length), key, value length, value and header count (0), joined by Arrow.
+
+    Each varint is taken from a table of them (`_VARINTS`) when every one of a field's fits (lengths
+    and deltas below 32 KiB: the common case); else written byte by byte (`_varint_column`)."""
+    count = len(rows)
+    deltas = np.arange(count, dtype=np.int64)
     body = _body_sizes(key_lengths, value_lengths, deltas)
-    head = _varint_column([body, None, np.zeros(len(rows), np.int64), deltas, key_lengths])
+    indices = pa.array(rows)
+    taken_values = _rows_of(values, rows, indices)
+    taken_keys = _rows_of(keys, rows, indices) if keys is not None else _NOTHING
+    tabled = [_tabled(field) for field in (body, key_lengths, value_lengths)]
+    if count <= len(_DELTA_VARINTS) and all(column is not None for column in tabled):
+        body_varints, key_length_varints, value_length_varints = tabled
+        joined = pc.binary_join_element_wise(
+            body_varints,
+            _ZERO_ATTRIBUTES_AND_TIMESTAMP,
+            _DELTA_VARINTS.slice(0, count),
+            key_length_varints,
+            taken_keys,
+            value_length_varints,
+            taken_values,
+            _NO_HEADERS_SCALAR,
+            _NOTHING,
+            null_handling="replace",
+            null_replacement="",
+        )
+        return _joined_bytes(joined)
+    head = _varint_column([body, None, np.zeros(count, np.int64), deltas, key_lengths])
     middle = _varint_column([value_lengths])
-    taken_values = values.take(pa.array(rows))
-    taken_keys = keys.take(pa.array(rows)) if keys is not None else pa.nulls(len(rows), pa.binary())
-    tail = _no_headers(len(rows))
+    tail = _no_headers(count)
     joined = pc.binary_join_element_wise(
         head, taken_keys, middle, taken_values, tail, _NOTHING, null_handling="replace", null_replacement=""
     )
+    return _joined_bytes(joined)
+
+
+def _rows_of(column: pa.Array, rows: Ints, indices: pa.Array) -> pa.Array:
+    """The column's `rows` (ascending): a zero-copy slice when they are consecutive, else taken."""
+    if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1:
+        return column.slice(int(rows[0]), len(rows))
+    return column.take(indices)
+
+
+def _tabled(field: Ints) -> pa.Array | None:
+    """Each value's zigzag varint from `_VARINTS`, as a binary column; None if one is not there."""
+    raw = (field << 1) ^ (field >> 63)
+    if len(raw) and (int(raw.max()) >= len(_VARINTS) or int(raw.min()) < 0):
+        return None
+    return _VARINTS.take(pa.array(raw))
+
+
+def _joined_bytes(joined: pa.Array) -> memoryview:
+    """The bytes of a binary column's values, back to back (a view: the batch's assembly copies them)."""
     offsets = joined.buffers()[1]
     start = int(np.frombuffer(offsets, np.int32, 1, joined.offset * 4)[0])
     end = int(np.frombuffer(offsets, np.int32, 1, (joined.offset + len(joined)) * 4)[0])
-    return bytes(memoryview(joined.buffers()[2])[start:end])
+    return memoryview(joined.buffers()[2])[start:end]
 
 
 def _no_headers(count: int) -> pa.Array:
@@ -277,3 +319,29 @@ def _varint_column(fields: list[Ints | None]) -> pa.Array:
     return pa.Array.from_buffers(
         pa.binary(), count, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
     )
+
+
+def _varint_table(count: int) -> pa.Array:
+    """A binary column whose row i is the varint of i (i itself, not zigzagged: a zigzag value)."""
+    raw = np.arange(count, dtype=np.int64)
+    sizes = np.ones(count, np.int64)
+    for shift in (7, 14, 21, 28):
+        sizes += raw >= (1 << shift)
+    offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    data = np.zeros(int(offsets[-1]), np.uint8)
+    for index in range(_VARINT_BYTES_MAX):
+        writing = sizes > index
+        byte = ((raw >> (7 * index)) & 0x7F) | np.where(sizes > index + 1, 0x80, 0)
+        data[offsets[:-1][writing] + index] = byte[writing]
+    return pa.Array.from_buffers(
+        pa.binary(), count, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+    )
+
+
+# The varints of zigzag values 0 to 65,535 (lengths and deltas -1 to 32,767), and of the offset deltas
+# 0 to RECORDS_PER_APPEND_MAX - 1: what `_records` takes them from.
+_VARINTS = _varint_table(1 << 16)
+_DELTA_VARINTS = _VARINTS.take(pa.array(np.arange(min(RECORDS_PER_APPEND_MAX, 1 << 15), dtype=np.int64) * 2))
+_ZERO_ATTRIBUTES_AND_TIMESTAMP = pa.scalar(b"\x00\x00", pa.binary())  # Attributes 0, timestamp delta 0.
+_NO_HEADERS_SCALAR = pa.scalar(_NO_HEADERS, pa.binary())
