@@ -97,11 +97,11 @@ def _watch_streams(connections: weakref.ref[Connections], closing: threading.Eve
     idle_since = time.monotonic()
     while not closing.wait(CLIENT_STREAM_WATCH_S):
         alive = connections()
-        if alive is None or not alive.time_out_overdue(idle_since):
-            return
-        if alive.streams_busy():
-            idle_since = time.monotonic()
+        carry_on = alive.watch_round(idle_since) if alive is not None else None
         del alive
+        if carry_on is None:
+            return
+        idle_since = carry_on
 
 
 def _end_streams(
@@ -144,10 +144,10 @@ class Connections:
         self._closed = False
         self._idle_streams: dict[str, list[_ProduceStream]] = {}  # By address; bounded as below.
         self._busy_streams: set[_ProduceStream] = set()
-        self._stream_counts: dict[
-            str, int
-        ] = {}  # Open streams by address, at most CLIENT_PRODUCE_STREAMS_MAX.
-        self._unary_only: set[str] = set()  # Nodes that answered ProduceStream UNIMPLEMENTED.
+        # Open streams by address (at most CLIENT_PRODUCE_STREAMS_MAX; an address leaves at 0).
+        self._stream_counts: dict[str, int] = {}
+        # Nodes that answered ProduceStream UNIMPLEMENTED (an address leaves with its channel).
+        self._unary_only: set[str] = set()
         self._watchdog: threading.Thread | None = None
         self._closing = threading.Event()
         # A client dropped without close() still ends its streams (and so gRPC's feeding threads)
@@ -193,8 +193,9 @@ class Connections:
                 return
             if address not in self.bootstrap:
                 self._channels.pop(address)[0].close()
+                self._unary_only.discard(address)
                 for stream in self._idle_streams.pop(address, ()):
-                    self._stream_counts[address] -= 1
+                    self._count_closed(address)
                     stream.close()
 
     def close(self) -> None:
@@ -330,7 +331,7 @@ class Connections:
             stream = _ProduceStream(self.stub(address), address)
         except BaseException:
             with self._lock:
-                self._stream_counts[address] -= 1
+                self._count_closed(address)
             raise
         with self._lock:
             self._busy_streams.add(stream)
@@ -341,27 +342,32 @@ class Connections:
         """Forgets a stream that failed or ended, and closes it."""
         with self._lock:
             self._busy_streams.discard(stream)
-            self._stream_counts[stream.address] -= 1
+            self._count_closed(stream.address)
         stream.close()
 
-    def streams_busy(self) -> bool:
-        """Whether a request waits on a produce stream now."""
-        with self._lock:
-            return bool(self._busy_streams)
+    def _count_closed(self, address: str) -> None:
+        """One stream to `address` fewer (called holding `_lock`)."""
+        left = self._stream_counts[address] - 1
+        if left:
+            self._stream_counts[address] = left
+        else:
+            del self._stream_counts[address]
 
-    def time_out_overdue(self, idle_since: float) -> bool:
-        """The watchdog's round: times out the streams whose request is past its deadline; whether the
-        watchdog carries on (False, and it is forgotten, once no request waited since `idle_since` +
-        CLIENT_STREAM_WATCH_IDLE_S)."""
+    def watch_round(self, idle_since: float) -> float | None:
+        """The watchdog's round: times out the streams whose request is past its deadline. Returns
+        since when no request has waited (now, if one waits), or None once none has for
+        CLIENT_STREAM_WATCH_IDLE_S: the watchdog then ends, and is forgotten."""
         now = time.monotonic()
         with self._lock:
-            if not self._busy_streams and now - idle_since >= CLIENT_STREAM_WATCH_IDLE_S:
+            if self._busy_streams:
+                idle_since = now
+            elif now - idle_since >= CLIENT_STREAM_WATCH_IDLE_S:
                 self._watchdog = None
-                return False
+                return None
             overdue = [s for s in self._busy_streams if s.deadline and now >= s.deadline]
         for stream in overdue:
             stream.time_out()
-        return True
+        return idle_since
 
     def _watch(self) -> None:
         """Starts the watchdog unless it runs (called holding `_lock`, with a stream taken)."""

@@ -216,9 +216,14 @@ def _body_sizes(key_lengths: Ints, value_lengths: Ints, offset_deltas: Ints) -> 
     )
 
 
+def _zigzag(values: Ints) -> Ints:
+    """Kafka's zigzag encoding of each value (non-negative)."""
+    return (values << 1) ^ (values >> 63)
+
+
 def _varint_sizes(values: Ints) -> Ints:
     """Bytes of each value's zigzag varint."""
-    raw = (values << 1) ^ (values >> 63)
+    raw = _zigzag(values)
     size = np.ones(len(values), np.int64)
     for shift in (7, 14, 21, 28):
         size += raw >= (1 << shift)
@@ -274,7 +279,7 @@ def _rows_of(column: pa.Array, rows: Ints, indices: pa.Array) -> pa.Array:
 
 def _tabled(field: Ints) -> pa.Array | None:
     """Each value's zigzag varint from `_VARINTS`, as a binary column; None if one is not there."""
-    raw = (field << 1) ^ (field >> 63)
+    raw = _zigzag(field)
     if len(raw) and (int(raw.max()) >= len(_VARINTS) or int(raw.min()) < 0):
         return None
     return _VARINTS.take(pa.array(raw))
@@ -308,7 +313,7 @@ def _varint_column(fields: list[Ints | None]) -> pa.Array:
     at = offsets[:-1].copy()
     for field, size in zip(fields, sizes, strict=True):
         if field is not None:
-            raw = (field << 1) ^ (field >> 63)  # Zigzag: non-negative, below 2**32.
+            raw = _zigzag(field)  # Non-negative, below 2**32.
             for index in range(_VARINT_BYTES_MAX):
                 writing = size > index
                 if not writing.any():
@@ -321,27 +326,10 @@ def _varint_column(fields: list[Ints | None]) -> pa.Array:
     )
 
 
-def _varint_table(count: int) -> pa.Array:
-    """A binary column whose row i is the varint of i (i itself, not zigzagged: a zigzag value)."""
-    raw = np.arange(count, dtype=np.int64)
-    sizes = np.ones(count, np.int64)
-    for shift in (7, 14, 21, 28):
-        sizes += raw >= (1 << shift)
-    offsets = np.zeros(count + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    data = np.zeros(int(offsets[-1]), np.uint8)
-    for index in range(_VARINT_BYTES_MAX):
-        writing = sizes > index
-        byte = ((raw >> (7 * index)) & 0x7F) | np.where(sizes > index + 1, 0x80, 0)
-        data[offsets[:-1][writing] + index] = byte[writing]
-    return pa.Array.from_buffers(
-        pa.binary(), count, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
-    )
-
-
 # The varints of zigzag values 0 to 65,535 (lengths and deltas -1 to 32,767), and of the offset deltas
 # 0 to RECORDS_PER_APPEND_MAX - 1: what `_records` takes them from.
-_VARINTS = _varint_table(1 << 16)
+_TABLED = np.arange(1 << 16, dtype=np.int64)
+_VARINTS = _varint_column([(_TABLED >> 1) ^ -(_TABLED & 1)])  # Row i: the values whose zigzag is i.
 _DELTA_VARINTS = _VARINTS.take(pa.array(np.arange(min(RECORDS_PER_APPEND_MAX, 1 << 15), dtype=np.int64) * 2))
 _ZERO_ATTRIBUTES_AND_TIMESTAMP = pa.scalar(b"\x00\x00", pa.binary())  # Attributes 0, timestamp delta 0.
 _NO_HEADERS_SCALAR = pa.scalar(_NO_HEADERS, pa.binary())
