@@ -93,11 +93,15 @@ def register_producer(registered_ms: int) -> kq_pb2.Command:
 
 
 def append(timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend]) -> kq_pb2.Command:
-    """Command appending several produce requests' records in one entry (group commit)."""
-    return kq_pb2.Command(
-        version=COMMAND_VERSION,
-        append=kq_pb2.AppendCommand(timestamp_ms=timestamp_ms, appends=appends),
-    )
+    """Command appending several produce requests' records in one entry (group commit).
+
+    Built in place: passing the appends to the messages' constructors copied each twice through a
+    serialize and a parse (upb's MergeFrom), 3-6 ms for an entry of 3 MiB against 1.4 ms here."""
+    command = kq_pb2.Command(version=COMMAND_VERSION)
+    command.append.SetInParent()  # The oneof's case even for a timestamp of 0 and no appends.
+    command.append.timestamp_ms = timestamp_ms
+    command.append.appends.extend(appends)
+    return command
 
 
 def partition_append(topic: str, partition: int, records: bytes) -> kq_pb2.PartitionAppend:
