@@ -33,15 +33,21 @@ class ReaderLimits:
 
     readers_max: int = READERS_MAX  # Of the whole node.
     peer_readers_max: int = READERS_PER_CONNECTION_MAX  # Of one client connection.
-    # What a refusal calls them, and what the client may do instead.
-    kind: str = "waiting readers (streams, waiting fetches and group waits)"
+    # What a refusal calls them (and, for the node's limit, which calls they are), and what the
+    # client may do instead.
+    kind: str = "waiting readers"
+    which: str = " (streams, waiting fetches and group waits)"
     instead: str = "retry later or read from another node"
 
 
 # Open ProduceStream calls are admitted apart (broker/service.py): a node full of readers still takes
 # produce streams, and a client refused one sends unary Produce calls instead.
 PRODUCE_STREAM_LIMITS = ReaderLimits(
-    PRODUCE_STREAMS_MAX, PRODUCE_STREAMS_PER_CONNECTION_MAX, "produce streams", "send Produce calls instead"
+    PRODUCE_STREAMS_MAX,
+    PRODUCE_STREAMS_PER_CONNECTION_MAX,
+    "produce streams",
+    "",
+    "send Produce calls instead",
 )
 
 
@@ -65,13 +71,13 @@ class ReaderAdmission:
             held = self._by_peer.get(peer, 0)
             if self._readers >= self.limits.readers_max:
                 raise TooManyReadersError(
-                    f"this node serves its maximum of {self.limits.readers_max} {self.limits.kind}; "
-                    f"{self.limits.instead}"
+                    f"this node serves its maximum of {self.limits.readers_max} {self.limits.kind}"
+                    f"{self.limits.which}; {self.limits.instead}"
                 )
             if held >= self.limits.peer_readers_max:
                 raise TooManyReadersError(
                     f"this client connection holds its maximum of {self.limits.peer_readers_max} "
-                    f"{self.limits.kind.split(' (')[0]} on this node; {self.limits.instead}"
+                    f"{self.limits.kind} on this node; {self.limits.instead}"
                 )
             self._readers += 1
             self._by_peer[peer] = held + 1
