@@ -17,10 +17,11 @@ What runs where:
 - `kq-read_<n>` (READ_WORKERS) runs the record reads of the waiting calls (LMDB read
   transactions), so a burst of streams waking up never queues a produce behind it.
 
-Start builds the server on the loop (grpc.aio binds a server to the loop it is made on) and binds
+The loop thread starts first (`start_loop`: the node's Raft ticks on it, raft/loop_poller.py);
+start builds the server on the loop (grpc.aio binds a server to the loop it is made on) and binds
 the port; stop marks the node NOT_SERVING, refuses new calls, lets running ones finish for
-SHUTDOWN_GRACE_S and cancels the rest, ends the loop, then joins both pools, so no handler is left
-running when the caller closes what they use.
+SHUTDOWN_GRACE_S and cancels the rest, then joins both pools, so no handler is left running when the
+caller closes what they use; `close_loop` ends the loop once nothing else runs on it.
 """
 
 from __future__ import annotations
@@ -100,21 +101,36 @@ class FrontEnd:
         self._serving_health: bool | None = None
         self._loop = asyncio.new_event_loop()
         self._stop_requested: asyncio.Event | None = None
+        self._loop_running = threading.Event()
+        self._serving: futures.Future[None] | None = None  # `_serve` on the loop, while it serves.
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=LOOP_THREAD, daemon=True)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The serving loop (the Raft node ticks on it too: `RaftNode.start_on_loop`)."""
+        return self._loop
+
+    def start_loop(self) -> asyncio.AbstractEventLoop:
+        """Starts the loop thread, serving nothing yet (`start` serves), and returns its loop; once."""
+        if not self._thread.is_alive():
+            self._thread.start()
+            self._loop_running.wait()
+        return self._loop
+
     def start(self) -> int:
-        """Starts the loop thread, binds the address and serves; the bound port. FrontEndError if the
-        address cannot be bound (the loop thread has then ended)."""
+        """Binds the address and serves (starting the loop thread first if need be); the bound port.
+        FrontEndError if the address cannot be bound (the loop runs on until `close_loop`)."""
+        self.start_loop()
         before = set(threading.enumerate())
-        self._thread.start()
+        self._serving = asyncio.run_coroutine_threadsafe(self._serve_reporting(), self._loop)
         self._ready.wait()
         for thread in set(threading.enumerate()) - before:
             if thread.name.endswith("(_poll_wrapper)"):
                 thread.name = POLLER_THREAD
         if self._failure is not None:
-            self._thread.join()
+            self._serving = None
             self._close_pools()
             if isinstance(self._failure, FrontEndError) and self.port:
                 raise self._failure
@@ -136,11 +152,19 @@ class FrontEnd:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(LOOP_CALL_TIMEOUT_S)
 
     def stop(self) -> None:
-        """Stops serving (see the module docstring) and joins the loop thread and both pools."""
-        if self._thread.is_alive() and self._stop_requested is not None:
+        """Stops serving (see the module docstring) and joins both pools; the loop runs on for what
+        else runs on it (the Raft node) until `close_loop`."""
+        serving, self._serving = self._serving, None
+        if serving is not None and self._stop_requested is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stop_requested.set)
-            self._thread.join()
+            serving.result()
         self._close_pools()
+
+    def close_loop(self) -> None:
+        """Ends the loop and joins its thread (after `stop`, and after whatever else ran on it)."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
         if not self._loop.is_closed():
             self._loop.close()
 
@@ -152,8 +176,12 @@ class FrontEnd:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(self._loop_running.set)
+        self._loop.run_forever()
+
+    async def _serve_reporting(self) -> None:
         try:
-            self._loop.run_until_complete(self._serve())
+            await self._serve()
         except BaseException as error:  # Reported to start(); a failure after it is a bug: re-raised.
             if self._ready.is_set():
                 raise

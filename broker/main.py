@@ -84,12 +84,13 @@ logger = logging.getLogger("kq.node")
 class BrokerNode:
     """One node's parts, built without starting a thread; `start()` and `stop()` run them in order.
 
-    Start: the Raft tick thread, the batcher, the group coordinator, then the gRPC front end (so no
-    request arrives before what serves it runs). Stop, the reverse: the front end (NOT_SERVING, new
-    calls refused, running ones cancelled after SHUTDOWN_GRACE_S, its loop ended and its pools
-    joined: every handler has returned), the batcher (after proposing what was queued), the
-    coordinator, the Raft node (its tick thread joined, then its sockets, journal and any store copy
-    closed), and last the store, which no thread touches any more.
+    Start: the serving loop with the Raft node ticking on it, the batcher, the group coordinator,
+    then the gRPC server and Kafka listener on the loop (so no request arrives before what serves it
+    runs). Stop, the reverse: the front end (NOT_SERVING, new calls refused, running ones cancelled
+    after SHUTDOWN_GRACE_S, its pools joined: every handler has returned), the batcher (after
+    proposing what was queued), the coordinator, the Raft node (no more ticks, then its sockets,
+    journal and any store copy closed on the loop), the loop (ended and joined), and last the store,
+    which no thread touches any more.
     """
 
     def __init__(self, config: NodeConfig) -> None:
@@ -198,7 +199,8 @@ class BrokerNode:
     def start(self) -> None:
         """Starts every thread of the node (the threads table of DESIGN.md); SystemExit if the gRPC
         address cannot be bound (after stopping what had started)."""
-        self.raft.start()
+        # Raft ticks on the serving loop (raft/loop_poller.py): the loop runs before anything proposes.
+        self.raft.start_on_loop(self.front.start_loop())
         self.batcher.start()
         self.coordinator.start()
         self.retention.start()
@@ -235,6 +237,7 @@ class BrokerNode:
         self.compactor.stop()
         self.coordinator.stop()
         self.raft.close()
+        self.front.close_loop()
         self.store.close()
 
 

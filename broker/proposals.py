@@ -101,15 +101,54 @@ def wait_result(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
 
 
 async def wait_async(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
-    """`wait_result` for a coroutine on the front-end loop: the same answers, holding no thread."""
-    waited = asyncio.wrap_future(future)
+    """`wait_result` for a coroutine on the front-end loop: the same answers, holding no thread.
+
+    The coroutine awaits one loop future, which `future`'s completion sets: directly when it
+    completes on the loop itself (the Raft node ticks there, raft/loop_poller.py), else through one
+    `call_soon_threadsafe`; a timer on the loop checks the leadership every LEADERSHIP_CHECK_S. (It
+    was `wait_for(shield(wrap_future(future)))`: four turns of the loop from the commit to the
+    coroutine, each a poll of the selector, where this takes one.)"""
+    loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
+    waiter: asyncio.Future[T] = loop.create_future()
     deadline = time.monotonic() + timeout_s
-    while True:
+
+    def settle(done: Future[T]) -> None:
+        if waiter.done():  # Cancelled (the call ended), or the leadership check gave up first.
+            return
+        if done.cancelled():
+            waiter.cancel()
+            return
+        error = done.exception()
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(done.result())
+
+    def on_done(done: Future[T]) -> None:
+        if threading.get_ident() == loop_thread:
+            settle(done)
+        else:
+            loop.call_soon_threadsafe(settle, done)
+
+    timers: list[asyncio.TimerHandle] = []  # The one pending leadership check.
+
+    def check() -> None:
+        if waiter.done():
+            return
         try:
-            remaining_s = max(deadline - time.monotonic(), 0.0)
-            return await asyncio.wait_for(asyncio.shield(waited), min(LEADERSHIP_CHECK_S, remaining_s))
-        except TimeoutError:
             _check_still_waiting(deadline, timeout_s, consensus)  # Raises when it is time to give up.
+        except UnavailableError as error:
+            waiter.set_exception(error)
+            return
+        timers[0] = loop.call_later(min(LEADERSHIP_CHECK_S, max(deadline - time.monotonic(), 0.0)), check)
+
+    timers.append(loop.call_later(min(LEADERSHIP_CHECK_S, timeout_s), check))
+    future.add_done_callback(on_done)
+    try:
+        return await waiter
+    finally:
+        timers[0].cancel()
 
 
 def _check_still_waiting(deadline: float, timeout_s: float, consensus: Consensus) -> None:

@@ -1,7 +1,8 @@
 """Waking the calls that wait for applied entries: threads (a condition) and coroutines (futures).
 
-The apply thread (PySyncObj's tick thread, `kq-raft-tick`) calls `AppliedNotifier.notify` after each
-applied entry, with its result, and after a snapshot restore. Two kinds of waiter listen:
+The apply thread (the thread Raft ticks on: the serving loop itself in a node process, `kq-raft-tick`
+for an in-process RaftNode) calls `AppliedNotifier.notify` after each applied entry, with its result,
+and after a snapshot restore. Two kinds of waiter listen:
 
 - A worker thread that needs an index applied before it reads (read-your-writes, `wait_until`)
   waits on a condition; there are at most `--grpc-workers` of them.
@@ -49,6 +50,7 @@ class AppliedNotifier:
         self._changed = threading.Condition()  # Guards every field below but the loop-only ones.
         self._applied_index = applied_index
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None  # The loop's thread (set with `_loop`).
         self._drain_pending = False
         self._touched: set[PartitionKey] = set()  # At most every partition of the cluster.
         self._other_entry = False  # A non-append entry (or a restore) since the last drain.
@@ -75,6 +77,9 @@ class AppliedNotifier:
                 return
             self._drain_pending = True
             loop = self._loop
+        if threading.get_ident() == self._loop_thread:
+            loop.call_soon(self._drain)  # Raft ticks on this loop: no wake-up through its self-pipe.
+            return
         with contextlib.suppress(RuntimeError):  # The loop closed (the node stopped): nobody is left to wake.
             loop.call_soon_threadsafe(self._drain)
 
@@ -96,6 +101,7 @@ class AppliedNotifier:
         """Wakes coroutines on `loop` from now on (called on the loop, before the server starts)."""
         with self._changed:
             self._loop = loop
+            self._loop_thread = threading.get_ident()
 
     @contextmanager
     def watching(self, key: WatchKey) -> Iterator[asyncio.Future[None]]:

@@ -7,11 +7,15 @@ reaches inside PySyncObj is in `raft/pysyncobj_adapter.py` and nowhere else.
 Threads: the constructor binds the Raft port and starts none. `start()` starts `kq-raft-tick`, the
 one thread that runs PySyncObj (`doTick` in a loop): elections, the peer transport, the journal,
 every `apply` (the only LMDB writer), the snapshot serializer's calls and the proposal callbacks.
-`close()` stops and joins it, then destroys PySyncObj (its sockets and journal) and any store copy.
+`start_on_loop(loop)` runs all of that on a running asyncio loop instead (a node process's serving
+loop, raft/loop_poller.py): ticks after socket events, after a proposal made on the loop, and every
+TICK_WAIT_S. `close()` stops ticking (joins the thread), then destroys PySyncObj (its sockets and
+journal; on the loop when it ticks there) and any store copy.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -33,6 +37,7 @@ from kq.proto.limits import (
     ENTRY_BYTES_MAX,
     ENTRY_COMMAND_OVERHEAD_BYTES,
     KEEPALIVE_PERIOD_S,
+    LOOP_CALL_TIMEOUT_S,
     TICK_FAILED_PAUSE_S,
     TICK_WAIT_S,
     TRANSPORT_BUFFER_BYTES,
@@ -213,6 +218,11 @@ class RaftNode(PySyncObjAdapter):
         self._retain_entries_max = int(config.compaction_min_entries * COMPACTION_RETAIN_SHARE)
         self._stopping = threading.Event()
         self._ticker: threading.Thread | None = None
+        # When it ticks on a loop instead (start_on_loop): that loop, its thread, the periodic tick.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tick_requested = False
         raft_dir = config.data_dir / "raft"
         raft_dir.mkdir(parents=True, exist_ok=True)
         self._snapshots = SnapshotSerializer(
@@ -254,7 +264,7 @@ class RaftNode(PySyncObjAdapter):
 
     def start(self) -> None:
         """Starts the kq-raft-tick thread: from now on the node takes part in elections and commits."""
-        assert self._ticker is None, "started twice"
+        assert self._ticker is None and self._loop is None, "started twice"
         self._ticker = threading.Thread(target=self._tick, name=TICK_THREAD_NAME, daemon=True)
         self._ticker.start()
 
@@ -270,16 +280,69 @@ class RaftNode(PySyncObjAdapter):
                 logger.exception("Raft tick failed")
                 self._stopping.wait(TICK_FAILED_PAUSE_S)
 
+    def start_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Ticks on `loop` (running, on another thread) instead of a thread of its own: PySyncObj's
+        sockets move onto the loop (raft/loop_poller.py), and a tick runs after each burst of socket
+        events, after a proposal made on the loop, and every TICK_WAIT_S. Returns once attached."""
+        assert self._ticker is None and self._loop is None, "started twice"
+        self._loop = loop
+        asyncio.run_coroutine_threadsafe(self._attach(), loop).result(LOOP_CALL_TIMEOUT_S)
+
+    async def _attach(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self.poller.attach(asyncio.get_running_loop(), self._request_tick)
+        self._periodic_tick()
+
+    def _request_tick(self) -> None:
+        """A tick soon (loop thread): after the callbacks the loop is running now, at most one."""
+        if not self._tick_requested and self._loop is not None:
+            self._tick_requested = True
+            self._loop.call_soon(self._requested_tick)
+
+    def _requested_tick(self) -> None:
+        self._tick_requested = False
+        self._loop_tick()
+
+    def _periodic_tick(self) -> None:
+        pause = self._loop_tick()
+        if not self._stopping.is_set() and self._loop is not None:
+            self._timer = self._loop.call_later(pause, self._periodic_tick)
+
+    def _loop_tick(self) -> float:
+        """One tick on the loop, as `_tick` makes them; the wait until the next periodic one."""
+        if self._stopping.is_set():
+            return TICK_WAIT_S
+        try:
+            self.sync_journal()
+            self.doTick(0.0)  # The poller is attached: PySyncObj's poll returns at once.
+        except Exception:  # As on the thread: log, pause, carry on (apply fail-stops).
+            logger.exception("Raft tick failed")
+            return TICK_FAILED_PAUSE_S
+        return TICK_WAIT_S
+
     def close(self) -> None:
-        """Stops and joins the tick thread, then closes PySyncObj's sockets and journal and stops any
-        store copy; the store may be closed afterwards. Safe without start(), and twice."""
+        """Stops ticking (joins the tick thread, or leaves the loop), then closes PySyncObj's sockets
+        and journal (on the loop, when it ticks there) and stops any store copy; the store may be
+        closed afterwards. Safe without start(), and twice."""
         if self._stopping.is_set():
             return  # Closed already.
         self._stopping.set()
         if self._ticker is not None:
             self._ticker.join()  # One tick: at most TICK_WAIT_S plus the work it found.
-        self.destroy()  # With autoTick off PySyncObj destroys at once, on this thread.
+        loop = self._loop
+        if loop is not None and loop.is_running() and threading.get_ident() != self._loop_thread:
+            asyncio.run_coroutine_threadsafe(self._destroy_on_loop(), loop).result(LOOP_CALL_TIMEOUT_S)
+        else:
+            self._destroy()
         self._snapshots.close()
+
+    async def _destroy_on_loop(self) -> None:
+        self._destroy()
+
+    def _destroy(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.destroy()  # With autoTick off PySyncObj destroys at once, on this thread.
 
     def _send_keepalives(self) -> None:
         """A tick callback: one keepalive to every peer each KEEPALIVE_PERIOD_S."""
@@ -334,9 +397,12 @@ class RaftNode(PySyncObjAdapter):
     def propose(self, data: bytes, callback: ProposalCallback) -> None:
         """Queues `data` for replication; `callback(result, reason)` runs on the tick thread on commit
         or failure."""
-        self.propose_call(
-            "_apply_entry", data, callback
-        )  # What `self._apply_entry(data, callback=...)` does.
+        on_loop = self._loop_thread == threading.get_ident()
+        # What `self._apply_entry(data, callback=...)` does; on the loop it ticks on, without waking
+        # PySyncObj's poll: the tick runs right after this turn's callbacks.
+        self.propose_call("_apply_entry", data, callback, wake=not on_loop)
+        if on_loop:
+            self._request_tick()
 
     @replicated  # type: ignore[untyped-decorator]
     def _apply_entry(self, data: bytes) -> ApplyResult:

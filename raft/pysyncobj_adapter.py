@@ -65,13 +65,18 @@ as Python mangles it):
   RemoveNode, which validate the address and register the node's other addresses first.
 - `transferLeadership`, called on the tick thread only (it reads the match indexes).
 - `_isLeader`, `_getLeader`, called: the leader flag and address (PySyncObj's "protected" getters).
-- `_poller`, read once in the constructor (`transportClass`): kq's transport subscribes its sockets
-  to PySyncObj's poller, so peer messages are read and handled inside `doTick`, on the tick thread,
-  as with PySyncObj's transport. raft/transport.py itself names no SyncObj member: it implements
-  `Transport` and calls that base class's helpers for subclasses (`_onMessageReceived`,
-  `_onNodeConnected`, `_onNodeDisconnected`).
+- `_poller`, replaced once in the constructor (`transportClass`, before anything subscribes) by a
+  `SwitchablePoller` (raft/loop_poller.py), then read (`poller`): kq's transport and PySyncObj's
+  proposal pipe subscribe their sockets to it, so peer messages are read and handled inside
+  `doTick`, on the tick thread, as with PySyncObj's transport; or, once the node ticks on the
+  serving loop (`RaftNode.start_on_loop`), by the loop, each burst followed by a tick.
+  raft/transport.py itself names no SyncObj member: it implements `Transport` and calls that base
+  class's helpers for subclasses (`_onMessageReceived`, `_onNodeConnected`, `_onNodeDisconnected`).
 - `_applyCommand`, `_methodToID`, `_getFuncName`, `pysyncobj.syncobj._COMMAND_TYPE.REGULAR`: what
   `@replicated` itself calls to queue a call (`propose_call`), so that kq chooses the entry's bytes.
+  `_SyncObj__commandsQueue`, put into: on the loop the node ticks on, `propose_call(wake=False)`
+  queues the call as `_applyCommand` does but does not write PySyncObj's wake-up pipe (the loop
+  ticks next anyway).
 - `_SyncObj__doApplyCommand`, overridden; `_idToMethod`, read: a REGULAR entry whose call this
   process remembers (`EntryCalls`: it built the command) is applied by calling the method with the
   argument, as PySyncObj does after `pickle.loads(command[1:])` (two copies of the entry saved);
@@ -92,6 +97,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -107,6 +113,7 @@ from pysyncobj.syncobj import _COMMAND_TYPE
 
 from kq.proto.limits import COMMIT_NOTICE_DELAY_S, ENTRY_CALLS_BYTES_MAX, ENTRY_CALLS_KEPT
 from kq.raft.journal import LegacyJournal, RaftJournal
+from kq.raft.loop_poller import SwitchablePoller
 
 Entry = tuple[Any, int, int]  # PySyncObj's log entry: (command, index, term).
 # Builds the peer transport from PySyncObj's poller, its tick-callback registration, and the nodes.
@@ -225,6 +232,8 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         assert conf.password is None, "kq's transport authenticates peers; PySyncObj's encryptor stays off"
 
         def build_transport(sync_obj: SyncObj, self_node: Any, other_nodes: Any) -> Any:
+            # Before anything subscribes (the transport's socket, then PySyncObj's proposal pipe).
+            sync_obj._poller = SwitchablePoller(conf.pollerType)
             return transport(sync_obj._poller, sync_obj.addOnTickCallback, self_node, other_nodes)
 
         super().__init__(self_address, peer_addresses, conf, transportClass=build_transport)
@@ -304,11 +313,22 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
     def _removeNodeFromCluster(self, args: Any, callback: Callable[[Any, int], None]) -> None:  # noqa: N802
         callback(None, FAIL_REASON.REQUEST_DENIED)
 
-    def propose_call(self, method: str, argument: bytes, callback: Callable[[Any, int], None]) -> None:
+    def propose_call(
+        self, method: str, argument: bytes, callback: Callable[[Any, int], None], wake: bool = True
+    ) -> None:
         """Queues the call `method(argument)` of a `@replicated` method, as `@replicated` does, with the
-        entry built by `entry_command`; `callback(result, reason)` runs on the tick thread."""
+        entry built by `entry_command`; `callback(result, reason)` runs on the tick thread. `wake`
+        False: the caller ticks PySyncObj next itself (the loop it ticks on), so the pipe that wakes
+        PySyncObj's poll is not written (a write, then a turn of the loop for a tick with nothing new)."""
         method_id = self._methodToID[self._getFuncName(method)]
-        self._applyCommand(ENTRY_CALLS.built(method_id, argument), callback)
+        command = ENTRY_CALLS.built(method_id, argument)
+        if wake:
+            self._applyCommand(command, callback)
+            return
+        try:  # `_applyCommand` without the pipe's notify.
+            self._SyncObj__commandsQueue.put_nowait((command, callback))
+        except queue.Full:
+            callback(None, FAIL_REASON.QUEUE_FULL)
 
     # Reads of PySyncObj's tick-thread state (call on the tick thread only) ------------------------
 
@@ -361,6 +381,12 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
     def send_to(self, node: Any, message: dict[str, Any]) -> None:
         """Sends `message` to one node."""
         self._SyncObj__transport.send(node, message)
+
+    @property
+    def poller(self) -> SwitchablePoller:
+        """The poller PySyncObj and the transport subscribe their sockets to (raft/loop_poller.py)."""
+        poller: SwitchablePoller = self._poller
+        return poller
 
     # Hints, safe from any thread ------------------------------------------------------------------
 

@@ -109,6 +109,7 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
         front.stop()
         batcher.stop()
         coordinator.stop()
+        front.close_loop()
         store.close()
 
 

@@ -7,6 +7,8 @@ restarts from its journal and store. Waits are on conditions with deadlines.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -193,6 +195,59 @@ def test_a_closed_node_restarts_from_its_journal_and_store(cluster: Cluster) -> 
     cluster.nodes[follower].start()
     wait_for(lambda: cluster.stores[follower].applied_index() >= index, "the follower applied it", WAIT_S)
     assert cluster.stores[follower].dump() == cluster.stores[cluster.nodes.index(cluster.leader())].dump()
+
+
+@pytest.fixture
+def loops() -> Iterator[list[asyncio.AbstractEventLoop]]:
+    """Three running event loops, each on its own thread (a node process's serving loop)."""
+    running = [asyncio.new_event_loop() for _ in range(3)]
+    threads = [
+        threading.Thread(target=loop.run_forever, name=f"test-loop-{n}") for n, loop in enumerate(running)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        yield running
+    finally:
+        for loop, thread in zip(running, threads, strict=True):
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+
+def test_nodes_ticked_on_event_loops_commit_restart_and_close(
+    cluster: Cluster, loops: list[asyncio.AbstractEventLoop]
+) -> None:
+    """start_on_loop (a node process's way): no kq-raft-tick thread; proposals made on the leader's loop
+    (as the serving loop's Produce does) and from another thread commit; a follower closed (from
+    another thread: it is destroyed on its loop) and built again on the same loop catches up; close()
+    frees every port."""
+    for node, loop in zip(cluster.nodes, loops, strict=True):
+        node.start_on_loop(loop)
+    assert tick_threads() == []
+    assert all(node.poller.attached for node in cluster.nodes)
+    cluster.propose(create("t", 1))  # From this thread: PySyncObj's pipe wakes the leader's loop.
+    leader = cluster.leader()
+    done: concurrent.futures.Future[int] = concurrent.futures.Future()
+
+    async def propose_on_loop() -> None:
+        leader.propose(append("t", 0, b"on the loop"), lambda result, reason: done.set_result(reason))
+
+    asyncio.run_coroutine_threadsafe(propose_on_loop(), loops[cluster.nodes.index(leader)]).result(WAIT_S)
+    assert done.result(WAIT_S) == 0
+    follower = next(number for number, node in enumerate(cluster.nodes) if not node.is_leader())
+    cluster.nodes[follower].close()
+    index = cluster.propose(append("t", 0, b"while it was away"))
+    cluster.nodes[follower] = RaftNode(cluster.configs[follower], cluster.stores[follower], lambda i, r: None)
+    cluster.nodes[follower].start_on_loop(loops[follower])
+    wait_for(lambda: cluster.stores[follower].applied_index() >= index, "the follower applied it", WAIT_S)
+    assert cluster.stores[follower].dump() == cluster.stores[cluster.nodes.index(cluster.leader())].dump()
+    cluster.close()
+    for address in cluster.addresses:
+        with socket.socket() as rebind:
+            rebind.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            host, port = address.split(":")
+            rebind.bind((host, int(port)))
 
 
 def test_a_port_in_use_refuses_to_start(tmp_path: Path) -> None:
