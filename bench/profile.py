@@ -10,12 +10,20 @@ it ("total"). py-spy samples stacks of threads that are running, so a thread wai
 a lock counts only when the OS says it runs; the share of samples is the share of that thread's busy
 time. The raw py-spy files (collapsed stacks, loadable by any flame graph tool) are kept in
 `--output-dir` when given. Every node is stopped by its PID.
+
+`--timeline` (one-in-flight only) runs the nodes as `python -m kq.broker.timeline`, which reads the
+clock around the steps of the commit path (broker/timeline.py), and prints each step's median offset
+from the start of the leader's Produce, on the leader and on the followers (the first follower to
+reach a step is its "#1"): where one record's round trip spends its time, hop by hop.
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,6 +88,48 @@ def thread_profile(raw: str, frames: int = TOP_FRAMES) -> dict[str, dict[str, li
         }
         for thread, samples in busy.most_common()
     }
+
+
+TIMELINE_MODULE = "kq.broker.timeline"
+TIMELINE_DIRECTORY_VARIABLE = "KQ_TIMELINE_DIR"  # broker/timeline.py DIRECTORY_VARIABLE.
+TIMELINE_SHARE_MIN = 0.5  # A step shown must occur in at least this share of the requests.
+
+
+def timeline(
+    events_by_pid: dict[int, list[tuple[str, str, int]]], leader_pid: int, window: tuple[int, int]
+) -> list[str]:
+    """The median offset (µs) of each step from the start of the leader's Produce, one line a step.
+
+    `events_by_pid`: each node's (step, "+"/"-", ns) readings; only requests that started inside
+    `window` count. One record is in flight at a time, so every reading between a Produce's start and
+    its end belongs to it."""
+    merged = sorted(
+        (at, "leader" if pid == leader_pid else "follower", step, edge)
+        for pid, events in events_by_pid.items()
+        for step, edge, at in events
+        if window[0] <= at <= window[1]
+    )
+    offsets: dict[str, list[float]] = collections.defaultdict(list)
+    requests, start, seen = 0, None, collections.Counter[str]()
+    for at, role, step, edge in merged:
+        if role == "leader" and step == "produce" and edge == "+":
+            requests, start, seen = requests + 1, at, collections.Counter()
+            continue
+        if start is None:
+            continue
+        key = f"{role} {step} {'starts' if edge == '+' else 'ends'}"
+        seen[key] += 1
+        offsets[f"{key} #{seen[key]}"].append((at - start) / 1000)
+        if role == "leader" and step == "produce" and edge == "-":
+            start = None
+    rows = sorted(
+        (statistics.median(values), name, len(values))
+        for name, values in offsets.items()
+        if len(values) >= TIMELINE_SHARE_MIN * requests
+    )
+    return [f"timeline of {requests:,} requests (µs from the leader's Produce starting, medians):"] + [
+        f"  {median:8.1f}  {name} ({count:,})" for median, name, count in rows
+    ]
 
 
 def _short(frame: str) -> str:
@@ -166,8 +216,22 @@ def report(
 @click.option("--value-bytes", type=click.IntRange(1, 1024 * 1024), default=100, show_default=True)
 @click.option("--spy-seconds", type=click.FloatRange(0, 600), default=8.0, show_default=True)
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-def main(scenario: str, messages: int, value_bytes: int, spy_seconds: float, output_dir: Path | None) -> None:
+@click.option("--timeline", is_flag=True, help="One-in-flight: each step's median time (see the docstring).")
+def main(
+    scenario: str,
+    messages: int,
+    value_bytes: int,
+    spy_seconds: float,
+    output_dir: Path | None,
+    timeline: bool,
+) -> None:
     """Profiles one workload on a fresh three-node cluster (see the module docstring)."""
+    if timeline:
+        if scenario != "one-in-flight":
+            raise click.UsageError("--timeline needs --scenario one-in-flight")
+        with work_dir(None, "kq-timeline-") as base:
+            click.echo("\n".join(run_timeline(base, messages, b"v" * value_bytes)))
+        return
     with work_dir(None, "kq-profile-") as base, LocalCluster(base / "cluster") as cluster:
         leader = cluster.wait_ready()
         with KqClient(cluster.bootstrap) as admin:
@@ -192,6 +256,36 @@ def main(scenario: str, messages: int, value_bytes: int, spy_seconds: float, out
         }
         profiles = {name: path.read_text() for name, path in files.items() if path.exists()}
         click.echo("\n".join(report(scenario, messages, elapsed_s, cpu_us, profiles)))
+
+
+def run_timeline(base: Path, messages: int, value: bytes) -> list[str]:
+    """One-in-flight on three `kq.broker.timeline` nodes; the report of `timeline`."""
+    readings = base / "timeline"
+    readings.mkdir()
+    previous = os.environ.get(TIMELINE_DIRECTORY_VARIABLE)
+    os.environ[TIMELINE_DIRECTORY_VARIABLE] = str(readings)  # The nodes inherit the environment.
+    try:
+        with LocalCluster(base / "cluster", node_command=(sys.executable, "-m", TIMELINE_MODULE)) as cluster:
+            leader = cluster.wait_ready()
+            with KqClient(cluster.bootstrap) as admin:
+                admin.create_topic(TOPIC, PARTITIONS["one-in-flight"])
+            run_workload(cluster, "one-in-flight", min(messages, 300), value)  # Warm-up.
+            leader_pid = cluster.pids()[leader]
+            started = time.perf_counter_ns()
+            elapsed_s = run_workload(cluster, "one-in-flight", messages, value)
+            window = (started, time.perf_counter_ns())
+        # The nodes wrote their readings as they stopped (stopped by their PIDs when the block ended).
+    finally:
+        if previous is None:
+            os.environ.pop(TIMELINE_DIRECTORY_VARIABLE, None)
+        else:
+            os.environ[TIMELINE_DIRECTORY_VARIABLE] = previous
+    events = {
+        int(path.stem): [tuple(event) for event in json.loads(path.read_text())]
+        for path in readings.glob("*.json")
+    }
+    rate = f"one-in-flight: {messages:,} messages in {elapsed_s:.2f} s = {messages / elapsed_s:,.0f} msgs/s"
+    return [rate, *timeline(events, leader_pid, window)]
 
 
 if __name__ == "__main__":

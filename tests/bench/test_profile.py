@@ -1,9 +1,10 @@
 """`kq.bench.profile`'s reading of py-spy's collapsed stacks: busy samples per thread, idle waits left
-out, top frames by self and total samples, and the printed report."""
+out, top frames by self and total samples, and the printed report; and its timeline of the steps
+of one record's commit (`--timeline`)."""
 
 from __future__ import annotations
 
-from kq.bench.profile import report, thread_profile
+from kq.bench.profile import report, thread_profile, timeline
 
 RAW = "\n".join(
     [
@@ -38,3 +39,34 @@ def test_the_report_gives_rates_cpu_and_shares_of_busy_samples() -> None:
     assert "leader 1 2,000.0, follower 2 500.0" in lines[1]
     assert "leader kq-raft-tick: 8 busy samples" in text
     assert " 62.5%  poll (transport.py:10)" in text  # 5 of the thread's 8 busy samples.
+
+
+def test_the_timeline_gives_each_steps_median_offset_from_the_leaders_produce() -> None:
+    """Two requests, one at a time: each reading is placed against the Produce it falls in; the first
+    follower to reach a step is its #1; readings outside the window, or before any Produce, count not;
+    a step seen in fewer than half the requests is left out."""
+    leader = [
+        ("produce", "+", 1_000),  # Before the window: not counted.
+        ("produce", "+", 10_000),
+        ("message out: append_entries", "-", 12_000),
+        ("apply", "+", 20_000),
+        ("produce", "-", 30_000),
+        ("produce", "+", 100_000),
+        ("message out: append_entries", "-", 104_000),
+        ("apply", "+", 114_000),
+        ("produce", "-", 124_000),
+    ]
+    followers = {
+        2: [("message in: append_entries", "+", 15_000), ("message in: append_entries", "+", 108_000)],
+        3: [("message in: append_entries", "+", 16_000), ("apply", "+", 200_000)],  # After the window.
+    }
+    lines = timeline({1: leader, **followers}, 1, (5_000, 150_000))
+    assert lines[0].startswith("timeline of 2 requests")
+    rows = [line.split(None, 1) for line in lines[1:]]
+    medians = {name: float(value) for value, name in rows}
+    assert medians["leader message out: append_entries ends #1 (2)"] == 3.0
+    assert medians["follower message in: append_entries starts #1 (2)"] == 6.5  # 5 and 8 µs.
+    assert medians["follower message in: append_entries starts #2 (1)"] == 6.0  # Once in two requests.
+    assert medians["leader apply starts #1 (2)"] == 12.0
+    assert medians["leader produce ends #1 (2)"] == 22.0
+    assert [value for value, _ in rows] == sorted([value for value, _ in rows], key=float)
