@@ -333,6 +333,10 @@ FETCH_BYTES_DEFAULT = 1024 * 1024
 # raft/node.py
 # A tick waits at most this long for socket events; a proposal wakes it at once (PySyncObj's pipe).
 TICK_WAIT_S = 0.01
+# Ticking on the serving loop (a node process), ticks follow events, and a timer ticks when the
+# leader's next AppendEntries is due (heartbeat, commit notice), else after this long: elections
+# (0.5-1 s), keepalives and timeouts need no finer clock. An idle node: 2.6 -> 1.3 % of a core.
+LOOP_TICK_IDLE_S = 0.05
 # A node's sys.setswitchinterval (Python's default: 5 ms). A thread that gave up the GIL for a system
 # call (the Raft tick thread's sends, polls and loop wake-ups) waits at most this long to get it back
 # from a busy one. Measured, 1 KiB `Producer`, three A/B pairs: 25,000 -> 28,500 msgs/s (medians).

@@ -16,6 +16,7 @@ journal; on the loop when it ticks there) and any store copy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -38,6 +39,7 @@ from kq.proto.limits import (
     ENTRY_COMMAND_OVERHEAD_BYTES,
     KEEPALIVE_PERIOD_S,
     LOOP_CALL_TIMEOUT_S,
+    LOOP_TICK_IDLE_S,
     TICK_FAILED_PAUSE_S,
     TICK_WAIT_S,
     TRANSPORT_BUFFER_BYTES,
@@ -166,9 +168,30 @@ def _transport_factory(config: RaftConfig, conf: SyncObjConf) -> TransportFactor
     )
 
     def build(poller: Any, add_tick_callback: Any, self_node: Any, other_nodes: Any) -> RaftTransport:
-        return RaftTransport(self_node, other_nodes, poller, add_tick_callback, settings, TCPNode)
+        # The transport's tick work (dialing, connection timeouts) runs at most every TICK_WAIT_S.
+        def add_periodic(callback: Callable[[], None]) -> None:
+            add_tick_callback(at_most_every(TICK_WAIT_S, callback))
+
+        return RaftTransport(self_node, other_nodes, poller, add_periodic, settings, TCPNode)
 
     return build
+
+
+def at_most_every(period_s: float, callback: Callable[[], None]) -> Callable[[], None]:
+    """`callback`, skipped when it ran less than `period_s` ago: for tick work that only watches
+    clocks (keepalives, dialing, timeouts, the voters' publication). A tick runs after every burst of
+    peer messages, two or three per produce request on the leader, and at least every TICK_WAIT_S;
+    this work needs only the latter (profiled: a fifth of an idle tick)."""
+    last_s = -period_s
+
+    def periodic() -> None:
+        nonlocal last_s
+        now = time.monotonic()
+        if now - last_s >= period_s:
+            last_s = now
+            callback()
+
+    return periodic
 
 
 def finish_compaction(journal: RaftJournal, snapshot_file: Path) -> None:
@@ -258,7 +281,7 @@ class RaftNode(PySyncObjAdapter):
         self._voters = frozenset((config.raft_address, *config.peer_raft_addresses))
         self._on_voters: Callable[[frozenset[str]], None] | None = None
         self._tick_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self.addOnTickCallback(self._tick_housekeeping)
+        self.addOnTickCallback(at_most_every(TICK_WAIT_S, self._tick_housekeeping))
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -283,7 +306,10 @@ class RaftNode(PySyncObjAdapter):
     def start_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Ticks on `loop` (running, on another thread) instead of a thread of its own: PySyncObj's
         sockets move onto the loop (raft/loop_poller.py), and a tick runs after each burst of socket
-        events, after a proposal made on the loop, and every TICK_WAIT_S. Returns once attached."""
+        events, after a proposal made on the loop, and by a timer: when the leader's next
+        AppendEntries is due (a heartbeat, or a commit notice), else at most LOOP_TICK_IDLE_S after
+        the last tick (Raft's other clocks: elections, keepalives, timeouts are coarser). Returns once
+        attached."""
         assert self._ticker is None and self._loop is None, "started twice"
         self._loop = loop
         asyncio.run_coroutine_threadsafe(self._attach(), loop).result(LOOP_CALL_TIMEOUT_S)
@@ -291,7 +317,7 @@ class RaftNode(PySyncObjAdapter):
     async def _attach(self) -> None:
         self._loop_thread = threading.get_ident()
         self.poller.attach(asyncio.get_running_loop(), self._request_tick)
-        self._periodic_tick()
+        self._loop_tick()
 
     def _request_tick(self) -> None:
         """A tick soon (loop thread): after the callbacks the loop is running now, at most one."""
@@ -303,22 +329,29 @@ class RaftNode(PySyncObjAdapter):
         self._tick_requested = False
         self._loop_tick()
 
-    def _periodic_tick(self) -> None:
-        pause = self._loop_tick()
-        if not self._stopping.is_set() and self._loop is not None:
-            self._timer = self._loop.call_later(pause, self._periodic_tick)
+    def _timer_tick(self) -> None:
+        self._timer = None
+        self._loop_tick()
 
-    def _loop_tick(self) -> float:
-        """One tick on the loop, as `_tick` makes them; the wait until the next periodic one."""
-        if self._stopping.is_set():
-            return TICK_WAIT_S
+    def _loop_tick(self) -> None:
+        """One tick on the loop, as `_tick` makes them, then the timer for the next one."""
+        if self._stopping.is_set() or self._loop is None:
+            return
+        pause_s = LOOP_TICK_IDLE_S
         try:
             self.sync_journal()
             self.doTick(0.0)  # The poller is attached: PySyncObj's poll returns at once.
+            if self.is_leader():
+                pause_s = min(pause_s, max(0.0, self.append_entries_due_s()))
         except Exception:  # As on the thread: log, pause, carry on (apply fail-stops).
             logger.exception("Raft tick failed")
-            return TICK_FAILED_PAUSE_S
-        return TICK_WAIT_S
+            pause_s = TICK_FAILED_PAUSE_S
+        due_s = self._loop.time() + pause_s
+        if self._timer is not None:
+            if self._timer.when() <= due_s:
+                return  # The timer set before fires first: its tick sets the next.
+            self._timer.cancel()
+        self._timer = self._loop.call_at(due_s, self._timer_tick)
 
     def close(self) -> None:
         """Stops ticking (joins the tick thread, or leaves the loop), then closes PySyncObj's sockets
@@ -391,6 +424,9 @@ class RaftNode(PySyncObjAdapter):
     def hand_over_leadership(self, callback: ProposalCallback) -> None:
         """Asks the most caught-up connected follower to take over now (leader only); any thread."""
         self._tick_calls.put(lambda: self.transfer_leadership(callback))
+        if self._loop is not None:  # Ticking on a loop: a tick soon, not at the idle timer.
+            with contextlib.suppress(RuntimeError):  # The loop ended: the node is closing.
+                self._loop.call_soon_threadsafe(self._request_tick)
 
     # Proposals and apply ----------------------------------------------------------------------
 

@@ -255,6 +255,13 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         self._SyncObj__votedForNodeId = journal.getVotedForNodeId()
         self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
 
+    def append_entries_due_s(self) -> float:
+        """Seconds until the leader's next AppendEntries round (a heartbeat, or a commit notice moved
+        closer by `commit_notice`); negative when overdue. Tick thread only."""
+        due: float = self._SyncObj__newAppendEntriesTime
+        now: float = pysyncobj_clock()
+        return due - now
+
     def sync_journal(self) -> None:
         """Flushes the journal (fsync mode: one fdatasync for every entry added since the last one;
         otherwise nothing). Tick thread only."""
