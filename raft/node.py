@@ -8,9 +8,10 @@ Threads: the constructor binds the Raft port and starts none. `start()` starts `
 one thread that runs PySyncObj (`doTick` in a loop): elections, the peer transport, the journal,
 every `apply` (the only LMDB writer), the snapshot serializer's calls and the proposal callbacks.
 `start_on_loop(loop)` runs all of that on a running asyncio loop instead (a node process's serving
-loop, raft/loop_poller.py): ticks after socket events, after a proposal made on the loop, and every
-TICK_WAIT_S. `close()` stops ticking (joins the thread), then destroys PySyncObj (its sockets and
-journal; on the loop when it ticks there) and any store copy.
+loop, raft/loop_poller.py): ticks after socket events, after a proposal made on the loop, and by a
+timer (when the leader's next AppendEntries is due, else LOOP_TICK_IDLE_S after the last tick).
+`close()` stops ticking (joins the thread), then destroys PySyncObj (its sockets and journal; on the
+loop when it ticks there) and any store copy.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def _transport_factory(config: RaftConfig, conf: SyncObjConf) -> TransportFactor
 
 def at_most_every(period_s: float, callback: Callable[[], None]) -> Callable[[], None]:
     """`callback`, skipped when it ran less than `period_s` ago: for tick work that only watches
-    clocks (keepalives, dialing, timeouts, the voters' publication). A tick runs after every burst of
+    clocks (dialing, connection timeouts, the voters' publication). A tick runs after every burst of
     peer messages, two or three per produce request on the leader, and at least every TICK_WAIT_S;
     this work needs only the latter (profiled: a fifth of an idle tick)."""
     last_s = -period_s
@@ -281,6 +282,7 @@ class RaftNode(PySyncObjAdapter):
         self._voters = frozenset((config.raft_address, *config.peer_raft_addresses))
         self._on_voters: Callable[[frozenset[str]], None] | None = None
         self._tick_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.addOnTickCallback(self._run_tick_calls)
         self.addOnTickCallback(at_most_every(TICK_WAIT_S, self._tick_housekeeping))
 
     # Lifecycle --------------------------------------------------------------------------------
@@ -385,17 +387,16 @@ class RaftNode(PySyncObjAdapter):
         self._keepalive_due = now + KEEPALIVE_PERIOD_S
         self.send_to_peers(KEEPALIVE_MESSAGE)
 
+    def _run_tick_calls(self) -> None:
+        """A tick callback, every tick: the calls queued for the tick thread (a leadership hand-over)."""
+        while not self._tick_calls.empty():
+            self._tick_calls.get_nowait()()
+
     def _tick_housekeeping(self) -> None:
-        """A tick callback: a joining node's election wait, the calls queued for the tick thread, and
-        the voters' publication when a membership entry changed them."""
+        """A tick callback, at most every TICK_WAIT_S: a joining node's election wait, and the voters'
+        publication when a membership entry changed them."""
         if self._joining:
             self.defer_election(self._join_wait_s)
-        while True:
-            try:
-                call = self._tick_calls.get_nowait()
-            except queue.Empty:
-                break
-            call()
         voters = self.voter_addresses()
         if voters != self._voters:
             logger.info("cluster voters now: %s", ", ".join(sorted(voters)))
