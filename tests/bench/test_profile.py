@@ -4,7 +4,16 @@ of one record's commit (`--timeline`)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from kq.bench.profile import report, thread_profile, timeline
+
+REPO = Path(__file__).resolve().parents[2]
+TIMELINE_RUN_TIMEOUT_S = 180.0  # Three nodes start, 200 sends, they stop: seconds; bounds a hang.
 
 RAW = "\n".join(
     [
@@ -70,3 +79,43 @@ def test_the_timeline_gives_each_steps_median_offset_from_the_leaders_produce() 
     assert medians["leader apply starts #1 (2)"] == 12.0
     assert medians["leader produce ends #1 (2)"] == 22.0
     assert [value for value, _ in rows] == sorted([value for value, _ in rows], key=float)
+
+
+@pytest.mark.system
+def test_a_timeline_run_reads_every_step_of_the_commit_path() -> None:
+    """`kq.bench.profile --timeline` on three real `kq.broker.timeline` nodes: every step of STEPS is
+    read on the leader, a follower's AppendEntries and answer too, and the Produce ends last (a
+    renamed or moved function in broker/timeline.py's STEPS fails here)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kq.bench.profile",
+            "--scenario",
+            "one-in-flight",
+            "--messages",
+            "200",
+            "--timeline",
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=TIMELINE_RUN_TIMEOUT_S,
+        capture_output=True,
+        text=True,
+    )
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith("timeline of 200 requests")
+    steps = [line.split(None, 1)[1].rsplit(" #", 1)[0] for line in lines[2:]]
+    for expected in (
+        "leader batcher submit starts",
+        "leader propose ends",
+        "leader message out: append_entries starts",
+        "follower message in: append_entries starts",
+        "follower message out: next_node_idx ends",
+        "leader socket event starts",
+        "leader message in: next_node_idx starts",
+        "leader apply starts",
+        "leader apply ends",
+    ):
+        assert expected in steps, (expected, steps)
+    assert steps[-1] == "leader produce ends"
