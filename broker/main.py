@@ -98,6 +98,7 @@ class BrokerNode:
         # --max-disk-bytes is the LMDB map: the store can never grow past it (README, "Disk bounds").
         map_bytes = config.max_disk_bytes or MAP_SIZE_BYTES_DEFAULT
         self.store = Store.open(config.data_dir / "store", map_bytes, sync=config.raft.synced)
+        self._raft_on_loop = not config.raft.synced  # See start().
         self.notifier = AppliedNotifier(self.store.applied_index())
         try:
             self.raft = RaftNode(config.raft, self.store, self._on_applied)
@@ -200,7 +201,13 @@ class BrokerNode:
         """Starts every thread of the node (the threads table of DESIGN.md); SystemExit if the gRPC
         address cannot be bound (after stopping what had started)."""
         # Raft ticks on the serving loop (raft/loop_poller.py): the loop runs before anything proposes.
-        self.raft.start_on_loop(self.front.start_loop())
+        # With --durability=fsync on its own thread: a journal sync (milliseconds on a disk) and the
+        # store's synced commits would hold every call the loop serves (DESIGN.md).
+        loop = self.front.start_loop()
+        if self._raft_on_loop:
+            self.raft.start_on_loop(loop)
+        else:
+            self.raft.start()
         self.batcher.start()
         self.coordinator.start()
         self.retention.start()

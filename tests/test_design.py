@@ -19,7 +19,7 @@ from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.limits import GRPC_WORKERS_MIN
-from kq.raft.node import RaftConfig
+from kq.raft.node import Durability, RaftConfig
 from tests.raft.helpers import batch
 
 WAIT_S = 20.0  # An in-process node electing itself and stopping, on a busy 2-core machine.
@@ -143,13 +143,15 @@ def test_every_thread_the_code_creates_is_named_and_in_the_tables() -> None:
     assert [(where, name) for where, name in found if name is None or not in_table(name, names)] == []
 
 
-def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path) -> None:
+@pytest.mark.parametrize("durability", ["replicated", "fsync"])
+def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path, durability: Durability) -> None:
     """A one-node cluster in this process: its constructor starts nothing; serving RPCs, every thread it
-    runs has a name from the table; after stop() none is left."""
+    runs has a name from the table; after stop() none is left. Raft ticks on the serving loop, but on
+    its own kq-raft-tick thread with --durability=fsync (its syncs would hold the loop)."""
     before = set(threading.enumerate())
     (raft_port,) = free_ports(1)
     raft_address = f"127.0.0.1:{raft_port}"
-    raft = RaftConfig(raft_address, (), tmp_path / "node", "secret")
+    raft = RaftConfig(raft_address, (), tmp_path / "node", "secret", durability=durability)
     workers = GRPC_WORKERS_MIN
     config = NodeConfig("1", "127.0.0.1:0", raft_address, (), tmp_path / "node", "secret", workers, raft)
     node = BrokerNode(config)
@@ -178,7 +180,7 @@ def test_every_thread_of_a_running_node_is_in_the_table(tmp_path: Path) -> None:
     assert [name for name in running if not in_table(name, names)] == []
     for expected in ("kq-batcher", "kq-groups", "kq-grpc-loop"):
         assert expected in running
-    assert "kq-raft-tick" not in running  # Raft ticks on kq-grpc-loop in a node process.
+    assert ("kq-raft-tick" in running) == (durability == "fsync")  # Else Raft ticks on kq-grpc-loop.
     assert any(name.startswith("kq-grpc_") for name in running)
     wait_for(
         lambda: not [t for t in threading.enumerate() if t not in before and t.is_alive()],
