@@ -180,9 +180,8 @@ def _transport_factory(config: RaftConfig, conf: SyncObjConf) -> TransportFactor
 
 def at_most_every(period_s: float, callback: Callable[[], None]) -> Callable[[], None]:
     """`callback`, skipped when it ran less than `period_s` ago: for tick work that only watches
-    clocks (dialing, connection timeouts, the voters' publication). A tick runs after every burst of
-    peer messages, two or three per produce request on the leader, and at least every TICK_WAIT_S;
-    this work needs only the latter (profiled: a fifth of an idle tick)."""
+    clocks (the transport's dialing and connection timeouts). A tick runs after every burst of peer
+    messages, two or three per produce request on the leader; this work needs only a periodic one."""
     last_s = -period_s
 
     def periodic() -> None:
@@ -283,7 +282,9 @@ class RaftNode(PySyncObjAdapter):
         self._on_voters: Callable[[frozenset[str]], None] | None = None
         self._tick_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.addOnTickCallback(self._run_tick_calls)
-        self.addOnTickCallback(at_most_every(TICK_WAIT_S, self._tick_housekeeping))
+        # Every tick, not at most every TICK_WAIT_S: the voters must be published before a member
+        # command after the MEMBERSHIP entry applies (Membership reads them then; a removal's answer).
+        self.addOnTickCallback(self._tick_housekeeping)
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -393,8 +394,8 @@ class RaftNode(PySyncObjAdapter):
             self._tick_calls.get_nowait()()
 
     def _tick_housekeeping(self) -> None:
-        """A tick callback, at most every TICK_WAIT_S: a joining node's election wait, and the voters'
-        publication when a membership entry changed them."""
+        """A tick callback: a joining node's election wait, and the voters' publication when a
+        membership entry changed them."""
         if self._joining:
             self.defer_election(self._join_wait_s)
         voters = self.voter_addresses()
