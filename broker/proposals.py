@@ -131,9 +131,10 @@ async def wait_async(future: Future[T], timeout_s: float, consensus: Consensus) 
         else:
             loop.call_soon_threadsafe(settle, done)
 
-    timers: list[asyncio.TimerHandle] = []  # The one pending leadership check.
+    timer: asyncio.TimerHandle | None = None  # The pending leadership check.
 
     def check() -> None:
+        nonlocal timer
         if waiter.done():
             return
         try:
@@ -141,14 +142,14 @@ async def wait_async(future: Future[T], timeout_s: float, consensus: Consensus) 
         except UnavailableError as error:
             waiter.set_exception(error)
             return
-        timers[0] = loop.call_later(min(LEADERSHIP_CHECK_S, max(deadline - time.monotonic(), 0.0)), check)
+        timer = loop.call_later(min(LEADERSHIP_CHECK_S, max(deadline - time.monotonic(), 0.0)), check)
 
-    timers.append(loop.call_later(min(LEADERSHIP_CHECK_S, timeout_s), check))
+    timer = loop.call_later(min(LEADERSHIP_CHECK_S, timeout_s), check)
     future.add_done_callback(on_done)
     try:
         return await waiter
     finally:
-        timers[0].cancel()
+        timer.cancel()
 
 
 def _check_still_waiting(deadline: float, timeout_s: float, consensus: Consensus) -> None:

@@ -281,7 +281,6 @@ class RaftNode(PySyncObjAdapter):
         self._voters = frozenset((config.raft_address, *config.peer_raft_addresses))
         self._on_voters: Callable[[frozenset[str]], None] | None = None
         self._tick_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self.addOnTickCallback(self._run_tick_calls)
         # Every tick, not at most every TICK_WAIT_S: the voters must be published before a member
         # command after the MEMBERSHIP entry applies (Membership reads them then; a removal's answer).
         self.addOnTickCallback(self._tick_housekeeping)
@@ -388,16 +387,13 @@ class RaftNode(PySyncObjAdapter):
         self._keepalive_due = now + KEEPALIVE_PERIOD_S
         self.send_to_peers(KEEPALIVE_MESSAGE)
 
-    def _run_tick_calls(self) -> None:
-        """A tick callback, every tick: the calls queued for the tick thread (a leadership hand-over)."""
-        while not self._tick_calls.empty():
-            self._tick_calls.get_nowait()()
-
     def _tick_housekeeping(self) -> None:
-        """A tick callback: a joining node's election wait, and the voters' publication when a
-        membership entry changed them."""
+        """A tick callback: a joining node's election wait, the calls queued for the tick thread (a
+        leadership hand-over), and the voters' publication when a membership entry changed them."""
         if self._joining:
             self.defer_election(self._join_wait_s)
+        while not self._tick_calls.empty():
+            self._tick_calls.get_nowait()()
         voters = self.voter_addresses()
         if voters != self._voters:
             logger.info("cluster voters now: %s", ", ".join(sorted(voters)))
