@@ -1,0 +1,95 @@
+"""`kq.bench.floor`: the stack's own cost of one record in flight, beside kq's, measured on real
+processes (the floors' three, a real kq cluster), and its table of medians."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from kq.bench.floor import Round, table
+
+REPO = Path(__file__).resolve().parents[2]
+FLOOR_RUN_TIMEOUT_S = 240.0  # Four variants' processes start, 40 sends each, they stop: seconds.
+USAGE_TIMEOUT_S = 60.0  # A usage error starts nothing: an import and an exit.
+
+
+def test_the_table_gives_medians_over_rounds_and_the_range_of_rates() -> None:
+    rounds = [
+        Round(
+            p50_ms=1.0,
+            p99_ms=3.0,
+            msgs_per_s=900.0,
+            leader_cpu_us=300.0,
+            followers_cpu_us=200.0,
+            client_cpu_us=50,
+        ),
+        Round(
+            p50_ms=2.0,
+            p99_ms=9.0,
+            msgs_per_s=500.0,
+            leader_cpu_us=700.0,
+            followers_cpu_us=400.0,
+            client_cpu_us=70,
+        ),
+        Round(
+            p50_ms=1.5,
+            p99_ms=4.0,
+            msgs_per_s=600.0,
+            leader_cpu_us=400.0,
+            followers_cpu_us=100.0,
+            client_cpu_us=60,
+        ),
+    ]
+    lines = table({"grpc": rounds}).splitlines()
+    assert lines[0].startswith(
+        "| variant | p50 ms | p99 ms | msgs/s | server CPU µs/msg | leader | followers |"
+    )
+    # Server CPU is each round's leader + followers (500, 1,100, 500), then the median of those.
+    assert lines[2] == "| grpc | 1.50 | 4.00 | 600 (500..900) | 500 | 400 | 200 | 60 |"
+
+
+def test_a_short_run_measures_the_floors_and_kq_on_real_processes() -> None:
+    """Plain replication behind gRPC and behind a socket (with LMDB), stock PySyncObj, and a real kq
+    cluster: each row has a rate and CPU for its servers, and every process it started has ended
+    (the run exits by itself, within the time bound)."""
+    variants = ["kq", "grpc+raft", "grpc", "tcp+lmdb"]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kq.bench.floor",
+            "--sends",
+            "40",
+            "--runs",
+            "1",
+            "--variants",
+            ",".join(variants),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=FLOOR_RUN_TIMEOUT_S,
+        cwd=REPO,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line for line in result.stdout.splitlines() if line.startswith("| ")}
+    for variant in variants:
+        cells = [cell.strip() for cell in rows[variant].split("|")[2:-1]]
+        p50_ms, rate, server_cpu = float(cells[0]), cells[2], cells[3]
+        assert p50_ms > 0
+        assert float(rate.split(" ")[0].replace(",", "")) > 0  # "1,843 (1,569..1,936)"
+        assert float(server_cpu.replace(",", "")) >= 0  # 40 sends may fall inside one 10 ms clock tick.
+
+
+def test_an_unknown_variant_is_a_usage_error() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kq.bench.floor", "--variants", "grpc,zmq"],
+        capture_output=True,
+        text=True,
+        timeout=USAGE_TIMEOUT_S,
+        cwd=REPO,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "choose from" in result.stderr
