@@ -21,11 +21,14 @@ replicated write's steps:
   followers right after they acknowledge, as kq's apply does.
 
 No Raft (terms, log, commit index), no validation, no idempotence, no metrics, no authorization.
-The `+raft` variants put stock PySyncObj (the required Raft library, as it comes: its own TCP
-transport and pickle, its tick thread, no compaction during a run) in place of the plain
-replication: every process serves the gRPC front, the leader's ProduceStream calls a `@replicated`
-append (which writes LMDB in the `+lmdb` variant) and answers from its callback; the others answer
-FAILED_PRECONDITION, and the client uses the process that does not.
+The `+raft` variants put stock PySyncObj (the required Raft library: its own TCP transport and
+pickle, its tick thread, no compaction during a run) in place of the plain replication: every
+process serves the gRPC front, the leader's ProduceStream calls a `@replicated` append (which
+writes LMDB in the `+lmdb` variant) and answers from its callback; the others answer
+FAILED_PRECONDITION, and the client uses the process that does not. PySyncObj's transport
+compresses every message with zlib at level 3 (about 80 µs a send here, most of it zlib's set-up),
+which kq's transport (raft/wire.py) does not do, so the `+raft` variants take zlib out of it
+(pickle only); `grpc+raft+zlib` keeps it, as PySyncObj comes.
 The client is kq's own produce stream (`kq.client.connection._ProduceStream`) sending a batch
 encoded by kq's `encode_batch` per send, or, in the `tcp` front, a blocking socket.
 
@@ -61,6 +64,7 @@ from typing import Any
 import click
 import grpc
 import lmdb
+import pysyncobj.tcp_connection
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 from kq.bench.compare_nats import NatsSystem
@@ -83,13 +87,24 @@ START_TIMEOUT_S = 15.0  # For a process to say it listens, and the leader that i
 STOP_TIMEOUT_S = 5.0  # After SIGTERM, before SIGKILL.
 REPLY_TIMEOUT_S = 10.0  # One send's answer; past it the run fails (nothing here should take long).
 READY = "ready"
-VARIANTS = ("nats", "kq", "grpc+raft+lmdb", "grpc+raft", "grpc+lmdb", "grpc", "tcp+lmdb", "tcp")
+VARIANTS = (
+    "nats",
+    "kq",
+    "grpc+raft+lmdb",
+    "grpc+raft",
+    "grpc+raft+zlib",
+    "grpc+lmdb",
+    "grpc",
+    "tcp+lmdb",
+    "tcp",
+)
 KQ_TOPIC = "floor"
 SERVICE = "kq.v1.Broker"  # kq's gRPC service (proto/kq.proto), whose ProduceStream the floors serve.
 NATS_LEADER_TIMEOUT_S = 10.0
 RAFT_COMPACTION_ENTRIES = 1 << 30  # Stock PySyncObj pickles the object to compact; a run never does.
 RAFT_ELECTED_TIMEOUT_S = 15.0  # For the three stock PySyncObj processes to elect a leader.
 RAFT_ELECTED_POLL_S = 0.1
+RAFT_FAILED_SENDS_MAX = 20  # In one round: past it the run fails (stock PySyncObj keeps losing its leader).
 
 
 # The processes ----------------------------------------------------------------------------------
@@ -306,8 +321,22 @@ def _settle(done: asyncio.Future[int], result: int, error: int) -> None:
         done.set_exception(RuntimeError(f"PySyncObj failed the append: {error}"))
 
 
-async def _serve_raft(port: int, raft_port: int, peers: list[int], store: _Store | None) -> None:
-    """A stock PySyncObj process with a gRPC front."""
+class _NoCompression:
+    """Stands in for the zlib module in PySyncObj's TCP transport: the bytes as they are."""
+
+    @staticmethod
+    def compress(data: bytes, level: int = -1) -> bytes:
+        return data
+
+    @staticmethod
+    def decompress(data: bytes) -> bytes:
+        return data
+
+
+async def _serve_raft(port: int, raft_port: int, peers: list[int], store: _Store | None, zlib: bool) -> None:
+    """A stock PySyncObj process with a gRPC front; without zlib in its transport unless `zlib`."""
+    if not zlib:
+        pysyncobj.tcp_connection.zlib = _NoCompression
     log = _RaftLog(raft_port, peers, store)
     grpc_server = grpc.aio.server()
     _add_produce_stream(grpc_server, _RaftBroker(log).produce_stream)
@@ -328,7 +357,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     if role == "raft":
         assert raft_port is not None
-        await _serve_raft(port, raft_port, followers, store)
+        await _serve_raft(port, raft_port, followers, store, front == "grpc+zlib")
         return
     if role == "follower":
         server = await loop.create_server(lambda: _Follower(store), LOOPBACK_HOST, port)
@@ -363,6 +392,7 @@ class Round:
     leader_cpu_us: float  # Per message.
     followers_cpu_us: float  # Both followers together, per message.
     client_cpu_us: float
+    failed: int = 0  # Sends answered with an error (see Timing).
 
     @property
     def server_cpu_us(self) -> float:
@@ -402,6 +432,7 @@ def _cluster(variant: str, base: Path) -> Iterator[list[tuple[str, subprocess.Po
     try:
         if "raft" in parts:
             ports = free_ports(6)
+            front = "grpc+zlib" if "zlib" in parts else "grpc"
             for n in range(3):
                 peers = [
                     argument
@@ -409,16 +440,9 @@ def _cluster(variant: str, base: Path) -> Iterator[list[tuple[str, subprocess.Po
                     if peer != ports[3 + n]
                     for argument in ("--follower", str(peer))
                 ]
-                arguments = [
-                    "--role",
-                    "raft",
-                    "--port",
-                    str(ports[n]),
-                    "--raft-port",
-                    str(ports[3 + n]),
-                    *peers,
-                ]
-                started.append((f"{LOOPBACK_HOST}:{ports[n]}", _start([*arguments, *stores[n]])))
+                arguments = ["--role", "raft", "--port", str(ports[n]), "--raft-port", str(ports[3 + n])]
+                arguments += ["--front", front, *peers, *stores[n]]
+                started.append((f"{LOOPBACK_HOST}:{ports[n]}", _start(arguments)))
         else:
             leader_port, *follower_ports = free_ports(3)
             for port, store_arguments in zip(follower_ports, stores[1:], strict=True):
@@ -433,16 +457,18 @@ def _cluster(variant: str, base: Path) -> Iterator[list[tuple[str, subprocess.Po
             _stop(process)
 
 
-def _leader_sender(addresses: list[str], payload: bytes) -> tuple[int, Generator[None, None, None]]:
+def _leader_sender(
+    addresses: list[str], payload: bytes, warmup_sends: int
+) -> tuple[int, Generator[None, None, None]]:
     """A gRPC sender to whichever of `addresses` takes a ProduceStream (the stock Raft variant's
-    leader), with its position, once it has answered the warm-up sends in a row (a first election
-    may still be followed by a second while the last process starts)."""
+    leader), with its position, once it has answered `warmup_sends` (at least one) in a row: a
+    first election may still be followed by a second while the last process starts."""
     deadline = time.monotonic() + RAFT_ELECTED_TIMEOUT_S
     while time.monotonic() < deadline:
         for position, address in enumerate(addresses):
             sender = _grpc_sender(address, payload)
             try:
-                for _ in range(WARMUP_SENDS):
+                for _ in range(max(1, warmup_sends)):
                     next(sender)
             except grpc.RpcError:
                 sender.close()
@@ -483,18 +509,57 @@ def _tcp_sender(address: str, payload: bytes) -> Generator[None, None, None]:
             yield
 
 
-Timed = Callable[[int], tuple[list[float], float]]  # Sends -> each one's round trip in ms, seconds taken.
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The timed sends of one round: each answered one's round trip, and the seconds they all took."""
+
+    latencies_ms: list[float]
+    elapsed_s: float
+    failed: int  # Sends answered with an error (then sent again, or left: NATS's), not in latencies_ms.
 
 
-def _timed(send: Callable[[], object], sends: int) -> tuple[list[float], float]:
-    """Calls `send` `sends` times; each call's time in ms, and the seconds they took together."""
+Timed = Callable[[int], Timing]  # Makes this many timed sends.
+
+
+def _timed(send: Callable[[], bool], sends: int) -> Timing:
+    """Calls `send` (True if answered, False if it failed) `sends` times."""
     latencies_ms = []
+    failed = 0
     started = time.perf_counter()
     for _ in range(sends):
         sent = time.perf_counter_ns()
-        send()
-        latencies_ms.append((time.perf_counter_ns() - sent) / 1e6)
-    return latencies_ms, time.perf_counter() - started
+        if send():
+            latencies_ms.append((time.perf_counter_ns() - sent) / 1e6)
+        else:
+            failed += 1
+    return Timing(latencies_ms, time.perf_counter() - started, failed)
+
+
+class _RaftSends:
+    """Sends to stock PySyncObj's leader; a send that fails (the library discarded it: a new leader
+    was elected) is counted, and the next goes to the leader found anew. At most
+    RAFT_FAILED_SENDS_MAX fail in one round."""
+
+    def __init__(self, addresses: list[str], payload: bytes) -> None:
+        self._addresses = addresses
+        self._payload = payload
+        self.leader, self._sender = _leader_sender(addresses, payload, WARMUP_SENDS)
+        self._failed = 0
+
+    def send(self) -> bool:
+        try:
+            next(self._sender)
+            return True
+        except grpc.RpcError:
+            self._failed += 1
+            if self._failed > RAFT_FAILED_SENDS_MAX:
+                raise
+            self._sender.close()
+            self.leader, self._sender = _leader_sender(self._addresses, self._payload, 0)
+            return False
+
+    def close(self) -> None:
+        self._sender.close()
 
 
 @contextmanager
@@ -512,7 +577,7 @@ def _system(variant: str, value_bytes: int, base: Path) -> Iterator[tuple[list[i
                 ordered = [pids[leader], *(pid for node, pid in pids.items() if node != leader)]
                 yield (
                     ordered,
-                    lambda sends: _timed(lambda: client.send(KQ_TOPIC, payload, partition=0), sends),
+                    lambda sends: _timed(lambda: bool(client.send(KQ_TOPIC, payload, partition=0)), sends),
                 )
         return
     if variant == "nats":
@@ -521,9 +586,9 @@ def _system(variant: str, value_bytes: int, base: Path) -> Iterator[tuple[list[i
             servers = nats.server_pids()
             leader = nats._run(nats._stream_leader(LATENCY), NATS_LEADER_TIMEOUT_S)
 
-            def timed(sends: int) -> tuple[list[float], float]:
+            def timed(sends: int) -> Timing:
                 sample = nats.latency(sends)
-                return list(sample.latencies_ms), sample.elapsed_s
+                return Timing(list(sample.latencies_ms), sample.elapsed_s, sample.errors)
 
             yield [servers[leader], *(pid for name, pid in servers.items() if name != leader)], timed
         return
@@ -531,14 +596,18 @@ def _system(variant: str, value_bytes: int, base: Path) -> Iterator[tuple[list[i
         addresses = [address for address, _ in started]
         part_pids = [process.pid for _, process in started]
         if "raft" in variant.split("+"):
-            leader_position, sender = _leader_sender(addresses, payload)  # Warmed up.
-            part_pids.insert(0, part_pids.pop(leader_position))
-        else:
-            sender = (_grpc_sender if variant.startswith("grpc") else _tcp_sender)(addresses[0], payload)
+            raft = _RaftSends(addresses, payload)  # Warmed up.
+            part_pids.insert(0, part_pids.pop(raft.leader))
+            try:
+                yield part_pids, lambda sends: _timed(raft.send, sends)
+            finally:
+                raft.close()
+            return
+        sender = (_grpc_sender if variant.startswith("grpc") else _tcp_sender)(addresses[0], payload)
+        try:
             for _ in range(WARMUP_SENDS):
                 next(sender)
-        try:
-            yield part_pids, lambda sends: _timed(lambda: next(sender), sends)
+            yield part_pids, lambda sends: _timed(lambda: next(sender) is None, sends)
         finally:
             sender.close()
 
@@ -548,20 +617,21 @@ def measure(variant: str, sends: int, value_bytes: int, base: Path) -> Round:
     with _system(variant, value_bytes, base) as (pids, timed):
         cpu_before = [cpu_seconds(pid) for pid in pids]
         client_before = own_cpu_seconds()
-        latencies_ms, elapsed_s = timed(sends)
+        timing = timed(sends)
         client_s = own_cpu_seconds() - client_before
         used = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+    latencies_ms = sorted(timing.latencies_ms)
     if not latencies_ms:
         raise RuntimeError(f"{variant}: no send was answered")
     count = len(latencies_ms)
-    latencies_ms.sort()
     return Round(
         p50_ms=statistics.median(latencies_ms),
         p99_ms=latencies_ms[min(count - 1, int(count * 0.99))],
-        msgs_per_s=count / elapsed_s,
+        msgs_per_s=count / timing.elapsed_s,
         leader_cpu_us=used[0] / count * 1e6,
         followers_cpu_us=sum(used[1:]) / count * 1e6,
         client_cpu_us=client_s / count * 1e6,
+        failed=timing.failed,
     )
 
 
@@ -593,6 +663,10 @@ def table(results: dict[str, list[Round]]) -> str:
             f"| {median('leader_cpu_us'):,.0f} | {median('followers_cpu_us'):,.0f} "
             f"| {median('client_cpu_us'):,.0f} |"
         )
+    for variant, rounds in results.items():
+        if any(r.failed for r in rounds):
+            per_round = ", ".join(str(r.failed) for r in rounds)
+            lines.append(f"\n{variant}: sends answered with an error, by round: {per_round} (not timed)")
     return "\n".join(lines)
 
 
@@ -604,7 +678,7 @@ def table(results: dict[str, list[Round]]) -> str:
 @click.option("--role", type=click.Choice(["leader", "follower", "raft"]), hidden=True)
 @click.option("--port", type=int, hidden=True)
 @click.option("--follower", "followers", type=int, multiple=True, hidden=True)
-@click.option("--front", type=click.Choice(["grpc", "tcp"]), default="grpc", hidden=True)
+@click.option("--front", type=click.Choice(["grpc", "grpc+zlib", "tcp"]), default="grpc", hidden=True)
 @click.option("--store-dir", type=click.Path(path_type=Path), hidden=True)
 @click.option("--raft-port", type=int, hidden=True)
 def main(

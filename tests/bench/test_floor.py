@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kq.bench.floor import Round, table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,8 +49,17 @@ def test_the_table_gives_medians_over_rounds_and_the_range_of_rates() -> None:
     )
     # Server CPU is each round's leader + followers (500, 1,100, 500), then the median of those.
     assert lines[2] == "| grpc | 1.50 | 4.00 | 600 (500..900) | 500 | 400 | 200 | 60 |"
+    assert len(lines) == 3  # No round had a failed send: no line about them.
 
 
+def test_failed_sends_are_listed_by_round_under_the_table() -> None:
+    answered = Round(1.0, 2.0, 900.0, 300.0, 200.0, 50.0)
+    failed = Round(1.0, 2.0, 900.0, 300.0, 200.0, 50.0, failed=2)
+    text = table({"grpc+raft": [answered, failed, answered], "grpc": [answered]})
+    assert text.endswith("\ngrpc+raft: sends answered with an error, by round: 0, 2, 0 (not timed)")
+
+
+@pytest.mark.system
 def test_a_short_run_measures_the_floors_and_kq_on_real_processes() -> None:
     """Plain replication behind gRPC and behind a socket (with LMDB), stock PySyncObj, and a real kq
     cluster: each row has a rate and CPU for its servers, and every process it started has ended
