@@ -31,13 +31,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kq.client.security import NODE_METADATA_KEY, node_proof
+from kq.client.security import NODE_METADATA_KEY, SCRAM_SALT_BYTES, node_proof
 from kq.proto import kq_pb2
-from kq.proto.limits import AUTH_DENIAL_KEYS_MAX, AUTH_DENIAL_LOG_INTERVAL_S
+from kq.proto.limits import AUTH_DENIAL_KEYS_MAX, AUTH_DENIAL_LOG_INTERVAL_S, SCRAM_ITERATIONS_MIN
 from kq.raft.auth import (
     ANONYMOUS,
     CLUSTER_RESOURCE,
     NODE_PREFIX,
+    SCRAM_MECHANISMS,
     TOKEN_ID_PATTERN,
     USER_PREFIX,
     AuthResult,
@@ -212,6 +213,33 @@ class Security:
         """The principal of a user authenticated by its certificate, token or password."""
         name = USER_PREFIX + user
         return Principal(name, name in self.super_users or not self.enabled)
+
+    def scram_credential(self, user: str, mechanism: str) -> tuple[kq_pb2.ScramCredential, bool]:
+        """The user's SCRAM credential for `mechanism` and True; for a user without one (unknown, or
+        with the other mechanism only) a stand-in and False, so that SASL answers that user as it
+        answers a known one with a wrong password ("mock authentication", RFC 5802 section 9): the
+        same server-first message, the same key derivation for PLAIN, and the same failure at the
+        end, so user names cannot be probed. The stand-in's salt and keys are HMACs of the name under
+        the cluster secret: every node shows the same salt for the same name every time, as it would
+        for a real user, and nobody can find a password whose keys match. Its iteration count is the
+        one kq's clients give new users (SCRAM_ITERATIONS_MIN)."""
+        credential = self.state.credential(user, mechanism)
+        if credential is not None:
+            return credential, True
+        size = SCRAM_MECHANISMS[mechanism]
+
+        def derived(purpose: str, length: int) -> bytes:
+            message = f"kq-scram-mock\0{purpose}\0{mechanism}\0{user}".encode()
+            return hmac.new(self._secret.encode(), message, hashlib.sha512).digest()[:length]
+
+        stand_in = kq_pb2.ScramCredential(
+            mechanism=mechanism,
+            salt=derived("salt", SCRAM_SALT_BYTES),
+            stored_key=derived("stored key", size),
+            server_key=derived("server key", size),
+            iterations=SCRAM_ITERATIONS_MIN,
+        )
+        return stand_in, False
 
     def token_principal(self, token: str) -> Principal | None:
         """The principal a bearer token stands for, or None (malformed, unknown, expired, wrong)."""

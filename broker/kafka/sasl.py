@@ -17,6 +17,10 @@ with a bare frame; `raw_tokens` tells the listener which framing follows. Mechan
 
 Every failure, from an unknown user to a malformed message, is the same SaslError, answered
 SASL_AUTHENTICATION_FAILED with one message, and the connection is then closed (Kafka does the same).
+A user without a credential for the mechanism is answered as a known user with a wrong password
+(`Security.scram_credential`'s stand-in): SCRAM sends a server-first message with a salt that is
+the same on every node and every time, and fails at client-final; PLAIN derives a key as long.
+Kafka fails an unknown SCRAM user at client-first and so lets user names be probed; kq does not.
 PLAIN's derivation costs the user's iteration count of HMACs, so `authenticate` is run off the loop.
 """
 
@@ -92,12 +96,15 @@ class PlainMechanism:
         return b""
 
     def _password_principal(self, user: str, password: str) -> Principal:
+        """The user's principal if `password` derives its stored key (SCRAM-SHA-256's credential, else
+        SCRAM-SHA-512's). A user without either gets the same derivation against a stand-in
+        (`Security.scram_credential`), so that it fails after as much work as a wrong password."""
         state = self._security.state
-        credential = state.credential(user, SCRAM_SHA_256) or state.credential(user, SCRAM_SHA_512)
-        if credential is None:
-            raise SaslError(f"invalid credentials with SASL mechanism {PLAIN}")
+        only_512 = state.credential(user, SCRAM_SHA_256) is None and state.credential(user, SCRAM_SHA_512)
+        mechanism = SCRAM_SHA_512 if only_512 else SCRAM_SHA_256
+        credential, known = self._security.scram_credential(user, mechanism)
         stored_key, _ = scram_keys(credential.mechanism, password, credential.salt, credential.iterations)
-        if not hmac.compare_digest(stored_key, credential.stored_key):
+        if not hmac.compare_digest(stored_key, credential.stored_key) or not known:
             raise SaslError(f"invalid credentials with SASL mechanism {PLAIN}")
         return self._security.user_principal(user)
 
@@ -110,16 +117,16 @@ class ScramMechanism:
         self._security = security
         self._mechanism = mechanism
         self._server = scramp.ScramMechanism(mechanism).make_server(self._credential)
-        self._user = ""
+        self._user = ""  # Set when client-first names a user with a credential for the mechanism.
         self._round = 0
         self.principal: Principal | None = None
 
-    def _credential(self, user: str) -> tuple[bytes, bytes, bytes, int] | None:
-        """scramp's view of a user: (salt, stored key, server key, iterations), None when unknown."""
-        credential = self._security.state.credential(user, self._mechanism)
-        if credential is None:
-            return None
-        self._user = user
+    def _credential(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        """scramp's view of a user: (salt, stored key, server key, iterations); for a user without a
+        credential for the mechanism, a stand-in (`Security.scram_credential`): the exchange then
+        goes on to fail at client-final, as a wrong password does, not at client-first."""
+        credential, known = self._security.scram_credential(user, self._mechanism)
+        self._user = user if known else ""
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
     def step(self, token: bytes) -> bytes:
@@ -142,6 +149,8 @@ class ScramMechanism:
             raise
         except Exception as error:  # scramp raises ScramException, and other types on malformed input.
             raise SaslError(f"invalid credentials with SASL mechanism {self._mechanism}") from error
+        if not self._user:  # A stand-in's proof cannot verify; never a principal from one.
+            raise SaslError(f"invalid credentials with SASL mechanism {self._mechanism}")
         self.principal = self._security.user_principal(self._user)
         return answer
 

@@ -162,11 +162,15 @@ def test_kafka_python_produces_and_consumes_over_sasl_ssl(secure: LocalCluster) 
     assert values == [f"python-{i}".encode() for i in range(3)]
 
 
-def test_a_wrong_password_fails_authentication_and_writes_nothing(secure: LocalCluster) -> None:
-    """librdkafka reports the failed authentication; its records are never written."""
+@pytest.mark.parametrize(("user", "password"), [(ALICE, "wrong"), ("mallory", "any")])
+def test_a_wrong_password_fails_authentication_and_writes_nothing(
+    secure: LocalCluster, user: str, password: str
+) -> None:
+    """librdkafka reports the failed authentication, alike for a wrong password and a user that does
+    not exist (whose SCRAM exchange also runs to client-final); its records are never written."""
     before = _end_offset(secure, TOPIC)
     errors: list[Any] = []
-    settings = {**_sasl(secure, "SCRAM-SHA-256", ALICE, "wrong"), "error_cb": errors.append}
+    settings = {**_sasl(secure, "SCRAM-SHA-256", user, password), "error_cb": errors.append}
     producer = confluent.Producer({**settings, "message.timeout.ms": 3000})
     producer.produce(TOPIC, value=b"never")
     producer.flush(10)

@@ -22,6 +22,7 @@ from kq.broker.auth import (
     token_secret_hash,
 )
 from kq.broker.config import ConfigError, parse_sasl_mechanisms
+from kq.broker.kafka import sasl
 from kq.broker.kafka.authorize import ACLS, OPEN_APIS, WHOLE, ApiKey, access, writes_some_topic
 from kq.broker.kafka.base import (
     ILLEGAL_SASL_STATE,
@@ -29,10 +30,10 @@ from kq.broker.kafka.base import (
     SASL_AUTHENTICATION_FAILED,
     UNSUPPORTED_SASL_MECHANISM,
 )
-from kq.broker.kafka.sasl import MECHANISMS, SaslSession, SaslState
-from kq.client.security import acl, scram_credential
+from kq.broker.kafka.sasl import MECHANISMS, Answer, SaslSession, SaslState
+from kq.client.security import acl, scram_credential, scram_keys
 from kq.proto import kq_pb2
-from kq.proto.limits import KAFKA_SASL_ROUNDS_MAX, KAFKA_SASL_TOKEN_BYTES_MAX
+from kq.proto.limits import KAFKA_SASL_ROUNDS_MAX, KAFKA_SASL_TOKEN_BYTES_MAX, SCRAM_ITERATIONS_MIN
 from kq.raft.auth import CLUSTER_RESOURCE, Rule, SecurityState
 from kq.storage import Store
 from tests.kafka.test_listener import EXPECTED_VERSIONS
@@ -114,22 +115,80 @@ def test_scram_completes_with_a_real_client_and_proves_the_server(security: Secu
     assert session.principal is not None and session.principal.name == "User:alice"
 
 
-def test_scram_refuses_a_wrong_password_and_an_unknown_user(security: Security) -> None:
+def _scram_attempt(security: Security, mechanism: str, user: str, password: str) -> tuple[str, Answer]:
+    """One SCRAM exchange by scramp's client: the server-first message, and the answer to client-final."""
     session = SaslSession(security, MECHANISMS)
-    session.handshake("SCRAM-SHA-256", 1)
-    client = scramp.ScramClient(["SCRAM-SHA-256"], "alice", "wrong")
-    client.set_server_first(session.authenticate(client.get_client_first().encode()).token.decode())
+    assert session.handshake(mechanism, 1).error_code == NONE
+    client = scramp.ScramClient([mechanism], user, password)
+    first = session.authenticate(client.get_client_first().encode())
+    assert first.error_code == NONE and session.state is SaslState.AUTHENTICATING
+    client.set_server_first(first.token.decode())
     answer = session.authenticate(client.get_client_final().encode())
-    assert answer.error_code == SASL_AUTHENTICATION_FAILED and answer.close
-    assert answer.message is not None and "Authentication failed" in answer.message
-    unknown = SaslSession(security, MECHANISMS)
-    unknown.handshake("SCRAM-SHA-256", 1)
-    stranger = scramp.ScramClient(["SCRAM-SHA-256"], "carol", "pw")
-    assert unknown.authenticate(stranger.get_client_first().encode()).error_code == SASL_AUTHENTICATION_FAILED
-    bob = SaslSession(security, MECHANISMS)  # bob has no SCRAM-SHA-256 credential.
-    bob.handshake("SCRAM-SHA-256", 1)
-    bob_client = scramp.ScramClient(["SCRAM-SHA-256"], "bob", "bob-pw")
-    assert bob.authenticate(bob_client.get_client_first().encode()).error_code == SASL_AUTHENTICATION_FAILED
+    assert session.principal is None or answer.error_code == NONE
+    return first.token.decode(), answer
+
+
+def _salt_and_iterations(server_first: str) -> tuple[str, str]:
+    fields = dict(part.split("=", 1) for part in server_first.split(","))
+    return fields["s"], fields["i"]
+
+
+def test_scram_refuses_a_wrong_password_and_an_unknown_user_alike(security: Security) -> None:
+    """A wrong password, an unknown user (carol) and a user without this mechanism's credential (bob,
+    SCRAM-SHA-512 only) all get a server-first message and the same failure at client-final: the
+    exchange does not tell which names exist."""
+    answers = [
+        _scram_attempt(security, "SCRAM-SHA-256", user, password)[1]
+        for user, password in (("alice", "wrong"), ("carol", "pw"), ("bob", "bob-pw"))
+    ]
+    for answer in answers:
+        assert answer.error_code == SASL_AUTHENTICATION_FAILED and answer.close
+        assert answer.message is not None and "Authentication failed" in answer.message
+    assert len({(a.error_code, a.message, a.token, a.close) for a in answers}) == 1
+
+
+def test_an_unknown_users_salt_is_the_same_on_every_node_and_every_time(
+    security: Security, tmp_path: Path
+) -> None:
+    """The stand-in's salt is a function of the cluster secret and the name: stable, as a real user's
+    stored salt is, across sessions and nodes (another Security with the same secret); different for
+    another name and under another secret; with the iteration count kq's clients give users."""
+    first, _ = _scram_attempt(security, "SCRAM-SHA-256", "carol", "pw")
+    again, _ = _scram_attempt(security, "SCRAM-SHA-256", "carol", "other")
+    salt, iterations = _salt_and_iterations(first)
+    assert _salt_and_iterations(again) == (salt, iterations)
+    assert iterations == str(SCRAM_ITERATIONS_MIN)
+    assert _salt_and_iterations(_scram_attempt(security, "SCRAM-SHA-256", "dave", "pw")[0])[0] != salt
+    assert _salt_and_iterations(_scram_attempt(security, "SCRAM-SHA-512", "carol", "pw")[0])[0] != salt
+    store = Store.open(tmp_path / "other", 64 * 1024 * 1024)
+    try:
+        for secret, same in (("secret", True), ("another secret", False)):
+            node = Security(store, True, ("User:admin",), secret, lambda: 1_000)
+            node.state = security.state
+            other_salt = _salt_and_iterations(_scram_attempt(node, "SCRAM-SHA-256", "carol", "pw")[0])[0]
+            assert (other_salt == salt) is same
+    finally:
+        store.close()
+
+
+def test_plain_derives_a_key_for_an_unknown_user_as_for_a_known_one(
+    security: Security, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PLAIN's answer to an unknown user costs the same key derivation as a wrong password (the same
+    mechanism and iteration count), so its timing does not tell the name exists."""
+    derivations: list[tuple[str, int]] = []
+    real = scram_keys
+
+    def counted(mechanism: str, password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
+        derivations.append((mechanism, iterations))
+        return real(mechanism, password, salt, iterations)
+
+    monkeypatch.setattr(sasl, "scram_keys", counted)
+    assert _plain(SaslSession(security, MECHANISMS), "alice", "wrong") == SASL_AUTHENTICATION_FAILED
+    assert _plain(SaslSession(security, MECHANISMS), "carol", "wrong") == SASL_AUTHENTICATION_FAILED
+    alice = security.state.credential("alice", "SCRAM-SHA-256")
+    assert alice is not None
+    assert derivations == [("SCRAM-SHA-256", alice.iterations), ("SCRAM-SHA-256", alice.iterations)]
 
 
 def test_the_state_machine_refuses_out_of_order_and_oversized_steps(security: Security) -> None:
