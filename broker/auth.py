@@ -281,6 +281,11 @@ class Security:
         """The names the principal may DESCRIBE (ListTopics, ListGroups)."""
         return [name for name in names if self.allowed(principal, Access(DESCRIBE, resource_type, name))]
 
+    def lists_every_group(self, principal: Principal) -> bool:
+        """Whether a ListGroups answer shows the principal every group: with DESCRIBE on the cluster,
+        as Kafka's does; otherwise it shows the groups the principal may DESCRIBE."""
+        return self.allowed(principal, Access(DESCRIBE, CLUSTER, CLUSTER_RESOURCE))
+
 
 def _metadata(metadata: Sequence[Any] | None, key: str) -> str | None:
     for item in metadata or ():

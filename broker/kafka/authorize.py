@@ -10,8 +10,8 @@ alone; the others are checked by their handlers per topic, group or config resou
 (`KafkaBase._permitted`), so that the unauthorized ones get TOPIC_AUTHORIZATION_FAILED (29) or
 GROUP_AUTHORIZATION_FAILED (30) in their own slot of the response while the rest are served, as
 Kafka does. Metadata omits topics the principal may not DESCRIBE when it lists all of them, and
-answers 29 for those it names; auto-creating a topic needs CreateTopics' CREATE. ListGroups lists only
-the groups the principal may DESCRIBE.
+answers 29 for those it names; auto-creating a topic needs CreateTopics' CREATE. ListGroups lists every
+group to a principal with DESCRIBE on the cluster, else only the groups it may DESCRIBE.
 
 Where kq's operations differ from Kafka's: kq has no DESCRIBE_CONFIGS, ALTER_CONFIGS or
 IDEMPOTENT_WRITE operations, so the config APIs need DESCRIBE and ALTER, on the topic or (a broker

@@ -581,10 +581,13 @@ class GroupApis(KafkaBase):
     # ListGroups and DescribeGroups --------------------------------------------------------------
 
     async def list_groups(self, request: Request, connection: Connection) -> Any:
-        """Every group, from the leader (which coordinates them all); other nodes list none."""
+        """Every group, from the leader (which coordinates them all); other nodes list none. A principal
+        with DESCRIBE on the cluster sees every group, another those it may DESCRIBE (as Kafka)."""
         module = response_module(LIST_GROUPS, request.api_version)
         wanted = {state.lower() for state in getattr(request.body, "states_filter", None) or ()}
         states = await self._in_reads(self._all_groups) if self._consensus.is_leader() else []
+        principal = connection.principal
+        every_group = principal is not None and self._security.lists_every_group(principal)
         groups = tuple(
             build(
                 module.ListedGroup,
@@ -594,7 +597,7 @@ class GroupApis(KafkaBase):
             )
             for state in states
             if (not wanted or state_name(state).lower() in wanted)
-            and self._visible(connection, ApiKey.LIST_GROUPS, GROUP, state.name)
+            and (every_group or self._visible(connection, ApiKey.LIST_GROUPS, GROUP, state.name))
         )
         return build(module.ListGroupsResponse, throttle_time=0, error_code=NONE, groups=groups)
 

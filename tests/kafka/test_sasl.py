@@ -34,6 +34,7 @@ from tests.kafka.wire import decode_response, read_frame, request_frame
 pytestmark = pytest.mark.system
 
 confluent = pytest.importorskip("confluent_kafka")
+confluent_admin = pytest.importorskip("confluent_kafka.admin")
 kafka = pytest.importorskip("kafka")
 
 ALICE, ALICE_PASSWORD = "alice", "alice-password-1"
@@ -247,6 +248,25 @@ def test_a_user_without_acls_is_refused_per_topic_and_group_and_writes_nothing(s
     assert _end_offset(secure, TOPIC) == before
     with KqClient(secure.bootstrap, tls=secure.tls) as admin:
         assert MALLORY_GROUP not in [group.name for group in admin.list_groups()]  # Never joined.
+
+
+def test_list_groups_shows_every_group_to_describe_on_the_cluster(secure: LocalCluster) -> None:
+    """Kafka's ListGroups rule through librdkafka's admin client: a user with DESCRIBE on the cluster
+    sees every group; mallory (DESCRIBE on one other group) does not see it."""
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        member = admin.join_group("audited", topics=[TOPIC])
+        admin.leave_group("audited", member.member_id)
+        admin.put_user("auditor", "auditor-password-1")
+        admin.add_acls([acl("User:auditor", "describe", "cluster")])
+        secure.wait_applied(admin.index_seen, list(secure.nodes))
+
+    def listed(user: str, password: str) -> set[str]:
+        client = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-256", user, password))
+        result = client.list_consumer_groups(request_timeout=WAIT_S).result()
+        return {group.group_id for group in result.valid}
+
+    assert "audited" in listed("auditor", "auditor-password-1")
+    assert "audited" not in listed(MALLORY, MALLORY_PASSWORD)
 
 
 def _error_of(message: Any) -> Any:

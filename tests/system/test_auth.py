@@ -174,6 +174,25 @@ def test_acls_grant_exactly_what_they_name_on_every_node(guarded: LocalCluster) 
         alice.leave_group("billing", assignment.member_id)
 
 
+def test_list_groups_shows_every_group_to_describe_on_the_cluster(guarded: LocalCluster) -> None:
+    """As Kafka's ListGroups: DESCRIBE on the cluster lists every group; DESCRIBE on a group lists
+    that group only; no ACL lists none."""
+    with cluster_admin(guarded) as admin:
+        for group in ("ledger", "audit"):
+            member = admin.join_group(group, topics=["t"])
+            admin.leave_group(group, member.member_id)
+        admin.add_acls(
+            [acl("User:ops", "describe", "cluster"), acl("User:viewer", "describe", "group", "ledger")]
+        )
+        everything = {group.name for group in admin.list_groups()}
+    assert {"ledger", "audit"} <= everything
+    tokens = {name: user_with_token(guarded, name) for name in ("ops", "viewer", "stranger")}
+    expected = {"ops": everything, "viewer": {"ledger"}, "stranger": set()}
+    for name, token in tokens.items():
+        with KqClient(guarded.bootstrap, tls=_ca(guarded), token=token) as user:
+            assert {group.name for group in user.list_groups()} == expected[name], name
+
+
 def test_a_revoked_token_and_a_deleted_user_stop_working_on_every_node(guarded: LocalCluster) -> None:
     token = user_with_token(guarded, "carol")
     second = ""
