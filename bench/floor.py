@@ -76,8 +76,9 @@ from kq.deploy.cluster import LOOPBACK_HOST, LocalCluster, free_ports
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.records import NewRecord, encode_batch
 
-FRAME = struct.Struct(">IQ")  # Payload length, offset; then the payload.
-ACK = struct.Struct(">Q")  # The acknowledged offset.
+# Every message between the floor's processes: payload length, offset, then the payload. An
+# acknowledgement (a follower's, the tcp front's answer) is a frame without payload.
+FRAME = struct.Struct(">IQ")
 FRAME_BYTES_MAX = 1024 * 1024  # A frame larger than this ends the connection (the floor sends ~100 B).
 SENDS_MAX = 100_000
 WARMUP_SENDS = 300
@@ -122,7 +123,7 @@ class _Store:
     def put(self, offset: int, payload: bytes) -> None:
         """Writes one record in its own write transaction."""
         with self._environment.begin(write=True) as transaction:
-            transaction.put(ACK.pack(offset), payload)
+            transaction.put(offset.to_bytes(8, "big"), payload)
 
 
 class _Frames(asyncio.Protocol):
@@ -164,30 +165,22 @@ class _Follower(_Frames):
 
     def on_frame(self, offset: int, payload: bytes) -> None:
         assert self.transport is not None
-        self.transport.write(ACK.pack(offset))
+        self.transport.write(FRAME.pack(0, offset))
         if self._store is not None:
             self._store.put(offset, payload)
 
 
-class _Acks(asyncio.Protocol):
+class _Acks(_Frames):
     """A follower's acknowledgements, read on the leader: the first for an offset settles its wait."""
 
     def __init__(self, waiting: dict[int, asyncio.Future[None]]) -> None:
+        super().__init__()
         self._waiting = waiting
-        self._buffer = bytearray()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        while len(buffer) >= ACK.size:
-            (offset,) = ACK.unpack_from(buffer)
-            del buffer[: ACK.size]
-            waiter = self._waiting.pop(offset, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+    def on_frame(self, offset: int, payload: bytes) -> None:
+        waiter = self._waiting.pop(offset, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class _Replicas:
@@ -220,16 +213,29 @@ class _Replicas:
         return offset
 
 
-def _add_produce_stream(server: grpc.aio.Server, handler: Callable[..., Any]) -> None:
-    """Serves `handler` as kq's ProduceStream (every other call of kq's service answers UNIMPLEMENTED)."""
+async def _serve_grpc(port: int, handler: Callable[..., Any]) -> None:
+    """Serves `handler` as kq's ProduceStream (every other call of kq's service answers UNIMPLEMENTED)
+    on `port`, says it is ready, and serves until the process ends."""
     method = grpc.stream_stream_rpc_method_handler(
         handler,
         request_deserializer=kq_pb2.ProduceRequest.FromString,
         response_serializer=kq_pb2.ProduceResponse.SerializeToString,
     )
+    server = grpc.aio.server()
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE, {"ProduceStream": method}),)
     )
+    server.add_insecure_port(f"{LOOPBACK_HOST}:{port}")
+    await server.start()
+    print(READY, flush=True)
+    await server.wait_for_termination()
+
+
+async def _serve_tcp(port: int, protocol: Callable[[], asyncio.Protocol]) -> None:
+    """Serves `protocol` on `port`, says it is ready, and serves until the process ends."""
+    server = await asyncio.get_running_loop().create_server(protocol, LOOPBACK_HOST, port)
+    print(READY, flush=True)
+    await server.serve_forever()
 
 
 class _FloorBroker:
@@ -254,14 +260,17 @@ class _TcpFront(_Frames):
     def __init__(self, replicas: _Replicas) -> None:
         super().__init__()
         self._replicas = replicas
+        self._answering: set[asyncio.Task[None]] = set()  # Held, so that none is collected mid-way.
 
     def on_frame(self, offset: int, payload: bytes) -> None:
-        asyncio.get_running_loop().create_task(self._answer(payload))
+        task = asyncio.get_running_loop().create_task(self._answer(payload))
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
 
     async def _answer(self, payload: bytes) -> None:
         offset = await self._replicas.replicate(payload)
         assert self.transport is not None
-        self.transport.write(ACK.pack(offset))
+        self.transport.write(FRAME.pack(0, offset))
 
 
 class _RaftLog(SyncObj):  # type: ignore[misc]  # PySyncObj is untyped.
@@ -338,13 +347,8 @@ async def _serve_raft(port: int, raft_port: int, peers: list[int], store: _Store
     if not zlib:
         pysyncobj.tcp_connection.zlib = _NoCompression
     log = _RaftLog(raft_port, peers, store)
-    grpc_server = grpc.aio.server()
-    _add_produce_stream(grpc_server, _RaftBroker(log).produce_stream)
-    grpc_server.add_insecure_port(f"{LOOPBACK_HOST}:{port}")
-    await grpc_server.start()
-    print(READY, flush=True)
     try:
-        await grpc_server.wait_for_termination()
+        await _serve_grpc(port, _RaftBroker(log).produce_stream)
     finally:
         log.destroy()
 
@@ -354,29 +358,18 @@ async def _serve(
 ) -> None:
     """One process's part, until it is terminated."""
     store = _Store(store_dir) if store_dir is not None else None
-    loop = asyncio.get_running_loop()
     if role == "raft":
         assert raft_port is not None
         await _serve_raft(port, raft_port, followers, store, front == "grpc+zlib")
-        return
-    if role == "follower":
-        server = await loop.create_server(lambda: _Follower(store), LOOPBACK_HOST, port)
-        print(READY, flush=True)
-        await server.serve_forever()
-        return
-    replicas = _Replicas(store)
-    await replicas.connect(followers)
-    if front == "grpc":
-        grpc_server = grpc.aio.server()
-        _add_produce_stream(grpc_server, _FloorBroker(replicas).produce_stream)
-        grpc_server.add_insecure_port(f"{LOOPBACK_HOST}:{port}")
-        await grpc_server.start()
-        print(READY, flush=True)
-        await grpc_server.wait_for_termination()
+    elif role == "follower":
+        await _serve_tcp(port, lambda: _Follower(store))
     else:
-        server = await loop.create_server(lambda: _TcpFront(replicas), LOOPBACK_HOST, port)
-        print(READY, flush=True)
-        await server.serve_forever()
+        replicas = _Replicas(store)
+        await replicas.connect(followers)
+        if front == "grpc":
+            await _serve_grpc(port, _FloorBroker(replicas).produce_stream)
+        else:
+            await _serve_tcp(port, lambda: _TcpFront(replicas))
 
 
 # The run ----------------------------------------------------------------------------------------
@@ -501,8 +494,8 @@ def _tcp_sender(address: str, payload: bytes) -> Generator[None, None, None]:
             batch = encode_batch([NewRecord(None, payload)])
             connection.sendall(FRAME.pack(len(batch), 0) + batch)
             answer = b""
-            while len(answer) < ACK.size:
-                chunk = connection.recv(ACK.size - len(answer))
+            while len(answer) < FRAME.size:
+                chunk = connection.recv(FRAME.size - len(answer))
                 if not chunk:
                     raise ConnectionError("the leader closed the connection")
                 answer += chunk
