@@ -21,14 +21,13 @@ replicated write's steps:
   followers right after they acknowledge, as kq's apply does.
 
 No Raft (terms, log, commit index), no validation, no idempotence, no metrics, no authorization.
-The `+raft` variants put stock PySyncObj (the required Raft library: its own TCP transport and
-pickle, its tick thread, no compaction during a run) in place of the plain replication: every
-process serves the gRPC front, the leader's ProduceStream calls a `@replicated` append (which
-writes LMDB in the `+lmdb` variant) and answers from its callback; the others answer
-FAILED_PRECONDITION, and the client uses the process that does not. PySyncObj's transport
-compresses every message with zlib at level 3 (about 80 µs a send here, most of it zlib's set-up),
-which kq's transport (raft/wire.py) does not do, so the `+raft` variants take zlib out of it
-(pickle only); `grpc+raft+zlib` keeps it, as PySyncObj comes.
+The `+raft` variants put stock PySyncObj (the required Raft library, as it comes: its own TCP
+transport, which pickles and compresses every message with zlib, its tick thread, no compaction
+during a run) in place of the plain replication: every process serves the gRPC front, the leader's
+ProduceStream calls a `@replicated` append (which writes LMDB in the `+lmdb` variant) and answers
+from its callback; a stream opened on another process is refused FAILED_PRECONDITION, and the
+client uses the process that takes it. (kq's transport, raft/wire.py, does without the pickle and
+the zlib: about 60 µs of zlib's set-up a send here, which the `+raft` rows include.)
 The client is kq's own produce stream (`kq.client.connection._ProduceStream`) sending a batch
 encoded by kq's `encode_batch` per send, or, in the `tcp` front, a blocking socket.
 
@@ -64,7 +63,6 @@ from typing import Any
 import click
 import grpc
 import lmdb
-import pysyncobj.tcp_connection
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 from kq.bench.compare_nats import NatsSystem
@@ -93,7 +91,6 @@ VARIANTS = (
     "kq",
     "grpc+raft+lmdb",
     "grpc+raft",
-    "grpc+raft+zlib",
     "grpc+lmdb",
     "grpc",
     "tcp+lmdb",
@@ -105,6 +102,7 @@ NATS_LEADER_TIMEOUT_S = 10.0
 RAFT_COMPACTION_ENTRIES = 1 << 30  # Stock PySyncObj pickles the object to compact; a run never does.
 RAFT_ELECTED_TIMEOUT_S = 15.0  # For the three stock PySyncObj processes to elect a leader.
 RAFT_ELECTED_POLL_S = 0.1
+RAFT_LEADER_STATE = 2  # PySyncObj's getStatus()["state"] on the leader.
 RAFT_FAILED_SENDS_MAX = 20  # In one round: past it the run fails (stock PySyncObj keeps losing its leader).
 
 
@@ -305,10 +303,10 @@ class _RaftBroker:
     async def produce_stream(
         self, requests: AsyncIterator[kq_pb2.ProduceRequest], context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
+        if self._log.getStatus()["state"] != RAFT_LEADER_STATE:  # Checked once a stream: the floor's.
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not the leader")
         loop = asyncio.get_running_loop()
         async for request in requests:
-            if not self._log._isLeader():
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not the leader")
             done: asyncio.Future[int] = loop.create_future()
 
             def settle(result: int, error: int, done: asyncio.Future[int] = done) -> None:
@@ -330,22 +328,8 @@ def _settle(done: asyncio.Future[int], result: int, error: int) -> None:
         done.set_exception(RuntimeError(f"PySyncObj failed the append: {error}"))
 
 
-class _NoCompression:
-    """Stands in for the zlib module in PySyncObj's TCP transport: the bytes as they are."""
-
-    @staticmethod
-    def compress(data: bytes, level: int = -1) -> bytes:
-        return data
-
-    @staticmethod
-    def decompress(data: bytes) -> bytes:
-        return data
-
-
-async def _serve_raft(port: int, raft_port: int, peers: list[int], store: _Store | None, zlib: bool) -> None:
-    """A stock PySyncObj process with a gRPC front; without zlib in its transport unless `zlib`."""
-    if not zlib:
-        pysyncobj.tcp_connection.zlib = _NoCompression
+async def _serve_raft(port: int, raft_port: int, peers: list[int], store: _Store | None) -> None:
+    """A stock PySyncObj process with a gRPC front."""
     log = _RaftLog(raft_port, peers, store)
     try:
         await _serve_grpc(port, _RaftBroker(log).produce_stream)
@@ -360,7 +344,7 @@ async def _serve(
     store = _Store(store_dir) if store_dir is not None else None
     if role == "raft":
         assert raft_port is not None
-        await _serve_raft(port, raft_port, followers, store, front == "grpc+zlib")
+        await _serve_raft(port, raft_port, followers, store)
     elif role == "follower":
         await _serve_tcp(port, lambda: _Follower(store))
     else:
@@ -425,7 +409,6 @@ def _cluster(variant: str, base: Path) -> Iterator[list[tuple[str, subprocess.Po
     try:
         if "raft" in parts:
             ports = free_ports(6)
-            front = "grpc+zlib" if "zlib" in parts else "grpc"
             for n in range(3):
                 peers = [
                     argument
@@ -434,7 +417,7 @@ def _cluster(variant: str, base: Path) -> Iterator[list[tuple[str, subprocess.Po
                     for argument in ("--follower", str(peer))
                 ]
                 arguments = ["--role", "raft", "--port", str(ports[n]), "--raft-port", str(ports[3 + n])]
-                arguments += ["--front", front, *peers, *stores[n]]
+                arguments += [*peers, *stores[n]]
                 started.append((f"{LOOPBACK_HOST}:{ports[n]}", _start(arguments)))
         else:
             leader_port, *follower_ports = free_ports(3)
@@ -671,7 +654,7 @@ def table(results: dict[str, list[Round]]) -> str:
 @click.option("--role", type=click.Choice(["leader", "follower", "raft"]), hidden=True)
 @click.option("--port", type=int, hidden=True)
 @click.option("--follower", "followers", type=int, multiple=True, hidden=True)
-@click.option("--front", type=click.Choice(["grpc", "grpc+zlib", "tcp"]), default="grpc", hidden=True)
+@click.option("--front", type=click.Choice(["grpc", "tcp"]), default="grpc", hidden=True)
 @click.option("--store-dir", type=click.Path(path_type=Path), hidden=True)
 @click.option("--raft-port", type=int, hidden=True)
 def main(
