@@ -54,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,17 +236,22 @@ async def _serve_tcp(port: int, protocol: Callable[[], asyncio.Protocol]) -> Non
     await server.serve_forever()
 
 
-class _FloorBroker:
-    """The leader's gRPC front: ProduceStream."""
+class _GrpcFront:
+    """A gRPC front: each ProduceStream request's records go to `append`, which returns their offset
+    once replicated; a stream is refused FAILED_PRECONDITION when `leads()` says this process does
+    not (checked once a stream)."""
 
-    def __init__(self, replicas: _Replicas) -> None:
-        self._replicas = replicas
+    def __init__(self, append: Callable[[bytes], Awaitable[int]], leads: Callable[[], bool]) -> None:
+        self._append = append
+        self._leads = leads
 
     async def produce_stream(
         self, requests: AsyncIterator[kq_pb2.ProduceRequest], context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
+        if not self._leads():
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not the leader")
         async for request in requests:
-            offset = await self._replicas.replicate(request.records)
+            offset = await self._append(request.records)
             await context.write(
                 kq_pb2.ProduceResponse(partition=request.partition, base_offset=offset, index=offset + 1)
             )
@@ -293,33 +298,23 @@ class _RaftLog(SyncObj):  # type: ignore[misc]  # PySyncObj is untyped.
             self._store.put(offset, payload)
         return offset
 
+    def leads(self) -> bool:
+        return bool(self.getStatus()["state"] == RAFT_LEADER_STATE)
 
-class _RaftBroker:
-    """A stock PySyncObj process's gRPC front: ProduceStream on the leader, FAILED_PRECONDITION elsewhere."""
-
-    def __init__(self, log: _RaftLog) -> None:
-        self._log = log
-
-    async def produce_stream(
-        self, requests: AsyncIterator[kq_pb2.ProduceRequest], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> None:
-        if self._log.getStatus()["state"] != RAFT_LEADER_STATE:  # Checked once a stream: the floor's.
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not the leader")
+    async def append_async(self, payload: bytes) -> int:
+        """`append` through the log; its offset once committed and applied here."""
         loop = asyncio.get_running_loop()
-        async for request in requests:
-            done: asyncio.Future[int] = loop.create_future()
+        done: asyncio.Future[int] = loop.create_future()
 
-            def settle(result: int, error: int, done: asyncio.Future[int] = done) -> None:
-                loop.call_soon_threadsafe(_settle, done, result, error)
+        def settle(result: int, error: int) -> None:  # On PySyncObj's tick thread.
+            loop.call_soon_threadsafe(_settle, done, result, error)
 
-            self._log.append(request.records, callback=settle)
-            offset = await done
-            await context.write(
-                kq_pb2.ProduceResponse(partition=request.partition, base_offset=offset, index=offset + 1)
-            )
+        self.append(payload, callback=settle)
+        return await done
 
 
 def _settle(done: asyncio.Future[int], result: int, error: int) -> None:
+    """Ends an append's wait with PySyncObj's answer (on the serving loop)."""
     if done.done():
         return
     if error == FAIL_REASON.SUCCESS:
@@ -332,7 +327,7 @@ async def _serve_raft(port: int, raft_port: int, peers: list[int], store: _Store
     """A stock PySyncObj process with a gRPC front."""
     log = _RaftLog(raft_port, peers, store)
     try:
-        await _serve_grpc(port, _RaftBroker(log).produce_stream)
+        await _serve_grpc(port, _GrpcFront(log.append_async, log.leads).produce_stream)
     finally:
         log.destroy()
 
@@ -351,7 +346,7 @@ async def _serve(
         replicas = _Replicas(store)
         await replicas.connect(followers)
         if front == "grpc":
-            await _serve_grpc(port, _FloorBroker(replicas).produce_stream)
+            await _serve_grpc(port, _GrpcFront(replicas.replicate, lambda: True).produce_stream)
         else:
             await _serve_tcp(port, lambda: _TcpFront(replicas))
 

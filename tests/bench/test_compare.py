@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,24 +12,52 @@ from typing import Any
 
 import pytest
 
+from kq.bench import side_by_side
 from kq.bench.compare_report import FIGURES, build_document, markdown
 from kq.bench.failover import analyze
 from kq.bench.nats_cluster import NatsServerMissingError, find_nats_server
+from kq.bench.produce_fetch import LatencySample
 from kq.bench.side_by_side import (
     CONSUME,
     FAILOVER,
+    FULL_COUNTS,
     LATENCY,
     PRODUCE_LARGE,
     PRODUCE_LARGE_THREADS,
     PRODUCE_SMALL,
     PRODUCE_SMALL_THREADS,
     SCENARIOS,
+    CompareSettings,
 )
 from tests.bench.quick import report_meta
 from tests.bench.test_compare_kafka import check_quick_kq_kafka
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK_RUN_TIMEOUT_S = 300.0  # A quick run takes about half a minute; this only bounds a hung cluster.
+
+
+def test_each_measured_run_starts_after_the_machines_dirty_pages_are_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sync(2) before the servers' CPU is first read: the kernel's writeback of what earlier runs wrote
+    does not fall inside the next run."""
+    events: list[str] = []
+    monkeypatch.setattr(os, "sync", lambda: events.append("sync"))
+
+    class OneServer:
+        name = "fake"
+
+        def server_pids(self) -> dict[str, int]:
+            events.append("pids")
+            return {"server": os.getpid()}
+
+        def latency(self, sends: int) -> LatencySample:
+            events.append("latency")
+            return LatencySample((1.0,) * sends, 0, 0.1)
+
+    record = side_by_side._measured_run(OneServer(), LATENCY, 1, CompareSettings(counts=FULL_COUNTS))  # type: ignore[arg-type]
+    assert events[:3] == ["sync", "pids", "latency"]
+    assert record["scenario"] == LATENCY and set(record["server_cpu_s"]) == {"server"}
 
 
 def test_failover_gap_counts_only_writes_sent_after_the_leader_is_gone() -> None:
