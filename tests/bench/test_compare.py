@@ -55,7 +55,8 @@ def test_each_measured_run_starts_after_the_machines_dirty_pages_are_written(
             events.append("latency")
             return LatencySample((1.0,) * sends, 0, 0.1)
 
-    record = side_by_side._measured_run(OneServer(), LATENCY, 1, CompareSettings(counts=FULL_COUNTS))  # type: ignore[arg-type]
+    settings = CompareSettings(counts=FULL_COUNTS)
+    record = side_by_side._measured_run(OneServer(), LATENCY, 1, settings)  # type: ignore[arg-type]
     assert events[:3] == ["sync", "pids", "latency"]
     assert record["scenario"] == LATENCY and set(record["server_cpu_s"]) == {"server"}
 
