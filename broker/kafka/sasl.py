@@ -99,10 +99,11 @@ class PlainMechanism:
         """The user's principal if `password` derives its stored key (SCRAM-SHA-256's credential, else
         SCRAM-SHA-512's). A user without either gets the same derivation against a stand-in
         (`Security.scram_credential`), so that it fails after as much work as a wrong password."""
-        state = self._security.state
-        only_512 = state.credential(user, SCRAM_SHA_256) is None and state.credential(user, SCRAM_SHA_512)
-        mechanism = SCRAM_SHA_512 if only_512 else SCRAM_SHA_256
-        credential, known = self._security.scram_credential(user, mechanism)
+        credential, known = self._security.scram_credential(user, SCRAM_SHA_256)
+        if not known:
+            other, other_known = self._security.scram_credential(user, SCRAM_SHA_512)
+            if other_known:
+                credential, known = other, True
         stored_key, _ = scram_keys(credential.mechanism, password, credential.salt, credential.iterations)
         if not hmac.compare_digest(stored_key, credential.stored_key) or not known:
             raise SaslError(f"invalid credentials with SASL mechanism {PLAIN}")
