@@ -66,6 +66,7 @@ import lmdb
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 from kq.bench.compare_nats import NatsSystem
+from kq.bench.nats_cluster import NatsServerMissingError
 from kq.bench.procfs import cpu_seconds, own_cpu_seconds
 from kq.bench.side_by_side import FULL_COUNTS, LATENCY, CompareSettings
 from kq.client import KqClient
@@ -675,7 +676,10 @@ def main(
     if unknown or not chosen:
         raise click.BadParameter(f"choose from {', '.join(VARIANTS)}", param_hint="--variants")
     click.echo(f"one record in flight of {value_bytes} B, {sends} sends after {WARMUP_SENDS}, {runs} rounds")
-    click.echo(table(run(chosen, sends, runs, value_bytes)))
+    try:
+        click.echo(table(run(chosen, sends, runs, value_bytes)))
+    except NatsServerMissingError as error:  # The `nats` variant without the bench extra.
+        raise click.ClickException(f"{error} (or leave out the nats variant: --variants)") from None
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from kq.bench import floor
 from kq.bench.floor import Round, table
+from kq.bench.nats_cluster import NatsServerMissingError
 
 REPO = Path(__file__).resolve().parents[2]
 FLOOR_RUN_TIMEOUT_S = 240.0  # Four variants' processes start, 40 sends each, they stop: seconds.
@@ -104,3 +107,16 @@ def test_an_unknown_variant_is_a_usage_error() -> None:
     )
     assert result.returncode == 2
     assert "choose from" in result.stderr
+
+
+def test_a_missing_nats_server_is_one_line_and_a_nonzero_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `nats` variant without the bench extra: click's one-line error naming the way out."""
+
+    def missing(*_arguments: object) -> None:
+        raise NatsServerMissingError("nats-server not found")
+
+    monkeypatch.setattr(floor, "run", missing)
+    result = CliRunner().invoke(floor.main, ["--variants", "nats,grpc"])
+    assert result.exit_code == 1
+    last_line = result.output.strip().splitlines()[-1]  # After the run's heading.
+    assert last_line == "Error: nats-server not found (or leave out the nats variant: --variants)"
