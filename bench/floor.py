@@ -433,14 +433,15 @@ def _leader_sender(
     addresses: list[str], payload: bytes, warmup_sends: int
 ) -> tuple[int, Generator[None, None, None]]:
     """A gRPC sender to whichever of `addresses` takes a ProduceStream (the stock Raft variant's
-    leader), with its position, once it has answered `warmup_sends` (at least one) in a row: a
-    first election may still be followed by a second while the last process starts."""
+    leader), with its position, once it has answered `warmup_sends` (at least one: it proves the
+    leader) in a row: a first election may still be followed by a second while the last process
+    starts."""
     deadline = time.monotonic() + RAFT_ELECTED_TIMEOUT_S
     while time.monotonic() < deadline:
         for position, address in enumerate(addresses):
             sender = _grpc_sender(address, payload)
             try:
-                for _ in range(max(1, warmup_sends)):
+                for _ in range(warmup_sends):
                     next(sender)
             except grpc.RpcError:
                 sender.close()
@@ -509,8 +510,9 @@ def _timed(send: Callable[[], bool], sends: int) -> Timing:
 
 class _RaftSends:
     """Sends to stock PySyncObj's leader; a send that fails (the library discarded it: a new leader
-    was elected) is counted, and the next goes to the leader found anew. At most
-    RAFT_FAILED_SENDS_MAX fail in one round."""
+    was elected) is counted, and the next goes to the leader found anew (one untimed send finds it).
+    At most RAFT_FAILED_SENDS_MAX fail in one round. `leader` is the first leader's position: the
+    CPU split of a round with a new leader keeps the first one's process as "leader"."""
 
     def __init__(self, addresses: list[str], payload: bytes) -> None:
         self._addresses = addresses
@@ -527,7 +529,7 @@ class _RaftSends:
             if self._failed > RAFT_FAILED_SENDS_MAX:
                 raise
             self._sender.close()
-            self.leader, self._sender = _leader_sender(self._addresses, self._payload, 0)
+            _, self._sender = _leader_sender(self._addresses, self._payload, 1)
             return False
 
     def close(self) -> None:
