@@ -430,3 +430,16 @@ KAFKA_PENDING_MEMBERS_MAX = 10_000  # Member ids handed out with MEMBER_ID_REQUI
 KAFKA_PENDING_MEMBER_S = 300.0  # A handed-out member id not used within this is forgotten.
 KAFKA_JOIN_GRACE_S = 2.0  # A JoinGroup waits its rebalance timeout plus this (the expiry's tick).
 KAFKA_GROUP_WAIT_S_MAX = 600.0  # No JoinGroup or SyncGroup waits longer, whatever the client asks.
+
+# Scale-out: Raft groups and their leaders (raft/placement.py, broker/leader_balance.py).
+# Data groups of one cluster: each is a PySyncObj instance on each of its replicas (a tick thread, a
+# journal, an LMDB environment and a Raft port per replica), so a node holds at most this many.
+DATA_GROUPS_MAX = 1_024
+# Leadership transfers one node starts in one balancing round: each is a short election of its group
+# (writes to it pause for about a round trip), so a round moves a few and waits for the result.
+LEADER_MOVES_PER_ROUND = 4
+LEADER_BALANCE_PERIOD_S = 1.0  # How often a node compares the groups' leaders.
+# The leaders a node sees must stay unbalanced and unchanged this long before it moves one: an
+# election in progress, or a node that just came back and is still catching up, is left alone.
+LEADER_BALANCE_SETTLE_S = 3.0
+LEADER_MOVE_COOLDOWN_S = 5.0  # After a round that moved leaders, the next waits at least this long.

@@ -102,6 +102,9 @@ class RaftConfig:
     join: bool = False
     # Mutual TLS between nodes (`--tls-cert/--tls-key/--tls-ca`); None: plain TCP (loopback clusters).
     tls: RaftTls | None = None
+    # The Raft group this node is a replica of, where a process holds several (raft/placement.py):
+    # its tick thread is kq-raft-tick-<group>. None: the node's one group, ticked by kq-raft-tick.
+    group: int | None = None
 
     @property
     def synced(self) -> bool:
@@ -241,6 +244,7 @@ class RaftNode(PySyncObjAdapter):
         self._retain_entries_max = int(config.compaction_min_entries * COMPACTION_RETAIN_SHARE)
         self._stopping = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._thread_name = TICK_THREAD_NAME if config.group is None else f"{TICK_THREAD_NAME}-{config.group}"
         # When it ticks on a loop instead (start_on_loop): that loop, its thread, the periodic tick.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -290,7 +294,7 @@ class RaftNode(PySyncObjAdapter):
     def start(self) -> None:
         """Starts the kq-raft-tick thread: from now on the node takes part in elections and commits."""
         assert self._ticker is None and self._loop is None, "started twice"
-        self._ticker = threading.Thread(target=self._tick, name=TICK_THREAD_NAME, daemon=True)
+        self._ticker = threading.Thread(target=self._tick, name=self._thread_name, daemon=True)
         self._ticker.start()
 
     def _tick(self) -> None:
@@ -419,9 +423,10 @@ class RaftNode(PySyncObjAdapter):
         checked (raft/validation.py `address_problem`): it becomes a PySyncObj node on every replica."""
         self.propose_membership(kind, raft_address, callback)
 
-    def hand_over_leadership(self, callback: ProposalCallback) -> None:
-        """Asks the most caught-up connected follower to take over now (leader only); any thread."""
-        self._tick_calls.put(lambda: self.transfer_leadership(callback))
+    def hand_over_leadership(self, callback: ProposalCallback, target: str | None = None) -> None:
+        """Asks the follower at Raft address `target` (None: the most caught-up connected one) to take
+        over now (leader only; refused unless it holds the whole log); any thread."""
+        self._tick_calls.put(lambda: self.transfer_leadership(callback, target))
         if self._loop is not None:  # Ticking on a loop: a tick soon, not at the idle timer.
             with contextlib.suppress(RuntimeError):  # The loop ended: the node is closing.
                 self._loop.call_soon_threadsafe(self._request_tick)

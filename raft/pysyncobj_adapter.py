@@ -365,9 +365,11 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         deadline = pysyncobj_clock() + seconds
         self._SyncObj__raftElectionDeadline = max(self._SyncObj__raftElectionDeadline, deadline)
 
-    def transfer_leadership(self, callback: Callable[[Any, int], None]) -> None:
-        """Asks the most caught-up connected follower to start an election now (leader only)."""
-        self.transferLeadership(None, callback)
+    def transfer_leadership(self, callback: Callable[[Any, int], None], target: str | None = None) -> None:
+        """Asks the follower at Raft address `target` (None: the most caught-up connected one) to start
+        an election now (leader only). PySyncObj refuses (REQUEST_DENIED) a target that is not a
+        member or does not hold the leader's whole log, so only a caught-up voter takes over."""
+        self.transferLeadership(target, callback)
 
     def connected_match_indexes(self) -> list[int]:
         """The match index of each connected follower (0: not heard yet); meaningful on the leader."""
