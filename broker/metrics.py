@@ -66,6 +66,16 @@ REQUEST_BYTES = Counter(
 RECORDS_PRODUCED = Counter(
     "kq_kafka_records_produced", "Records produced through this node.", ["topic"], registry=REGISTRY
 )
+# Kafka requests a follower passed on to the leader over gRPC (broker/kafka/forward.py), by the gRPC
+# method it called: only writes that Kafka clients send to any broker (CreateTopic, RegisterProducer,
+# ...). Produce is never forwarded (clients send it to the leader Metadata names), so a produce
+# series here would be a routing bug.
+FORWARDED_REQUESTS = Counter(
+    "kq_kafka_forwarded_requests",
+    "Kafka requests this node passed on to the leader, by the gRPC method called there.",
+    ["request"],
+    registry=REGISTRY,
+)
 RECORDS_FETCHED = Counter(
     "kq_kafka_records_fetched", "Records served by this node's fetches.", ["topic"], registry=REGISTRY
 )

@@ -5,6 +5,7 @@ Metadata's auto-creation and CreateTopics may land anywhere; kq proposes only on
 follower's Kafka handler calls the leader's own gRPC service (RegisterProducer, CreateTopic) and
 answers with its result; the leader runs the same checks as for any gRPC client. Produce and group
 calls are not forwarded: Kafka clients find the leader for those from Metadata and FindCoordinator.
+Every forward is counted (`kq_kafka_forwarded_requests_total`, by method).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import grpc
 
 from kq.broker.errors import KqError, UnavailableError
+from kq.broker.metrics import FORWARDED_REQUESTS
 from kq.proto import kq_pb2_grpc
 from kq.proto.errors import ErrorCode, code_from_metadata
 from kq.proto.limits import GRPC_MESSAGE_BYTES_MAX, PEERS_MAX, PROPOSAL_TIMEOUT_S
@@ -47,6 +49,7 @@ class LeaderForwarder:
                 channel = grpc.aio.secure_channel(leader_address, self._credentials, options=options)
             self._channels[leader_address] = channel
         stub = kq_pb2_grpc.BrokerStub(channel)
+        FORWARDED_REQUESTS.labels(method).inc()
         try:
             return await getattr(stub, method)(request, timeout=FORWARD_TIMEOUT_S, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
