@@ -12,7 +12,8 @@ majority of the cluster's nodes in its own term. A paused or cut-off old leader 
 but no majority follows it in that term, so it is never taken for the leader.
 
 `hosts` and `launcher` let the chaos runner put each node in its own network namespace
-(`kq.chaos.netns`); `node_command` lets a test run nodes from another installation.
+(`kq.chaos.netns`); `node_command` lets a test run nodes from another installation, and
+`set_node_command` one node alone from its next start on (a rolling upgrade, node by node).
 """
 
 from __future__ import annotations
@@ -238,6 +239,7 @@ class LocalCluster:
         self._extra_args = {node_id: tuple(args) for node_id, args in (node_extra_args or {}).items()}
         self.launcher = launcher
         self.node_command = tuple(node_command) if node_command is not None else default_node_command()
+        self._node_commands: dict[str, tuple[str, ...]] = {}  # Set by set_node_command: one node's own.
         self.detach = detach
         self.nodes = {
             ids[i]: NodeSpec(
@@ -343,7 +345,7 @@ class LocalCluster:
         prefix = list(self.launcher(node_id)) if self.launcher is not None else []
         return [
             *prefix,
-            *self.node_command,
+            *self._node_commands.get(node_id, self.node_command),
             "--node-id",
             node_id,
             "--grpc-address",
@@ -370,6 +372,12 @@ class LocalCluster:
         """Flags for `node_id` alone from its next start on (after the cluster's, so they win)."""
         assert node_id in self.nodes, f"no node {node_id}"
         self._extra_args[node_id] = tuple(args)
+
+    def set_node_command(self, node_id: str, command: Sequence[str]) -> None:
+        """The command that runs `node_id` alone from its next start on, instead of `node_command` (a
+        node restarted on another installation's `kq-node`); the node's arguments stay the same."""
+        assert node_id in self.nodes, f"no node {node_id}"
+        self._node_commands[node_id] = tuple(command)
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> str:
         """Starts every node not running, waits until all are ready under one leader; returns the leader."""

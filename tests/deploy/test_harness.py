@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kq.client import NodeStatus
-from kq.deploy.cluster import agreed_leader
+from kq.deploy.cluster import LocalCluster, agreed_leader
 from kq.deploy.processes import ProcessTable, pid_alive
 from kq.deploy.waiting import WaitTimeoutError, holds_within, wait_for
 
@@ -73,3 +73,14 @@ def test_a_paused_process_is_still_stopped(tmp_path: Path) -> None:
     began = time.monotonic()
     table.stop(["1"], timeout_s=5.0)
     assert not pid_alive(pid) and time.monotonic() - began < 5.0
+
+
+def test_one_node_gets_a_command_of_its_own_and_keeps_its_arguments(tmp_path: Path) -> None:
+    """set_node_command (a rolling upgrade) changes that node's command alone, not its arguments."""
+    cluster = LocalCluster(tmp_path, node_command=["old/kq-node"], kafka=False)
+    before = cluster.node_command_line("2")
+    cluster.set_node_command("2", ["new/python", "-m", "kq.broker"])
+    assert cluster.node_command_line("2") == ["new/python", "-m", "kq.broker", *before[1:]]
+    assert cluster.node_command_line("1")[0] == "old/kq-node"
+    with pytest.raises(AssertionError, match="no node 9"):
+        cluster.set_node_command("9", ["new/kq-node"])
