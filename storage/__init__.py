@@ -7,7 +7,8 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                   b"next_topic_id"     -> u64  topic ids are never reused, so a recreated topic is new
                   b"next_producer_id"  -> u64  idempotent producer ids, allocated from 1
                   b"rejected_entries"  -> u64  committed entries apply refused as a whole (a bug's trace)
-                  b"layout"            -> u64  this layout's version, 2 (none: 1, upgraded at open)
+                  b"layout"            -> u64  this layout's version, 2 (none: 1, upgraded at open;
+                                               newer than LAYOUT_VERSION: refused at open, untouched)
     topics      key: topic name (UTF-8, <= 249 bytes)
                 value: topic_id u64 | partitions u32 | created_ms i64                      (20 bytes)
     partitions  key: topic_id u64 | partition u32                                           (12 bytes)
@@ -66,13 +67,15 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
 
 Layout 1 (before `layout` existed) keyed `producers` producer first and had no `offset_topics`:
 opening such a store, or receiving a copy of one, re-keys the one and builds the other (storage/store.py
-`_upgrade`), a pure function of the rows, so replicas that upgrade stay equal.
+`_upgrade`), a pure function of the rows, so replicas that upgrade stay equal. A store whose `layout`
+is newer than this kq's LAYOUT_VERSION is refused at open (StoreFormatError, one line) before
+anything is written to it (DESIGN.md, "On-disk formats and versions").
 
 Every write goes through one LMDB write transaction per applied Raft entry, which also stores the
 entry's index in `applied_index`: state and index move together or not at all.
 """
 
-from kq.storage.errors import CorruptRecordError, SnapshotError, StorageError
+from kq.storage.errors import CorruptRecordError, FormatError, SnapshotError, StorageError, StoreFormatError
 from kq.storage.records import StoredBatch
 from kq.storage.store import (
     BatchSpan,
@@ -89,12 +92,14 @@ from kq.storage.usage import StoreUsage
 __all__ = [
     "BatchSpan",
     "CorruptRecordError",
+    "FormatError",
     "PartitionState",
     "ProducerAppend",
     "ProducerWindow",
     "SnapshotError",
     "StorageError",
     "Store",
+    "StoreFormatError",
     "StoreReader",
     "StoreUsage",
     "StoreWriter",

@@ -1,4 +1,5 @@
-"""Errors raised by storage: each one is a bug or on-disk corruption, never a user mistake."""
+"""Errors raised by storage: each one is a bug or on-disk corruption, never a user mistake, except
+`FormatError`: a file of the data directory that this kq does not read (a newer kq wrote it)."""
 
 
 class StorageError(Exception):
@@ -11,3 +12,14 @@ class CorruptRecordError(StorageError):
 
 class SnapshotError(StorageError):
     """A snapshot file is incomplete or does not match its checksum."""
+
+
+class FormatError(StorageError):
+    """A file of a node's data directory carries a format version this kq does not read (a newer kq
+    wrote it), or is not kq's at all: the node refuses to start and writes nothing there. Its message
+    is one line, what an operator reads: the path, the version found and the versions this kq reads
+    (DESIGN.md, "On-disk formats and versions")."""
+
+
+class StoreFormatError(FormatError):
+    """The store's layout (its `meta` row b"layout") is newer than this kq's `LAYOUT_VERSION`."""

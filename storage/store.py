@@ -12,7 +12,7 @@ from typing import Any
 
 import lmdb
 
-from kq.storage.errors import StorageError
+from kq.storage.errors import StorageError, StoreFormatError
 from kq.storage.records import (
     HEADER_BYTES,
     StoredBatch,
@@ -162,6 +162,7 @@ class Store:
 
         `upgrade` brings a store written by an older kq to the current layout (and marks a new one
         with it); only a store copy's empty target skips it, as it takes the source's rows as they are.
+        A store of a newer layout raises StoreFormatError before anything is written to it.
         """
         path.mkdir(parents=True, exist_ok=True)
         environment = lmdb.open(
@@ -177,6 +178,11 @@ class Store:
             readahead=False,
             lock=True,
         )
+        try:
+            check_layout(environment, path)  # Before anything is written: a newer store stays as it is.
+        except StoreFormatError:
+            environment.close()
+            raise
         store = cls(environment, path, map_size_bytes)
         with environment.begin(write=False) as transaction:
             missing = _timestamp_index_missing(transaction, store._databases)
@@ -281,6 +287,25 @@ def _batches(cursor: Any) -> Iterator[list[tuple[bytes, bytes]]]:
             batch, size_bytes = [], 0
     if batch:
         yield batch
+
+
+def check_layout(environment: Any, path: Path) -> None:
+    """Raises StoreFormatError if the environment's layout is newer than LAYOUT_VERSION (or its row
+    is unreadable). Reads only, in one read transaction: the named databases are opened (which may
+    create them, a write) after this passed."""
+    with environment.begin(write=False) as transaction:
+        try:
+            meta = environment.open_db(b"meta", txn=transaction, create=False)
+        except lmdb.NotFoundError:
+            return  # A new environment (or one without a single row yet): the current layout.
+        raw = transaction.get(_LAYOUT, db=meta)
+    if raw is None:
+        return  # Layout 1, from before the row existed: upgraded at open.
+    found = int(_U64.unpack(raw)[0]) if len(raw) == _U64.size else None
+    if found is None or found > LAYOUT_VERSION:
+        shown = f"layout {found}" if found is not None else f"an unreadable layout row {bytes(raw)!r}"
+        supported = f"1-{LAYOUT_VERSION}"
+        raise StoreFormatError(f"store {path} has {shown}; this kq reads layouts {supported}: upgrade kq")
 
 
 def _layout_version(transaction: Any, databases: dict[bytes, Any]) -> int:
