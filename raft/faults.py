@@ -25,6 +25,7 @@ from typing import NoReturn
 import lmdb
 
 from kq.proto.limits import DISK_FULL_FREE_BYTES_MAX
+from kq.storage.errors import FormatError
 from kq.storage.usage import filesystem_free_bytes
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ def journal_fault_message(action: str, path: Path, error: OSError) -> str:
 
 def restore_fault_message(error: BaseException, applied_index: int, store_path: Path, map_bytes: int) -> str:
     """Why a store copy from the leader (at `applied_index`) could not be restored, in one line."""
+    if isinstance(error, FormatError):  # A leader of a newer kq: this node cannot follow it.
+        return f"cannot restore the leader's copy at applied index {applied_index}: its {error}"
     if isinstance(error, lmdb.MapFullError):
         return (
             f"the store is full: the leader's copy at applied index {applied_index} does not fit in its "

@@ -23,13 +23,19 @@ nothing); only `sync=True` (`--durability=fsync`) adds the syncs:
 
 File layout (integers big-endian), `journal.kq`:
 
-    magic   8 bytes  b"KQJRNL01"
+    magic   8 bytes  b"KQJRNL" and the format version in two ASCII digits: b"KQJRNL01" (format 1)
     records, each:  length u32 (of the command) | crc32c u32 (over index, term and command)
                     | index u64 | term u64 | command (PySyncObj's entry bytes)
 
 Reading stops at the first record that is cut short, fails its CRC32C, exceeds the largest entry or
 does not follow its predecessor's index: that tail was being written when the machine stopped, and
-the file is truncated there. The metadata is `journal.kq.meta`, JSON: term, voted_for, commit_index.
+the file is truncated there. The metadata is `journal.kq.meta`, JSON: term, voted_for, commit_index
+(its format is the journal's: a new one comes with a new magic).
+
+A file whose magic is a newer kq journal (b"KQJRNL" and a version above JOURNAL_FORMAT) is refused
+with JournalFormatError, one line naming it, and so is a file that is not a kq journal: neither is
+ever truncated or overwritten. Only a file shorter than the magic and a prefix of it (none is ever
+written: the file is created by a rename) is taken as no journal at all.
 
 All I/O goes through a `Disk` (`OS_DISK` in production) so that a test can drop the writes that
 were not synced when it simulates a power cut (tests/raft/test_durability.py). Only the Raft tick
@@ -60,10 +66,13 @@ import crc32c as crc32c_module
 
 from kq.proto.limits import TRANSPORT_BUFFER_BYTES
 from kq.raft.faults import journal_fault_message
+from kq.storage import FormatError
 
 logger = logging.getLogger(__name__)
 
-MAGIC = b"KQJRNL01"
+JOURNAL_FORMAT = 1  # The journal format this kq writes and reads; a newer one is refused.
+MAGIC_PREFIX = b"KQJRNL"
+MAGIC = MAGIC_PREFIX + b"%02d" % JOURNAL_FORMAT
 JOURNAL_NAME = "journal.kq"
 _RECORD = struct.Struct(">IIQQ")  # command length, crc32c, index, term
 _INDEX_TERM = struct.Struct(">QQ")
@@ -147,6 +156,49 @@ def sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+class JournalFormatError(FormatError):
+    """The journal file is of a newer format than JOURNAL_FORMAT, or not a kq journal."""
+
+
+def magic_version(head: bytes, prefix: bytes) -> int | None:
+    """The version a versioned magic names (`prefix` then two ASCII digits, 01 and up) at the start of
+    `head`, or None if `head` does not start with one (the journal's and the snapshot's magic)."""
+    digits = head[len(prefix) : len(prefix) + 2]
+    if not head.startswith(prefix) or len(digits) != 2 or not digits.isdigit() or digits == b"00":
+        return None
+    return int(digits)
+
+
+def check_journal_head(path: Path, head: bytes) -> None:
+    """Raises JournalFormatError unless `head`, the first bytes of the journal file at `path`, starts
+    with the magic of a format this kq reads (or is a prefix of it: a file created and not written)."""
+    if len(head) < len(MAGIC) and MAGIC.startswith(head):
+        return
+    found = magic_version(head, MAGIC_PREFIX)
+    if found == JOURNAL_FORMAT:
+        return
+    if found is None:
+        raise JournalFormatError(
+            f"Raft journal {path} is not a kq journal (it starts with {head[: len(MAGIC)]!r}, not "
+            f"{MAGIC!r}); this kq leaves it as it is: restore it, or wipe this node's data directory to "
+            "catch up from its peers"
+        )
+    raise JournalFormatError(
+        f"Raft journal {path} has format {found} ({head[: len(MAGIC)].decode()}); this kq reads journal "
+        f"format {JOURNAL_FORMAT}: upgrade kq"
+    )
+
+
+def check_journal_file(directory: Path) -> None:
+    """`check_journal_head` on the journal in `directory`, if there is one: reads its magic only."""
+    try:
+        with (directory / JOURNAL_NAME).open("rb") as source:
+            head = source.read(len(MAGIC))
+    except FileNotFoundError:
+        return
+    check_journal_head(directory / JOURNAL_NAME, head)
+
+
 def encode_record(command: bytes, index: int, term: int) -> bytes:
     """One journal record."""
     return record_header(command, index, term) + command
@@ -202,7 +254,8 @@ class RaftJournal:
     ) -> None:
         """Opens (creating) the journal in `directory`; a torn tail is cut off. In fsync mode the file
         is synced once here: entries a killed process left in the page cache become durable before
-        this node counts them. `on_fault` gets one line when the disk fails a call (module docstring)."""
+        this node counts them. `on_fault` gets one line when the disk fails a call (module docstring).
+        A file of a newer format, or not a journal, raises JournalFormatError and is left as it is."""
         self._path = directory / JOURNAL_NAME
         self._meta_path = directory / (JOURNAL_NAME + ".meta")
         self._sync = sync
@@ -210,9 +263,11 @@ class RaftJournal:
         self._on_fault = on_fault
         self.syncs = 0  # fdatasyncs of the journal file: group commit makes them fewer than entries.
         data = disk.read(self._path)
+        if data is not None:
+            check_journal_head(self._path, data[: len(MAGIC)])
         if data is None or not data.startswith(MAGIC):
             if data is not None:
-                logger.warning("%s has no journal header: starting an empty journal", self._path)
+                logger.warning("%s holds a part of its magic only: starting an empty journal", self._path)
             with self._failing("create it"):
                 disk.replace(self._path, MAGIC, sync)
             data = MAGIC

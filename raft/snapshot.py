@@ -10,12 +10,18 @@ it is ahead of its own store (restore only moves forward) and skips the entries 
 
 File layout, a local snapshot and a transmitted one alike (integers big-endian):
 
-    magic          8 bytes  b"KQSNAP02"
+    magic          8 bytes  b"KQSNAP" and the format version in two ASCII digits: b"KQSNAP02" (format 2;
+                            format 1, the same layout always with data, is still read)
     header_length  u32      then a pickle (protocol 5) of {"raft": <PySyncObj's tuple>, "applied_index": u64},
                             written by this node only (a copy's header travels as fields: raft/wire.py)
     data_length    u64      then a copy of the store (`data.mdb`) of that many bytes; 0 in a local snapshot
     data_crc32c    u32      over the copy
     end            5 bytes  b"KQEND"
+
+A snapshot file of a newer format (b"KQSNAP" and a version above SNAPSHOT_FORMAT), or one that is not
+a kq snapshot, is refused by name (SnapshotFormatError, one line; `check_snapshot_file` at the node's
+start, raft/data_dir.py) and never overwritten. A store copy from a leader whose store has a newer
+layout stops this node (`on_fault`) instead of being restored.
 
 The object given to PySyncObj (`SnapshotSerializer`) implements the interface of its private
 `Serializer`: checkSerializing, serialize, deserialize, getTransmissionData, setTransmissionData,
@@ -49,15 +55,16 @@ import lmdb
 from kq.proto.limits import COPY_CHUNK_BYTES, COPY_RETRY_S, HEADER_BYTES_MAX, TRANSMISSION_TIMEOUT_S
 from kq.raft import local_pickle
 from kq.raft.faults import receive_fault_message, restore_fault_message
-from kq.raft.journal import OS_DISK, Disk
+from kq.raft.journal import OS_DISK, Disk, magic_version
 from kq.raft.local_pickle import LocalPickleError
 from kq.raft.state_machine import ENVIRONMENT_ERRORS
-from kq.storage import SnapshotError, Store
+from kq.storage import FormatError, SnapshotError, Store
 
 logger = logging.getLogger(__name__)
 
-MAGIC = b"KQSNAP02"
-MAGICS_READ = (MAGIC, b"KQSNAP01")  # 01: same layout, always with data (snapshots that copied the store).
+SNAPSHOT_FORMAT = 2  # The snapshot format this kq writes; it reads 1 (same layout, always with data) too.
+MAGIC_PREFIX = b"KQSNAP"
+MAGIC = MAGIC_PREFIX + b"%02d" % SNAPSHOT_FORMAT
 END = b"KQEND"
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -183,7 +190,9 @@ class SnapshotSerializer:
                 try:
                     self._restore(source, applied_index)
                 except Exception as error:
-                    if self._on_fault is not None and _environment_fault(error):
+                    # A copy of a newer layout (StoreFormatError) stops the node too: it cannot follow.
+                    stops = _environment_fault(error) or isinstance(error, FormatError)
+                    if self._on_fault is not None and stops:
                         path, map_bytes = self._store.path, self._store.map_size_bytes()
                         self._on_fault(restore_fault_message(error, applied_index, path, map_bytes))
                     raise
@@ -376,6 +385,38 @@ class SnapshotSerializer:
             self._incoming.close()
 
 
+class SnapshotFormatError(SnapshotError, FormatError):
+    """The snapshot file is of a newer format than SNAPSHOT_FORMAT, or not a kq snapshot."""
+
+
+def snapshot_format_problem(head: bytes) -> str | None:
+    """What is wrong with a snapshot whose file starts with `head` (its magic), to follow its name in
+    one line; None when this kq reads it."""
+    found = magic_version(head, MAGIC_PREFIX)
+    if found is None:
+        return (
+            f"is not a kq snapshot (it starts with {head!r}, not {MAGIC!r}); this kq leaves it as it is: "
+            "restore it, or wipe this node's data directory to catch up from its peers"
+        )
+    if found > SNAPSHOT_FORMAT:
+        supported = f"1-{SNAPSHOT_FORMAT}"
+        return f"has format {found} ({head.decode()}); this kq reads snapshot formats {supported}: upgrade kq"
+    return None
+
+
+def check_snapshot_file(path: Path) -> None:
+    """Raises SnapshotFormatError unless the snapshot file at `path` is absent or of a format this kq
+    reads; reads its magic only."""
+    try:
+        with path.open("rb") as source:
+            head = source.read(len(MAGIC))
+    except FileNotFoundError:
+        return
+    problem = snapshot_format_problem(head)
+    if problem is not None:
+        raise SnapshotFormatError(f"Raft snapshot {path} {problem}")
+
+
 def _environment_fault(error: BaseException) -> bool:
     """Whether restoring failed because of the machine (as apply decides: raft/state_machine.py), not
     because the copy is bad (SnapshotError)."""
@@ -398,8 +439,9 @@ def _has_data(source: BinaryIO) -> bool:
 
 def read_header(source: BinaryIO) -> tuple[int, RaftData]:
     """Reads magic and header; returns (applied index, PySyncObj's tuple)."""
-    if source.read(len(MAGIC)) not in MAGICS_READ:
-        raise SnapshotError("not a kq snapshot (bad magic)")
+    problem = snapshot_format_problem(source.read(len(MAGIC)))
+    if problem is not None:
+        raise SnapshotFormatError(f"the Raft snapshot {problem}")
     raw_length = source.read(_U32.size)
     if len(raw_length) != _U32.size:
         raise SnapshotError("snapshot header is cut short")
