@@ -71,11 +71,12 @@ from kq.proto.limits import (
     RETENTION_CHECK_S_DEFAULT,
 )
 from kq.raft.auth import EVERYONE, principal_problem
+from kq.raft.data_dir import open_data_dir
 from kq.raft.node import DURABILITY_MODES, Durability, RaftBindError, RaftConfig, RaftNode
 from kq.raft.results import ApplyResult
 from kq.raft.topic_config import defaults_problem, parse_assignments
 from kq.raft.transport import RaftTls
-from kq.storage import Store
+from kq.storage import FormatError
 from kq.storage.store import MAP_SIZE_BYTES_DEFAULT
 
 logger = logging.getLogger("kq.node")
@@ -97,7 +98,10 @@ class BrokerNode:
         assert config.raft is not None
         # --max-disk-bytes is the LMDB map: the store can never grow past it (README, "Disk bounds").
         map_bytes = config.max_disk_bytes or MAP_SIZE_BYTES_DEFAULT
-        self.store = Store.open(config.data_dir / "store", map_bytes, sync=config.raft.synced)
+        try:  # A format of a newer kq, or not kq's: one line, nothing written (DESIGN.md, "On-disk formats").
+            self.store = open_data_dir(config.data_dir, map_bytes, sync=config.raft.synced)
+        except FormatError as error:
+            raise SystemExit(str(error)) from error
         self._raft_on_loop = not config.raft.synced  # See start().
         self.notifier = AppliedNotifier(self.store.applied_index())
         try:
