@@ -26,6 +26,9 @@ PEAK_SAMPLE_PERIOD_S = 0.25  # Often enough to see a Raft log grow between two c
 # (field 14) and stime (field 15) sit at these positions of the split remainder.
 _UTIME_POSITION = 14 - 3
 _STIME_POSITION = 15 - 3
+_PPID_POSITION = 4 - 3
+# utime, stime, cutime (16), cstime (17): a process's own CPU and that of its reaped children.
+_TREE_TICK_POSITIONS = (_UTIME_POSITION, _STIME_POSITION, 16 - 3, 17 - 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +43,61 @@ class MemorySample:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds the process has used so far."""
-    text = (PROC / str(pid) / "stat").read_text()
-    fields = text[text.rindex(")") + 2 :].split()
+    fields = _stat_fields(pid)
     ticks = int(fields[_UTIME_POSITION]) + int(fields[_STIME_POSITION])
     return ticks / CLOCK_TICKS_PER_S
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name, so that field N is at index N - 3."""
+    text = (PROC / str(pid) / "stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _parents() -> dict[int, int]:
+    """Every live process's parent PID (one pass over /proc; a process that ends meanwhile is left out)."""
+    parents: dict[int, int] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int(_stat_fields(int(entry.name))[_PPID_POSITION])
+        except (OSError, ValueError, IndexError):
+            continue  # Ended between the listing and the read.
+    return parents
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every live descendant of it (children, their children, ...), `pid` first."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    tree, pending = [pid], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            tree.append(child)
+            pending.append(child)
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of `pid` and all its descendants: for each live one, its own utime + stime plus
+    cutime + cstime (what its children that already ended and were reaped used).
+
+    The difference of two readings is the tree's CPU in between even when a child ends meanwhile: its
+    seconds move from its own counters to its parent's cutime/cstime. A node that later runs worker
+    processes is measured whole this way. Raises OSError if `pid` itself is gone.
+    """
+    total_ticks = 0
+    for member in process_tree(pid):
+        try:
+            fields = _stat_fields(member)
+        except OSError:
+            if member == pid:
+                raise
+            continue  # A descendant that ended (and was reaped) since the listing: its parent counts it.
+        total_ticks += sum(int(fields[position]) for position in _TREE_TICK_POSITIONS)
+    return total_ticks / CLOCK_TICKS_PER_S
 
 
 def memory(pid: int) -> MemorySample:
