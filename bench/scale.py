@@ -538,16 +538,18 @@ def _cpu_model() -> str:
 
 
 def _meta(started: float, load_at_start: tuple[float, float, float]) -> dict[str, Any]:
-    """Where, when and with what the numbers were taken. Outside a git checkout (the offline bundle on
-    another machine) the commit comes from KQ_SOURCE_COMMIT, set by whoever shipped the tree."""
-    commit = source_commit()
+    """Where, when and with what the numbers were taken. KQ_SOURCE_COMMIT, when set, names the commit:
+    whoever shipped a tree outside its checkout (the offline bundle, bench/device_scale.sh) says which
+    one it is, since git would answer for whatever checkout surrounds it, or not at all."""
+    shipped = os.environ.get("KQ_SOURCE_COMMIT")
+    commit = shipped or source_commit()
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
         "started_at_unix": started,
         "duration_s": time.time() - started,
         "command": " ".join(["python -m kq.bench.scale", *map(shlex.quote, sys.argv[1:])]),
-        "git_commit": commit if commit != UNKNOWN else os.environ.get("KQ_SOURCE_COMMIT", UNKNOWN),
-        "git_dirty": source_dirty() if commit != UNKNOWN else None,
+        "git_commit": commit,
+        "git_dirty": None if shipped or commit == UNKNOWN else source_dirty(),
         "cpus": os.cpu_count(),
         "cpu_model": _cpu_model(),
         "load_average_start": list(load_at_start),
