@@ -60,6 +60,10 @@ class NodeConfig:
     tls: ServerTls | None = None  # None: gRPC in plain text.
     auth: bool = False  # `--auth`: authentication required, ACLs enforced (broker/auth.py).
     super_users: tuple[str, ...] = ()  # `--super-user`: principals every ACL check allows.
+    # `--processes`: the node's worker processes, one Raft group each (broker/workers.py); `group`: the
+    # group this process is the replica of (0 in a single-process node).
+    processes: int = 1
+    group: int = 0
 
     @property
     def peer_credentials(self) -> grpc.ChannelCredentials | None:

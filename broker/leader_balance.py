@@ -18,12 +18,12 @@ the `GroupLeadership` it reads must be safe to call from it (RaftNode's status a
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kq.broker.background import BackgroundThread
 from kq.proto.limits import (
     LEADER_BALANCE_PERIOD_S,
     LEADER_BALANCE_SETTLE_S,
@@ -59,8 +59,11 @@ class GroupLeadership(Protocol):
         """Asks this node's replica of `group`, its leader, to hand leadership to node `target`."""
 
 
-class LeaderBalancer:
-    """Moves the leadership of this node's groups to even out the leaders per running node."""
+class LeaderBalancer(BackgroundThread):
+    """Moves the leadership of this node's groups to even out the leaders per running node; its thread
+    (`start()`, `stop()`: broker/background.py) runs `step()` every `period_s`."""
+
+    thread_name = THREAD_NAME
 
     def __init__(
         self,
@@ -82,9 +85,8 @@ class LeaderBalancer:
         self._seen: LeadershipView | None = None
         self._seen_since = 0.0
         self._next_round = float("-inf")
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self.moves_started = 0  # Transfers this node asked for since it started (a metric).
+        super().__init__()
 
     def step(self) -> tuple[LeaderMove, ...]:
         """One round: the moves this node started (none while the view is balanced, changing or too
@@ -111,22 +113,9 @@ class LeaderBalancer:
             )
         return mine
 
-    def start(self) -> None:
-        """Starts the kq-leader-balance thread."""
-        assert self._thread is None, "started twice"
-        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-        self._thread.start()
-
     def _run(self) -> None:
         while not self._stopping.wait(self._period_s):
             self.step()
-
-    def stop(self) -> None:
-        """Stops and joins the thread (a round in progress finishes first)."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
 
 class RaftGroupLeadership:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import resource
 import signal
 import sys
@@ -50,6 +51,7 @@ from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier
+from kq.broker.workers import Supervisor, check_processes, die_with_parent, worker_config
 from kq.client.tls import TlsConfig, TlsConfigError, is_loopback
 from kq.proto import (
     arrays,  # noqa: F401 - numpy loaded at start, not by the first large batch in apply.
@@ -66,6 +68,7 @@ from kq.proto.limits import (
     KAFKA_FRAME_BYTES_DEFAULT,
     KAFKA_FRAME_BYTES_MIN,
     PARTITIONS_MAX,
+    PROCESSES_MAX,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
@@ -317,7 +320,8 @@ def run_node(config: NodeConfig, log_level: str, log_format: LogFormat = "auto")
     # The Raft tick thread gives up the GIL at every socket call, and then waited up to Python's 5 ms
     # for a busy thread to be asked to hand it back (GIL_SWITCH_INTERVAL_S).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    configure_logging(config.node_id, log_level, log_format)
+    label = config.node_id if config.processes == 1 else f"{config.node_id}/{config.group}"
+    configure_logging(label, log_level, log_format)
     stopping = threading.Event()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signal_number, lambda *_: stopping.set())
@@ -408,6 +412,19 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     type=click.IntRange(1, 65_536),
     help="Raft entry MiB kept in RAM before a snapshot compacts them.",
 )
+@click.option(
+    "--processes",
+    default=1,
+    show_default=True,
+    type=int,
+    help=(
+        "Worker processes, each the node's replica of one Raft group with its own ports (the node's "
+        "ports plus the group number) and store: the cluster's partitions are spread over the groups "
+        "and their leaders over the nodes, so a node uses that many cores. Every node of a cluster "
+        f"runs the same number (1..{PROCESSES_MAX}; DESIGN.md, Scale-out) (KQ_PROCESSES)."
+    ),
+)
+@click.option("--worker-group", type=int, default=None, hidden=True, help="Set by the node for its workers.")
 @click.option(
     "--durability",
     default="replicated",
@@ -620,6 +637,8 @@ def main(
     auth: bool,
     super_users: tuple[str, ...],
     insecure: bool,
+    processes: int,
+    worker_group: int | None,
 ) -> None:
     """Runs one kq node."""
     try:
@@ -707,11 +726,26 @@ def main(
         tls=tls,
         auth=auth,
         super_users=super_users,
+        processes=processes,
     )
-    if kafka is not None:
-        try:
+    _run_checked(config, worker_group, log_level, log_format)
+
+
+def _run_checked(config: NodeConfig, worker_group: int | None, log_level: str, log_format: LogFormat) -> None:
+    """Runs the node, or with --processes its supervisor, or one of its workers (broker/workers.py)."""
+    try:
+        if config.kafka is not None:
             check_kafka_members(config)
-        except ConfigError as error:
-            raise click.UsageError(str(error)) from error
+        check_processes(config, config.processes)
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    if config.processes > 1 and worker_group is None:
+        configure_logging(config.node_id, log_level, log_format)
+        sys.exit(Supervisor(sys.argv[1:], config.processes).run())
+    if worker_group is not None:
+        if not 0 <= worker_group < config.processes:
+            raise click.UsageError(f"--worker-group must be 0..{config.processes - 1}")
+        die_with_parent(int(os.environ.get("KQ_SUPERVISOR_PID", "0")))
+        config = worker_config(config, worker_group)
     run_node(config, log_level, log_format)
     sys.exit(0)

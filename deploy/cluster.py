@@ -53,8 +53,10 @@ class NodeDiedError(RuntimeError):
     """A node process this cluster expected to run has exited by itself (a crash, not a stop)."""
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports free on 127.0.0.1 right now, below the kernel's ephemeral range.
+def free_ports(count: int, width: int = 1) -> list[int]:
+    """`count` distinct TCP ports free on 127.0.0.1 right now, below the kernel's ephemeral range; with
+    `width` > 1, each the first of `width` consecutive free ports (a node's worker processes bind its
+    ports plus their group number: broker/workers.py).
 
     A port the kernel hands out for port 0 is an ephemeral one: once released it may be given to the
     next outgoing connection (a gRPC client's, say) before the node binds it, and the node then
@@ -65,11 +67,12 @@ def free_ports(count: int) -> list[int]:
     for _ in range(FREE_PORT_ATTEMPTS_MAX):
         if len(chosen) == count:
             return chosen
-        port = random.randint(low, high)
-        if port in _handed_out or port in chosen or address_in_use(f"{LOOPBACK_HOST}:{port}", reuse=False):
+        port = random.randint(low, high - width + 1)
+        block = range(port, port + width)  # Ports chosen here are in _handed_out already.
+        if any(p in _handed_out or address_in_use(f"{LOOPBACK_HOST}:{p}", reuse=False) for p in block):
             continue
         chosen.append(port)
-        _handed_out.add(port)
+        _handed_out.update(block)
     raise RuntimeError(f"found only {len(chosen)} of {count} free ports in {low}-{high}")
 
 
@@ -188,10 +191,11 @@ class LocalCluster:
     `node_extra_args` (by node id) are flags for one node only, after `node_args` (so they override
     them); `set_node_args` changes them for the node's next start. `node_ids` (one per node, default
     1..size) names the nodes, for a cluster whose members changed (`python -m kq.deploy` after `remove`);
-    the per-node sequences above follow its order. `tls_dir`: certificates (made there unless there)
-    and TLS on gRPC and Kafka, with client certificates required unless `require_client_certs` is
-    False. The harness's own clients present the `admin` certificate and the cluster secret's proof
-    (broker/auth.py), so they are super-users of nodes started with `--auth`.
+    the per-node sequences above follow its order. `processes`: each node's worker processes
+    (`--processes`; its ports are the first of as many free ones). `tls_dir`: certificates (made
+    there unless there) and TLS on gRPC and Kafka, with client certificates required unless
+    `require_client_certs` is False. The harness's own clients present the `admin` certificate and
+    the cluster secret's proof (broker/auth.py), so they are super-users of nodes started with `--auth`.
     """
 
     def __init__(
@@ -217,17 +221,18 @@ class LocalCluster:
         node_ids: Sequence[str] | None = None,
         tls_dir: Path | None = None,
         require_client_certs: bool = True,
+        processes: int = 1,
     ) -> None:
         host_list = list(hosts) if hosts is not None else [LOOPBACK_HOST] * size
         assert len(host_list) == size, "one host per node"
         if grpc_ports is None or raft_ports is None:
-            ports = free_ports(2 * size)
+            ports = free_ports(2 * size, processes)
             grpc_ports, raft_ports = ports[:size], ports[size:]
         assert len(grpc_ports) == len(raft_ports) == size, "one gRPC and one Raft port per node"
         if kafka and kafka_ports is None:
-            kafka_ports = free_ports(size)
+            kafka_ports = free_ports(size, processes)
         assert not kafka or (kafka_ports is not None and len(kafka_ports) == size), "one Kafka port per node"
-        http_ports = list(http_ports) if http_ports is not None else free_ports(size)
+        http_ports = list(http_ports) if http_ports is not None else free_ports(size, processes)
         assert len(http_ports) == size, "one HTTP port per node"
         rack_list = list(racks) if racks is not None else [""] * size
         assert len(rack_list) == size, "one rack per node"
@@ -235,7 +240,12 @@ class LocalCluster:
         assert len(ids) == len(set(ids)) == size, "one distinct id per node"
         self.base_dir = base_dir
         self.secret = secret
-        self.node_args = tuple(node_args) + (("--durability", durability) if durability else ())
+        self.processes = processes  # Worker processes per node (--processes), each a Raft group's replica.
+        self.node_args = (
+            tuple(node_args)
+            + (("--durability", durability) if durability else ())
+            + (("--processes", str(processes)) if processes > 1 else ())
+        )
         self._extra_args = {node_id: tuple(args) for node_id, args in (node_extra_args or {}).items()}
         self.launcher = launcher
         self.node_command = tuple(node_command) if node_command is not None else default_node_command()

@@ -406,9 +406,14 @@ class CreateTopicCommand(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CREATED_MS_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     partitions: _builtins.int
     created_ms: _builtins.int
+    topic_id: _builtins.int
+    """0: apply allocates the topic's id (the metadata group). Set: the topic's id in the metadata group,
+    which another group's copy of the topic takes (broker/topic_sync.py).
+    """
     @_builtins.property
     def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]: ...
     def __init__(
@@ -418,10 +423,11 @@ class CreateTopicCommand(_message.Message):
         partitions: _builtins.int = ...,
         created_ms: _builtins.int = ...,
         configs: _abc.Iterable[Global___ConfigEntry] | None = ...,
+        topic_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "created_ms", b"created_ms", "name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "created_ms", b"created_ms", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -463,15 +469,21 @@ class DeleteTopicCommand(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    topic_id: _builtins.int
+    """0: whatever topic has the name. Set: only the topic with this id (a copy being brought in line
+    with the metadata group: a topic of the same name recreated there has another id).
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
+        topic_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1753,11 +1765,16 @@ class PartitionInfo(_message.Message):
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     log_start_offset: _builtins.int
     log_end_offset: _builtins.int
     """Offset the next appended record will get (the high-water mark: every record below it is committed)."""
     size_bytes: _builtins.int
+    group: _builtins.int
+    """The Raft group that holds the partition (raft/placement.py; 0 in a cluster of one group): its
+    leader takes the partition's writes and its replicas serve its reads.
+    """
     def __init__(
         self,
         *,
@@ -1765,10 +1782,11 @@ class PartitionInfo(_message.Message):
         log_start_offset: _builtins.int = ...,
         log_end_offset: _builtins.int = ...,
         size_bytes: _builtins.int = ...,
+        group: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2225,6 +2243,9 @@ class ClusterStatusResponse(_message.Message):
     RAFT_LOG_ENTRIES_FIELD_NUMBER: _builtins.int
     RAFT_ADDRESS_FIELD_NUMBER: _builtins.int
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    GROUP_LEADERS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     role: _builtins.str
     """"leader", "follower" or "candidate"."""
@@ -2238,8 +2259,16 @@ class ClusterStatusResponse(_message.Message):
     raft_log_entries: _builtins.int
     raft_address: _builtins.str
     cluster_id: _builtins.str
+    group: _builtins.int
+    """A node with worker processes (--processes) runs one Raft group in each (DESIGN.md, "Scale-out"):
+    the group this process is the replica of, the cluster's number of groups (1 without workers),
+    and each group's leader as this process sees it.
+    """
+    groups: _builtins.int
     @_builtins.property
     def peers(self) -> _containers.RepeatedCompositeFieldContainer[Global___PeerStatus]: ...
+    @_builtins.property
+    def group_leaders(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupLeader]: ...
     def __init__(
         self,
         *,
@@ -2256,14 +2285,52 @@ class ClusterStatusResponse(_message.Message):
         raft_log_entries: _builtins.int = ...,
         raft_address: _builtins.str = ...,
         cluster_id: _builtins.str = ...,
+        group: _builtins.int = ...,
+        groups: _builtins.int = ...,
+        group_leaders: _abc.Iterable[Global___GroupLeader] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "cluster_id", b"cluster_id", "commit_index", b"commit_index", "grpc_address", b"grpc_address", "leader_address", b"leader_address", "leader_id", b"leader_id", "node_id", b"node_id", "peers", b"peers", "raft_address", b"raft_address", "raft_log_entries", b"raft_log_entries", "ready", b"ready", "role", b"role", "term", b"term"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_index", b"applied_index", "cluster_id", b"cluster_id", "commit_index", b"commit_index", "group", b"group", "group_leaders", b"group_leaders", "groups", b"groups", "grpc_address", b"grpc_address", "leader_address", b"leader_address", "leader_id", b"leader_id", "node_id", b"node_id", "peers", b"peers", "raft_address", b"raft_address", "raft_log_entries", b"raft_log_entries", "ready", b"ready", "role", b"role", "term", b"term"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ClusterStatusResponse: _TypeAlias = ClusterStatusResponse  # noqa: Y015
+
+@_typing.final
+class GroupLeader(_message.Message):
+    """One Raft group's leader as a node sees it ("" while unknown): its node id, the gRPC and Kafka
+    addresses of its process of that group, and the group's term.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_ADDRESS_FIELD_NUMBER: _builtins.int
+    LEADER_KAFKA_ADDRESS_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    group: _builtins.int
+    leader_id: _builtins.str
+    leader_address: _builtins.str
+    leader_kafka_address: _builtins.str
+    term: _builtins.int
+    def __init__(
+        self,
+        *,
+        group: _builtins.int = ...,
+        leader_id: _builtins.str = ...,
+        leader_address: _builtins.str = ...,
+        leader_kafka_address: _builtins.str = ...,
+        term: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "leader_address", b"leader_address", "leader_id", b"leader_id", "leader_kafka_address", b"leader_kafka_address", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupLeader: _TypeAlias = GroupLeader  # noqa: Y015
 
 @_typing.final
 class AddNodeRequest(_message.Message):

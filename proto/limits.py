@@ -434,7 +434,7 @@ KAFKA_GROUP_WAIT_S_MAX = 600.0  # No JoinGroup or SyncGroup waits longer, whatev
 # Scale-out: Raft groups and their leaders (raft/placement.py, broker/leader_balance.py).
 # Data groups of one cluster: each is a PySyncObj instance on each of its replicas (a tick thread, a
 # journal, an LMDB environment and a Raft port per replica), so a node holds at most this many.
-DATA_GROUPS_MAX = 1_024
+RAFT_GROUPS_MAX = 1_024
 # Leadership transfers one node starts in one balancing round: each is a short election of its group
 # (writes to it pause for about a round trip), so a round moves a few and waits for the result.
 LEADER_MOVES_PER_ROUND = 4
@@ -443,3 +443,13 @@ LEADER_BALANCE_PERIOD_S = 1.0  # How often a node compares the groups' leaders.
 # election in progress, or a node that just came back and is still catching up, is left alone.
 LEADER_BALANCE_SETTLE_S = 3.0
 LEADER_MOVE_COOLDOWN_S = 5.0  # After a round that moved leaders, the next waits at least this long.
+# A topic id a command carries (a group's copy of a metadata group's topic): stored as u64, kept
+# where the next id (one more) still fits.
+TOPIC_ID_MAX = 2**63 - 1
+# Worker processes of one node (`--processes`, broker/workers.py): one Raft group each.
+PROCESSES_MAX = 64
+# Kafka broker id of a node's worker of group g: node id + g x this (node ids stay below it).
+BROKER_ID_GROUP_STRIDE = 1_000
+WORKER_POLL_S = 0.2  # How often a node's supervisor looks for a worker that ended.
+# A worker given SIGTERM stops within this (its front's grace, then Raft and the store), else SIGKILL.
+WORKER_STOP_S = 10.0

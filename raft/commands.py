@@ -38,14 +38,19 @@ def decode(data: bytes) -> kq_pb2.Command:
 
 
 def create_topic(
-    name: str, partitions: int, created_ms: int, configs: Mapping[str, str] | None = None
+    name: str,
+    partitions: int,
+    created_ms: int,
+    configs: Mapping[str, str] | None = None,
+    topic_id: int = 0,
 ) -> kq_pb2.Command:
-    """Command creating topic `name`, with config overrides by Kafka's names (raft/topic_config.py)."""
+    """Command creating topic `name`, with config overrides by Kafka's names (raft/topic_config.py);
+    `topic_id` set: with that id (another group's copy of a metadata group's topic), else a new one."""
     entries = [kq_pb2.ConfigEntry(name=key, value=value) for key, value in sorted((configs or {}).items())]
     return kq_pb2.Command(
         version=COMMAND_VERSION,
         create_topic=kq_pb2.CreateTopicCommand(
-            name=name, partitions=partitions, created_ms=created_ms, configs=entries
+            name=name, partitions=partitions, created_ms=created_ms, configs=entries, topic_id=topic_id
         ),
     )
 
@@ -59,9 +64,11 @@ def alter_topic_config(topic: str, set_configs: Mapping[str, str], remove: Seque
     )
 
 
-def delete_topic(name: str) -> kq_pb2.Command:
-    """Command deleting topic `name` and all its records."""
-    return kq_pb2.Command(version=COMMAND_VERSION, delete_topic=kq_pb2.DeleteTopicCommand(name=name))
+def delete_topic(name: str, topic_id: int = 0) -> kq_pb2.Command:
+    """Command deleting topic `name` and all its records (`topic_id` set: only if it has that id)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION, delete_topic=kq_pb2.DeleteTopicCommand(name=name, topic_id=topic_id)
+    )
 
 
 def compact(

@@ -244,7 +244,7 @@ class RaftNode(PySyncObjAdapter):
         self._retain_entries_max = int(config.compaction_min_entries * COMPACTION_RETAIN_SHARE)
         self._stopping = threading.Event()
         self._ticker: threading.Thread | None = None
-        self._thread_name = TICK_THREAD_NAME if config.group is None else f"{TICK_THREAD_NAME}-{config.group}"
+        self._group = config.group  # Names the tick thread where a process holds several groups.
         # When it ticks on a loop instead (start_on_loop): that loop, its thread, the periodic tick.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -294,7 +294,12 @@ class RaftNode(PySyncObjAdapter):
     def start(self) -> None:
         """Starts the kq-raft-tick thread: from now on the node takes part in elections and commits."""
         assert self._ticker is None and self._loop is None, "started twice"
-        self._ticker = threading.Thread(target=self._tick, name=self._thread_name, daemon=True)
+        if self._group is None:
+            self._ticker = threading.Thread(target=self._tick, name=TICK_THREAD_NAME, daemon=True)
+        else:
+            self._ticker = threading.Thread(
+                target=self._tick, name=f"kq-raft-tick-{self._group}", daemon=True
+            )
         self._ticker.start()
 
     def _tick(self) -> None:

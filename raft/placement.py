@@ -1,16 +1,17 @@
 """Placement of partitions on Raft groups, and of group leadership on nodes: pure functions.
 
-Scale-out (issue 37, DESIGN.md "Scale-out: many Raft groups") splits the cluster's state over many
-Raft groups: a metadata group (`METADATA_GROUP`) and data groups numbered from 1. Everything here is
+Scale-out (issue 37, DESIGN.md "Scale-out: many Raft groups") splits the cluster's data over many
+Raft groups numbered from 0; group 0 (`METADATA_GROUP`) also holds the cluster's state (topics,
+configs, users, ACLs, members) that the others copy (broker/topic_sync.py). Everything here is
 a function of its arguments alone: no clock, no randomness, no I/O, so every node that computes a
 placement or a leadership plan from the same view gets the same answer, and `apply` may call the
 placement functions on values its entry carries (the one rule).
 
-- `partition_groups`: the data group of each partition of a new topic. A topic's partitions go
-  round-robin over the data groups starting at a group chosen by the topic id, so consecutive topics
+- `partition_groups`: the group of each partition of a topic. A topic's partitions go round-robin
+  over the groups starting at the group its id names, so consecutive topics
   start at consecutive groups and a topic with at least as many partitions as groups touches every
-  group. The result is recorded at creation (a later change of the group count moves nothing).
-- `coordinator_group`: the data group that holds a consumer group's state and committed offsets,
+  group. A cluster's group count is fixed, so the map is a function of the topic alone.
+- `coordinator_group`: the group that holds a consumer group's state and committed offsets,
   by a stable hash of its name (as Kafka's `__consumer_offsets` partition: the name's hash modulo the
   partition count). CRC32, not Python's `hash`, which differs between processes.
 - `leader_moves`: the leadership transfers that bring every node to ⌊G/N⌋ or ⌈G/N⌉ of the G led
@@ -25,28 +26,33 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kq.proto.limits import DATA_GROUPS_MAX, PARTITIONS_MAX
+from kq.proto.limits import PARTITIONS_MAX, RAFT_GROUPS_MAX
 
 METADATA_GROUP = 0  # Topics, configs, members, users, ACLs, producer ids: KRaft's controller quorum.
 
 
-def partition_groups(topic_id: int, partitions: int, data_groups: int) -> tuple[int, ...]:
-    """The data group (1..data_groups) of each partition 0..partitions-1 of the topic `topic_id`."""
-    if not 1 <= data_groups <= DATA_GROUPS_MAX:
-        raise ValueError(f"data groups must be 1..{DATA_GROUPS_MAX}, not {data_groups}")
+def partition_groups(topic_id: int, partitions: int, groups: int) -> tuple[int, ...]:
+    """The Raft group (0..groups-1) of each partition 0..partitions-1 of the topic `topic_id`."""
+    if not 1 <= groups <= RAFT_GROUPS_MAX:
+        raise ValueError(f"groups must be 1..{RAFT_GROUPS_MAX}, not {groups}")
     if not 0 <= partitions <= PARTITIONS_MAX:
         raise ValueError(f"partitions must be 0..{PARTITIONS_MAX}, not {partitions}")
     if topic_id < 0:
         raise ValueError(f"topic ids are not negative: {topic_id}")
-    start = topic_id % data_groups
-    return tuple(1 + (start + partition) % data_groups for partition in range(partitions))
+    start = topic_id % groups
+    return tuple((start + partition) % groups for partition in range(partitions))
 
 
-def coordinator_group(group_name: str, data_groups: int) -> int:
-    """The data group (1..data_groups) that coordinates the consumer group `group_name`."""
-    if not 1 <= data_groups <= DATA_GROUPS_MAX:
-        raise ValueError(f"data groups must be 1..{DATA_GROUPS_MAX}, not {data_groups}")
-    return 1 + zlib.crc32(group_name.encode("utf-8")) % data_groups
+def partition_group(topic_id: int, partition: int, groups: int) -> int:
+    """The Raft group of one partition (`partition_groups`' entry for it)."""
+    return (topic_id % groups + partition) % groups
+
+
+def coordinator_group(group_name: str, groups: int) -> int:
+    """The Raft group (0..groups-1) that coordinates the consumer group `group_name`."""
+    if not 1 <= groups <= RAFT_GROUPS_MAX:
+        raise ValueError(f"groups must be 1..{RAFT_GROUPS_MAX}, not {groups}")
+    return zlib.crc32(group_name.encode("utf-8")) % groups
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,7 +212,9 @@ def _apply_create_topic(writer: StoreWriter, command: kq_pb2.CreateTopicCommand)
         return TopicResult(ErrorCode.TOPIC_EXISTS, existing)
     if len(writer.topics()) >= TOPICS_MAX:
         return TopicResult(ErrorCode.TOO_MANY_TOPICS)
-    topic = writer.create_topic(command.name, command.partitions, command.created_ms)
+    if command.topic_id and writer.topic_id_used(command.topic_id):
+        return TopicResult(ErrorCode.TOPIC_EXISTS)  # A copy's id is never reused for another topic.
+    topic = writer.create_topic(command.name, command.partitions, command.created_ms, command.topic_id)
     if command.configs:  # Checked by command_problem: known names, legal values, each once.
         writer.set_topic_configs(
             topic.topic_id, encode_overrides({entry.name: entry.value for entry in command.configs})
@@ -232,7 +234,7 @@ def _apply_alter_topic_config(writer: StoreWriter, command: kq_pb2.AlterTopicCon
 
 def _apply_delete_topic(writer: StoreWriter, command: kq_pb2.DeleteTopicCommand) -> TopicResult:
     topic = writer.topic(command.name)
-    if topic is None:
+    if topic is None or (command.topic_id and command.topic_id != topic.topic_id):
         return TopicResult(ErrorCode.UNKNOWN_TOPIC)
     writer.delete_topic(topic, TRIM_BATCHES_PER_ENTRY_MAX)  # The rest: PurgeTopicCommands (retention).
     return TopicResult(ErrorCode.OK, topic)

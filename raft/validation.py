@@ -55,6 +55,7 @@ from kq.proto.limits import (
     SESSION_TIMEOUT_MS_MAX,
     SESSION_TIMEOUT_MS_MIN,
     SUBSCRIBED_TOPICS_MAX,
+    TOPIC_ID_MAX,
     TOPIC_NAME_LENGTH_MAX,
 )
 from kq.proto.records import MalformedBatchError, WorkBudgetError, WorkMeter, check_batch
@@ -453,6 +454,11 @@ def cluster_id_problem(cluster_id: str) -> str | None:
     return None
 
 
+def topic_id_problem(topic_id: int) -> str | None:
+    """Why a topic id a command carries cannot be one (0 means none is carried)."""
+    return None if topic_id <= TOPIC_ID_MAX else f"a topic id is at most {TOPIC_ID_MAX}"
+
+
 def command_problem(command: kq_pb2.Command) -> str | None:
     """Why `command` must not be applied, or None. Appends' batches are checked by `append_problem`."""
     kind = command.WhichOneof("kind")
@@ -462,11 +468,13 @@ def command_problem(command: kq_pb2.Command) -> str | None:
             topic_name_problem(create.name)
             or partition_count_problem(create.partitions)
             or configs_problem(create.configs)
+            or topic_id_problem(create.topic_id)
         )
     if kind == "alter_topic_config":
         return _alter_topic_config_problem(command.alter_topic_config)
     if kind == "delete_topic":
-        return topic_name_problem(command.delete_topic.name)
+        delete = command.delete_topic
+        return topic_name_problem(delete.name) or topic_id_problem(delete.topic_id)
     if kind == "append":
         return _append_command_problem(command.append)
     if kind == "trim":

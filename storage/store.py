@@ -684,10 +684,16 @@ class StoreWriter(StoreReader):
         self._put_meta_u64(_NEXT_PRODUCER_ID, producer_id + 1)
         return producer_id
 
-    def create_topic(self, name: str, partitions: int, created_ms: int) -> TopicMeta:
-        """Creates a topic with empty partitions; the caller checked that the name is free."""
-        topic_id = self._meta_u64(_NEXT_TOPIC_ID) or 1
-        self._put_meta_u64(_NEXT_TOPIC_ID, topic_id + 1)
+    def topic_id_used(self, topic_id: int) -> bool:
+        """Whether `topic_id` is below the next id: given to a topic here before (ids are never reused)."""
+        return topic_id < (self._meta_u64(_NEXT_TOPIC_ID) or 1)
+
+    def create_topic(self, name: str, partitions: int, created_ms: int, topic_id: int = 0) -> TopicMeta:
+        """Creates a topic with empty partitions; the caller checked that the name is free. `topic_id`
+        0: the next id; else that id (a copy of another group's topic), the next id moved past it."""
+        next_id = self._meta_u64(_NEXT_TOPIC_ID) or 1
+        topic_id = topic_id or next_id
+        self._put_meta_u64(_NEXT_TOPIC_ID, max(next_id, topic_id + 1))
         self._transaction.put(name.encode(), _TOPIC.pack(topic_id, partitions, created_ms), db=self._topics)
         for partition in range(partitions):
             self._put_partition(topic_id, partition, PartitionState(0, 0, 0))

@@ -366,3 +366,43 @@ def test_the_edge_check_charges_what_apply_would() -> None:
     full = WorkMeter(ENTRY_WORK_MAX)
     assert append_problem(part, full) is None  # Not remembered any more: walked.
     assert edge.spent == recalled.spent == full.spent > 0
+
+
+def test_a_topic_copy_takes_the_metadata_groups_id_and_ids_are_never_reused(store: Store) -> None:
+    """A create carrying a topic id (another group's copy) makes the topic with that id and moves the
+    next id past it; an id given before is refused, and a delete naming another id deletes nothing."""
+    encode = commands.encode
+    results = run(
+        store,
+        [
+            encode(commands.create_topic("copied", 2, CLOCK_MS, topic_id=7)),
+            encode(commands.create_topic("local", 1, CLOCK_MS)),
+            encode(commands.create_topic("again", 1, CLOCK_MS, topic_id=7)),
+            encode(commands.delete_topic("copied", topic_id=8)),
+            encode(commands.delete_topic("copied", topic_id=7)),
+            encode(commands.create_topic("copied", 2, CLOCK_MS, topic_id=7)),
+        ],
+    )
+    assert [r.error for r in results if isinstance(r, TopicResult)] == [
+        ErrorCode.OK,
+        ErrorCode.OK,
+        ErrorCode.TOPIC_EXISTS,
+        ErrorCode.UNKNOWN_TOPIC,
+        ErrorCode.OK,
+        ErrorCode.TOPIC_EXISTS,
+    ]
+    first, local = results[0], results[1]
+    assert isinstance(first, TopicResult) and first.topic is not None and first.topic.topic_id == 7
+    assert isinstance(local, TopicResult) and local.topic is not None and local.topic.topic_id == 8
+    with store.read() as reader:
+        assert reader.topic("copied") is None and reader.topic("again") is None
+
+
+def test_a_carried_topic_id_past_its_limit_is_refused_alike() -> None:
+    """The edge and apply share the check: an id whose successor would not fit a u64 is refused."""
+    from kq.proto.limits import TOPIC_ID_MAX
+    from kq.raft.validation import command_problem
+
+    assert command_problem(commands.create_topic("t", 1, CLOCK_MS, topic_id=TOPIC_ID_MAX)) is None
+    assert command_problem(commands.create_topic("t", 1, CLOCK_MS, topic_id=TOPIC_ID_MAX + 1))
+    assert command_problem(commands.delete_topic("t", topic_id=TOPIC_ID_MAX + 1))

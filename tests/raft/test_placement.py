@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kq.proto.limits import DATA_GROUPS_MAX, PARTITIONS_MAX
+from kq.proto.limits import PARTITIONS_MAX, RAFT_GROUPS_MAX
 from kq.raft.placement import (
     balanced,
     coordinator_group,
     leader_counts,
     leader_moves,
+    partition_group,
     partition_groups,
 )
 
@@ -27,10 +28,12 @@ NODES = ("a", "b", "c", "d", "e")
 def test_a_topic_spreads_its_partitions_evenly_over_the_data_groups(
     topic_id: int, partitions: int, groups: int
 ) -> None:
-    """Each partition gets a group 1..G; the groups' shares differ by at most one; same input, same map."""
+    """Each partition gets a group 0..G-1; the groups' shares differ by at most one; same input, same
+    map; `partition_group` answers the same for one partition."""
     placed = partition_groups(topic_id, partitions, groups)
     assert len(placed) == partitions
-    assert all(1 <= group <= groups for group in placed)
+    assert all(0 <= group < groups for group in placed)
+    assert placed == tuple(partition_group(topic_id, partition, groups) for partition in range(partitions))
     shares = Counter(placed)
     used = min(partitions, groups)
     assert len(shares) == used
@@ -42,20 +45,20 @@ def test_a_topic_spreads_its_partitions_evenly_over_the_data_groups(
 def test_consecutive_topics_start_at_consecutive_groups() -> None:
     """One-partition topics do not all land on the same group: topic ids rotate the start."""
     firsts = [partition_groups(topic_id, 1, 6)[0] for topic_id in range(1, 13)]
-    assert Counter(firsts) == Counter(dict.fromkeys(range(1, 7), 2))
+    assert Counter(firsts) == Counter(dict.fromkeys(range(6), 2))
 
 
 def test_placement_refuses_out_of_range_arguments() -> None:
     """A group count, partition count or topic id outside its limit is a programming error, named."""
-    with pytest.raises(ValueError, match="data groups"):
+    with pytest.raises(ValueError, match="groups"):
         partition_groups(1, 3, 0)
-    with pytest.raises(ValueError, match="data groups"):
-        partition_groups(1, 3, DATA_GROUPS_MAX + 1)
+    with pytest.raises(ValueError, match="groups"):
+        partition_groups(1, 3, RAFT_GROUPS_MAX + 1)
     with pytest.raises(ValueError, match="partitions"):
         partition_groups(1, PARTITIONS_MAX + 1, 3)
     with pytest.raises(ValueError, match="topic ids"):
         partition_groups(-1, 3, 3)
-    with pytest.raises(ValueError, match="data groups"):
+    with pytest.raises(ValueError, match="groups"):
         coordinator_group("g", 0)
 
 
@@ -63,7 +66,7 @@ def test_a_consumer_groups_coordinator_group_is_the_same_in_every_process() -> N
     """The hash is CRC32 of the name, not Python's per-process salted hash: another interpreter agrees."""
     names = ["orders", "payments", "g", "é-group", ""]
     here = [coordinator_group(name, 12) for name in names]
-    assert all(1 <= group <= 12 for group in here)
+    assert all(0 <= group < 12 for group in here)
     code = (
         "from kq.raft.placement import coordinator_group\n"
         f"print([coordinator_group(name, 12) for name in {names!r}])"

@@ -40,6 +40,7 @@ patterns = st.one_of(
     st.text(max_size=30),
 )
 uint32 = st.integers(0, 2**32 - 1)
+topic_ids = (0, 0, 0, 1, 2, 3, 2**63 - 1, 2**63, 2**64 - 1)  # 0 most: topics the metadata group numbers.
 # (producer id, epoch, base sequence): none, a registered producer (from history()) in and out of
 # sequence, an unregistered one, and idempotent fields check_batch refuses.
 producers = st.sampled_from(
@@ -213,12 +214,14 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
     if kind == "unregister_member":
         return commands.unregister_member(draw(node_ids))
     if kind == "create":
-        return commands.create_topic(draw(names), draw(uint32), 1, draw(config_maps()))
+        return commands.create_topic(
+            draw(names), draw(uint32), 1, draw(config_maps()), topic_id=draw(st.sampled_from(topic_ids))
+        )
     if kind == "configure":
         removed = draw(st.lists(config_names, max_size=4))
         return commands.alter_topic_config(draw(names), draw(config_maps()), removed)
     if kind == "delete":
-        return commands.delete_topic(draw(names))
+        return commands.delete_topic(draw(names), topic_id=draw(st.sampled_from(topic_ids)))
     if kind == "append":
         appends = []
         for _ in range(draw(st.integers(0, 3))):

@@ -1,0 +1,194 @@
+"""Worker processes: a node started with `--processes P` runs P processes, the replicas of P Raft groups.
+
+One PySyncObj instance is one thread of Python, so one group uses about one core (DESIGN.md,
+"Scale-out: many Raft groups"). A node with `--processes P` is a supervisor that starts P worker
+processes; worker `g` is this node's replica of Raft group `g` and a complete node of that group: its
+own LMDB store and journal, Raft port, gRPC endpoint, Kafka listener (its own Kafka broker id) and
+HTTP port. Group 0 is the metadata group (topics, configs, users, ACLs, members) and holds partitions
+too; the data of every topic is spread over all the groups (raft/placement.py).
+
+Addresses follow the node's by a fixed offset: worker `g` binds each of the node's ports plus `g`,
+and its peers are the other nodes' workers `g` (their ports plus `g`), so `--peers` stays one entry
+a node. Its data directory is the node's for group 0 (a single-group node's directory is group 0's,
+unchanged) and `<data-dir>/groups/<g>` for the others. Kafka broker ids: `node id + g * 1,000`
+(`broker_id`), so group 0's workers keep the node's id and clients of a single-group cluster see
+the same brokers.
+
+The supervisor owns its workers: it starts them, forwards SIGTERM and SIGINT, and stops every one
+(SIGTERM, then SIGKILL after WORKER_STOP_S) when any of them ends, exiting with that worker's code: a
+node is up with all its groups or not at all, as a single process was. A worker asks the kernel to
+kill it when its supervisor dies (`die_with_parent`), so `kill -9` of the node's PID (the chaos
+suite, the harness) takes the workers with it and no replica outlives its node.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from kq.broker.config import ConfigError, NodeConfig
+from kq.broker.consensus import Peer
+from kq.proto.limits import BROKER_ID_GROUP_STRIDE, PROCESSES_MAX, WORKER_POLL_S, WORKER_STOP_S
+
+logger = logging.getLogger(__name__)
+
+GROUPS_DIR = "groups"  # <data-dir>/groups/<g>: the data directory of group g > 0.
+WORKER_FLAG = "--worker-group"  # Set by the supervisor only: this process is the replica of one group.
+PORT_MAX = 65_535
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def shifted(address: str, offset: int) -> str:
+    """`host:port` with the port moved by `offset` ("" stays ""); ConfigError past 65,535."""
+    if not address or offset == 0:
+        return address
+    host, _, port = address.rpartition(":")
+    moved = int(port) + offset
+    if moved > PORT_MAX:
+        raise ConfigError(f"{address} plus {offset} worker ports passes {PORT_MAX}: choose a lower port")
+    return f"{host}:{moved}"
+
+
+def broker_id(node_id: int, group: int) -> int:
+    """The Kafka broker id of node `node_id`'s worker of group `group`."""
+    return node_id + group * BROKER_ID_GROUP_STRIDE
+
+
+def check_processes(config: NodeConfig, processes: int) -> None:
+    """Raises ConfigError unless `processes` workers fit: 1..PROCESSES_MAX, node ids below the broker
+    id stride (Kafka ids stay distinct), and every shifted port a port."""
+    if not 1 <= processes <= PROCESSES_MAX:
+        raise ConfigError(f"--processes must be 1..{PROCESSES_MAX}, not {processes}")
+    if processes == 1:
+        return
+    for peer in (config.self_peer, *config.peers):
+        if config.kafka is not None and int(peer.node_id) >= BROKER_ID_GROUP_STRIDE:
+            raise ConfigError(
+                f"with --processes and a Kafka listener, node ids must be below {BROKER_ID_GROUP_STRIDE} "
+                f"(worker broker ids are id + group x {BROKER_ID_GROUP_STRIDE}): {peer.node_id!r}"
+            )
+        for address in (peer.raft_address, peer.grpc_address, peer.kafka_address):
+            shifted(address, processes - 1)
+    shifted(config.http_address, processes - 1)
+
+
+def worker_config(config: NodeConfig, group: int) -> NodeConfig:
+    """The configuration of this node's worker of `group`: every address moved by `group`, the
+    peers' too, and the group's own data directory."""
+    if group == 0:
+        return dataclasses.replace(config, group=0)
+    assert config.raft is not None
+    data_dir = config.data_dir / GROUPS_DIR / str(group)
+    peers = tuple(
+        Peer(
+            peer.node_id,
+            shifted(peer.raft_address, group),
+            shifted(peer.grpc_address, group),
+            shifted(peer.kafka_address, group),
+            peer.rack,
+        )
+        for peer in config.peers
+    )
+    raft = dataclasses.replace(
+        config.raft,
+        raft_address=shifted(config.raft_address, group),
+        peer_raft_addresses=tuple(peer.raft_address for peer in peers),
+        data_dir=data_dir,
+    )
+    kafka = None
+    if config.kafka is not None:
+        kafka = dataclasses.replace(config.kafka, address=shifted(config.kafka.address, group))
+    return dataclasses.replace(
+        config,
+        grpc_address=shifted(config.grpc_address, group),
+        raft_address=raft.raft_address,
+        peers=peers,
+        data_dir=data_dir,
+        raft=raft,
+        kafka=kafka,
+        http_address=shifted(config.http_address, group),
+        group=group,
+    )
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Asks Linux to SIGKILL this process when its parent (the supervisor) dies; exits at once if the
+    parent is already gone (it died before the request)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        logger.warning("cannot ask to die with the supervisor: errno %d", ctypes.get_errno())
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def worker_command(arguments: Sequence[str], group: int) -> list[str]:
+    """The command line of the worker of `group`: this node's own, with the worker flag."""
+    return [sys.executable, "-m", "kq.broker", *arguments, WORKER_FLAG, str(group)]
+
+
+class Supervisor:
+    """Starts the workers, forwards stop signals to them, and stops them all when one ends.
+
+    Runs on the node process's main thread (no thread of its own); the workers' output goes where the
+    supervisor's does (the node's log)."""
+
+    def __init__(self, arguments: Sequence[str], processes: int) -> None:
+        self._arguments = tuple(arguments)
+        self._processes = processes
+        self._workers: dict[int, subprocess.Popen[bytes]] = {}
+        self._stopping = False
+
+    def run(self) -> int:
+        """Runs the workers until a stop signal (exit code 0) or a worker's end (its exit code)."""
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signal_number, self._on_signal)
+        environment = {**os.environ, "KQ_SUPERVISOR_PID": str(os.getpid())}
+        for group in range(self._processes):
+            self._workers[group] = subprocess.Popen(worker_command(self._arguments, group), env=environment)
+        logger.info("started %d worker processes: %s", len(self._workers), self.pids())
+        code = 0
+        while not self._stopping:
+            ended = self._ended()
+            if ended is not None:
+                group, code = ended
+                logger.error("the worker of group %d ended (exit code %d): stopping the node", group, code)
+                code = code if code >= 0 else 128 - code  # Killed by a signal: as a shell reports it.
+                break
+            time.sleep(WORKER_POLL_S)
+        self._stop_all()
+        return code
+
+    def pids(self) -> dict[int, int]:
+        """Each worker's PID, by group."""
+        return {group: worker.pid for group, worker in self._workers.items()}
+
+    def _on_signal(self, signal_number: int, _frame: object) -> None:
+        self._stopping = True
+
+    def _ended(self) -> tuple[int, int] | None:
+        for group, worker in self._workers.items():
+            code = worker.poll()
+            if code is not None:
+                return group, code
+        return None
+
+    def _stop_all(self) -> None:
+        """SIGTERM to every running worker, then SIGKILL to those still running after WORKER_STOP_S."""
+        for worker in self._workers.values():
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + WORKER_STOP_S
+        for worker in self._workers.values():
+            try:
+                worker.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+

@@ -1,0 +1,102 @@
+"""Worker processes (`--processes`, broker/workers.py): a node runs one process per Raft group, each
+group elects among the nodes' workers of that group, and a node's workers end with it (a stop, a
+`kill -9` of the node's PID, or the death of any one worker): no replica outlives its node."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kq.broker.workers import shifted
+from kq.deploy.cluster import LocalCluster
+from kq.deploy.waiting import wait_for
+from kq.proto import kq_pb2, kq_pb2_grpc
+
+pytestmark = pytest.mark.system
+
+PROCESSES = 3
+WAIT_S = 30.0
+
+
+def group_status(cluster: LocalCluster, node_id: str, group: int) -> kq_pb2.ClusterStatusResponse | None:
+    """ClusterStatus of `node_id`'s worker of `group` (None: it does not answer)."""
+    address = shifted(cluster.nodes[node_id].grpc_address, group)
+    with grpc.insecure_channel(address) as channel:
+        try:
+            return kq_pb2_grpc.BrokerStub(channel).ClusterStatus(kq_pb2.ClusterStatusRequest(), timeout=2)
+        except grpc.RpcError:
+            return None
+
+
+def agreed_leaders(cluster: LocalCluster, node_ids: list[str]) -> dict[int, str] | None:
+    """Each group's leader when every worker of `node_ids` answers and its group agrees on one."""
+    leaders: dict[int, str] = {}
+    for group in range(PROCESSES):
+        statuses = [group_status(cluster, node_id, group) for node_id in node_ids]
+        named = {status.leader_id for status in statuses if status is not None}
+        if None in statuses or len(named) != 1 or "" in named:
+            return None
+        leaders[group] = named.pop()
+    return leaders
+
+
+def children(pid: int) -> set[int]:
+    """The PIDs of `pid`'s child processes."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def gone(pid: int) -> bool:
+    """Whether `pid` ended (or is a zombie waiting to be reaped by whoever adopted it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+@pytest.fixture
+def workers_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "cluster", processes=PROCESSES, kafka=False) as local:
+        yield local
+
+
+def test_each_group_elects_among_its_workers_and_workers_end_with_their_node(
+    workers_cluster: LocalCluster,
+) -> None:
+    """Three nodes of three workers: three groups, each with one leader its three replicas agree on;
+    each node's workers are its children; kill -9 of a node takes its workers, SIGTERM stops them, and
+    a worker killed alone stops its node (exit 137, as a shell reports SIGKILL)."""
+    cluster = workers_cluster
+    nodes = list(cluster.nodes)
+    leaders = wait_for(lambda: agreed_leaders(cluster, nodes), "every group's leader", WAIT_S)
+    assert sorted(leaders) == list(range(PROCESSES))
+    for node_id in nodes:
+        for group in range(PROCESSES):
+            status = group_status(cluster, node_id, group)
+            assert status is not None and status.node_id == node_id
+            assert status.grpc_address == shifted(cluster.nodes[node_id].grpc_address, group)
+    workers = {node_id: children(cluster.pids()[node_id]) for node_id in nodes}
+    assert all(len(pids) == PROCESSES for pids in workers.values()), workers
+
+    first, second, third = nodes
+    cluster.kill_node(first)
+    wait_for(lambda: all(gone(pid) for pid in workers[first]), "the killed node's workers gone", WAIT_S)
+    wait_for(lambda: agreed_leaders(cluster, [second, third]), "leaders on the two left", WAIT_S)
+
+    os.kill(min(workers[third]), signal.SIGKILL)
+    wait_for(lambda: not cluster.running(third), "the node of a killed worker ended", WAIT_S)
+    assert cluster.exit_code(third) == 128 + signal.SIGKILL
+    assert all(gone(pid) for pid in workers[third])
+
+    cluster.signal_node(second, signal.SIGTERM)
+    wait_for(lambda: not cluster.running(second), "the node stopped by SIGTERM", WAIT_S)
+    assert cluster.exit_code(second) == 0
+    assert all(gone(pid) for pid in workers[second])
