@@ -436,14 +436,20 @@ def _consume_phase(
 def measure_level(
     cluster: LocalCluster, settings: ScaleSettings, run: int, size: int, level: int, log_dir: Path
 ) -> dict[str, Any]:
-    """One run of one level on a running cluster: a new topic, the producers, then the consumers."""
+    """One run of one level on a running cluster: a new topic, the producers, then the consumers.
+
+    Each phase records the agreed leader before it (`leader`, whose CPU the tables show first) and
+    after it (`leader_after`): on an overloaded machine an election can move the leader mid-phase, and
+    the CPU split then reads differently (the report says so)."""
     leader = cluster.wait_ready(timeout_s=ADMIN_TIMEOUT_S)
     topic = f"scale-r{run}-{size}b-p{level}"
-    leader_address = cluster.nodes[leader].grpc_address
     with KqClient(cluster.bootstrap, retry_timeout_s=ADMIN_TIMEOUT_S) as admin:
         admin.create_topic(topic, settings.partitions)
         produce = _produce_phase(cluster, settings, size, level, topic, log_dir)
-        offsets = admin.list_offsets(topic, node=leader_address)  # The leader applied all it acked.
+        produce["leader"] = leader
+        produce["leader_after"] = cluster.wait_ready(timeout_s=ADMIN_TIMEOUT_S)
+        # The leader has applied every entry it or an earlier leader acknowledged.
+        offsets = admin.list_offsets(topic, node=cluster.nodes[produce["leader_after"]].grpc_address)
     ends = {partition: offset.log_end_offset for partition, offset in offsets.items()}
     produce["stored"] = sum(offset.log_end_offset - offset.log_start_offset for offset in offsets.values())
     record: dict[str, Any] = {
@@ -456,7 +462,10 @@ def measure_level(
         "produce": produce,
     }
     if settings.consumers:
+        consume_leader = cluster.wait_ready(timeout_s=ADMIN_TIMEOUT_S)
         record["consume"] = _consume_phase(cluster, settings, level, topic, ends, log_dir)
+        record["consume"]["leader"] = consume_leader
+        record["consume"]["leader_after"] = cluster.wait_ready(timeout_s=ADMIN_TIMEOUT_S)
     logger.info(
         "run %d, %d B, %d producer(s): %s msgs/s, %.1f MB/s, leader %s cores %.2f%s",
         run,

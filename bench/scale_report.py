@@ -2,10 +2,10 @@
 runs, built from the level records the runs produced (pure: no processes, no clock).
 
 A level record (see `kq.bench.scale.measure_level`) holds, for one run of one level, the producers'
-delivered records in the window, the node CPU by node id with the leader named, the clients' CPU, the
-host's busy share, and the consumers' figures when they ran. Node CPU is shown by position, the
-leader first and then the other nodes by id, so that runs on fresh clusters (whose leader differs)
-are comparable; each position's figure is the median over runs.
+delivered records in the window, the node CPU by node id with the phase's leader named, the clients'
+CPU, the host's busy share, and the consumers' figures when they ran. Node CPU is shown by position,
+the leader at the phase's start first and then the other nodes by id, so that runs on fresh clusters
+(whose leader differs) are comparable; each position's figure is the median over runs.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _positions(records: Sequence[dict[str, Any]], phase: str) -> list[float]:
     columns: list[list[float]] = []
     for record in records:
         cores = record[phase]["node_cores"]
-        for position, node in enumerate(node_order(cores, record["leader"])):
+        for position, node in enumerate(node_order(cores, record[phase].get("leader", record["leader"]))):
             if position == len(columns):
                 columns.append([])
             columns[position].append(cores[node])
@@ -52,6 +52,13 @@ def problems(record: dict[str, Any]) -> list[str]:
         found.append(f"{produce['undelivered']:,} records without a delivery report after the drain")
     if produce["delivered"] != produce["stored"]:
         found.append(f"{produce['delivered']:,} records delivered, but the topic holds {produce['stored']:,}")
+    for phase in ("produce", "consume"):
+        moved = record.get(phase, {})
+        if moved.get("leader_after", moved.get("leader")) != moved.get("leader"):
+            found.append(
+                f"the leader moved from node {moved['leader']} to node {moved['leader_after']} while "
+                f"{'producing' if phase == 'produce' else 'consuming'} (its CPU is split between them)"
+            )
     consume = record.get("consume")
     if consume is not None:
         if consume["errors"]:
