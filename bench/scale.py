@@ -24,8 +24,9 @@ whole), divided by the wall time between the readings, is its cores; the leader 
 agreed leader) is marked. The producer processes' CPU ("client cores") and the host's busy share say
 whether the clients or the machine were the limit. The same readings are taken around the consume
 phase. Every level repeats `--runs` times (each run on its own fresh clusters); the tables give
-medians. `--node-arg` passes flags to every node, so later node options (worker processes, Raft
-groups) are measured with the same tool.
+medians. `--processes N` runs every node as N worker processes (one Raft group each, `kq-node
+--processes`), and `--node-arg` passes any other flag to every node, so the scale-out's node options
+are measured with the same tool as today's single group.
 
 Producer settings (librdkafka): acks=all, enable.idempotence=true (so at most 5 requests in flight
 per connection, retried without duplicates), linger.ms=`--linger-ms` (5: librdkafka's default),
@@ -83,6 +84,7 @@ LINGER_MS_DEFAULT = 5  # librdkafka's default, spelled out.
 BATCH_BYTES_DEFAULT = 1_000_000  # librdkafka's default batch.size, spelled out.
 LEVEL_MAX = 64  # Producer processes of one level.
 NODES_MAX = 9
+PROCESSES_MAX = 64
 RUNS_MAX = 20
 SECONDS_MAX = 600.0
 VALUE_BYTES_MAX = 512 * 1024  # Under librdkafka's message.max.bytes (1,000,000) and kq's RECORD_BYTES_MAX.
@@ -125,6 +127,7 @@ class ScaleSettings:
     runs: int = 1
     fresh: str = "size"  # "size": one cluster per size and run; "level": one per level.
     node_args: tuple[str, ...] = ()
+    processes: int = 1  # Worker processes per node (kq-node --processes), one per Raft group.
     linger_ms: int = LINGER_MS_DEFAULT
     batch_bytes: int = BATCH_BYTES_DEFAULT
     base_dir: Path | None = None
@@ -489,7 +492,9 @@ def _cluster(settings: ScaleSettings, directory: Path, keep: bool) -> Iterator[L
     and logs, workers' logs) is removed afterwards unless `keep`."""
     directory.mkdir(parents=True, exist_ok=True)
     try:
-        with LocalCluster(directory, size=settings.nodes, node_args=settings.node_args) as cluster:
+        with LocalCluster(
+            directory, size=settings.nodes, node_args=settings.node_args, processes=settings.processes
+        ) as cluster:
             cluster.wait_ready(timeout_s=ADMIN_TIMEOUT_S)
             yield cluster
     finally:
@@ -591,8 +596,9 @@ def build_document(
 
 
 def _heading(size: int, settings: ScaleSettings) -> str:
+    processes = f" of {settings.processes} processes" if settings.processes > 1 else ""
     return (
-        f"{size} B values, {settings.nodes} nodes, {settings.partitions} partitions, "
+        f"{size} B values, {settings.nodes} nodes{processes}, {settings.partitions} partitions, "
         f"{settings.seconds:g} s per level after {settings.warmup_seconds:g} s warm-up, "
         f"median of {settings.runs} run(s)"
     )
@@ -635,6 +641,13 @@ def _heading(size: int, settings: ScaleSettings) -> str:
     "--node-arg=128).",
 )
 @click.option(
+    "--processes",
+    type=click.IntRange(1, PROCESSES_MAX),
+    default=1,
+    help="Worker processes per node (kq-node --processes: one per Raft group; the harness gives each its "
+    "ports). Node cores count a node's whole process tree.",
+)
+@click.option(
     "--quick", is_flag=True, help="One level of one producer, 100 B, 4 partitions, 2 s: a smoke run."
 )
 @click.option(
@@ -665,6 +678,7 @@ def main(
     linger_ms: int,
     batch_bytes: int,
     node_args: tuple[str, ...],
+    processes: int,
     quick: bool,
     output: Path | None,
     base_dir: Path | None,
@@ -685,6 +699,7 @@ def main(
         runs=runs,
         fresh=fresh,
         node_args=node_args,
+        processes=processes,
         linger_ms=linger_ms,
         batch_bytes=batch_bytes,
         base_dir=base_dir,
