@@ -7,9 +7,6 @@ scripts must run a node and the CLI without the checkout on the path.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -17,42 +14,16 @@ from pathlib import Path
 import pytest
 
 from kq.deploy.cluster import LocalCluster
+from tests.system.wheels import INSTALL_TIMEOUT_S, build_wheel, copy_checkout, run_outside
 
 pytestmark = pytest.mark.system
-
-REPO = Path(__file__).resolve().parents[2]
-INSTALL_TIMEOUT_S = 600.0  # Dependencies come from PyPI (or pip's cache): minutes on a cold cache.
-COMMAND_TIMEOUT_S = 120.0
-# Not part of a source tree: environments, caches, earlier builds, run directories.
-SOURCE_IGNORED = (".git", ".venv", "build", "run", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis")
-
-
-def _run(command: list[str], cwd: Path, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
-    """Runs `command` in `cwd` with an environment that does not point at the checkout; its stdout."""
-    environment = {
-        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KQ_BOOTSTRAP")
-    }
-    completed = subprocess.run(
-        command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout_s, check=False
-    )
-    assert completed.returncode == 0, (
-        f"{' '.join(command)} exited {completed.returncode}\n{completed.stdout}\n{completed.stderr}"
-    )
-    return completed.stdout
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from this checkout (with the build tools of the test's own environment)."""
+    """The wheel built from a copy of this checkout (with the build tools of the test's own environment)."""
     out = tmp_path_factory.mktemp("wheel")
-    # Built from a copy: setuptools leaves build/ in the source tree, and a file deleted from the
-    # checkout but still in an old build/ would end up in the wheel.
-    source = out / "source"
-    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(*SOURCE_IGNORED))
-    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out)]
-    _run([*pip_wheel, str(source)], cwd=out, timeout_s=INSTALL_TIMEOUT_S)
-    (built,) = out.glob("kq_broker-*.whl")
-    return built
+    return build_wheel(copy_checkout(out / "source"), out)
 
 
 def test_the_wheel_holds_one_namespace_with_jobs_and_proto(wheel: Path) -> None:
@@ -79,15 +50,15 @@ def test_the_wheel_installs_beside_proto_plus_and_serves(wheel: Path, tmp_path: 
     venv = tmp_path / "venv"
     outside = tmp_path / "elsewhere"  # Not the checkout: its kq/ folder must not be importable.
     outside.mkdir()
-    _run([sys.executable, "-m", "venv", str(venv)], cwd=outside)
+    run_outside([sys.executable, "-m", "venv", str(venv)], cwd=outside)
     bin_dir = venv / "bin"
-    _run(
+    run_outside(
         [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel), "proto-plus"],
         cwd=outside,
         timeout_s=INSTALL_TIMEOUT_S,
     )
-    assert "topics" in _run([str(bin_dir / "kq"), "--help"], cwd=outside)
-    where = _run(
+    assert "topics" in run_outside([str(bin_dir / "kq"), "--help"], cwd=outside)
+    where = run_outside(
         [
             str(bin_dir / "python"),
             "-c",
@@ -101,7 +72,7 @@ def test_the_wheel_installs_beside_proto_plus_and_serves(wheel: Path, tmp_path: 
     with LocalCluster(tmp_path / "cluster", size=1, node_command=[str(bin_dir / "kq-node")]) as cluster:
         bootstrap = ",".join(cluster.bootstrap)
         kq = [str(bin_dir / "kq"), "--bootstrap", bootstrap]
-        _run([*kq, "topics", "create", "wheel", "--partitions", "1"], cwd=outside)
-        _run([*kq, "produce", "wheel", "from-the-wheel"], cwd=outside)
-        consumed = _run([*kq, "consume", "wheel", "--from-beginning", "--max", "1"], cwd=outside)
+        run_outside([*kq, "topics", "create", "wheel", "--partitions", "1"], cwd=outside)
+        run_outside([*kq, "produce", "wheel", "from-the-wheel"], cwd=outside)
+        consumed = run_outside([*kq, "consume", "wheel", "--from-beginning", "--max", "1"], cwd=outside)
     assert "from-the-wheel" in consumed
