@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -37,7 +38,7 @@ from kq.proto.limits import (
 from kq.raft import commands
 from kq.raft.results import ApplyResult, GroupResult
 from kq.raft.validation import assignor_problem, member_problem, offsets_problem
-from kq.storage import StoreReader
+from kq.storage import PartitionState, StoreReader, TopicMeta
 
 NEW_MEMBER_PLACEHOLDER = "new-member"
 
@@ -83,7 +84,7 @@ class GroupRpcs(ServiceBase):
 
     def _join(self, request: kq_pb2.JoinGroupRequest) -> kq_pb2.GroupMember:
         """Checks a join and proposes it; the member (with its id) that joined."""
-        self._require_leader()  # First: a follower may not have applied the topics yet.
+        self._require_leader(self._groups.coordinator_of(request.group))  # First: a follower may lack topics.
         member = _checked_member(request, self._store_topics())
         if request.member_id:
             with self._store.read() as reader:
@@ -155,7 +156,7 @@ class GroupRpcs(ServiceBase):
         check_group_name(request.group)
         if request.wait_ms > HEARTBEAT_WAIT_MS_MAX:
             raise InvalidArgumentError(f"wait_ms is at most {HEARTBEAT_WAIT_MS_MAX}")
-        self._require_leader()
+        self._require_leader(self._groups.coordinator_of(request.group))
 
         async def step(last: bool) -> kq_pb2.HeartbeatResponse | None:
             return await self._in_workers(self._heartbeat_step, request, last)
@@ -183,7 +184,7 @@ class GroupRpcs(ServiceBase):
     ) -> kq_pb2.LeaveGroupResponse:
         """Removes a member at once (its partitions move without waiting for its session to expire)."""
         check_group_name(request.group)
-        self._require_leader()
+        self._require_leader(self._groups.coordinator_of(request.group))
         command = commands.leave_group(request.group, [request.member_id], wall_clock_ms())
         with contextlib.suppress(RebalanceError, NotFoundError):  # Already gone: leaving is idempotent.
             self._propose_group(command, request.group)
@@ -195,7 +196,7 @@ class GroupRpcs(ServiceBase):
         """Commits offsets for the member's generation (or for a group without members)."""
         check_group_name(request.group)
         check(offsets_problem(list(request.offsets)))
-        self._require_leader()
+        self._require_leader(self._groups.coordinator_of(request.group))
         if request.member_id:
             self._coordinator.heard_from(request.group, request.member_id)
         command = commands.commit_offsets(
@@ -255,7 +256,7 @@ class GroupRpcs(ServiceBase):
             state.assignor = state.assignor or "range"  # What the group will use when it has members.
             return kq_pb2.DescribeGroupResponse(
                 group=state,
-                partitions=partition_lags(reader, state),
+                partitions=partition_lags(reader, state, self._groups.partition_states),
                 served_by=self._node.node_id,
                 applied_index=reader.applied_index(),
             )
@@ -267,7 +268,7 @@ class GroupRpcs(ServiceBase):
         check_group_name(request.group)
         if not request.topics:
             raise InvalidArgumentError("name at least one topic to reset")
-        self._require_leader()
+        self._require_leader(self._groups.coordinator_of(request.group))
         with self._store.read() as reader:
             offsets = [entry for topic in request.topics for entry in _reset_targets(reader, topic, request)]
         self._propose_group(commands.reset_offsets(request.group, offsets), request.group)
@@ -278,7 +279,7 @@ class GroupRpcs(ServiceBase):
     ) -> kq_pb2.DeleteGroupResponse:
         """Deletes a group without active members and its committed offsets."""
         check_group_name(request.group)
-        self._require_leader()
+        self._require_leader(self._groups.coordinator_of(request.group))
         self._propose_group(commands.delete_group(request.group), request.group)
         return kq_pb2.DeleteGroupResponse(index=self._store.applied_index())
 
@@ -309,10 +310,16 @@ def _new_member_id(client_id: str) -> str:
     return f"{client_id[:MEMBER_ID_PREFIX_MAX] or 'member'}-{uuid.uuid4().hex[:12]}"
 
 
-def partition_lags(reader: StoreReader, state: kq_pb2.GroupState) -> list[kq_pb2.PartitionLag]:
+def partition_lags(
+    reader: StoreReader,
+    state: kq_pb2.GroupState,
+    logs: Callable[[StoreReader, TopicMeta], list[tuple[int, PartitionState | None]]] | None = None,
+) -> list[kq_pb2.PartitionLag]:
     """Per partition of every topic the group owns or committed to: committed offset, log end, lag.
 
     Without a committed offset the lag counts from the log start (what an `earliest` consumer has left).
+    `logs` reads a topic's partitions (GroupsView.partition_states: each from this node's replica of
+    its group); None: from `reader`. A partition not there yet is left out.
     """
     topics = {topic.topic_id: topic for topic in reader.topics()}
     committed = {(t, p): offset for t, p, offset, _ in reader.committed_offsets(state.name) if t in topics}
@@ -323,9 +330,11 @@ def partition_lags(reader: StoreReader, state: kq_pb2.GroupState) -> list[kq_pb2
     result = []
     for topic_id in sorted(names, key=lambda i: topics[i].name):
         topic = topics[topic_id]
+        states = logs(reader, topic) if logs is not None else None
         for partition in range(topic.partitions):
-            log = reader.partition(topic_id, partition)
-            assert log is not None
+            log = reader.partition(topic_id, partition) if states is None else states[partition][1]
+            if log is None:
+                continue
             offset = committed.get((topic_id, partition))
             start = log.log_start_offset if offset is None else max(offset, log.log_start_offset)
             result.append(

@@ -21,9 +21,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kq.broker.background import BackgroundThread
+from kq.broker.groups_view import GroupsView
+from kq.broker.membership import MembershipView
 from kq.proto.limits import (
     LEADER_BALANCE_PERIOD_S,
     LEADER_BALANCE_SETTLE_S,
@@ -47,6 +49,9 @@ class LeadershipView:
     leaders: Mapping[int, str | None]
     nodes: Sequence[str]
     eligible: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    # The groups whose leadership this process can hand over (None: every group it sees): a worker
+    # process holds one group, and its node's other workers move theirs.
+    local: frozenset[int] | None = None
 
 
 class GroupLeadership(Protocol):
@@ -100,7 +105,11 @@ class LeaderBalancer(BackgroundThread):
         if now - self._seen_since < self._settle_s or now < self._next_round:
             return ()
         plan = leader_moves(view.leaders, view.nodes, view.eligible, self._moves_max)
-        mine = tuple(move for move in plan if move.source == self._node_id)
+        mine = tuple(
+            move
+            for move in plan
+            if move.source == self._node_id and (view.local is None or move.group in view.local)
+        )
         for move in mine:
             self._leadership.transfer(move.group, move.target)
         if mine:
@@ -116,6 +125,11 @@ class LeaderBalancer(BackgroundThread):
     def _run(self) -> None:
         while not self._stopping.wait(self._period_s):
             self.step()
+
+
+def partner_connected(status: Mapping[str, Any], raft_address: str) -> bool:
+    """Whether PySyncObj's status dictionary says the partner at `raft_address` is connected."""
+    return bool(status.get(f"partner_node_status_server_{raft_address}", 0) == PARTNER_CONNECTED)
 
 
 class RaftGroupLeadership:
@@ -146,7 +160,7 @@ class RaftGroupLeadership:
             leaders[group] = None if leader is None else self._node_of.get(leader)
             for node, by_group in self._addresses.items():
                 address = by_group.get(group)
-                if status.get(f"partner_node_status_server_{address}", 0) == PARTNER_CONNECTED:
+                if address is not None and partner_connected(status, address):
                     running.add(node)
             voters[group] = frozenset(self._node_of[a] for a in raft.voters() if a in self._node_of)
         nodes = [node for node in self._addresses if node in running]
@@ -161,3 +175,45 @@ class RaftGroupLeadership:
         self._groups[group].hand_over_leadership(
             lambda _result, _reason: None, self._addresses[target][group]
         )
+
+
+class WorkerLeadership:
+    """`GroupLeadership` of one worker process (broker/workers.py): every group's leader from the
+    node's leader board (broker/groups_view.py), the running nodes from this process's Raft
+    connections in its own group, and hand-overs of its own group only."""
+
+    def __init__(self, groups: GroupsView, raft: RaftNode, view: Callable[[], MembershipView]) -> None:
+        self._groups = groups
+        self._raft = raft
+        self._view = view
+
+    def view(self) -> LeadershipView:
+        """The leaders, the running nodes (this one and those its group's replica is connected to)."""
+        members = self._view()
+        connected = set(self._connected())
+        nodes = [
+            peer.node_id
+            for peer in members.members
+            if peer.node_id == members.self_id or peer.node_id in connected
+        ]
+        leaders = {leader.group: leader.leader_id or None for leader in self._groups.leaders()}
+        running = frozenset(nodes)
+        return LeadershipView(
+            leaders, nodes, dict.fromkeys(leaders, running), frozenset((self._groups.group,))
+        )
+
+    def _connected(self) -> list[str]:
+        status = self._raft.status()
+        members = self._view()
+        return [
+            peer.node_id
+            for peer in members.peers
+            if partner_connected(status, peer.raft_address)
+        ]
+
+    def transfer(self, group: int, target: str) -> None:
+        """Asks this process's replica, its group's leader, to hand over to `target`'s process."""
+        assert group == self._groups.group, "a worker moves its own group only"
+        peer = self._view().member(target)
+        if peer is not None:
+            self._raft.hand_over_leadership(lambda _result, _reason: None, peer.raft_address)

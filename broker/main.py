@@ -39,10 +39,12 @@ from kq.broker.config import (
 from kq.broker.consensus import PySyncObjConsensus
 from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
 from kq.broker.groups import GroupCoordinator
+from kq.broker.groups_view import GroupsView, LeaderBoard, LocalStores
 from kq.broker.http_endpoints import HttpEndpoints, readiness
 from kq.broker.kafka.apis import KafkaApis
 from kq.broker.kafka.listener import KafkaListener
 from kq.broker.kafka.settings import check_kafka_members, kafka_settings
+from kq.broker.leader_balance import LeaderBalancer, WorkerLeadership
 from kq.broker.logs import LOG_FORMATS, LogFormat, configure_logging
 from kq.broker.membership import Membership, MembershipChanges, probe_node
 from kq.broker.metrics import LeadershipWatch, NodeCollector, SnapshotCounts, register_node
@@ -50,8 +52,17 @@ from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
 from kq.broker.storage_guard import StorageGuard
+from kq.broker.topic_sync import TopicSync
 from kq.broker.waiters import AppliedNotifier
-from kq.broker.workers import Supervisor, check_processes, die_with_parent, worker_config
+from kq.broker.workers import (
+    GROUPS_DIR,
+    LEADERS_DIR,
+    Supervisor,
+    check_processes,
+    die_with_parent,
+    node_data_dir,
+    worker_config,
+)
 from kq.client.tls import TlsConfig, TlsConfigError, is_loopback
 from kq.proto import (
     arrays,  # noqa: F401 - numpy loaded at start, not by the first large batch in apply.
@@ -116,6 +127,32 @@ class BrokerNode:
         self.security = Security(self.store, config.auth, config.super_users, config.secret, wall_clock_ms)
         self.raft.on_voters_changed(self.membership.refresh)
         self.consensus = PySyncObjConsensus(self.raft, self.membership)
+        # With worker processes (broker/workers.py): this process is group `config.group` of
+        # `config.processes`; it learns the other groups' leaders from the node's leader board.
+        node_dir = node_data_dir(config)
+        board_dir = node_dir / GROUPS_DIR / LEADERS_DIR
+        self.board = LeaderBoard(board_dir, config.processes) if config.processes > 1 else None
+        stores = LocalStores(node_dir, map_bytes) if config.processes > 1 else None
+        self.groups = GroupsView(
+            config.group,
+            config.processes,
+            lambda: self.membership.view,
+            self.consensus.status,
+            self.board,
+            stores,
+        )
+        # A group other than 0 keeps a copy of group 0's topics (broker/topic_sync.py).
+        self.topic_sync = (
+            TopicSync(self.store, self.consensus, node_dir / "store", map_bytes) if config.group else None
+        )
+        # With worker processes, leaders are spread over the nodes (broker/leader_balance.py).
+        self.balancer = (
+            LeaderBalancer(
+                config.node_id, WorkerLeadership(self.groups, self.raft, lambda: self.membership.view)
+            )
+            if config.processes > 1
+            else None
+        )
         self.batcher = Batcher(self.consensus, wall_clock_ms)
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
         self.retention = Retention(
@@ -162,6 +199,7 @@ class BrokerNode:
                 ),
             ),
             self.security,
+            self.groups,
         )
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
@@ -194,6 +232,7 @@ class BrokerNode:
                     self.leadership,
                     lambda: SnapshotCounts(*self.raft.snapshots_written()),
                     self.batcher.queue_depth,
+                    self.groups,
                 )
             )
         self.http_port = 0  # Bound by start() when there is an HTTP address.
@@ -219,6 +258,10 @@ class BrokerNode:
         self.coordinator.start()
         self.retention.start()
         self.compactor.start()
+        if self.topic_sync is not None:
+            self.topic_sync.start()
+        if self.balancer is not None:
+            self.balancer.start()
         try:
             self.grpc_port = self.front.start()
         except FrontEndError as error:
@@ -237,6 +280,8 @@ class BrokerNode:
         status = self.consensus.status()
         self.leadership.observe(status.leader_id)
         self.front.set_serving(readiness(status).ready)
+        if self.board is not None:  # The other workers of this node learn this group's leader here.
+            self.board.publish(self.groups.group, status.leader_id, status.term)
 
     def stop(self) -> None:
         """Stops every thread, in the order of the class docstring, then closes the store."""
@@ -249,9 +294,14 @@ class BrokerNode:
         self.batcher.stop()
         self.retention.stop()
         self.compactor.stop()
+        if self.topic_sync is not None:
+            self.topic_sync.stop()
+        if self.balancer is not None:
+            self.balancer.stop()
         self.coordinator.stop()
         self.raft.close()
         self.front.close_loop()
+        self.groups.close()
         self.store.close()
 
 
@@ -741,7 +791,8 @@ def _run_checked(config: NodeConfig, worker_group: int | None, log_level: str, l
         raise click.UsageError(str(error)) from error
     if config.processes > 1 and worker_group is None:
         configure_logging(config.node_id, log_level, log_format)
-        sys.exit(Supervisor(sys.argv[1:], config.processes).run())
+        board = config.data_dir / GROUPS_DIR / LEADERS_DIR
+        sys.exit(Supervisor(sys.argv[1:], config.processes, board).run())
     if worker_group is not None:
         if not 0 <= worker_group < config.processes:
             raise click.UsageError(f"--worker-group must be 0..{config.processes - 1}")

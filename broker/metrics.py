@@ -34,9 +34,10 @@ from prometheus_client.registry import Collector
 
 from kq.broker.consensus import Consensus
 from kq.broker.group_service import partition_lags
+from kq.broker.groups_view import GroupsView
 from kq.proto import kq_pb2
 from kq.proto.limits import METRICS_GROUPS_MAX, METRICS_PARTITION_SERIES_MAX, METRICS_TOPICS_MAX
-from kq.storage import Store, StoredBatch
+from kq.storage import Store, StoredBatch, TopicMeta
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 OTHER_TOPICS = "_other"
@@ -156,7 +157,11 @@ class NodeCollector(Collector):
         leadership: LeadershipWatch,
         snapshots: Callable[[], SnapshotCounts],
         queue_depth: Callable[[], int],
+        groups: GroupsView | None = None,
     ) -> None:
+        # With worker processes: this process reports its own group's partitions, and lags from the
+        # node's replica of each partition's group (broker/groups_view.py).
+        self._groups = groups
         self._node_id = node_id
         self._store = store
         self._consensus = consensus
@@ -242,7 +247,7 @@ class NodeCollector(Collector):
             for topic in topics:
                 for partition in range(topic.partitions):
                     state = reader.partition(topic.topic_id, partition)
-                    if state is None:
+                    if state is None or not self._owns(topic, partition):
                         continue
                     if series >= METRICS_PARTITION_SERIES_MAX:
                         dropped[0] += 3
@@ -258,7 +263,7 @@ class NodeCollector(Collector):
                     continue
                 group = kq_pb2.GroupState()
                 group.ParseFromString(raw)
-                lags = partition_lags(reader, group)
+                lags = partition_lags(reader, group, self._groups.partition_states if self._groups else None)
                 for lag in lags:
                     if lag.has_committed:
                         committed.add_metric([name, lag.topic, str(lag.partition)], lag.committed_offset)
@@ -266,6 +271,10 @@ class NodeCollector(Collector):
                 lag_sum.add_metric([name], sum(lag.lag for lag in lags))
                 members.add_metric([name], len(group.members))
         yield from (start, end, size, committed, lag_max, lag_sum, members)
+
+    def _owns(self, topic: TopicMeta, partition: int) -> bool:
+        """Whether this process's group holds the partition (its copy of the others' is empty)."""
+        return self._groups is None or self._groups.group_of(topic.topic_id, partition) == self._groups.group
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

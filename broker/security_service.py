@@ -21,6 +21,7 @@ from kq.proto import kq_pb2
 from kq.proto.limits import PROPOSAL_TIMEOUT_S, TOKEN_SECRET_BYTES, TOKEN_TTL_S_MAX
 from kq.raft import commands
 from kq.raft.auth import AuthResult, user_name_problem
+from kq.raft.placement import METADATA_GROUP
 from kq.raft.results import ApplyResult
 
 
@@ -30,7 +31,7 @@ class SecurityRpcs(ServiceBase):
     _security: Security
 
     def _propose_auth(self, command: kq_pb2.Command, subject: str) -> AuthResult:
-        self._require_leader()
+        self._require_leader(METADATA_GROUP)  # Users, tokens and ACLs are the cluster's state.
         result: ApplyResult = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
         assert isinstance(result, AuthResult)
         error = error_for_code(result.error, subject)

@@ -16,10 +16,12 @@ from kq.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
     KqError,
+    MembershipError,
     OutOfRangeError,
     error_for_code,
 )
 from kq.broker.group_service import GroupRpcs
+from kq.broker.groups_view import GroupLeader, GroupsView
 from kq.broker.membership import MembershipChanges, MembershipView, peer_statuses
 from kq.broker.metrics import count_fetched, count_produced
 from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
@@ -48,6 +50,7 @@ from kq.proto.limits import (
 )
 from kq.proto.records import WireRecord, parse_batch, read_header
 from kq.raft import commands, topic_config
+from kq.raft.placement import METADATA_GROUP
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
 from kq.raft.topic_config import altered, applied_config, configs_problem, decode_overrides, effective
 from kq.storage import StoredBatch, StoreReader, TopicMeta
@@ -69,7 +72,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         check_topic_name(request.name)
         check_partition_count(request.partitions)
         check(configs_problem(request.configs))
-        self._require_leader()
+        self._require_leader(METADATA_GROUP)
         with self._store.read() as reader:
             if reader.topic(request.name) is not None:
                 raise AlreadyExistsError(f"topic {request.name} already exists")
@@ -87,7 +90,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
     ) -> kq_pb2.DeleteTopicResponse:
         """Deletes a topic and its records through Raft."""
         check_topic_name(request.name)
-        self._require_leader()
+        self._require_leader(METADATA_GROUP)
         with self._store.read() as reader:
             self._topic(reader, request.name)
         result = propose_and_wait(self._consensus, commands.delete_topic(request.name), PROPOSAL_TIMEOUT_S)
@@ -117,7 +120,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
             topic = self._topic(reader, request.name)
             return kq_pb2.DescribeTopicResponse(
                 topic=_topic_info(topic),
-                partitions=_partition_infos(reader, topic),
+                partitions=_partition_infos(self._groups, reader, topic),
                 served_by=self._node.node_id,
                 applied_index=reader.applied_index(),
                 configs=self.config_values(reader, topic),
@@ -136,7 +139,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
             request.name, {entry.name: entry.value for entry in request.set}, list(request.remove)
         )
         check_command(command)
-        self._require_leader()
+        self._require_leader(METADATA_GROUP)
         with self._store.read() as reader:
             topic = self._topic(reader, request.name)
             current = decode_overrides(reader.topic_configs(topic.topic_id))
@@ -161,7 +164,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             return kq_pb2.ListOffsetsResponse(
-                partitions=_partition_infos(reader, topic),
+                partitions=_partition_infos(self._groups, reader, topic),
                 served_by=self._node.node_id,
                 applied_index=reader.applied_index(),
             )
@@ -245,6 +248,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
+            self._require_partition_leader(topic, request.partition)
             overrides = decode_overrides(reader.topic_configs(topic.topic_id))
         limit = applied_config(overrides).max_message_bytes
         if len(records) > limit:  # Apply decides it too (the config may change meanwhile).
@@ -377,6 +381,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 return kq_pb2.FetchResponse(served_by=self._node.node_id, applied_index=applied_index), False
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
+            self._require_replica(topic, request.partition)
             state = reader.partition(topic.topic_id, request.partition)
             assert state is not None
             if offset < state.log_start_offset:
@@ -407,6 +412,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             _check_partition(topic, request.partition)
+            self._require_partition_leader(topic, request.partition)
             state = reader.partition(topic.topic_id, request.partition)
             assert state is not None
             if request.before_offset > state.log_end_offset:
@@ -426,8 +432,8 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
     def RegisterProducer(
         self, request: kq_pb2.RegisterProducerRequest, context: grpc.ServicerContext
     ) -> kq_pb2.RegisterProducerResponse:
-        """Allocates an idempotent producer id through Raft."""
-        self._require_leader()
+        """Allocates an idempotent producer id through Raft (in group 0: ids are the cluster's)."""
+        self._require_leader(METADATA_GROUP)
         result = propose_and_wait(
             self._consensus, commands.register_producer(wall_clock_ms()), PROPOSAL_TIMEOUT_S
         )
@@ -454,6 +460,19 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
             raft_log_entries=status.log_entries,
             raft_address=self._node.raft_address,
             cluster_id=view.cluster_id,
+            group=self._groups.group,
+            groups=self._groups.count,
+            group_leaders=[self._group_leader(leader) for leader in self._groups.leaders()],
+        )
+
+    def _group_leader(self, leader: GroupLeader) -> kq_pb2.GroupLeader:
+        process = self._groups.process(leader.leader_id, leader.group) if leader.leader_id else None
+        return kq_pb2.GroupLeader(
+            group=leader.group,
+            leader_id=leader.leader_id,
+            leader_address=process.grpc_address if process is not None else "",
+            leader_kafka_address=process.kafka_address if process is not None else "",
+            term=leader.term,
         )
 
     def AddNode(
@@ -471,6 +490,12 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         return kq_pb2.RemoveNodeResponse(index=self._store.applied_index(), members=self._member_rows(view))
 
     def _changes(self) -> MembershipChanges:
+        if self._groups.several:
+            raise MembershipError(
+                "membership changes of a cluster of nodes with worker processes (--processes) are not "
+                "supported yet (DESIGN.md, Scale-out)",
+                ErrorCode.MEMBERSHIP_REFUSED,
+            )
         self._require_leader()
         assert self._membership_changes is not None, "a node with Raft has membership changes"
         return self._membership_changes
@@ -517,19 +542,17 @@ def _topic_info(topic: TopicMeta) -> kq_pb2.TopicInfo:
     )
 
 
-def _partition_infos(reader: StoreReader, topic: TopicMeta) -> list[kq_pb2.PartitionInfo]:
+def _partition_infos(groups: GroupsView, reader: StoreReader, topic: TopicMeta) -> list[kq_pb2.PartitionInfo]:
+    """Each partition's offsets and size from this node's replica of its group, and the group (a
+    partition whose group's replica here does not hold the topic yet reads as empty)."""
     infos = []
-    for partition in range(topic.partitions):
-        state = reader.partition(topic.topic_id, partition)
-        assert state is not None, "a topic's partition row is missing"
-        infos.append(
-            kq_pb2.PartitionInfo(
-                partition=partition,
-                log_start_offset=state.log_start_offset,
-                log_end_offset=state.log_end_offset,
-                size_bytes=state.size_bytes,
-            )
-        )
+    for partition, (group, state) in enumerate(groups.partition_states(reader, topic)):
+        info = kq_pb2.PartitionInfo(partition=partition, group=group)
+        if state is not None:
+            info.log_start_offset = state.log_start_offset
+            info.log_end_offset = state.log_end_offset
+            info.size_bytes = state.size_bytes
+        infos.append(info)
     return infos
 
 

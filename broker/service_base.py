@@ -15,6 +15,7 @@ from kq.broker.auth import Security
 from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.groups import GroupCoordinator
+from kq.broker.groups_view import GroupsView
 from kq.broker.membership import Membership, MembershipChanges
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.storage_guard import StorageGuard
@@ -48,8 +49,12 @@ class ServiceBase:
         storage_guard: StorageGuard | None = None,
         membership_changes: MembershipChanges | None = None,
         security: Security | None = None,
+        groups: GroupsView | None = None,
     ) -> None:
         self._node = node
+        # The cluster's Raft groups as this process serves them (broker/groups_view.py); one group
+        # unless the node runs worker processes.
+        self._groups = groups or GroupsView(0, 1, lambda: membership.view, consensus.status)
         # This node's defaults of the leader-run topic configs (`--topic-default`, raft/topic_config.py).
         self._topic_defaults: Mapping[str, str] = dict(topic_defaults or {})
         self._membership = membership  # The members as this node knows them (broker/membership.py).
@@ -120,12 +125,33 @@ class ServiceBase:
                 ErrorCode.NOT_CAUGHT_UP,
             )
 
-    def _require_leader(self) -> None:
-        if not self._consensus.is_leader():
+    def _require_leader(self, group: int | None = None) -> None:
+        """Unless this process leads `group` (None: its own group), NotLeaderError naming the process
+        that does (`kq-leader`), or UnavailableError while it is unknown. Writes to the cluster's state
+        need group 0 (METADATA_GROUP), a partition's its group, a consumer group's its coordinator."""
+        if group is None or group == self._groups.group:
+            if self._consensus.is_leader():
+                return
             leader = self._consensus.leader_grpc_address()
-            if leader is None:
-                raise UnavailableError("no leader is elected right now; retry", ErrorCode.LEADER_UNKNOWN)
-            raise NotLeaderError(leader)
+        else:
+            process = self._groups.leader_process(group)
+            leader = process.grpc_address if process is not None else None
+        if leader is None:
+            raise UnavailableError("no leader is elected right now; retry", ErrorCode.LEADER_UNKNOWN)
+        raise NotLeaderError(leader)
+
+    def _require_partition_leader(self, topic: TopicMeta, partition: int) -> None:
+        """`_require_leader` for the group that holds the partition."""
+        self._require_leader(self._groups.group_of(topic.topic_id, partition))
+
+    def _require_replica(self, topic: TopicMeta, partition: int) -> None:
+        """For a read: unless this process holds the partition's group, NotLeaderError naming this
+        node's process that does (a replica: reads are served by followers too)."""
+        group = self._groups.group_of(topic.topic_id, partition)
+        if group != self._groups.group:
+            process = self._groups.process(self._node.node_id, group)
+            assert process is not None, "this node is a member of its own view"
+            raise NotLeaderError(process.grpc_address)
 
     def _require_room(self, incoming_bytes: int, counted: bool = True) -> None:
         """On the leader, before proposing a write that grows the store: STORAGE_FULL when the store

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from kq.broker.config import ConfigError, NodeConfig
 from kq.broker.consensus import Peer
@@ -40,6 +41,7 @@ from kq.proto.limits import BROKER_ID_GROUP_STRIDE, PROCESSES_MAX, WORKER_POLL_S
 logger = logging.getLogger(__name__)
 
 GROUPS_DIR = "groups"  # <data-dir>/groups/<g>: the data directory of group g > 0.
+LEADERS_DIR = "leaders"  # <data-dir>/groups/leaders: the workers' leader board (broker/groups_view.py).
 WORKER_FLAG = "--worker-group"  # Set by the supervisor only: this process is the replica of one group.
 PORT_MAX = 65_535
 _PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -82,9 +84,9 @@ def check_processes(config: NodeConfig, processes: int) -> None:
 def worker_config(config: NodeConfig, group: int) -> NodeConfig:
     """The configuration of this node's worker of `group`: every address moved by `group`, the
     peers' too, and the group's own data directory."""
-    if group == 0:
-        return dataclasses.replace(config, group=0)
     assert config.raft is not None
+    if group == 0:  # The node's own addresses and directory; its apply knows it is one of several.
+        return dataclasses.replace(config, group=0, raft=dataclasses.replace(config.raft, group=0))
     data_dir = config.data_dir / GROUPS_DIR / str(group)
     peers = tuple(
         Peer(
@@ -101,6 +103,7 @@ def worker_config(config: NodeConfig, group: int) -> NodeConfig:
         raft_address=shifted(config.raft_address, group),
         peer_raft_addresses=tuple(peer.raft_address for peer in peers),
         data_dir=data_dir,
+        group=group,  # Its apply's scope: raft/state_machine.py GroupScope.
     )
     kafka = None
     if config.kafka is not None:
@@ -116,6 +119,11 @@ def worker_config(config: NodeConfig, group: int) -> NodeConfig:
         http_address=shifted(config.http_address, group),
         group=group,
     )
+
+
+def node_data_dir(config: NodeConfig) -> Path:
+    """The node's own data directory (group 0's), from any of its workers' configurations."""
+    return config.data_dir.parents[1] if config.group else config.data_dir
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -139,9 +147,10 @@ class Supervisor:
     Runs on the node process's main thread (no thread of its own); the workers' output goes where the
     supervisor's does (the node's log)."""
 
-    def __init__(self, arguments: Sequence[str], processes: int) -> None:
+    def __init__(self, arguments: Sequence[str], processes: int, board: Path) -> None:
         self._arguments = tuple(arguments)
         self._processes = processes
+        self._board = board  # The workers' leader board (broker/groups_view.py), emptied at start.
         self._workers: dict[int, subprocess.Popen[bytes]] = {}
         self._stopping = False
 
@@ -149,6 +158,8 @@ class Supervisor:
         """Runs the workers until a stop signal (exit code 0) or a worker's end (its exit code)."""
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signal_number, self._on_signal)
+        for entry in self._board.glob("*"):  # No group leader of an earlier run.
+            entry.unlink(missing_ok=True)
         environment = {**os.environ, "KQ_SUPERVISOR_PID": str(os.getpid())}
         for group in range(self._processes):
             self._workers[group] = subprocess.Popen(worker_command(self._arguments, group), env=environment)

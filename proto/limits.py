@@ -446,6 +446,11 @@ LEADER_MOVE_COOLDOWN_S = 5.0  # After a round that moved leaders, the next waits
 # A topic id a command carries (a group's copy of a metadata group's topic): stored as u64, kept
 # where the next id (one more) still fits.
 TOPIC_ID_MAX = 2**63 - 1
+# broker/topic_sync.py: a group's leader compares its copy of the topics with group 0's this often,
+# and proposes at most this many changes a round (the rest next round).
+TOPIC_SYNC_PERIOD_S = 0.5
+TOPIC_SYNC_CHANGES_MAX = 100
+LEADER_BOARD_TTL_S = 0.2  # A worker reads its siblings' published group leaders at most this often.
 # Worker processes of one node (`--processes`, broker/workers.py): one Raft group each.
 PROCESSES_MAX = 64
 # Kafka broker id of a node's worker of group g: node id + g x this (node ids stay below it).

@@ -107,12 +107,13 @@ def apply_leave(writer: StoreWriter, command: kq_pb2.LeaveGroupCommand) -> Group
 
 
 def apply_commit(
-    writer: StoreWriter, command: kq_pb2.CommitOffsetsCommand
+    writer: StoreWriter, command: kq_pb2.CommitOffsetsCommand, check_log_end: bool = True
 ) -> GroupResult | KafkaGroupResult:
-    """Stores offsets from a current member (or from outside group management for an empty group)."""
+    """Stores offsets from a current member (or from outside group management for an empty group).
+    `check_log_end`: refuse an offset past its partition's log end (this store holds every log)."""
     state = load(writer, command.group)
     if command.kafka:
-        return _apply_kafka_commit(writer, state, command)
+        return _apply_kafka_commit(writer, state, command, check_log_end)
     if command.member_id:
         if state is None:
             return GroupResult(ErrorCode.UNKNOWN_GROUP)
@@ -126,14 +127,17 @@ def apply_commit(
         state = state or _new_group(writer, command.group, "")
         if state is None:
             return GroupResult(ErrorCode.TOO_MANY_GROUPS)
-    error = _write_offsets(writer, command.group, command.offsets, command.now_ms)
+    error = _write_offsets(writer, command.group, command.offsets, command.now_ms, check_log_end)
     if error != ErrorCode.OK:
         return GroupResult(error, state.generation, state.phase)
     return _save(writer, state)
 
 
 def _apply_kafka_commit(
-    writer: StoreWriter, state: kq_pb2.GroupState | None, command: kq_pb2.CommitOffsetsCommand
+    writer: StoreWriter,
+    state: kq_pb2.GroupState | None,
+    command: kq_pb2.CommitOffsetsCommand,
+    check_log_end: bool,
 ) -> KafkaGroupResult:
     """A Kafka client's OffsetCommit: Kafka's rules (raft/kafka_groups.py), Kafka's error codes."""
     code = kafka_groups.commit_problem(state, command)
@@ -142,7 +146,7 @@ def _apply_kafka_commit(
     state = state or _new_group(writer, command.group, "")
     if state is None:
         return KafkaGroupResult(kafka_groups.GROUP_MAX_SIZE_REACHED)
-    error = _write_offsets(writer, command.group, command.offsets, command.now_ms)
+    error = _write_offsets(writer, command.group, command.offsets, command.now_ms, check_log_end)
     if error != ErrorCode.OK:
         code = kafka_groups.OFFSET_OUT_OF_RANGE
         if error != ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -178,14 +182,16 @@ def _position(state: kq_pb2.GroupState | None) -> tuple[int, int]:
     return (0, 0) if state is None else (state.generation, state.phase)
 
 
-def apply_reset(writer: StoreWriter, command: kq_pb2.ResetOffsetsCommand) -> GroupResult:
-    """Sets offsets of a group without active members."""
+def apply_reset(
+    writer: StoreWriter, command: kq_pb2.ResetOffsetsCommand, check_log_end: bool = True
+) -> GroupResult:
+    """Sets offsets of a group without active members (`check_log_end`: as `apply_commit`)."""
     state = load(writer, command.group) or _new_group(writer, command.group, "")
     if state is None:
         return GroupResult(ErrorCode.TOO_MANY_GROUPS)
     if state.members:
         return GroupResult(ErrorCode.GROUP_HAS_MEMBERS, state.generation, state.phase)
-    error = _write_offsets(writer, command.group, command.offsets, 0)
+    error = _write_offsets(writer, command.group, command.offsets, 0, check_log_end)
     if error != ErrorCode.OK:
         return GroupResult(error, state.generation, state.phase)
     return _save(writer, state)
@@ -203,9 +209,14 @@ def apply_delete_group(writer: StoreWriter, command: kq_pb2.DeleteGroupCommand) 
 
 
 def _write_offsets(
-    writer: StoreWriter, group: str, offsets: Iterable[kq_pb2.OffsetEntry], commit_time_ms: int
+    writer: StoreWriter,
+    group: str,
+    offsets: Iterable[kq_pb2.OffsetEntry],
+    commit_time_ms: int,
+    check_log_end: bool,
 ) -> ErrorCode:
-    """Checks every offset against the topics, then writes them all (or none)."""
+    """Checks every offset against the topics (and the log ends, when `check_log_end`), then writes
+    them all (or none)."""
     resolved = []
     for entry in offsets:
         topic = writer.topic(entry.topic)
@@ -214,7 +225,7 @@ def _write_offsets(
         state = writer.partition(topic.topic_id, entry.partition)
         if state is None:
             return ErrorCode.UNKNOWN_PARTITION
-        if entry.offset > state.log_end_offset:
+        if check_log_end and entry.offset > state.log_end_offset:
             return ErrorCode.OFFSET_OUT_OF_RANGE
         resolved.append((topic.topic_id, entry.partition, entry.offset))
     for topic_id, partition, offset in resolved:

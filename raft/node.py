@@ -51,7 +51,7 @@ from kq.raft.journal import OS_DISK, Disk, RaftJournal, convert_legacy_journal
 from kq.raft.pysyncobj_adapter import PySyncObjAdapter, TransportFactory, read_pysyncobj_journal
 from kq.raft.results import AppendResult, ApplyResult
 from kq.raft.snapshot import RaftData, SnapshotSerializer, read_header
-from kq.raft.state_machine import apply
+from kq.raft.state_machine import SOLE_GROUP, GroupScope, apply
 from kq.raft.transport import RaftTls, RaftTransport, TransportSettings
 from kq.raft.wire import KEEPALIVE_TYPE
 from kq.storage import SnapshotError, Store
@@ -102,8 +102,9 @@ class RaftConfig:
     join: bool = False
     # Mutual TLS between nodes (`--tls-cert/--tls-key/--tls-ca`); None: plain TCP (loopback clusters).
     tls: RaftTls | None = None
-    # The Raft group this node is a replica of, where a process holds several (raft/placement.py):
-    # its tick thread is kq-raft-tick-<group>. None: the node's one group, ticked by kq-raft-tick.
+    # The Raft group this node is a replica of in a cluster of several (raft/placement.py): its tick
+    # thread is kq-raft-tick-<group>, and its apply's GroupScope follows (raft/state_machine.py).
+    # None: the cluster's one group, ticked by kq-raft-tick.
     group: int | None = None
 
     @property
@@ -245,6 +246,13 @@ class RaftNode(PySyncObjAdapter):
         self._stopping = threading.Event()
         self._ticker: threading.Thread | None = None
         self._group = config.group  # Names the tick thread where a process holds several groups.
+        # What this group's apply takes for granted (raft/state_machine.py GroupScope): a group of a
+        # cluster of several holds only its partitions, and only group 0 hands out producer ids.
+        self._scope = (
+            SOLE_GROUP
+            if config.group is None
+            else GroupScope(allocates_producer_ids=config.group == 0, holds_every_partition=False)
+        )
         # When it ticks on a loop instead (start_on_loop): that loop, its thread, the periodic tick.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -453,7 +461,7 @@ class RaftNode(PySyncObjAdapter):
         """Applied on every node in log order; PySyncObj increments raftLastApplied right after."""
         index = self.raftLastApplied + 1
         try:
-            result = apply(self._store, index, data)
+            result = apply(self._store, index, data, self._scope)
         except BaseException as error:  # An environment fault (or a newer entry): fail-stop, never diverge.
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("apply of entry %d failed", index, exc_info=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import lmdb
@@ -86,15 +87,39 @@ class EnvironmentFaultError(Exception):
     """Applying an entry failed because of the machine (disk, memory), not the entry: stop the node."""
 
 
-def apply(store: Store, index: int, data: bytes) -> ApplyResult:
+@dataclass(frozen=True, slots=True)
+class GroupScope:
+    """What a Raft group's apply takes for granted about its group: constants of the group, the same
+    on all its replicas, so apply stays deterministic (DESIGN.md, "Scale-out").
+
+    `allocates_producer_ids`: the group hands out the idempotent producer ids its appends carry, so an
+    append of an id it never allocated is refused (UNKNOWN_PRODUCER). False in every group of a
+    cluster of several but group 0: their producers' ids come from group 0, and such a group takes a
+    new id at its sequence 0, as a Kafka partition leader does.
+    `holds_every_partition`: every partition's log is in this group, so a committed offset past a
+    partition's log end is refused here (OFFSET_OUT_OF_RANGE). False in a cluster of several groups:
+    a consumer group's coordinator group holds only copies of the other groups' partitions, and the
+    edge checks the offset against the node's replica of the partition's group (Kafka's log itself
+    never checks it).
+    """
+
+    allocates_producer_ids: bool = True
+    holds_every_partition: bool = True
+
+
+SOLE_GROUP = GroupScope()  # A cluster of one Raft group.
+
+
+def apply(store: Store, index: int, data: bytes, scope: GroupScope = SOLE_GROUP) -> ApplyResult:
     """Applies the log entry at Raft `index` in one write transaction that also records `index`.
 
     An entry at or below the stored applied index was applied before a restart and is skipped. An
     entry that cannot be decoded, fails validation, or raises while applied is rejected alike on
     every replica; an environment fault raises EnvironmentFaultError.
+    `scope`: what the group takes for granted (GroupScope).
     """
     try:
-        return _apply_checked(store, index, data)
+        return _apply_checked(store, index, data, scope)
     except ENVIRONMENT_ERRORS as error:
         raise EnvironmentFaultError(f"{type(error).__name__}: {error}") from error
     except commands.NewerCommandError:
@@ -108,14 +133,14 @@ def apply(store: Store, index: int, data: bytes) -> ApplyResult:
         return _reject(store, index, reason)
 
 
-def _apply_checked(store: Store, index: int, data: bytes) -> ApplyResult:
+def _apply_checked(store: Store, index: int, data: bytes, scope: GroupScope) -> ApplyResult:
     problem, command = _decode_and_check(data)
     if problem is not None or command is None:
         return _reject(store, index, problem or "undecodable entry")
     with store.write() as writer:
         if index <= writer.applied_index():
             return SkippedResult(index)
-        result = _dispatch(writer, command, index)
+        result = _dispatch(writer, command, index, scope)
         writer.set_applied_index(index)
     return result
 
@@ -146,10 +171,16 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0][:200] if text else "(no message)"
 
 
-def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> ApplyResult:
+def _dispatch(
+    writer: StoreWriter, command: kq_pb2.Command, index: int, scope: GroupScope
+) -> ApplyResult:
     kind = command.WhichOneof("kind")
     if kind == "append":
-        return _apply_append(writer, command.append, index)
+        return _apply_append(writer, command.append, index, scope.allocates_producer_ids)
+    if kind == "commit_offsets":
+        return groups.apply_commit(writer, command.commit_offsets, scope.holds_every_partition)
+    if kind == "reset_offsets":
+        return groups.apply_reset(writer, command.reset_offsets, scope.holds_every_partition)
     if kind == "create_topic":
         return _apply_create_topic(writer, command.create_topic)
     if kind == "delete_topic":
@@ -179,8 +210,6 @@ def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int) -> Apply
 _GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult | KafkaGroupResult]] = {
     "join_group": groups.apply_join,
     "leave_group": groups.apply_leave,
-    "commit_offsets": groups.apply_commit,
-    "reset_offsets": groups.apply_reset,
     "delete_group": groups.apply_delete_group,
     "kafka_join_group": groups.apply_kafka_join,
     "kafka_sync_group": groups.apply_kafka_sync,
@@ -289,7 +318,9 @@ def _apply_compact(writer: StoreWriter, command: kq_pb2.CompactCommand) -> Compa
     return CompactResult(ErrorCode.OK, rewritten, removed, dropped, freed, skipped)
 
 
-def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int) -> AppendResult:
+def _apply_append(
+    writer: StoreWriter, command: kq_pb2.AppendCommand, index: int, allocates_producer_ids: bool
+) -> AppendResult:
     """Applies each produce request of the entry in order, all checked against one work budget.
 
     The meter (proto/records.py WorkMeter, ENTRY_WORK_MAX) bounds the whole entry's checking: the
@@ -299,7 +330,8 @@ def _apply_append(writer: StoreWriter, command: kq_pb2.AppendCommand, index: int
     meter = WorkMeter(ENTRY_WORK_MAX)
     configs: dict[int, TopicConfig] = {}  # By topic id: an append entry changes no config.
     appends = tuple(
-        _apply_partition_append(writer, a, meter, command.timestamp_ms, configs) for a in command.appends
+        _apply_partition_append(writer, a, meter, command.timestamp_ms, configs, allocates_producer_ids)
+        for a in command.appends
     )
     return AppendResult(appends, index, tuple((a.topic, a.partition) for a in command.appends))
 
@@ -310,6 +342,7 @@ def _apply_partition_append(
     meter: WorkMeter,
     timestamp_ms: int,
     configs: dict[int, TopicConfig],
+    allocates_producer_ids: bool,
 ) -> PartitionAppendResult:
     """One produce request: checked, its topic's applied configs kept (max.message.bytes, and
     LogAppendTime stamping the entry's leader clock), deduplicated, stored."""
@@ -335,7 +368,7 @@ def _apply_partition_append(
     window: ProducerWindow | None = None
     if idempotent:
         window = writer.producer_window(header.producer_id, topic.topic_id, append.partition)
-        verdict = _check_sequence(writer, window, header)
+        verdict = _check_sequence(writer, window, header, allocates_producer_ids)
         if verdict is not None:
             return verdict
     if config.log_append_time:
@@ -350,7 +383,7 @@ def _apply_partition_append(
 
 
 def _check_sequence(
-    writer: StoreWriter, window: ProducerWindow | None, header: BatchHeader
+    writer: StoreWriter, window: ProducerWindow | None, header: BatchHeader, allocates_producer_ids: bool
 ) -> PartitionAppendResult | None:
     """None when the batch is the producer's next one on the partition; else the duplicate or error result.
 
@@ -360,7 +393,7 @@ def _check_sequence(
     one of the last PRODUCER_APPENDS_KEPT appends answers its original base offset; a gap is out of
     order, and a sequence behind those remembered is too old to deduplicate.
     """
-    if not writer.producer_id_allocated(header.producer_id):
+    if allocates_producer_ids and not writer.producer_id_allocated(header.producer_id):
         return PartitionAppendResult(ErrorCode.UNKNOWN_PRODUCER)
     sequence = header.base_sequence
     if window is None or header.producer_epoch > window.epoch:

@@ -192,6 +192,34 @@ class Store:
                 _upgrade(transaction, store._databases)
         return store
 
+    @classmethod
+    def open_reader(cls, path: Path, map_size_bytes: int) -> Store:
+        """Opens an existing environment to read only, beside the process that writes it (LMDB's
+        lock file coordinates them): another worker process of the node reading group 0's store
+        (broker/topic_sync.py). Raises StorageError when there is none yet, StoreFormatError for a
+        newer layout; never writes."""
+        if not (path / "data.mdb").exists():
+            raise StorageError(f"no store at {path} yet")
+        environment = lmdb.open(
+            str(path),
+            map_size=map_size_bytes,
+            max_dbs=MAX_DATABASES,
+            max_readers=MAX_READERS,
+            subdir=True,
+            readonly=True,
+            lock=True,
+            readahead=False,
+        )
+        try:
+            check_layout(environment, path)
+            return cls(environment, path, map_size_bytes)
+        except lmdb.Error as error:  # Its writer is still creating the databases.
+            environment.close()
+            raise StorageError(f"store at {path} not ready: {error}") from error
+        except BaseException:
+            environment.close()
+            raise
+
     def map_size_bytes(self) -> int:
         """The address space reserved for the environment."""
         return self._map_size_bytes

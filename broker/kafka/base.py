@@ -23,7 +23,9 @@ from kq.broker.kafka.listener import Connection
 from kq.broker.membership import MembershipView
 from kq.broker.service import BrokerService
 from kq.broker.service_base import ServiceBase
+from kq.broker.workers import shifted
 from kq.proto.errors import ErrorCode, spec_of
+from kq.raft.placement import METADATA_GROUP
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +105,12 @@ class KafkaSettings:
         forward_credentials: grpc.ChannelCredentials | None = None,
         forward_metadata: tuple[tuple[str, str], ...] = (),
         sasl_mechanisms: Sequence[str] = (),
+        broker_id_of: Callable[[str], int] = int,
     ) -> None:
         self._view = view
+        # A member's broker id from its node id: the id itself, or with worker processes its process
+        # of this process's group (broker/workers.py `broker_id`).
+        self._broker_id_of = broker_id_of
         self.sasl_mechanisms = tuple(sasl_mechanisms)  # `--kafka-sasl`: what clients must use; () for none.
         self.forward_credentials = forward_credentials  # The node's TLS for calls to the leader.
         self.forward_metadata = forward_metadata  # The node's proof (broker/auth.py) on those calls.
@@ -119,7 +125,7 @@ class KafkaSettings:
         view = self._view()
         built_from, brokers = self._brokers
         if built_from is not view:
-            brokers = kafka_brokers(view.members)
+            brokers = kafka_brokers(view.members, self._broker_id_of)
             self._brokers = (view, brokers)  # One reference swap: readers see the old or the new pair.
         return brokers
 
@@ -129,7 +135,9 @@ class KafkaSettings:
         return self._view().cluster_id
 
 
-def kafka_brokers(members: Iterable[Peer]) -> tuple[KafkaBrokerInfo, ...]:
+def kafka_brokers(
+    members: Iterable[Peer], broker_id_of: Callable[[str], int] = int
+) -> tuple[KafkaBrokerInfo, ...]:
     """The members that can be Kafka brokers (an integer id, a Kafka address), by broker id."""
     brokers = []
     for peer in members:
@@ -137,7 +145,12 @@ def kafka_brokers(members: Iterable[Peer]) -> tuple[KafkaBrokerInfo, ...]:
             host, _, port = peer.kafka_address.rpartition(":")
             brokers.append(
                 KafkaBrokerInfo(
-                    int(peer.node_id), peer.node_id, host, int(port), peer.grpc_address, peer.rack or None
+                    broker_id_of(peer.node_id),
+                    peer.node_id,
+                    host,
+                    int(port),
+                    peer.grpc_address,
+                    peer.rack or None,
                 )
             )
     return tuple(sorted(brokers, key=lambda broker: broker.broker_id))
@@ -171,22 +184,69 @@ class KafkaBase(ServiceBase):
             service._workers,
             service._reads,
             security=service._security,
+            groups=service._groups,
         )
         self._service = service
         self._settings = settings
         self._forwarder = LeaderForwarder(settings.forward_credentials, settings.forward_metadata)
         self._fetch_totals = FetchTotals()
 
-    def _leader_broker(self) -> KafkaBrokerInfo | None:
-        """The Kafka broker of the Raft leader this node knows of."""
-        if self._consensus.is_leader():
-            address: str | None = self._node.grpc_address
-        else:
-            address = self._consensus.leader_grpc_address()
-        return next((broker for broker in self._settings.brokers if broker.grpc_address == address), None)
+    def _leader_broker(self, group: int | None = None) -> KafkaBrokerInfo | None:
+        """The Kafka broker of the leader of `group` (None: this process's own) this process knows of:
+        the controller is group 0's, a consumer group's coordinator its coordinator group's."""
+        if group is None or group == self._groups.group:
+            if self._consensus.is_leader():
+                address: str | None = self._node.grpc_address
+            else:
+                address = self._consensus.leader_grpc_address()
+            return next((broker for broker in self._settings.brokers if broker.grpc_address == address), None)
+        leader = self._groups.leader(group).leader_id
+        return self._group_broker(leader, group) if leader else None
 
-    def _live_broker_ids(self) -> tuple[int, ...]:
-        """Brokers this node is connected to over Raft, and itself: the in-sync replicas it reports."""
+    def _brokers(self) -> tuple[KafkaBrokerInfo, ...]:
+        """Every broker of the cluster: each member's process of each group, by broker id (a
+        member's processes of the other groups have its addresses moved: broker/workers.py)."""
+        members = self._settings.brokers
+        if not self._groups.several:
+            return members
+        return tuple(
+            sorted(
+                (self._moved(broker, group) for broker in members for group in range(self._groups.count)),
+                key=lambda broker: broker.broker_id,
+            )
+        )
+
+    def _group_brokers(self, group: int) -> tuple[KafkaBrokerInfo, ...]:
+        """The brokers that replicate `group`: each member's process of it."""
+        if not self._groups.several:
+            return self._settings.brokers
+        return tuple(self._moved(broker, group) for broker in self._settings.brokers)
+
+    def _group_broker(self, node_id: str, group: int) -> KafkaBrokerInfo | None:
+        """Node `node_id`'s process of `group` as a broker (None: not a member)."""
+        broker = next((b for b in self._settings.brokers if b.node_id == node_id), None)
+        return None if broker is None else self._moved(broker, group)
+
+    def _moved(self, broker: KafkaBrokerInfo, group: int) -> KafkaBrokerInfo:
+        """A member's broker in this process's group, as its process of `group`."""
+        offset = group - self._groups.group
+        if offset == 0:
+            return broker  # Its id is already its process's of this group (KafkaSettings.brokers).
+        return KafkaBrokerInfo(
+            self._groups.broker_id(broker.node_id, group),
+            broker.node_id,
+            broker.host,
+            broker.port + offset,
+            shifted(broker.grpc_address, offset),
+            broker.rack,
+        )
+
+    def _live_broker_ids(self, group: int | None = None) -> tuple[int, ...]:
+        """The in-sync replicas this process reports for `group` (None: its own): for its own group the
+        brokers it is connected to over Raft, and itself; for another, every replica (its connections
+        are its sibling's to know)."""
+        if group is not None and group != self._groups.group:
+            return tuple(broker.broker_id for broker in self._group_brokers(group))
         connected = self._consensus.status().connected
         return tuple(
             broker.broker_id
@@ -220,10 +280,15 @@ class KafkaBase(ServiceBase):
         return principal is not None and self._security.allowed(principal, needed)
 
     async def _on_leader(self, method: str, request: Any) -> Any:
-        """BrokerService's `method` here when this node leads, else on the leader (forward.py)."""
-        if self._consensus.is_leader():
+        """BrokerService's `method` (a write to the cluster's state: group 0's) here when this process
+        leads group 0, else on the process that does (forward.py)."""
+        if self._groups.group == METADATA_GROUP and self._consensus.is_leader():
             return await self._in_workers(getattr(self._service, method), request, None)
-        leader = self._consensus.leader_grpc_address()
+        if self._groups.group == METADATA_GROUP:
+            leader = self._consensus.leader_grpc_address()
+        else:
+            process = self._groups.leader_process(METADATA_GROUP)
+            leader = process.grpc_address if process is not None else None
         if leader is None:
             raise UnavailableError("no leader is elected right now; retry", ErrorCode.LEADER_UNKNOWN)
         return await self._forwarder.call(leader, method, request)

@@ -11,6 +11,7 @@ code that makes a Kafka client refresh its metadata and go to the leader.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from kq.broker.auth import CLUSTER, TOPIC
@@ -45,6 +46,7 @@ from kq.broker.kafka.listener import Connection
 from kq.broker.validation import check_partition_count, check_topic_name
 from kq.proto import kq_pb2
 from kq.raft.auth import CLUSTER_RESOURCE
+from kq.raft.placement import METADATA_GROUP
 from kq.raft.topic_config import configs_problem
 from kq.raft.validation import partition_count_problem, topic_name_problem
 from kq.storage import TopicMeta
@@ -69,8 +71,8 @@ class ClusterApis(KafkaBase):
             bool(getattr(body, "allow_auto_topic_creation", True)) and self._settings.auto_create_topics
         )
         topics = await self._in_reads(self._topics_for_metadata, names)
-        leader = self._leader_broker()
-        live = self._live_broker_ids()
+        leaders = {group: self._leader_broker(group) for group in range(self._groups.count)}
+        live = {group: self._live_broker_ids(group) for group in range(self._groups.count)}
         answers = []
         for name, found in topics:
             topic, code = found, NONE
@@ -89,13 +91,14 @@ class ClusterApis(KafkaBase):
                     if name is not None and topic_name_problem(name)
                     else UNKNOWN_TOPIC_OR_PARTITION
                 )
-            answers.append(self._topic_metadata(module, name or "", topic, code, leader, live))
+            answers.append(self._topic_metadata(module, name or "", topic, code, leaders, live))
+        controller = leaders[METADATA_GROUP]
         return build(
             module.MetadataResponse,
             throttle_time=0,
-            brokers=tuple(self._broker_metadata(module, broker) for broker in self._settings.brokers),
+            brokers=tuple(self._broker_metadata(module, broker) for broker in self._brokers()),
             cluster_id=self._settings.cluster_id,
-            controller_id=leader.broker_id if leader else -1,
+            controller_id=controller.broker_id if controller else -1,
             topics=tuple(answers),
             cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         )
@@ -124,9 +127,11 @@ class ClusterApis(KafkaBase):
         name: str,
         topic: TopicMeta | None,
         code: int,
-        leader: KafkaBrokerInfo | None,
-        live: tuple[int, ...],
+        leaders: Mapping[int, KafkaBrokerInfo | None],
+        live: Mapping[int, tuple[int, ...]],
     ) -> Any:
+        """A topic's metadata: each partition's leader is its group's (raft/placement.py), its
+        replicas that group's brokers."""
         if topic is None:
             return build(
                 module.MetadataResponseTopic,
@@ -135,27 +140,32 @@ class ClusterApis(KafkaBase):
                 partitions=(),
                 topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
             )
-        replicas = tuple(broker.broker_id for broker in self._settings.brokers)
-        partitions = tuple(
-            build(
-                module.MetadataResponsePartition,
-                error_code=NONE if leader else LEADER_NOT_AVAILABLE,
-                partition_index=index,
-                leader_id=leader.broker_id if leader else -1,
-                leader_epoch=-1,
-                replica_nodes=replicas,
-                isr_nodes=live,
-                offline_replicas=tuple(r for r in replicas if r not in live),
+        replicas = {
+            group: tuple(broker.broker_id for broker in self._group_brokers(group)) for group in leaders
+        }
+        partitions = []
+        for index in range(topic.partitions):
+            group = self._groups.group_of(topic.topic_id, index)
+            leader = leaders[group]
+            partitions.append(
+                build(
+                    module.MetadataResponsePartition,
+                    error_code=NONE if leader else LEADER_NOT_AVAILABLE,
+                    partition_index=index,
+                    leader_id=leader.broker_id if leader else -1,
+                    leader_epoch=-1,
+                    replica_nodes=replicas[group],
+                    isr_nodes=live[group],
+                    offline_replicas=tuple(r for r in replicas[group] if r not in live[group]),
+                )
             )
-            for index in range(topic.partitions)
-        )
         return build(
             module.MetadataResponseTopic,
             error_code=NONE,
             name=topic.name,
             topic_id=uuid.UUID(int=topic.topic_id),
             is_internal=False,
-            partitions=partitions,
+            partitions=tuple(partitions),
             topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         )
 
@@ -172,10 +182,10 @@ class ClusterApis(KafkaBase):
     async def describe_cluster(self, request: Request, connection: Connection) -> Any:
         """The brokers and the controller (the Raft leader)."""
         module = response_module(DESCRIBE_CLUSTER, request.api_version)
-        leader = self._leader_broker()
+        leader = self._leader_broker(METADATA_GROUP)
         brokers = tuple(
             build(module.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-            for b in self._settings.brokers
+            for b in self._brokers()
         )
         return build(
             module.DescribeClusterResponse,
@@ -189,9 +199,10 @@ class ClusterApis(KafkaBase):
         )
 
     async def find_coordinator(self, request: Request, connection: Connection) -> Any:
-        """The coordinator of every group is the Raft leader (group state is replicated through it)."""
+        """A consumer group's coordinator: the leader of its coordinator group (raft/placement.py; the
+        Raft leader when the cluster has one group), whose log replicates the group's state."""
         module = response_module(FIND_COORDINATOR, request.api_version)
-        leader = self._leader_broker()
+        leader = self._leader_broker(self._groups.coordinator_of(str(getattr(request.body, "key", "") or "")))
         if getattr(request.body, "key_type", 0) != 0:  # A transaction coordinator: refused, fatally
             # (COORDINATOR_NOT_AVAILABLE made clients retry for max.block.ms).
             code, message = TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not implemented"

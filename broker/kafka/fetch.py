@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +32,7 @@ from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
 from kq.broker.kafka.base import (
     INVALID_REQUEST,
     NONE,
+    NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaBase,
@@ -143,6 +144,11 @@ class FetchApis(KafkaBase):
             pass  # No slot to wait in: answer what there is now, as a fetch with max_wait 0 would.
         return await self._in_reads(self._read_partitions, wanted, max_bytes, behind)
 
+    def _holds(self, topic_id: int, partition: int) -> bool:
+        """Whether this process's group holds the partition (its store holds only a copy of the
+        topic otherwise: broker/topic_sync.py)."""
+        return self._groups.group_of(topic_id, partition) == self._groups.group
+
     def _preferred_replica(self, rack: str) -> int:
         """Where the leader sends a consumer in `rack` (NO_PREFERRED_REPLICA: served here).
 
@@ -214,6 +220,7 @@ class FetchApis(KafkaBase):
                     min(partition_max_bytes, remaining),
                     first=remaining == max_bytes,
                     leader_end=behind.get((topic, partition)),
+                    holds=self._holds,
                 )
                 remaining -= len(read.records)
                 reads.append(read)
@@ -286,6 +293,8 @@ class FetchApis(KafkaBase):
                 state = None if topic is None else reader.partition(topic.topic_id, partition)
                 if topic is None or state is None:
                     answers.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+                elif not self._holds(topic.topic_id, partition):
+                    answers.append((NOT_LEADER_OR_FOLLOWER, -1, -1))
                 elif timestamp == EARLIEST:
                     answers.append((NONE, -1, state.log_start_offset))
                 elif timestamp == LATEST:
@@ -354,13 +363,18 @@ def _read_partition(
     max_bytes: int,
     first: bool,
     leader_end: int | None = None,
+    holds: Callable[[int, int], bool] = lambda _topic_id, _partition: True,
 ) -> PartitionRead:
     """One partition's read. `leader_end`: on a follower, the leader's log end when `offset` is past
-    this node's: an offset up to it answers empty (it will be applied here) rather than out of range."""
+    this node's: an offset up to it answers empty (it will be applied here) rather than out of range.
+    `holds(topic_id, partition)`: whether this process's group holds the partition (else
+    NOT_LEADER_OR_FOLLOWER: the client asks Metadata again and goes to one of that group's brokers)."""
     topic = None if topic_name_problem(topic_name) else reader.topic(topic_name)
     state = None if topic is None else reader.partition(topic.topic_id, partition)
     if topic is None or state is None:
         return PartitionRead(topic_name, partition, UNKNOWN_TOPIC_OR_PARTITION)
+    if not holds(topic.topic_id, partition):
+        return PartitionRead(topic_name, partition, NOT_LEADER_OR_FOLLOWER)
     read = PartitionRead(topic_name, partition, NONE, state.log_end_offset, state.log_start_offset)
     if leader_end is not None and state.log_end_offset < offset <= leader_end:
         return read

@@ -131,8 +131,11 @@ class GroupApis(KafkaBase):
 
     # Shared steps -------------------------------------------------------------------------------
 
-    def _coordinator_code(self) -> int:
-        """NONE on the leader; else the code that sends a Kafka client looking for the coordinator."""
+    def _coordinator_code(self, group: str) -> int:
+        """NONE on the leader of the group's coordinator group (raft/placement.py; this process's when
+        the cluster has one group); else the code that sends a Kafka client looking for the coordinator."""
+        if self._groups.coordinator_of(group) != self._groups.group:
+            return NOT_COORDINATOR
         if self._consensus.is_leader():
             return NONE
         return NOT_COORDINATOR if self._consensus.leader_grpc_address() else COORDINATOR_NOT_AVAILABLE
@@ -209,7 +212,7 @@ class GroupApis(KafkaBase):
             )
 
         member_id = body.member_id or ""
-        code = self._coordinator_code() or self._join_request_code(body)
+        code = self._coordinator_code(body.group_id) or self._join_request_code(body)
         if code != NONE:
             return answer(code, member_id)
         instance_id = getattr(body, "group_instance_id", None) or ""
@@ -299,7 +302,7 @@ class GroupApis(KafkaBase):
         if state is None or mine is None:
             return answer(UNKNOWN_MEMBER_ID, member_id)  # Expired or removed while joining.
         if not self._consensus.is_leader():
-            return answer(self._coordinator_code(), member_id)
+            return answer(self._coordinator_code(group), member_id)
         if state.phase == kq_pb2.GROUP_REBALANCING and not state.awaiting_sync:
             if not mine.rejoined:
                 # Another member's change began a new rebalance after ours ended: join it as well.
@@ -341,9 +344,9 @@ class GroupApis(KafkaBase):
             return build(module.SyncGroupResponse, throttle_time=0, error_code=code, assignment=assignment)
 
         group, member_id, generation = body.group_id, body.member_id, body.generation_id
-        state = None if self._coordinator_code() else await self._group(group)
+        state = None if self._coordinator_code(group) else await self._group(group)
         code = (
-            self._coordinator_code()
+            self._coordinator_code(group)
             or _group_id_code(group)
             or _member_code(state, member_id, generation, getattr(body, "group_instance_id", None))
         )
@@ -390,7 +393,7 @@ class GroupApis(KafkaBase):
         """A sign of life, kept in memory by the leader's coordinator; tells a member to rejoin."""
         body = request.body
         module = response_module(HEARTBEAT, request.api_version)
-        code = self._coordinator_code() or _group_id_code(body.group_id)
+        code = self._coordinator_code(body.group_id) or _group_id_code(body.group_id)
         if code == NONE:
             state = await self._group(body.group_id)
             code = _member_code(
@@ -422,7 +425,7 @@ class GroupApis(KafkaBase):
 
     async def _leave(self, group: str, leaving: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
         """(the request's error code, each member's); the members found are removed in one command."""
-        code = self._coordinator_code()
+        code = self._coordinator_code(group)
         if code == NONE and topic_name_problem(group, "group"):
             code = INVALID_GROUP_ID
         if code != NONE:
@@ -482,7 +485,7 @@ class GroupApis(KafkaBase):
 
     async def _commit(self, body: Any, wanted: list[tuple[str, int, int]]) -> list[int]:
         """Each offset's error code; the valid ones are committed in one command."""
-        code = self._coordinator_code()
+        code = self._coordinator_code(body.group_id)
         if code == NONE and topic_name_problem(body.group_id, "group"):
             code = INVALID_GROUP_ID
         if code == NONE and len(wanted) > OFFSETS_PER_COMMIT_MAX:
@@ -516,7 +519,11 @@ class GroupApis(KafkaBase):
         with self._store.read() as reader:
             for name, partition, offset in wanted:
                 topic = None if topic_name_problem(name) else reader.topic(name)
-                log = None if topic is None or partition < 0 else reader.partition(topic.topic_id, partition)
+                log = (
+                    None
+                    if topic is None or not 0 <= partition < topic.partitions
+                    else self._groups.partition_state(reader, topic, partition)
+                )
                 if log is None:
                     codes.append(UNKNOWN_TOPIC_OR_PARTITION)
                 elif not 0 <= offset <= log.log_end_offset:
@@ -529,7 +536,7 @@ class GroupApis(KafkaBase):
         """The committed offsets of the named partitions (-1: none), or all of the group's (null)."""
         body = request.body
         module = response_module(OFFSET_FETCH, request.api_version)
-        code = self._coordinator_code()
+        code = self._coordinator_code(body.group_id)
         if code == NONE and topic_name_problem(body.group_id, "group"):
             code = INVALID_GROUP_ID
         if code == NONE and not self._permitted(connection, ApiKey.OFFSET_FETCH, GROUP, body.group_id):
@@ -608,9 +615,9 @@ class GroupApis(KafkaBase):
     async def describe_groups(self, request: Request, connection: Connection) -> Any:
         """Each group's state, protocol and members (metadata and assignment bytes of Kafka members)."""
         module = response_module(DESCRIBE_GROUPS, request.api_version)
-        code = self._coordinator_code()
         described = []
         for name in request.body.groups:
+            code = self._coordinator_code(name)
             group_code = code or (INVALID_GROUP_ID if topic_name_problem(name, "group") else NONE)
             if group_code == NONE and not self._permitted(connection, ApiKey.DESCRIBE_GROUPS, GROUP, name):
                 group_code = GROUP_AUTHORIZATION_FAILED

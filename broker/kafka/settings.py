@@ -7,6 +7,7 @@ from collections.abc import Callable
 from kq.broker.config import ConfigError, KafkaConfig, NodeConfig
 from kq.broker.kafka.base import BROKER_ID_MAX, KafkaSettings
 from kq.broker.membership import MembershipView
+from kq.broker.workers import broker_id
 
 
 def check_kafka_members(config: NodeConfig) -> None:
@@ -30,12 +31,18 @@ def kafka_settings(
     """This node's Kafka settings, its brokers read from `view` (a Membership's). Raises ConfigError as
     `check_kafka_members` does."""
     check_kafka_members(config)
+
+    def broker_id_of(node_id: str) -> int:
+        """With worker processes, a member's process of this group (broker/workers.py)."""
+        return broker_id(int(node_id), config.group) if config.processes > 1 else int(node_id)
+
     return KafkaSettings(
         view,
-        int(config.node_id),
+        broker_id_of(config.node_id),
         kafka.auto_create_topics,
         kafka.default_partitions,
         config.peer_credentials,
         config.node_metadata,
         kafka.sasl_mechanisms,
+        broker_id_of,
     )

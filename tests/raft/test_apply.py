@@ -19,12 +19,13 @@ from kq.raft.results import (
     AppendResult,
     ApplyResult,
     ErrorCode,
+    GroupResult,
     ProducerResult,
     SkippedResult,
     TopicResult,
     TrimResult,
 )
-from kq.raft.state_machine import apply
+from kq.raft.state_machine import GroupScope, apply
 from kq.raft.validation import PASSED_BATCHES, PassedBatches, append_problem
 from kq.storage import ProducerAppend, Store
 from tests.raft.helpers import CLOCK_MS, append, create
@@ -406,3 +407,36 @@ def test_a_carried_topic_id_past_its_limit_is_refused_alike() -> None:
     assert command_problem(commands.create_topic("t", 1, CLOCK_MS, topic_id=TOPIC_ID_MAX)) is None
     assert command_problem(commands.create_topic("t", 1, CLOCK_MS, topic_id=TOPIC_ID_MAX + 1))
     assert command_problem(commands.delete_topic("t", topic_id=TOPIC_ID_MAX + 1))
+
+
+def test_a_group_that_does_not_allocate_producer_ids_takes_a_new_one_at_sequence_zero(tmp_path: Path) -> None:
+    """Group 0 refuses an id it never handed out (UNKNOWN_PRODUCER); another group of a cluster of
+    several takes it as Kafka's partition leaders do, and still checks its sequences."""
+    log = [create("t", 1), append("t", 0, b"a", producer_id=42, sequence=0)]
+    zero = Store.open(tmp_path / "zero", map_size_bytes=64 * 1024**2)
+    other = Store.open(tmp_path / "other", map_size_bytes=64 * 1024**2)
+    refused = run(zero, log)[1]
+    assert isinstance(refused, AppendResult) and refused.appends[0].error == ErrorCode.UNKNOWN_PRODUCER
+    scope = GroupScope(allocates_producer_ids=False, holds_every_partition=False)
+    taken = [apply(other, i + 1, entry, scope) for i, entry in enumerate(log)][1]
+    assert isinstance(taken, AppendResult) and taken.appends[0].error == ErrorCode.OK
+    gap = apply(other, 3, append("t", 0, b"b", producer_id=42, sequence=5), scope)
+    assert isinstance(gap, AppendResult) and gap.appends[0].error == ErrorCode.OUT_OF_ORDER_SEQUENCE
+
+
+def test_a_group_of_several_takes_commits_past_its_copys_log_end(tmp_path: Path) -> None:
+    """A cluster of one group refuses an offset past the partition's log end; a coordinator group of a
+    cluster of several, whose copy of another group's partition is empty, takes it (the edge checked
+    it against that group's replica)."""
+    commit = commands.encode(
+        commands.commit_offsets("g", "", 0, [kq_pb2.OffsetEntry(topic="t", partition=0, offset=5)], CLOCK_MS)
+    )
+    sole = Store.open(tmp_path / "sole", map_size_bytes=64 * 1024**2)
+    several = Store.open(tmp_path / "several", map_size_bytes=64 * 1024**2)
+    refused = run(sole, [create("t", 1), commit])[1]
+    assert isinstance(refused, GroupResult) and refused.error == ErrorCode.OFFSET_OUT_OF_RANGE
+    scope = GroupScope(allocates_producer_ids=True, holds_every_partition=False)
+    taken = [apply(several, i + 1, entry, scope) for i, entry in enumerate([create("t", 1), commit])][1]
+    assert isinstance(taken, GroupResult) and taken.error == ErrorCode.OK
+    with several.read() as reader:
+        assert [offset for _, _, offset, _ in reader.committed_offsets("g")] == [5]

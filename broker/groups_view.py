@@ -1,0 +1,221 @@
+"""What one worker process knows of the cluster's Raft groups: which group holds a partition or
+coordinates a consumer group, and who leads each group, with the addresses of the leader's process.
+
+A node with worker processes (broker/workers.py) runs group g in its worker g; that worker knows its
+own group's leader from Raft and learns the others' from its sibling workers through the node's
+leader board: a directory of small files, one a group (`<node data dir>/groups/leaders/<g>`), each
+written by the worker of that group whenever the leader or term it sees changes (atomically, by
+rename; runtime state only, never synced: the supervisor empties the directory at start). Reading it
+costs a few file reads every LEADER_BOARD_TTL_S, no call between processes.
+
+Addresses follow broker/workers.py: node n's process of group h has node n's addresses in group 0
+plus h, so a peer known in this worker's group g is moved by h - g.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kq.broker.consensus import ConsensusStatus, Peer
+from kq.broker.membership import MembershipView
+from kq.broker.workers import GROUPS_DIR, broker_id, shifted
+from kq.proto.limits import LEADER_BOARD_TTL_S
+from kq.raft.placement import coordinator_group, partition_group
+from kq.storage import PartitionState, StorageError, Store, StoreReader, TopicMeta
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLeader:
+    """A group's leader as this process sees it: its node id ("" unknown) and the group's term."""
+
+    group: int
+    leader_id: str
+    term: int
+
+
+class LeaderBoard:
+    """The node's leader board (above): this worker publishes its group's leader, reads the others'."""
+
+    def __init__(self, directory: Path, groups: int) -> None:
+        self._directory = directory
+        self._groups = groups
+        self._published: tuple[str, int] | None = None
+        self._read_at = float("-inf")
+        self._cached: dict[int, GroupLeader] = {}
+
+    def publish(self, group: int, leader_id: str, term: int) -> None:
+        """Writes `group`'s leader and term when they changed since the last publication."""
+        if self._published == (leader_id, term):
+            return
+        self._directory.mkdir(parents=True, exist_ok=True)
+        temporary = self._directory / f".{group}.tmp"
+        temporary.write_text(f"{leader_id} {term}\n")
+        os.replace(temporary, self._directory / str(group))
+        self._published = (leader_id, term)
+
+    def leaders(self) -> dict[int, GroupLeader]:
+        """Every group's leader as published (unknown: "" and term 0), read at most every
+        LEADER_BOARD_TTL_S."""
+        now = time.monotonic()
+        if now - self._read_at >= LEADER_BOARD_TTL_S:
+            self._cached = {group: self._read(group) for group in range(self._groups)}
+            self._read_at = now
+        return self._cached
+
+    def _read(self, group: int) -> GroupLeader:
+        try:
+            leader_id, term = (self._directory / str(group)).read_text().split()
+            return GroupLeader(group, leader_id, int(term))
+        except (OSError, ValueError):  # Not published yet, or a torn read of a file being replaced.
+            return GroupLeader(group, "", 0)
+
+
+class GroupsView:
+    """The groups as this process serves them: its own group, their count, placement and leaders."""
+
+    def __init__(
+        self,
+        group: int,
+        count: int,
+        view: Callable[[], MembershipView],
+        status: Callable[[], ConsensusStatus],
+        board: LeaderBoard | None = None,
+        stores: LocalStores | None = None,
+    ) -> None:
+        assert count == 1 or (board is not None and stores is not None), "several groups: board, stores"
+        self.group = group  # The group this process is the replica of.
+        self.count = count  # The cluster's groups (1: one group, no workers).
+        self._view = view
+        self._status = status
+        self._board = board
+        self._stores = stores  # This node's replicas of the other groups, to read (LocalStores).
+
+    @property
+    def several(self) -> bool:
+        """Whether the cluster has more than one group (nodes with worker processes)."""
+        return self.count > 1
+
+    def group_of(self, topic_id: int, partition: int) -> int:
+        """The group that holds a partition (raft/placement.py)."""
+        return partition_group(topic_id, partition, self.count) if self.several else 0
+
+    def coordinator_of(self, group_name: str) -> int:
+        """The group that coordinates a consumer group (raft/placement.py)."""
+        return coordinator_group(group_name, self.count) if self.several else 0
+
+    def leader(self, group: int) -> GroupLeader:
+        """`group`'s leader: from Raft for this process's own group, from the board for the others."""
+        if group == self.group:
+            status = self._status()
+            return GroupLeader(group, status.leader_id, status.term)
+        assert self._board is not None
+        return self._board.leaders().get(group, GroupLeader(group, "", 0))
+
+    def leaders(self) -> list[GroupLeader]:
+        """Every group's leader, by group."""
+        return [self.leader(group) for group in range(self.count)]
+
+    def process(self, node_id: str, group: int) -> Peer | None:
+        """Node `node_id`'s process of `group` (its addresses), if the node is a member."""
+        view = self._view()
+        peer = view.member(node_id)
+        if peer is None:
+            return None
+        offset = group - self.group
+        return Peer(
+            peer.node_id,
+            shifted(peer.raft_address, offset),
+            shifted(peer.grpc_address, offset),
+            shifted(peer.kafka_address, offset),
+            peer.rack,
+        )
+
+    def leader_process(self, group: int) -> Peer | None:
+        """The process leading `group` (None while its leader is unknown)."""
+        leader = self.leader(group)
+        return self.process(leader.leader_id, group) if leader.leader_id else None
+
+    def partition_states(self, own: StoreReader, topic: TopicMeta) -> list[tuple[int, PartitionState | None]]:
+        """Each partition's group and log state on this node (LocalStores; `own` alone for one group)."""
+        if self._stores is None:
+            return [(0, own.partition(topic.topic_id, partition)) for partition in range(topic.partitions)]
+        return self._stores.partition_states(own, topic, self)
+
+    def partition_state(self, own: StoreReader, topic: TopicMeta, partition: int) -> PartitionState | None:
+        """One partition's log state on this node's replica of its group (`partition_states`)."""
+        if self._stores is None or self.group_of(topic.topic_id, partition) == self.group:
+            return own.partition(topic.topic_id, partition)
+        return self._stores.partition_states(own, topic, self)[partition][1]
+
+    def close(self) -> None:
+        """Closes the other groups' stores this process opened to read."""
+        if self._stores is not None:
+            self._stores.close()
+
+    def broker_id(self, node_id: str, group: int) -> int:
+        """The Kafka broker id of node `node_id`'s process of `group` (an integer node id)."""
+        return broker_id(int(node_id), group) if self.several else int(node_id)
+
+
+class LocalStores:
+    """This node's replicas of every group, to read partition logs owned by the sibling workers: LMDB
+    lets other processes read an environment beside its writer, so a worker answers a topic's offsets
+    (ListOffsets, DescribeTopic) or a consumer group's lag from the node's own replicas, without a call
+    to its siblings. Each sibling's store is opened read-only on first use (StorageError until its
+    worker created it: such partitions read as not there yet) and kept open until `close()`."""
+
+    def __init__(self, node_dir: Path, map_size_bytes: int) -> None:
+        self._node_dir = node_dir
+        self._map_size_bytes = map_size_bytes
+        self._opened: dict[int, Store] = {}
+        self._lock = threading.Lock()  # Read threads open siblings' stores concurrently.
+
+    def partition_states(
+        self, own: StoreReader, topic: TopicMeta, groups: GroupsView
+    ) -> list[tuple[int, PartitionState | None]]:
+        """Each partition's group and log state, read from the replica of that group on this node
+        (None: that replica does not hold the topic yet); `own` is this process's read transaction."""
+        owners = [groups.group_of(topic.topic_id, partition) for partition in range(topic.partitions)]
+        states: dict[int, PartitionState | None] = {}
+        for group in sorted(set(owners)):
+            mine = [partition for partition, owner in enumerate(owners) if owner == group]
+            if group == groups.group:
+                states.update((partition, own.partition(topic.topic_id, partition)) for partition in mine)
+                continue
+            store = self._store(group)
+            if store is None:
+                states.update(dict.fromkeys(mine))
+                continue
+            with store.read() as reader:
+                copy = reader.topic(topic.name)
+                same = copy is not None and copy.topic_id == topic.topic_id
+                states.update(
+                    (partition, reader.partition(topic.topic_id, partition) if same else None)
+                    for partition in mine
+                )
+        return [(owners[partition], states[partition]) for partition in range(topic.partitions)]
+
+    def _store(self, group: int) -> Store | None:
+        with self._lock:
+            store = self._opened.get(group)
+            if store is None:
+                directory = self._node_dir if group == 0 else self._node_dir / GROUPS_DIR / str(group)
+                path = directory / "store"
+                try:
+                    store = Store.open_reader(path, self._map_size_bytes)
+                except StorageError:
+                    return None
+                self._opened[group] = store
+            return store
+
+    def close(self) -> None:
+        """Closes the siblings' stores this process opened."""
+        with self._lock:
+            for store in self._opened.values():
+                store.close()
+            self._opened.clear()
