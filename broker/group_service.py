@@ -17,9 +17,11 @@ from kq.broker.errors import (
     NotFoundError,
     OutOfRangeError,
     RebalanceError,
+    UnavailableError,
     error_for_code,
 )
 from kq.broker.groups import GroupCoordinator
+from kq.broker.groups_view import GroupsView
 from kq.broker.proposals import propose_and_wait, wall_clock_ms
 from kq.broker.service_base import ServiceBase, stored_records
 from kq.broker.validation import check, check_group_name, check_topic_name
@@ -210,6 +212,7 @@ class GroupRpcs(ServiceBase):
     ) -> kq_pb2.FetchOffsetsResponse:
         """The group's committed offsets (all, or for the given partitions), from this node's store."""
         check_group_name(request.group)
+        self._require_coordinator_replica(request.group)
         self._catch_up(request.min_index)
         wanted = {(tp.topic, tp.partition) for tp in request.partitions}
         with self._store.read() as reader:
@@ -248,6 +251,7 @@ class GroupRpcs(ServiceBase):
     ) -> kq_pb2.DescribeGroupResponse:
         """The group's members and, per partition, committed offset, log end and lag."""
         check_group_name(request.group)
+        self._require_coordinator_replica(request.group)
         self._catch_up(request.min_index)
         with self._store.read() as reader:
             state = self._group_state(reader, request.group)
@@ -270,7 +274,11 @@ class GroupRpcs(ServiceBase):
             raise InvalidArgumentError("name at least one topic to reset")
         self._require_leader(self._groups.coordinator_of(request.group))
         with self._store.read() as reader:
-            offsets = [entry for topic in request.topics for entry in _reset_targets(reader, topic, request)]
+            offsets = [
+                entry
+                for topic in request.topics
+                for entry in _reset_targets(reader, topic, request, self._groups)
+            ]
         self._propose_group(commands.reset_offsets(request.group, offsets), request.group)
         return kq_pb2.ResetOffsetsResponse(offsets=offsets, index=self._store.applied_index())
 
@@ -353,35 +361,46 @@ def partition_lags(
 
 
 def _reset_targets(
-    reader: StoreReader, name: str, request: kq_pb2.ResetOffsetsRequest
+    reader: StoreReader, name: str, request: kq_pb2.ResetOffsetsRequest, groups: GroupsView
 ) -> list[kq_pb2.OffsetEntry]:
-    """The offset each partition of topic `name` is reset to."""
+    """The offset each partition of topic `name` is reset to, from this node's replica of the
+    partition's group (`groups`: this process's view of them)."""
     check_topic_name(name)
     topic = reader.topic(name)
     if topic is None:
         raise NotFoundError(f"unknown topic {name}")
     entries = []
     for partition in range(topic.partitions):
-        log = reader.partition(topic.topic_id, partition)
-        assert log is not None
-        if request.target == kq_pb2.RESET_EARLIEST:
-            offset = log.log_start_offset
-        elif request.target == kq_pb2.RESET_LATEST:
-            offset = log.log_end_offset
-        elif request.target == kq_pb2.RESET_OFFSET:
-            if not log.log_start_offset <= request.offset <= log.log_end_offset:
-                raise OutOfRangeError(
-                    f"offset {request.offset} is outside {name}/{partition}: "
-                    f"{log.log_start_offset}..{log.log_end_offset}"
-                )
-            offset = request.offset
-        else:
-            found = first_offset_at(
-                reader, topic.topic_id, partition, log.log_start_offset, request.timestamp_ms
-            )
-            offset = log.log_end_offset if found is None else found[0]
+        with groups.replica_reader(reader, groups.group_of(topic.topic_id, partition)) as replica:
+            log = None if replica is None else replica.partition(topic.topic_id, partition)
+            if replica is None or log is None:
+                raise UnavailableError(f"{name}/{partition} is not on this node yet; retry")
+            offset = _reset_target(replica, topic, partition, log, request)
         entries.append(kq_pb2.OffsetEntry(topic=name, partition=partition, offset=offset))
     return entries
+
+
+def _reset_target(
+    reader: StoreReader,
+    topic: TopicMeta,
+    partition: int,
+    log: PartitionState,
+    request: kq_pb2.ResetOffsetsRequest,
+) -> int:
+    """One partition's reset offset, read from the replica that holds it."""
+    if request.target == kq_pb2.RESET_EARLIEST:
+        return log.log_start_offset
+    if request.target == kq_pb2.RESET_LATEST:
+        return log.log_end_offset
+    if request.target == kq_pb2.RESET_OFFSET:
+        if not log.log_start_offset <= request.offset <= log.log_end_offset:
+            raise OutOfRangeError(
+                f"offset {request.offset} is outside {topic.name}/{partition}: "
+                f"{log.log_start_offset}..{log.log_end_offset}"
+            )
+        return request.offset
+    found = first_offset_at(reader, topic.topic_id, partition, log.log_start_offset, request.timestamp_ms)
+    return log.log_end_offset if found is None else found[0]
 
 
 def first_offset_at(

@@ -14,10 +14,11 @@ plus h, so a peer known in this worker's group g is moved by h - g.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,6 +153,48 @@ class GroupsView:
             return own.partition(topic.topic_id, partition)
         return self._stores.partition_states(own, topic, self)[partition][1]
 
+    @contextlib.contextmanager
+    def replica_reader(self, own: StoreReader, group: int) -> Iterator[StoreReader | None]:
+        """A read transaction on this node's replica of `group` (`own` for this process's group; None
+        while that replica's store is not readable yet)."""
+        if group == self.group or self._stores is None:
+            yield own
+            return
+        store = self._stores.store(group)
+        if store is None:
+            yield None
+            return
+        with store.read() as reader:
+            yield reader
+
+    def copied_everywhere(self, topic: TopicMeta) -> bool:
+        """Whether this node's replica of every group holds `topic` (by id): its copies are in place
+        (broker/topic_sync.py). True with one group."""
+        if self._stores is None:
+            return True
+        for group in range(self.count):
+            if group == self.group:
+                continue
+            store = self._stores.store(group)
+            if store is None:
+                return False
+            with store.read() as reader:
+                copy = reader.topic(topic.name)
+            if copy is None or copy.topic_id != topic.topic_id:
+                return False
+        return True
+
+    def known_to_group0(self, name: str) -> bool:
+        """Whether this node's replica of group 0 holds a topic of this name (another group's process
+        that lacks it: its copy is on its way, not an unknown topic)."""
+        if self._stores is None or self.group == 0:
+            return False
+        store = self._stores.store(0)
+        if store is None:
+            return False
+        with store.read() as reader:
+            return reader.topic(name) is not None
+
     def close(self) -> None:
         """Closes the other groups' stores this process opened to read."""
         if self._stores is not None:
@@ -187,7 +230,7 @@ class LocalStores:
             if group == groups.group:
                 states.update((partition, own.partition(topic.topic_id, partition)) for partition in mine)
                 continue
-            store = self._store(group)
+            store = self.store(group)
             if store is None:
                 states.update(dict.fromkeys(mine))
                 continue
@@ -200,7 +243,8 @@ class LocalStores:
                 )
         return [(owners[partition], states[partition]) for partition in range(topic.partitions)]
 
-    def _store(self, group: int) -> Store | None:
+    def store(self, group: int) -> Store | None:
+        """This node's replica of `group`, opened to read (None: not readable yet)."""
         with self._lock:
             store = self._opened.get(group)
             if store is None:

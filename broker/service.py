@@ -47,6 +47,8 @@ from kq.proto.limits import (
     PROPOSAL_TIMEOUT_S,
     READER_RECHECK_S,
     STREAM_MESSAGE_BYTES_MAX,
+    TOPIC_COPY_POLL_S,
+    TOPIC_COPY_WAIT_S,
 )
 from kq.proto.records import WireRecord, parse_batch, read_header
 from kq.raft import commands, topic_config
@@ -83,7 +85,17 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         assert isinstance(result, TopicResult)
         _raise_for(result, request.name)
         assert result.topic is not None
+        self._await_copies(result.topic)
         return kq_pb2.CreateTopicResponse(topic=_topic_info(result.topic), index=self._store.applied_index())
+
+    def _await_copies(self, topic: TopicMeta) -> None:
+        """With several groups: waits (at most TOPIC_COPY_WAIT_S) until this node's replica of every
+        group holds the new topic, so a client's first write to it finds it wherever its partition is
+        (the copies are made by each group's leader: broker/topic_sync.py). Past the wait the topic
+        exists all the same: a partition whose group lacks it answers UNAVAILABLE (retriable)."""
+        deadline = time.monotonic() + TOPIC_COPY_WAIT_S
+        while not self._groups.copied_everywhere(topic) and time.monotonic() < deadline:
+            time.sleep(TOPIC_COPY_POLL_S)
 
     def DeleteTopic(
         self, request: kq_pb2.DeleteTopicRequest, context: grpc.ServicerContext
@@ -185,6 +197,8 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         client follows `kq-leader` with all of it)."""
         check_produce_many(request)
         self._require_leader()
+        if self._groups.several:  # A call for another group's partitions goes there whole.
+            self._require_leader(self._groups_of(request))
         principal = current_principal()
         results = await asyncio.gather(*(self._produce_one(item, principal) for item in request.requests))
         return kq_pb2.ProduceManyResponse(results=results)
@@ -210,6 +224,18 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 await context.write(await self.produce(request))
                 if self._past(deadline):
                     return
+
+    def _groups_of(self, request: kq_pb2.ProduceManyRequest) -> int | None:
+        """The one Raft group that holds every partition a ProduceMany call names (None: several,
+        or a topic unknown here: each request is then answered for itself)."""
+        found: set[int] = set()
+        with self._store.read() as reader:
+            for item in request.requests:
+                topic = reader.topic(item.topic)
+                if topic is None:
+                    return None
+                found.add(self._groups.group_of(topic.topic_id, item.partition))
+        return found.pop() if len(found) == 1 else None
 
     async def _produce_one(
         self, request: kq_pb2.ProduceRequest, principal: Principal
@@ -246,7 +272,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         append = checked_append(request, records)
         self._require_leader()
         with self._store.read() as reader:
-            topic = self._topic(reader, request.topic)
+            topic = self._partition_topic(reader, request.topic)
             _check_partition(topic, request.partition)
             self._require_partition_leader(topic, request.partition)
             overrides = decode_overrides(reader.topic_configs(topic.topic_id))
@@ -379,7 +405,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
             applied_index = reader.applied_index()
             if applied_index < request.min_index:  # Behind the caller: not even the topic may be here yet.
                 return kq_pb2.FetchResponse(served_by=self._node.node_id, applied_index=applied_index), False
-            topic = self._topic(reader, request.topic)
+            topic = self._partition_topic(reader, request.topic)
             _check_partition(topic, request.partition)
             self._require_replica(topic, request.partition)
             state = reader.partition(topic.topic_id, request.partition)
@@ -410,7 +436,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         check_topic_name(request.topic)
         self._require_leader()
         with self._store.read() as reader:
-            topic = self._topic(reader, request.topic)
+            topic = self._partition_topic(reader, request.topic)
             _check_partition(topic, request.partition)
             self._require_partition_leader(topic, request.partition)
             state = reader.partition(topic.topic_id, request.partition)

@@ -147,7 +147,13 @@ class ServiceBase:
     def _require_replica(self, topic: TopicMeta, partition: int) -> None:
         """For a read: unless this process holds the partition's group, NotLeaderError naming this
         node's process that does (a replica: reads are served by followers too)."""
-        group = self._groups.group_of(topic.topic_id, partition)
+        self._require_group_replica(self._groups.group_of(topic.topic_id, partition))
+
+    def _require_coordinator_replica(self, group_name: str) -> None:
+        """`_require_replica` for a consumer group's reads (its coordinator group holds its state)."""
+        self._require_group_replica(self._groups.coordinator_of(group_name))
+
+    def _require_group_replica(self, group: int) -> None:
         if group != self._groups.group:
             process = self._groups.process(self._node.node_id, group)
             assert process is not None, "this node is a member of its own view"
@@ -159,6 +165,16 @@ class ServiceBase:
         bounded writes never ask). Not `counted`: only whether so much would still fit."""
         if self._storage_guard is not None:
             self._storage_guard.check(incoming_bytes, counted)
+
+    def _partition_topic(self, reader: StoreReader, name: str) -> TopicMeta:
+        """`_topic` for a partition's read or write: a topic this group's copy lacks while group 0 has
+        it (created moments ago: broker/topic_sync.py copies it within a round) is UNAVAILABLE,
+        retriable, not NOT_FOUND."""
+        topic = reader.topic(name)
+        if topic is None and self._groups.known_to_group0(name):
+            message = f"topic {name} is not in group {self._groups.group}'s copy yet; retry"
+            raise UnavailableError(message, ErrorCode.NOT_CAUGHT_UP)
+        return self._topic(reader, name)
 
     @staticmethod
     def _topic(reader: StoreReader, name: str) -> TopicMeta:

@@ -63,8 +63,10 @@ from kq.proto.limits import (
     CLIENT_TOPICS_CACHED_MAX,
     FETCH_RECORDS_MAX,
     MEMBERSHIP_CALL_TIMEOUT_S,
+    RAFT_GROUPS_MAX,
     RECORDS_PER_APPEND_MAX,
 )
+from kq.proto.placement import coordinator_group
 from kq.proto.records import (
     BatchBuilder,
     BatchSource,
@@ -118,22 +120,63 @@ class KqClient(GroupsApi, SecurityApi):
         self._partition_locks = tuple(threading.Lock() for _ in range(CLIENT_PARTITION_LOCKS))
         self._state_lock = threading.Lock()
         self._partition_counts: dict[str, int] = {}  # Oldest first; at most CLIENT_TOPICS_CACHED_MAX.
+        # Each partition's Raft group, by topic, cached with the count (a cluster of several groups:
+        # nodes with worker processes; all 0 otherwise): writes go to the group's leader, reads to a
+        # process of the group, each with its group's read-your-writes index.
+        self._partition_groups: dict[str, tuple[int, ...]] = {}
         # A random start, so short-lived clients sending one unkeyed record each do not all pick partition 0.
         self._round_robin = itertools.count(random.randrange(1 << 16))
         # Highest Raft index this client has seen: reads pass it as min_index, so a client always sees
-        # its own writes and never reads older state than it saw before, whichever node answers.
+        # its own writes and never reads older state than it saw before, whichever node answers. Raft
+        # indexes count per group: `_index_seen` is group 0's (the cluster's state, and a cluster's
+        # only group), `_group_indexes` the others' (at most RAFT_GROUPS_MAX).
         self._index_seen = 0
+        self._group_indexes: dict[int, int] = {}
+        self._groups_known: int | None = None  # The cluster's Raft groups, once asked (_groups_count).
         # Until when ProduceMany is not asked for: a node answered UNIMPLEMENTED (an older version,
         # during a rolling upgrade); each request goes as its own Produce meanwhile.
         self._produce_many_unknown_until = 0.0
 
-    def _saw(self, index: int) -> None:
+    def _saw(self, index: int, group: int = 0) -> None:
         with self._state_lock:  # A read-modify-write: unguarded, two threads could move it backwards.
-            self._index_seen = max(self._index_seen, index)
+            if group == 0:
+                self._index_seen = max(self._index_seen, index)
+            elif group in self._group_indexes or len(self._group_indexes) < RAFT_GROUPS_MAX:
+                self._group_indexes[group] = max(self._group_indexes.get(group, 0), index)
+
+    def _groups_count(self) -> int:
+        """The cluster's Raft groups (1 unless its nodes run worker processes), asked once."""
+        with self._state_lock:
+            count = self._groups_known
+        if count is None:
+            status = self._connections.read("ClusterStatus", kq_pb2.ClusterStatusRequest())
+            count = max(1, status.groups)
+            with self._state_lock:
+                self._groups_known = count
+        return count
+
+    def _coordinator(self, group_name: str) -> int:
+        """The Raft group that coordinates a consumer group (kq.proto.placement)."""
+        count = self._groups_count()
+        return coordinator_group(group_name, count) if count > 1 else 0
+
+    def _group_leader_addresses(self) -> list[tuple[int, str | None]]:
+        """Each Raft group with its leader's gRPC address (None: any node, in a cluster of one group
+        or while the leader is unknown)."""
+        if self._groups_count() == 1:
+            return [(0, None)]
+        status = self._connections.read("ClusterStatus", kq_pb2.ClusterStatusRequest())
+        return [(leader.group, leader.leader_address or None) for leader in status.group_leaders]
+
+    def _index_of(self, group: int) -> int:
+        """The highest index of Raft group `group` this client has seen."""
+        with self._state_lock:
+            return self._index_seen if group == 0 else self._group_indexes.get(group, 0)
 
     @property
     def index_seen(self) -> int:
-        """The highest Raft index this client has seen in any answer."""
+        """The highest Raft index of group 0 (the cluster's state; a cluster's only group) this client
+        has seen in any answer."""
         return self._index_seen
 
     def __enter__(self) -> KqClient:
@@ -211,8 +254,9 @@ class KqClient(GroupsApi, SecurityApi):
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Deletes a partition's records below `before_offset`; returns the new log start offset."""
         request = kq_pb2.DeleteRecordsRequest(topic=topic, partition=partition, before_offset=before_offset)
-        response = self._connections.write("DeleteRecords", request)
-        self._saw(response.index)
+        group = self.partition_group(topic, partition)
+        response = self._connections.write("DeleteRecords", request, group=group)
+        self._saw(response.index, group)
         return int(response.log_start_offset)
 
     def partition_count(self, topic: str) -> int:
@@ -222,21 +266,39 @@ class KqClient(GroupsApi, SecurityApi):
         if count is not None:
             return count
         try:
-            count = self.describe_topic(topic).topic.partitions
+            described = self.describe_topic(topic)
         except TopicNotFoundError:  # Another process may have just created it: ask the leader.
             leader = self.leader_address()
             if leader is None:
                 raise
-            count = self.describe_topic(topic, node=leader).topic.partitions
+            described = self.describe_topic(topic, node=leader)
+        count = described.topic.partitions
+        groups = tuple(partition.group for partition in described.partitions)
         with self._state_lock:
             self._partition_counts[topic] = count
+            self._partition_groups[topic] = groups if len(groups) == count else (0,) * count
             while len(self._partition_counts) > CLIENT_TOPICS_CACHED_MAX:
-                del self._partition_counts[next(iter(self._partition_counts))]
+                forgotten = next(iter(self._partition_counts))
+                del self._partition_counts[forgotten]
+                self._partition_groups.pop(forgotten, None)
         return count
+
+    def partition_group(self, topic: str, partition: int) -> int:
+        """The Raft group that holds a partition (0 in a cluster of one group; cached with the
+        partition count): its writes go to that group's leader. An unknown topic or partition is 0:
+        the call then fails as it would have."""
+        try:
+            self.partition_count(topic)
+        except KqClientError:
+            return 0
+        with self._state_lock:
+            groups = self._partition_groups.get(topic, ())
+        return groups[partition] if 0 <= partition < len(groups) else 0
 
     def _forget_partition_count(self, topic: str) -> None:
         with self._state_lock:
             self._partition_counts.pop(topic, None)
+            self._partition_groups.pop(topic, None)
 
     def leader_address(self) -> str | None:
         """The leader's gRPC address as the answering node with the highest term reports it, or None."""
@@ -300,10 +362,11 @@ class KqClient(GroupsApi, SecurityApi):
         """
         codec = CODECS[compression or "none"]
         count = batch.record_count
+        group = self.partition_group(topic, partition)
         if not self._idempotent:
             request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=batch.build(codec))
-            response = self._connections.write_produce(request)
-            self._saw(response.index)
+            response = self._connections.write_produce(request, group)
+            self._saw(response.index, group)
             return _metadata(topic, response, count)
         key = (topic, partition)
         # One request in flight per partition keeps its sequences in send order. Two partitions may
@@ -313,7 +376,7 @@ class KqClient(GroupsApi, SecurityApi):
             records = batch.build(codec, producer_id, PRODUCER_EPOCH, sequence)
             request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=records)
             try:
-                response = self._connections.write_produce(request)
+                response = self._connections.write_produce(request, group)
             except KqClientError as error:
                 self._settled(key, producer_id, sequence, count, error)
                 raise
@@ -341,11 +404,11 @@ class KqClient(GroupsApi, SecurityApi):
         if not self._idempotent:
             requests = [(topic, partition, batch.build(codec)) for topic, partition, batch in batches]
             results: list[ProducedBatch | KqClientError] = []
-            for (topic, _, batch), outcome in zip(batches, self._produce_many(requests), strict=True):
+            for (topic, partition, batch), outcome in zip(batches, self._produce_many(requests), strict=True):
                 if isinstance(outcome, KqClientError):
                     results.append(outcome)
                     continue
-                self._saw(outcome.index)
+                self._saw(outcome.index, self.partition_group(topic, partition))
                 results.append(_metadata(topic, outcome, batch.record_count))
             return results
         stripes = sorted({hash(key) % len(self._partition_locks) for key in keys})  # One order: no deadlock.
@@ -385,31 +448,47 @@ class KqClient(GroupsApi, SecurityApi):
             self._reset_producer(producer_id)
             return outcome
         self._advance_sequence(key, producer_id, next_sequence(sequence, count))
-        self._saw(outcome.index)
+        self._saw(outcome.index, self.partition_group(*key))
         return _metadata(key[0], outcome, count)
 
     def _produce_many(
         self, requests: list[tuple[str, int, bytes]]
     ) -> list[kq_pb2.ProduceResponse | KqClientError]:
+        """Each request's (topic, partition, records) response or final error, through a ProduceMany
+        call per Raft group the partitions are in (to its leader: `_produce_many_in`), in order."""
+        by_group: dict[int, list[int]] = {}
+        for position, (topic, partition, _) in enumerate(requests):
+            by_group.setdefault(self.partition_group(topic, partition), []).append(position)
+        outcomes: list[kq_pb2.ProduceResponse | KqClientError | None] = [None] * len(requests)
+        for group, positions in by_group.items():
+            answered = self._produce_many_in(group, [requests[position] for position in positions])
+            for position, outcome in zip(positions, answered, strict=True):
+                outcomes[position] = outcome
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _produce_many_in(
+        self, group: int, requests: list[tuple[str, int, bytes]]
+    ) -> list[kq_pb2.ProduceResponse | KqClientError]:
         """Each request's (topic, partition, records) response or final error, through ProduceMany
-        calls: the call itself is retried and redirected as every write is; a request that failed
-        retriably alone is sent again in the next call (after a doubling backoff) until the client's
-        retry timeout. Each call's requests are built in place (a ProduceRequest added to a call is
-        copied whole, records and all)."""
+        calls to the leader of Raft group `group`, which holds every partition named: the call itself
+        is retried and redirected as every write is; a request that failed retriably alone is sent
+        again in the next call (after a doubling backoff) until the client's retry timeout. Each
+        call's requests are built in place (a ProduceRequest added to a call is copied whole, records
+        and all)."""
         outcomes: list[kq_pb2.ProduceResponse | KqClientError | None] = [None] * len(requests)
         deadline = time.monotonic() + self._connections.retry_timeout_s
         pending, backoff_s = list(range(len(requests))), CLIENT_BACKOFF_INITIAL_S
         while pending:
             if time.monotonic() < self._produce_many_unknown_until:
                 for i in pending:
-                    outcomes[i] = self._produce_alone(*requests[i])
+                    outcomes[i] = self._produce_alone(*requests[i], group)
                 break
             call = kq_pb2.ProduceManyRequest()
             for i in pending:
                 topic, partition, records = requests[i]
                 call.requests.add(topic=topic, partition=partition, records=records)
             try:
-                response = self._connections.write("ProduceMany", call)
+                response = self._connections.write("ProduceMany", call, group=group)
                 if len(response.results) != len(pending):
                     raise KqClientError(
                         f"{len(response.results)} results for {len(pending)} produce requests"
@@ -438,12 +517,12 @@ class KqClient(GroupsApi, SecurityApi):
         return [outcome for outcome in outcomes if outcome is not None]
 
     def _produce_alone(
-        self, topic: str, partition: int, records: bytes
+        self, topic: str, partition: int, records: bytes, group: int
     ) -> kq_pb2.ProduceResponse | KqClientError:
         """One request of a ProduceMany call sent as a Produce call: its response or final error."""
         request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=records)
         try:
-            response: kq_pb2.ProduceResponse = self._connections.write_produce(request)
+            response: kq_pb2.ProduceResponse = self._connections.write_produce(request, group)
         except KqClientError as error:
             return error
         return response
@@ -531,6 +610,7 @@ class KqClient(GroupsApi, SecurityApi):
         """`fetch`'s stored batches as served, neither checked nor decoded: for a reader that decodes
         them itself (the Spark source builds Arrow columns from them, spark/columns.py), and must
         check them as `decode_batches` does. The first batch may start before `offset`."""
+        group = self.partition_group(topic, partition)
         request = kq_pb2.FetchRequest(
             topic=topic,
             partition=partition,
@@ -538,14 +618,14 @@ class KqClient(GroupsApi, SecurityApi):
             max_records=max_records,
             max_bytes=max_bytes,
             wait_ms=wait_ms,
-            min_index=self._index_seen if min_index is None else min_index,
+            min_index=self._index_of(group) if min_index is None else min_index,
             as_batches=True,
         )
         if wait_ms:
-            response = self._waiting_fetch(request, node)
+            response = self._waiting_fetch(request, node, group)
         else:
-            response = self._connections.read("Fetch", request, node)
-        self._saw(response.applied_index)
+            response = self._connections.read("Fetch", request, node, group=group)
+        self._saw(response.applied_index, group)
         return FetchedBatches(
             tuple(batch.data for batch in response.batches),
             response.log_start_offset,
@@ -554,7 +634,9 @@ class KqClient(GroupsApi, SecurityApi):
             response.applied_index,
         )
 
-    def _waiting_fetch(self, request: kq_pb2.FetchRequest, node: str | None) -> kq_pb2.FetchResponse:
+    def _waiting_fetch(
+        self, request: kq_pb2.FetchRequest, node: str | None, group: int
+    ) -> kq_pb2.FetchResponse:
         """A Fetch that may wait `request.wait_ms`; refused a wait for that long, one that does not wait.
 
         A node holding its maximum of waiting readers refuses the wait (TOO_MANY_READERS). The retries,
@@ -569,18 +651,20 @@ class KqClient(GroupsApi, SecurityApi):
         started = time.monotonic()
         try:
             response: kq_pb2.FetchResponse = self._connections.read(
-                "Fetch", request, node, timeout_s, retry_timeout_s=min(wait_s, retry_s)
+                "Fetch", request, node, timeout_s, retry_timeout_s=min(wait_s, retry_s), group=group
             )
         except TooManyReadersError:
             plain = kq_pb2.FetchRequest()
             plain.CopyFrom(request)
             plain.wait_ms = 0
-            response = self._connections.read("Fetch", plain, node)
+            response = self._connections.read("Fetch", plain, node, group=group)
         except UnavailableError:
             remaining_s = retry_s - (time.monotonic() - started)
             if remaining_s <= 0:
                 raise
-            response = self._connections.read("Fetch", request, node, timeout_s, retry_timeout_s=remaining_s)
+            response = self._connections.read(
+                "Fetch", request, node, timeout_s, retry_timeout_s=remaining_s, group=group
+            )
         return response
 
     def stream(
@@ -599,6 +683,8 @@ class KqClient(GroupsApi, SecurityApi):
         backoff growing to CLIENT_STREAM_BACKOFF_MAX_S (client/connection.py).
         """
 
+        group = self.partition_group(topic, partition)
+
         def next_request() -> kq_pb2.FetchRequest:
             return kq_pb2.FetchRequest(
                 topic=topic,
@@ -606,11 +692,11 @@ class KqClient(GroupsApi, SecurityApi):
                 offset=offset,
                 max_records=FETCH_RECORDS_MAX,
                 max_bytes=max_bytes,
-                min_index=self._index_seen,
+                min_index=self._index_of(group),
             )
 
-        for response in self._connections.stream("FetchStream", next_request, node):
-            self._saw(response.applied_index)
+        for response in self._connections.stream("FetchStream", next_request, node, group):
+            self._saw(response.applied_index, group)
             batches = [batch.data for batch in response.batches]
             records, next_offset = decode_batches(topic, partition, batches, offset)
             for record in records:
@@ -717,7 +803,11 @@ def _topic_info(topic: kq_pb2.TopicInfo) -> TopicInfo:
 
 def _offsets(partition: kq_pb2.PartitionInfo) -> PartitionOffsets:
     return PartitionOffsets(
-        partition.partition, partition.log_start_offset, partition.log_end_offset, partition.size_bytes
+        partition.partition,
+        partition.log_start_offset,
+        partition.log_end_offset,
+        partition.size_bytes,
+        partition.group,
     )
 
 

@@ -50,6 +50,7 @@ from kq.proto.limits import (
     CLIENT_STREAM_WATCH_IDLE_S,
     CLIENT_STREAM_WATCH_S,
     GRPC_MESSAGE_BYTES_MAX,
+    RAFT_GROUPS_MAX,
 )
 
 logger = logging.getLogger(__name__)
@@ -139,7 +140,9 @@ class Connections:
         # Address -> (channel, stub), least recently used first. Leader hints can name addresses
         # outside the bootstrap list, so the cache is bounded.
         self._channels: OrderedDict[str, tuple[grpc.Channel, kq_pb2_grpc.BrokerStub]] = OrderedDict()
-        self._leader: str | None = None
+        # The leader's address of each Raft group the client wrote to (group 0: the cluster's state, and
+        # a cluster's only group); at most RAFT_GROUPS_MAX (a cluster's groups are fewer).
+        self._leaders: dict[int, str] = {}
         self._rotation = itertools.cycle(self.bootstrap)
         self._closed = False
         self._idle_streams: dict[str, list[_ProduceStream]] = {}  # By address; bounded as below.
@@ -212,19 +215,25 @@ class Connections:
 
     @property
     def leader(self) -> str | None:
-        """The address that last answered a write, if no failure since made it doubtful."""
-        with self._lock:
-            return self._leader
+        """The address that last answered a write to group 0 (the cluster's state; a cluster's only
+        group), if no failure since made it doubtful."""
+        return self.leader_of(0)
 
-    def _set_leader(self, address: str) -> None:
+    def leader_of(self, group: int) -> str | None:
+        """The address that last answered a write to Raft group `group`, if not made doubtful since."""
         with self._lock:
-            self._leader = address
+            return self._leaders.get(group)
 
-    def _forget_leader(self, address: str) -> None:
-        """Forgets `address` as the leader, unless another thread has learned a newer one meanwhile."""
+    def _set_leader(self, address: str, group: int = 0) -> None:
         with self._lock:
-            if self._leader == address:
-                self._leader = None
+            if group in self._leaders or len(self._leaders) < RAFT_GROUPS_MAX:
+                self._leaders[group] = address
+
+    def _forget_leader(self, address: str, group: int = 0) -> None:
+        """Forgets `address` as `group`'s leader, unless another thread learned a newer one meanwhile."""
+        with self._lock:
+            if self._leaders.get(group) == address:
+                del self._leaders[group]
 
     def _next_address(self) -> str:
         with self._lock:
@@ -237,22 +246,31 @@ class Connections:
         except grpc.RpcError as error:
             raise from_rpc_error(error, address) from None
 
-    def write(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
-        """Calls `method` on the leader, following redirects and retrying retriable failures; each
-        attempt may take `timeout_s` (default: the client's RPC timeout)."""
+    def write(self, method: str, request: Any, timeout_s: float | None = None, group: int = 0) -> Any:
+        """Calls `method` on the leader of Raft group `group` (0: the cluster's state, and a cluster's
+        only group; a partition's write goes to its group, a consumer group's to its coordinator
+        group), following redirects and retrying retriable failures; each attempt may take
+        `timeout_s` (default: the client's RPC timeout)."""
         return self._write(
-            method, lambda address, timeout: self._call(address, method, request, timeout), timeout_s
+            method, lambda address, timeout: self._call(address, method, request, timeout), timeout_s, group
         )
 
-    def write_produce(self, request: Any) -> Any:
-        """`write("Produce", request)`, each attempt on a ProduceStream when one is idle or can be opened."""
-        return self._write("Produce", lambda address, timeout: self._produce(address, request, timeout))
+    def write_produce(self, request: Any, group: int = 0) -> Any:
+        """`write("Produce", request, group=group)`, each attempt on a ProduceStream when one is idle
+        or can be opened."""
+        return self._write(
+            "Produce", lambda address, timeout: self._produce(address, request, timeout), group=group
+        )
 
     def _write(
-        self, method: str, attempt: Callable[[str, float], Any], timeout_s: float | None = None
+        self,
+        method: str,
+        attempt: Callable[[str, float], Any],
+        timeout_s: float | None = None,
+        group: int = 0,
     ) -> Any:
         deadline = time.monotonic() + self.retry_timeout_s
-        address = self.leader or self._next_address()
+        address = self.leader_of(group) or self.leader or self._next_address()
         hops, backoff_s = 0, CLIENT_BACKOFF_INITIAL_S
         while True:
             try:
@@ -271,12 +289,12 @@ class Connections:
                         status=error.status,
                     ) from error
                 logger.debug("%s on %s failed (%s); retrying", method, address, type(error).__name__)
-                self._forget_leader(address)  # It failed retriably: down, deposed, or never the leader.
+                self._forget_leader(address, group)  # Failed retriably: down, deposed, or never the leader.
                 time.sleep(backoff_s)
                 backoff_s, hops = min(backoff_s * 2, CLIENT_BACKOFF_MAX_S), 0
                 address = self._next_address()
                 continue
-            self._set_leader(address)
+            self._set_leader(address, group)
             return response
 
     def _produce(self, address: str, request: Any, timeout_s: float) -> Any:
@@ -387,19 +405,27 @@ class Connections:
         node: str | None = None,
         timeout_s: float | None = None,
         retry_timeout_s: float | None = None,
+        group: int | None = None,
     ) -> Any:
-        """Calls `method` on `node`, or on any node (moving on after a retriable failure).
+        """Calls `method` on `node`, or on any node (moving on after a retriable failure); `group`: the
+        Raft group whose data it reads (a partition's), first tried at that group's known leader.
 
-        `retry_timeout_s` bounds all attempts of this call (default: the client's); past it, the last
-        failure is raised.
+        A process that does not hold the read's group names one that does (a `kq-leader` hint: its
+        node's process of that group, with worker processes): the call follows it, at most
+        CLIENT_REDIRECTS_MAX times. `retry_timeout_s` bounds all attempts of this call (default: the
+        client's); past it, the last failure is raised.
         """
         deadline = time.monotonic() + (self.retry_timeout_s if retry_timeout_s is None else retry_timeout_s)
-        address = node or self.leader or self._next_address()
-        backoff_s = CLIENT_BACKOFF_INITIAL_S
+        address = node or (self.leader_of(group) if group is not None else None) or self.leader
+        address = address or self._next_address()
+        backoff_s, hops = CLIENT_BACKOFF_INITIAL_S, 0
         while True:
             try:
                 return self._call(address, method, request, timeout_s or self.rpc_timeout_s)
             except KqClientError as error:
+                if error.leader_hint is not None and hops < CLIENT_REDIRECTS_MAX:
+                    address, hops = error.leader_hint, hops + 1
+                    continue
                 if not error.retriable or time.monotonic() + backoff_s >= deadline:
                     raise
                 time.sleep(backoff_s)
@@ -407,7 +433,9 @@ class Connections:
                 if node is None:
                     address = self._next_address()
 
-    def stream(self, method: str, next_request: Callable[[], Any], node: str | None = None) -> Iterator[Any]:
+    def stream(
+        self, method: str, next_request: Callable[[], Any], node: str | None = None, group: int | None = None
+    ) -> Iterator[Any]:
         """The responses of a server stream from `node` or any node, forever: whenever the stream ends
         it is opened again with `next_request()` (which carries on from where the last one was).
 
@@ -415,21 +443,27 @@ class Connections:
         next bootstrap node (unless `node` is pinned), after a backoff that doubles while attempts end
         without a response, up to CLIENT_STREAM_BACKOFF_MAX_S; any other failure is raised. The call
         is cancelled when the caller stops iterating, so the node frees the stream's reader slot soon.
+        A `kq-leader` hint (a process that holds the stream's `group`) is followed as `read` does.
         """
-        address = node or self.leader or self._next_address()
-        backoff_s = CLIENT_BACKOFF_INITIAL_S
+        address = node or (self.leader_of(group) if group is not None else None) or self.leader
+        address = address or self._next_address()
+        backoff_s, hops = CLIENT_BACKOFF_INITIAL_S, 0
         while True:
             call = getattr(self.stub(address), method)(next_request())
             error: KqClientError | None = None
             try:
                 for response in call:
-                    backoff_s = CLIENT_BACKOFF_INITIAL_S
+                    backoff_s, hops = CLIENT_BACKOFF_INITIAL_S, 0
                     yield response
             except grpc.RpcError as rpc_error:
                 error = from_rpc_error(rpc_error, address)
             finally:
                 call.cancel()
             if error is not None:
+                if error.leader_hint is not None and hops < CLIENT_REDIRECTS_MAX:
+                    address, hops = error.leader_hint, hops + 1
+                    continue
+                hops = 0
                 if not error.retriable:
                     raise error from None
                 logger.debug("%s on %s failed (%s); reopening", method, address, type(error).__name__)

@@ -131,7 +131,7 @@ class SecurityApi:
 
     _connections: Connections
 
-    def _saw(self, index: int) -> None:
+    def _saw(self, index: int, group: int = 0) -> None:
         raise NotImplementedError
 
     def put_user(self, name: str, password: str, mechanisms: Sequence[str] = tuple(SCRAM_HASHES)) -> bool:

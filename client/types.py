@@ -25,6 +25,7 @@ class PartitionOffsets:
     log_start_offset: int
     log_end_offset: int
     size_bytes: int = 0
+    group: int = 0  # The Raft group that holds it (0 in a cluster of one group).
 
 
 @dataclass(frozen=True, slots=True)

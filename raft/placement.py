@@ -7,13 +7,9 @@ a function of its arguments alone: no clock, no randomness, no I/O, so every nod
 placement or a leadership plan from the same view gets the same answer, and `apply` may call the
 placement functions on values its entry carries (the one rule).
 
-- `partition_groups`: the group of each partition of a topic. A topic's partitions go round-robin
-  over the groups starting at the group its id names, so consecutive topics
-  start at consecutive groups and a topic with at least as many partitions as groups touches every
-  group. A cluster's group count is fixed, so the map is a function of the topic alone.
-- `coordinator_group`: the group that holds a consumer group's state and committed offsets,
-  by a stable hash of its name (as Kafka's `__consumer_offsets` partition: the name's hash modulo the
-  partition count). CRC32, not Python's `hash`, which differs between processes.
+- `partition_groups`, `partition_group`, `coordinator_group` (kq.proto.placement, shared with the
+  client and re-exported here): the group of each partition of a topic, and the group that holds a
+  consumer group's state and committed offsets.
 - `leader_moves`: the leadership transfers that bring every node to ⌊G/N⌋ or ⌈G/N⌉ of the G led
   groups; none when the spread is already within one (so a balanced cluster never moves a leader:
   no flapping), and at most `moves_max` per plan (bounded disruption: each transfer is a short
@@ -22,37 +18,23 @@ placement functions on values its entry carries (the one rule).
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kq.proto.limits import PARTITIONS_MAX, RAFT_GROUPS_MAX
+from kq.proto.placement import coordinator_group, partition_group, partition_groups
+
+__all__ = [
+    "METADATA_GROUP",
+    "LeaderMove",
+    "balanced",
+    "coordinator_group",
+    "leader_counts",
+    "leader_moves",
+    "partition_group",
+    "partition_groups",
+]
 
 METADATA_GROUP = 0  # Topics, configs, members, users, ACLs, producer ids: KRaft's controller quorum.
-
-
-def partition_groups(topic_id: int, partitions: int, groups: int) -> tuple[int, ...]:
-    """The Raft group (0..groups-1) of each partition 0..partitions-1 of the topic `topic_id`."""
-    if not 1 <= groups <= RAFT_GROUPS_MAX:
-        raise ValueError(f"groups must be 1..{RAFT_GROUPS_MAX}, not {groups}")
-    if not 0 <= partitions <= PARTITIONS_MAX:
-        raise ValueError(f"partitions must be 0..{PARTITIONS_MAX}, not {partitions}")
-    if topic_id < 0:
-        raise ValueError(f"topic ids are not negative: {topic_id}")
-    start = topic_id % groups
-    return tuple((start + partition) % groups for partition in range(partitions))
-
-
-def partition_group(topic_id: int, partition: int, groups: int) -> int:
-    """The Raft group of one partition (`partition_groups`' entry for it)."""
-    return (topic_id % groups + partition) % groups
-
-
-def coordinator_group(group_name: str, groups: int) -> int:
-    """The Raft group (0..groups-1) that coordinates the consumer group `group_name`."""
-    if not 1 <= groups <= RAFT_GROUPS_MAX:
-        raise ValueError(f"groups must be 1..{RAFT_GROUPS_MAX}, not {groups}")
-    return zlib.crc32(group_name.encode("utf-8")) % groups
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from kq.client import (
     GroupConsumer,
     KqClient,
     NotCommittedError,
+    PartitionOffsets,
     ProducedBatch,
     Producer,
     ProducerRecord,
@@ -41,13 +42,25 @@ class FakeConnections:
         self.calls: list[list[int]] = []  # The partitions of each ProduceMany call.
         self._lock = threading.Lock()
 
-    def write_produce(self, request: Any) -> Any:
-        return self.write("Produce", request)
+    groups = (0,) * 8  # Each partition's Raft group (a cluster of several: nodes with worker processes).
 
-    def write(self, method: str, request: Any) -> Any:
+    def write_produce(self, request: Any, group: int = 0) -> Any:
+        return self.write("Produce", request, group=group)
+
+    def read(self, method: str, request: Any, node: str | None = None, **_: Any) -> Any:
+        assert method == "DescribeTopic", method
+        partitions = [kq_pb2.PartitionInfo(partition=p, group=g) for p, g in enumerate(self.groups)]
+        topic = kq_pb2.TopicInfo(name=request.name, partitions=len(self.groups), topic_id=1)
+        return kq_pb2.DescribeTopicResponse(topic=topic, partitions=partitions)
+
+    def write(self, method: str, request: Any, timeout_s: float | None = None, group: int = 0) -> Any:
+        if method in ("ProduceMany", "Produce"):
+            items = request.requests if method == "ProduceMany" else [request]
+            assert {self.groups[item.partition] for item in items} == {group}, "sent to another group"
         if method == "ProduceMany":
             self.calls.append([item.partition for item in request.requests])
-            return kq_pb2.ProduceManyResponse(results=[self._produce_one(item) for item in request.requests])
+            results = [self._produce_one(item, group) for item in request.requests]
+            return kq_pb2.ProduceManyResponse(results=results)
         if method == "RegisterProducer":
             with self._lock:
                 self.producer_ids += 1
@@ -66,13 +79,13 @@ class FakeConnections:
             self.produced.append((partition, header.producer_id, header.base_sequence))
         return kq_pb2.ProduceResponse(partition=partition, base_offset=0, index=1)
 
-    def _produce_one(self, request: kq_pb2.ProduceRequest) -> kq_pb2.ProduceResult:
+    def _produce_one(self, request: kq_pb2.ProduceRequest, group: int) -> kq_pb2.ProduceResult:
         script = self.scripted.get(request.partition)
         if script:
             code = script.pop(0)
             return kq_pb2.ProduceResult(error_code=code, message=f"scripted {code.name}")
         try:
-            return kq_pb2.ProduceResult(response=self.write("Produce", request))
+            return kq_pb2.ProduceResult(response=self.write("Produce", request, group=group))
         except NotCommittedError as error:
             return kq_pb2.ProduceResult(error_code=ErrorCode.NOT_COMMITTED, message=str(error))
 
@@ -174,19 +187,22 @@ def test_the_index_seen_never_moves_backwards_under_concurrent_updates() -> None
 
 
 def test_the_partition_count_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The topic -> partition count cache forgets its oldest entry beyond its bound."""
+    """The topic -> partition count (and groups) cache forgets its oldest entry beyond its bound."""
     monkeypatch.setattr(kq.client.client, "CLIENT_TOPICS_CACHED_MAX", 3)
     client, _ = fake_client()
     monkeypatch.setattr(client, "describe_topic", lambda topic, node=None: _described(topic))
     for number in range(10):
         assert client.partition_count(f"t{number}") == 4
     assert list(client._partition_counts) == ["t7", "t8", "t9"]
+    assert list(client._partition_groups) == ["t7", "t8", "t9"]
 
 
 def _described(topic: str) -> Any:
     class Described:
         class topic:  # noqa: N801 - mimics TopicDescription.topic.
             partitions = 4
+
+        partitions = tuple(PartitionOffsets(partition, 0, 0) for partition in range(4))
 
     return Described()
 
@@ -265,3 +281,15 @@ def test_produce_batches_sees_each_written_index_idempotent_or_not() -> None:
         outcomes = client.produce_batches([("t", 0, one_record(b"a")), ("t", 1, one_record(b"b"))])
         assert all(isinstance(outcome, ProducedBatch) for outcome in outcomes)
         assert client._index_seen == 1, idempotent  # FakeConnections answers index 1.
+
+
+def test_a_round_of_partitions_goes_as_one_call_per_raft_group_to_each_groups_leader() -> None:
+    """In a cluster of several Raft groups the partitions of one ProduceMany round are split by group
+    (as DescribeTopic names each partition's), each call sent to its group's leader (the fake asserts
+    the group of every request), every record acknowledged in order of the round."""
+    client, fake = fake_client()
+    fake.groups = (0, 1, 2, 0, 1, 2, 0, 1)
+    outcomes = client.produce_batches([("t", partition, one_record(b"v")) for partition in range(8)])
+    assert all(not isinstance(outcome, Exception) for outcome in outcomes)
+    assert sorted(map(sorted, fake.calls)) == [[0, 3, 6], [1, 4, 7], [2, 5]]
+    assert [client.partition_group("t", partition) for partition in range(8)] == list(fake.groups)

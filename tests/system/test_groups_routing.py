@@ -19,6 +19,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from kq.broker.workers import broker_id, shifted
+from kq.client import KqClient
+from kq.client import Producer as KqProducer
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
@@ -116,25 +118,8 @@ def test_kafka_clients_route_every_partition_to_its_groups_leader(groups_cluster
             produced = total(after[(node, group)], "kq_kafka_records_produced_total", topic=topic)
             assert (produced > 0) == (leaders[group] == node), (node, group, produced)
 
-    consumer = Consumer(
-        {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([topic])
-    seen: Counter[int] = Counter()
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while sum(seen.values()) < RECORDS and time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            read_from = message.partition()
-            assert read_from is not None
-            seen[read_from] += 1
-        assert seen == Counter(dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS))
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+    seen = _consume_and_commit(cluster, topic)
+    assert seen == Counter(dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS))
     listed = status(cluster, nodes[0], 0)
     assert listed is not None and listed.groups == PROCESSES
     assert [(g.group, g.leader_id) for g in listed.group_leaders] == sorted(leaders.items())
@@ -166,3 +151,62 @@ def _topic_id(cluster: LocalCluster, topic: str) -> int:
         partition_group(described.topic.topic_id, p, PROCESSES) for p in range(PARTITIONS)
     ]
     return int(described.topic.topic_id)
+
+
+def _consume_and_commit(cluster: LocalCluster, topic: str) -> Counter[int]:
+    """Records per partition a consumer group (named as the topic) read, RECORDS at most; it commits."""
+    consumer = Consumer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    seen: Counter[int] = Counter()
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while sum(seen.values()) < RECORDS and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            read_from = message.partition()
+            assert read_from is not None
+            seen[read_from] += 1
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_the_kq_client_routes_writes_reads_and_consumer_groups_by_group(groups_cluster: LocalCluster) -> None:
+    """kq's own client on a cluster of three groups: a Producer's rounds go to each group's leader,
+    every partition reads back from every node (follower reads redirected to the node's process of
+    the partition's group, with that group's read-your-writes index), a consumer group commits and
+    describes its lag from its coordinator group, and ListOffsets answers each partition from the
+    answering node's replica of its group (caught up soon after: no read-your-writes across groups)."""
+    cluster = groups_cluster
+    topic = f"kq-{uuid.uuid4().hex[:8]}"
+    with KqClient(cluster.bootstrap) as client:
+        client.create_topic(topic, partitions=PARTITIONS)
+        with KqProducer(client) as producer:
+            for i in range(RECORDS):
+                producer.send(topic, f"v{i}".encode(), partition=i % PARTITIONS)
+            producer.flush(WAIT_S)
+        groups = {client.partition_group(topic, partition) for partition in range(PARTITIONS)}
+        assert groups == set(range(PROCESSES))
+        full = dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS)
+
+        def ends() -> bool:  # Another group's partitions: this node's replica of it, caught up soon.
+            return {p: offsets.log_end_offset for p, offsets in client.list_offsets(topic).items()} == full
+
+        wait_for(ends, "every partition's log end on the answering node", WAIT_S)
+        for node in cluster.bootstrap:
+            for partition in range(PARTITIONS):
+                fetched = client.fetch(topic, partition, 0, max_records=RECORDS, node=node, wait_ms=10_000)
+                assert [r.value for r in fetched.records] == [
+                    f"v{i}".encode() for i in range(partition, RECORDS, PARTITIONS)
+                ], (node, partition)
+        group = f"g-{topic}"
+        client.commit_offsets(group, {(topic, partition): 10 for partition in range(PARTITIONS)})
+        assert client.committed_offsets(group) == {(topic, partition): 10 for partition in range(PARTITIONS)}
+        lag = PARTITIONS * (RECORDS // PARTITIONS - 10)
+        wait_for(lambda: client.describe_group(group).total_lag == lag, "the group's lag", WAIT_S)
+        assert group in {summary.name for summary in client.list_groups()}

@@ -1,0 +1,41 @@
+"""Which Raft group holds a partition, and which coordinates a consumer group: pure functions of
+their arguments, shared by the nodes (raft/placement.py re-exports them), the client and the tools,
+which route each partition to its group (DESIGN.md, "Scale-out: many Raft groups").
+
+A topic's partitions go round-robin over the groups starting at the group its id names, so
+consecutive topics start at consecutive groups and a topic with at least as many partitions as
+groups touches every group. A consumer group's coordinator is the group of CRC32 of its name (as
+Kafka's `__consumer_offsets` partition is its name's hash modulo the partitions): CRC32, not Python's
+`hash`, which differs between processes. A cluster's group count is fixed, so both are functions of
+the name and id alone.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from kq.proto.limits import PARTITIONS_MAX, RAFT_GROUPS_MAX
+
+
+def partition_groups(topic_id: int, partitions: int, groups: int) -> tuple[int, ...]:
+    """The Raft group (0..groups-1) of each partition 0..partitions-1 of the topic `topic_id`."""
+    if not 1 <= groups <= RAFT_GROUPS_MAX:
+        raise ValueError(f"groups must be 1..{RAFT_GROUPS_MAX}, not {groups}")
+    if not 0 <= partitions <= PARTITIONS_MAX:
+        raise ValueError(f"partitions must be 0..{PARTITIONS_MAX}, not {partitions}")
+    if topic_id < 0:
+        raise ValueError(f"topic ids are not negative: {topic_id}")
+    start = topic_id % groups
+    return tuple((start + partition) % groups for partition in range(partitions))
+
+
+def partition_group(topic_id: int, partition: int, groups: int) -> int:
+    """The Raft group of one partition (`partition_groups`' entry for it)."""
+    return (topic_id % groups + partition) % groups
+
+
+def coordinator_group(group_name: str, groups: int) -> int:
+    """The Raft group (0..groups-1) that coordinates the consumer group `group_name`."""
+    if not 1 <= groups <= RAFT_GROUPS_MAX:
+        raise ValueError(f"groups must be 1..{RAFT_GROUPS_MAX}, not {groups}")
+    return zlib.crc32(group_name.encode("utf-8")) % groups
