@@ -371,7 +371,7 @@ def _reset_targets(
         raise NotFoundError(f"unknown topic {name}")
     entries = []
     for partition in range(topic.partitions):
-        with groups.replica_reader(reader, groups.group_of(topic.topic_id, partition)) as replica:
+        with groups.replica_reader(reader, groups.group_of(topic, partition)) as replica:
             log = None if replica is None else replica.partition(topic.topic_id, partition)
             if replica is None or log is None:
                 raise UnavailableError(f"{name}/{partition} is not on this node yet; retry")

@@ -26,7 +26,7 @@ from kq.broker.consensus import ConsensusStatus, Peer
 from kq.broker.membership import MembershipView
 from kq.broker.workers import GROUPS_DIR, broker_id, shifted
 from kq.proto.limits import LEADER_BOARD_TTL_S
-from kq.raft.placement import coordinator_group, partition_group
+from kq.raft.placement import METADATA_GROUP, partition_group
 from kq.storage import PartitionState, StorageError, Store, StoreReader, TopicMeta
 
 
@@ -101,13 +101,16 @@ class GroupsView:
         """Whether the cluster has more than one group (nodes with worker processes)."""
         return self.count > 1
 
-    def group_of(self, topic_id: int, partition: int) -> int:
-        """The group that holds a partition (raft/placement.py)."""
-        return partition_group(topic_id, partition, self.count) if self.several else 0
+    def group_of(self, topic: TopicMeta, partition: int) -> int:
+        """The group that holds a partition: by the group count its topic was created with
+        (raft/placement.py; 1: group 0, whatever the cluster's count is now)."""
+        return partition_group(topic.topic_id, partition, topic.groups) if topic.groups > 1 else 0
 
     def coordinator_of(self, group_name: str) -> int:
-        """The group that coordinates a consumer group (raft/placement.py)."""
-        return coordinator_group(group_name, self.count) if self.several else 0
+        """The group that coordinates a consumer group: group 0, for every consumer group (DESIGN.md,
+        "Scale-out": spreading them needs a coordinator count fixed for the cluster's life, as
+        Kafka's `__consumer_offsets` partitions, so that a group never moves away from its offsets)."""
+        return METADATA_GROUP
 
     def leader(self, group: int) -> GroupLeader:
         """`group`'s leader: from Raft for this process's own group, from the board for the others."""
@@ -149,7 +152,7 @@ class GroupsView:
 
     def partition_state(self, own: StoreReader, topic: TopicMeta, partition: int) -> PartitionState | None:
         """One partition's log state on this node's replica of its group (`partition_states`)."""
-        if self._stores is None or self.group_of(topic.topic_id, partition) == self.group:
+        if self._stores is None or self.group_of(topic, partition) == self.group:
             return own.partition(topic.topic_id, partition)
         return self._stores.partition_states(own, topic, self)[partition][1]
 
@@ -223,7 +226,7 @@ class LocalStores:
     ) -> list[tuple[int, PartitionState | None]]:
         """Each partition's group and log state, read from the replica of that group on this node
         (None: that replica does not hold the topic yet); `own` is this process's read transaction."""
-        owners = [groups.group_of(topic.topic_id, partition) for partition in range(topic.partitions)]
+        owners = [groups.group_of(topic, partition) for partition in range(topic.partitions)]
         states: dict[int, PartitionState | None] = {}
         for group in sorted(set(owners)):
             mine = [partition for partition, owner in enumerate(owners) if owner == group]

@@ -61,6 +61,7 @@ from kq.broker.workers import (
     check_processes,
     die_with_parent,
     node_data_dir,
+    record_processes,
     worker_config,
 )
 from kq.client.tls import TlsConfig, TlsConfigError, is_loopback
@@ -787,6 +788,8 @@ def _run_checked(config: NodeConfig, worker_group: int | None, log_level: str, l
         if config.kafka is not None:
             check_kafka_members(config)
         check_processes(config, config.processes)
+        if worker_group is None:  # The node's own process: its supervisor, or its only one.
+            record_processes(config.data_dir, config.processes)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     if config.processes > 1 and worker_group is None:

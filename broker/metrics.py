@@ -274,7 +274,7 @@ class NodeCollector(Collector):
 
     def _owns(self, topic: TopicMeta, partition: int) -> bool:
         """Whether this process's group holds the partition (its copy of the others' is empty)."""
-        return self._groups is None or self._groups.group_of(topic.topic_id, partition) == self._groups.group
+        return self._groups is None or self._groups.group_of(topic, partition) == self._groups.group
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

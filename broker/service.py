@@ -80,13 +80,26 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 raise AlreadyExistsError(f"topic {request.name} already exists")
         self._require_room(ENTRY_BYTES_MAX, counted=False)  # Created only where records would still fit.
         configs = {entry.name: entry.value for entry in request.configs}
-        command = commands.create_topic(request.name, request.partitions, wall_clock_ms(), configs)
+        command = commands.create_topic(
+            request.name, request.partitions, wall_clock_ms(), configs, groups=self._spread()
+        )
         result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
         assert isinstance(result, TopicResult)
         _raise_for(result, request.name)
         assert result.topic is not None
         self._await_copies(result.topic)
         return kq_pb2.CreateTopicResponse(topic=_topic_info(result.topic), index=self._store.applied_index())
+
+    def _spread(self) -> int:
+        """The groups a new topic's partitions go to: all the cluster's while each has a leader; else
+        one (group 0), so that no partition is born in a group without a majority (a cluster whose
+        nodes are being restarted with worker processes, one by one, serves those partitions as
+        before). Fixed for the topic's life."""
+        leaders = self._groups.leaders()
+        if self._groups.several and not all(leader.leader_id for leader in leaders):
+            logger.info("a group has no leader now: the new topic's partitions all go to group 0")
+            return 1
+        return self._groups.count
 
     def _await_copies(self, topic: TopicMeta) -> None:
         """With several groups: waits (at most TOPIC_COPY_WAIT_S) until this node's replica of every
@@ -234,7 +247,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
                 topic = reader.topic(item.topic)
                 if topic is None:
                     return None
-                found.add(self._groups.group_of(topic.topic_id, item.partition))
+                found.add(self._groups.group_of(topic, item.partition))
         return found.pop() if len(found) == 1 else None
 
     async def _produce_one(

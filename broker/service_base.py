@@ -142,12 +142,12 @@ class ServiceBase:
 
     def _require_partition_leader(self, topic: TopicMeta, partition: int) -> None:
         """`_require_leader` for the group that holds the partition."""
-        self._require_leader(self._groups.group_of(topic.topic_id, partition))
+        self._require_leader(self._groups.group_of(topic, partition))
 
     def _require_replica(self, topic: TopicMeta, partition: int) -> None:
         """For a read: unless this process holds the partition's group, NotLeaderError naming this
         node's process that does (a replica: reads are served by followers too)."""
-        self._require_group_replica(self._groups.group_of(topic.topic_id, partition))
+        self._require_group_replica(self._groups.group_of(topic, partition))
 
     def _require_coordinator_replica(self, group_name: str) -> None:
         """`_require_replica` for a consumer group's reads (its coordinator group holds its state)."""

@@ -47,6 +47,7 @@ class TopicCopy:
     partitions: int
     created_ms: int
     overrides: Mapping[str, str]
+    groups: int = 1  # The Raft groups its partitions are spread over (fixed at creation).
 
 
 def topic_copies(reader: StoreReader) -> dict[str, TopicCopy]:
@@ -57,6 +58,7 @@ def topic_copies(reader: StoreReader) -> dict[str, TopicCopy]:
             topic.partitions,
             topic.created_ms,
             decode_overrides(reader.topic_configs(topic.topic_id)),
+            topic.groups,
         )
         for topic in reader.topics()
     }
@@ -79,7 +81,12 @@ def sync_plan(source: Mapping[str, TopicCopy], copy: Mapping[str, TopicCopy]) ->
         if name not in copy:
             creates.append(
                 commands.create_topic(
-                    name, wanted.partitions, wanted.created_ms, wanted.overrides, topic_id=wanted.topic_id
+                    name,
+                    wanted.partitions,
+                    wanted.created_ms,
+                    wanted.overrides,
+                    topic_id=wanted.topic_id,
+                    groups=wanted.groups,
                 )
             )
     return [*deletes, *alters, *creates]

@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 GROUPS_DIR = "groups"  # <data-dir>/groups/<g>: the data directory of group g > 0.
 LEADERS_DIR = "leaders"  # <data-dir>/groups/leaders: the workers' leader board (broker/groups_view.py).
+PROCESSES_FILE = "processes"  # <data-dir>/groups/processes: the most workers it was started with.
 WORKER_FLAG = "--worker-group"  # Set by the supervisor only: this process is the replica of one group.
 PORT_MAX = 65_535
 _PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -119,6 +120,32 @@ def worker_config(config: NodeConfig, group: int) -> NodeConfig:
         http_address=shifted(config.http_address, group),
         group=group,
     )
+
+
+def record_processes(data_dir: Path, processes: int) -> None:
+    """Checks `processes` against the most this node's data directory was started with, and records
+    it (`<data-dir>/groups/processes`). ConfigError, one line, when it is fewer: the groups above it
+    hold partitions (every topic keeps the group count it was created with), so they must run."""
+    path = data_dir / GROUPS_DIR / PROCESSES_FILE
+    try:
+        recorded = int(path.read_text().strip())
+    except FileNotFoundError:
+        recorded = 1
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read {path}: {error}") from error
+    if processes < recorded:
+        raise ConfigError(
+            f"data directory {data_dir} holds {recorded} Raft groups: start it with --processes {recorded} "
+            "or more (a node's groups cannot be fewer than its topics are spread over)"
+        )
+    if processes > recorded:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        with temporary.open("w") as out:
+            out.write(f"{processes}\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
 
 
 def node_data_dir(config: NodeConfig) -> Path:

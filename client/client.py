@@ -66,7 +66,6 @@ from kq.proto.limits import (
     RAFT_GROUPS_MAX,
     RECORDS_PER_APPEND_MAX,
 )
-from kq.proto.placement import coordinator_group
 from kq.proto.records import (
     BatchBuilder,
     BatchSource,
@@ -132,7 +131,6 @@ class KqClient(GroupsApi, SecurityApi):
         # only group), `_group_indexes` the others' (at most RAFT_GROUPS_MAX).
         self._index_seen = 0
         self._group_indexes: dict[int, int] = {}
-        self._groups_known: int | None = None  # The cluster's Raft groups, once asked (_groups_count).
         # Until when ProduceMany is not asked for: a node answered UNIMPLEMENTED (an older version,
         # during a rolling upgrade); each request goes as its own Produce meanwhile.
         self._produce_many_unknown_until = 0.0
@@ -143,30 +141,6 @@ class KqClient(GroupsApi, SecurityApi):
                 self._index_seen = max(self._index_seen, index)
             elif group in self._group_indexes or len(self._group_indexes) < RAFT_GROUPS_MAX:
                 self._group_indexes[group] = max(self._group_indexes.get(group, 0), index)
-
-    def _groups_count(self) -> int:
-        """The cluster's Raft groups (1 unless its nodes run worker processes), asked once."""
-        with self._state_lock:
-            count = self._groups_known
-        if count is None:
-            status = self._connections.read("ClusterStatus", kq_pb2.ClusterStatusRequest())
-            count = max(1, status.groups)
-            with self._state_lock:
-                self._groups_known = count
-        return count
-
-    def _coordinator(self, group_name: str) -> int:
-        """The Raft group that coordinates a consumer group (kq.proto.placement)."""
-        count = self._groups_count()
-        return coordinator_group(group_name, count) if count > 1 else 0
-
-    def _group_leader_addresses(self) -> list[tuple[int, str | None]]:
-        """Each Raft group with its leader's gRPC address (None: any node, in a cluster of one group
-        or while the leader is unknown)."""
-        if self._groups_count() == 1:
-            return [(0, None)]
-        status = self._connections.read("ClusterStatus", kq_pb2.ClusterStatusRequest())
-        return [(leader.group, leader.leader_address or None) for leader in status.group_leaders]
 
     def _index_of(self, group: int) -> int:
         """The highest index of Raft group `group` this client has seen."""

@@ -18,23 +18,14 @@ RESET_TARGETS = {
 
 
 class GroupsApi:
-    """Consumer-group calls; `KqClient` provides `_connections`, `_saw`, `_index_of`, `_coordinator`
-    and `_group_leader_addresses`. A consumer group's calls go to its coordinator group (a Raft
-    group, by a hash of its name: kq.proto.placement; group 0 in a cluster of one group), with that
-    group's read-your-writes index."""
+    """Consumer-group calls; `KqClient` provides `_connections`, `_saw` and `_index_seen`. Consumer
+    groups live in Raft group 0 (DESIGN.md, "Scale-out"): their calls go where the cluster's state's
+    do, with group 0's read-your-writes index."""
 
     _connections: Connections
+    _index_seen: int
 
     def _saw(self, index: int, group: int = 0) -> None:
-        raise NotImplementedError
-
-    def _index_of(self, group: int) -> int:
-        raise NotImplementedError
-
-    def _coordinator(self, group_name: str) -> int:
-        raise NotImplementedError
-
-    def _group_leader_addresses(self) -> list[tuple[int, str | None]]:
         raise NotImplementedError
 
     def join_group(
@@ -60,12 +51,11 @@ class GroupsApi:
             session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms,
         )
-        coordinator = self._coordinator(group)
-        response = self._connections.write("JoinGroup", request, group=coordinator)
+        response = self._connections.write("JoinGroup", request)
         while response.rebalancing:  # Others have yet to rejoin: wait again under the id given.
             request.member_id = response.member_id
-            response = self._connections.write("JoinGroup", request, group=coordinator)
-        self._saw(response.index, coordinator)
+            response = self._connections.write("JoinGroup", request)
+        self._saw(response.index)
         return GroupAssignment(
             response.member_id,
             response.generation,
@@ -79,12 +69,11 @@ class GroupsApi:
         request = kq_pb2.HeartbeatRequest(
             group=group, member_id=member_id, generation=generation, wait_ms=wait_ms
         )
-        return bool(self._connections.write("Heartbeat", request, group=self._coordinator(group)).rebalancing)
+        return bool(self._connections.write("Heartbeat", request).rebalancing)
 
     def leave_group(self, group: str, member_id: str) -> None:
         """Leaves at once, so the member's partitions move without waiting for its session to expire."""
-        request = kq_pb2.LeaveGroupRequest(group=group, member_id=member_id)
-        self._connections.write("LeaveGroup", request, group=self._coordinator(group))
+        self._connections.write("LeaveGroup", kq_pb2.LeaveGroupRequest(group=group, member_id=member_id))
 
     def commit_offsets(
         self, group: str, offsets: Mapping[tuple[str, int], int], member_id: str = "", generation: int = 0
@@ -97,42 +86,33 @@ class GroupsApi:
         request = kq_pb2.CommitOffsetsRequest(
             group=group, member_id=member_id, generation=generation, offsets=_entries(offsets.items())
         )
-        coordinator = self._coordinator(group)
-        self._saw(self._connections.write("CommitOffsets", request, group=coordinator).index, coordinator)
+        self._saw(self._connections.write("CommitOffsets", request).index)
 
     def committed_offsets(
         self, group: str, partitions: Iterable[tuple[str, int]] = (), node: str | None = None
     ) -> dict[tuple[str, int], int]:
         """The group's committed offsets (for the given partitions, or all)."""
-        coordinator = self._coordinator(group)
         request = kq_pb2.FetchOffsetsRequest(
             group=group,
             partitions=[kq_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions],
-            min_index=self._index_of(coordinator),
+            min_index=self._index_seen,
         )
-        response = self._connections.read("FetchOffsets", request, node, group=coordinator)
-        self._saw(response.applied_index, coordinator)
+        response = self._connections.read("FetchOffsets", request, node)
+        self._saw(response.applied_index)
         return {(entry.topic, entry.partition): entry.offset for entry in response.offsets}
 
     def list_groups(self, node: str | None = None) -> list[GroupSummary]:
-        """Every group with its phase, generation and member count (from each Raft group's leader when
-        the cluster has several: each coordinates its own consumer groups)."""
-        addresses = [(0, node)] if node is not None else self._group_leader_addresses()
-        found: dict[str, GroupSummary] = {}
-        for group, address in addresses:
-            response = self._connections.read(
-                "ListGroups", kq_pb2.ListGroupsRequest(min_index=self._index_of(group)), address
-            )
-            for g in response.groups:
-                found[g.name] = GroupSummary(g.name, PHASES[g.phase], g.generation, g.members)
-        return [found[name] for name in sorted(found)]
+        """Every group with its phase, generation and member count."""
+        response = self._connections.read(
+            "ListGroups", kq_pb2.ListGroupsRequest(min_index=self._index_seen), node
+        )
+        return [GroupSummary(g.name, PHASES[g.phase], g.generation, g.members) for g in response.groups]
 
     def describe_group(self, group: str, node: str | None = None) -> GroupDescription:
         """The group's members and per-partition committed offset, log end and lag."""
-        coordinator = self._coordinator(group)
-        request = kq_pb2.DescribeGroupRequest(group=group, min_index=self._index_of(coordinator))
-        response = self._connections.read("DescribeGroup", request, node, group=coordinator)
-        self._saw(response.applied_index, coordinator)
+        request = kq_pb2.DescribeGroupRequest(group=group, min_index=self._index_seen)
+        response = self._connections.read("DescribeGroup", request, node)
+        self._saw(response.applied_index)
         state = response.group
         members = tuple(
             GroupMemberInfo(
@@ -174,16 +154,13 @@ class GroupsApi:
         request = kq_pb2.ResetOffsetsRequest(
             group=group, topics=topics, target=RESET_TARGETS[to], offset=offset, timestamp_ms=timestamp_ms
         )
-        coordinator = self._coordinator(group)
-        response = self._connections.write("ResetOffsets", request, group=coordinator)
-        self._saw(response.index, coordinator)
+        response = self._connections.write("ResetOffsets", request)
+        self._saw(response.index)
         return {(entry.topic, entry.partition): entry.offset for entry in response.offsets}
 
     def delete_group(self, group: str) -> None:
         """Deletes a group without active members and its committed offsets."""
-        coordinator = self._coordinator(group)
-        request = kq_pb2.DeleteGroupRequest(group=group)
-        self._saw(self._connections.write("DeleteGroup", request, group=coordinator).index, coordinator)
+        self._saw(self._connections.write("DeleteGroup", kq_pb2.DeleteGroupRequest(group=group)).index)
 
 
 def _entries(offsets: Iterable[tuple[tuple[str, int], int]]) -> list[kq_pb2.OffsetEntry]:

@@ -407,12 +407,17 @@ class CreateTopicCommand(_message.Message):
     CREATED_MS_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
     TOPIC_ID_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     partitions: _builtins.int
     created_ms: _builtins.int
     topic_id: _builtins.int
     """0: apply allocates the topic's id (the metadata group). Set: the topic's id in the metadata group,
     which another group's copy of the topic takes (broker/topic_sync.py).
+    """
+    groups: _builtins.int
+    """The Raft groups the topic's partitions are spread over (raft/placement.py), fixed at creation:
+    the cluster's groups then (0 or 1: one, every partition in group 0).
     """
     @_builtins.property
     def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigEntry]: ...
@@ -424,10 +429,11 @@ class CreateTopicCommand(_message.Message):
         created_ms: _builtins.int = ...,
         configs: _abc.Iterable[Global___ConfigEntry] | None = ...,
         topic_id: _builtins.int = ...,
+        groups: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "created_ms", b"created_ms", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "created_ms", b"created_ms", "groups", b"groups", "name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,18 +1,14 @@
-"""Which Raft group holds a partition, and which coordinates a consumer group: pure functions of
-their arguments, shared by the nodes (raft/placement.py re-exports them), the client and the tools,
-which route each partition to its group (DESIGN.md, "Scale-out: many Raft groups").
+"""Which Raft group holds a partition: pure functions of their arguments, shared by the nodes
+(raft/placement.py re-exports them), the client and the tools, which route each partition to its
+group (DESIGN.md, "Scale-out: many Raft groups").
 
 A topic's partitions go round-robin over the groups starting at the group its id names, so
 consecutive topics start at consecutive groups and a topic with at least as many partitions as
-groups touches every group. A consumer group's coordinator is the group of CRC32 of its name (as
-Kafka's `__consumer_offsets` partition is its name's hash modulo the partitions): CRC32, not Python's
-`hash`, which differs between processes. A cluster's group count is fixed, so both are functions of
-the name and id alone.
+groups touches every group. The group count is the topic's own, fixed at its creation (a topic
+created while the cluster had one group keeps every partition in group 0).
 """
 
 from __future__ import annotations
-
-import zlib
 
 from kq.proto.limits import PARTITIONS_MAX, RAFT_GROUPS_MAX
 
@@ -32,10 +28,3 @@ def partition_groups(topic_id: int, partitions: int, groups: int) -> tuple[int, 
 def partition_group(topic_id: int, partition: int, groups: int) -> int:
     """The Raft group of one partition (`partition_groups`' entry for it)."""
     return (topic_id % groups + partition) % groups
-
-
-def coordinator_group(group_name: str, groups: int) -> int:
-    """The Raft group (0..groups-1) that coordinates the consumer group `group_name`."""
-    if not 1 <= groups <= RAFT_GROUPS_MAX:
-        raise ValueError(f"groups must be 1..{RAFT_GROUPS_MAX}, not {groups}")
-    return zlib.crc32(group_name.encode("utf-8")) % groups

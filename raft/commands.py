@@ -43,14 +43,21 @@ def create_topic(
     created_ms: int,
     configs: Mapping[str, str] | None = None,
     topic_id: int = 0,
+    groups: int = 1,
 ) -> kq_pb2.Command:
     """Command creating topic `name`, with config overrides by Kafka's names (raft/topic_config.py);
-    `topic_id` set: with that id (another group's copy of a metadata group's topic), else a new one."""
+    `topic_id` set: with that id (another group's copy of a metadata group's topic), else a new one;
+    `groups`: the Raft groups its partitions are spread over."""
     entries = [kq_pb2.ConfigEntry(name=key, value=value) for key, value in sorted((configs or {}).items())]
     return kq_pb2.Command(
         version=COMMAND_VERSION,
         create_topic=kq_pb2.CreateTopicCommand(
-            name=name, partitions=partitions, created_ms=created_ms, configs=entries, topic_id=topic_id
+            name=name,
+            partitions=partitions,
+            created_ms=created_ms,
+            configs=entries,
+            topic_id=topic_id,
+            groups=groups,
         ),
     )
 

@@ -7,9 +7,8 @@ a function of its arguments alone: no clock, no randomness, no I/O, so every nod
 placement or a leadership plan from the same view gets the same answer, and `apply` may call the
 placement functions on values its entry carries (the one rule).
 
-- `partition_groups`, `partition_group`, `coordinator_group` (kq.proto.placement, shared with the
-  client and re-exported here): the group of each partition of a topic, and the group that holds a
-  consumer group's state and committed offsets.
+- `partition_groups`, `partition_group` (kq.proto.placement, shared with the client and re-exported
+  here): the group of each partition of a topic.
 - `leader_moves`: the leadership transfers that bring every node to ⌊G/N⌋ or ⌈G/N⌉ of the G led
   groups; none when the spread is already within one (so a balanced cluster never moves a leader:
   no flapping), and at most `moves_max` per plan (bounded disruption: each transfer is a short
@@ -21,13 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kq.proto.placement import coordinator_group, partition_group, partition_groups
+from kq.proto.placement import partition_group, partition_groups
 
 __all__ = [
     "METADATA_GROUP",
     "LeaderMove",
     "balanced",
-    "coordinator_group",
     "leader_counts",
     "leader_moves",
     "partition_group",

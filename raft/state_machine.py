@@ -243,7 +243,9 @@ def _apply_create_topic(writer: StoreWriter, command: kq_pb2.CreateTopicCommand)
         return TopicResult(ErrorCode.TOO_MANY_TOPICS)
     if command.topic_id and writer.topic_id_used(command.topic_id):
         return TopicResult(ErrorCode.TOPIC_EXISTS)  # A copy's id is never reused for another topic.
-    topic = writer.create_topic(command.name, command.partitions, command.created_ms, command.topic_id)
+    topic = writer.create_topic(
+        command.name, command.partitions, command.created_ms, command.topic_id, command.groups
+    )
     if command.configs:  # Checked by command_problem: known names, legal values, each once.
         writer.set_topic_configs(
             topic.topic_id, encode_overrides({entry.name: entry.value for entry in command.configs})

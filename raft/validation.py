@@ -48,6 +48,7 @@ from kq.proto.limits import (
     PROTOCOL_NAME_LENGTH_MAX,
     PROTOCOL_TYPE_LENGTH_MAX,
     RACK_NAME_LENGTH_MAX,
+    RAFT_GROUPS_MAX,
     REBALANCE_TIMEOUT_MS_MAX,
     REBALANCE_TIMEOUT_MS_MIN,
     RECORD_BYTES_MAX,
@@ -454,6 +455,11 @@ def cluster_id_problem(cluster_id: str) -> str | None:
     return None
 
 
+def topic_groups_problem(groups: int) -> str | None:
+    """Why a topic cannot be spread over `groups` Raft groups (0 and 1 both mean one)."""
+    return None if groups <= RAFT_GROUPS_MAX else f"a topic spans at most {RAFT_GROUPS_MAX} Raft groups"
+
+
 def topic_id_problem(topic_id: int) -> str | None:
     """Why a topic id a command carries cannot be one (0 means none is carried)."""
     return None if topic_id <= TOPIC_ID_MAX else f"a topic id is at most {TOPIC_ID_MAX}"
@@ -469,6 +475,7 @@ def command_problem(command: kq_pb2.Command) -> str | None:
             or partition_count_problem(create.partitions)
             or configs_problem(create.configs)
             or topic_id_problem(create.topic_id)
+            or topic_groups_problem(create.groups)
         )
     if kind == "alter_topic_config":
         return _alter_topic_config_problem(command.alter_topic_config)

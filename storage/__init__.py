@@ -49,6 +49,11 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                 key: topic_id u64                                                           (8 bytes)
                 value: the topic's config overrides, a `TopicConfigs` protobuf, entries sorted by name
                        (raft/topic_config.py); no row: no override
+    topic_groups
+                key: topic_id u64                                                           (8 bytes)
+                value: groups u16: the Raft groups the topic's partitions are spread over, fixed at
+                       its creation (raft/placement.py); no row: 1, every partition in group 0 (a
+                       topic created while the cluster had one group keeps its data where it is)
     timestamps  key: topic_id u64 | partition u32 | (2**63 - 1 - maxTimestamp) u64 | base_offset u64
                 value: empty                                                          (28 + 0 bytes)
                        one row per stored batch whose header's maxTimestamp is not -1, written and

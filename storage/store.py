@@ -36,6 +36,7 @@ PRODUCER_APPENDS_KEPT = 5  # Like Kafka: a retry of any of the last five appends
 OVERFLOW_PAGE_HEADER_BYTES = 16
 
 _U64 = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
 _TOPIC = struct.Struct(">QIq")
 _PARTITION_KEY = struct.Struct(">QI")
 _PARTITION_STATE = struct.Struct(">QQQ")
@@ -73,6 +74,7 @@ DATABASE_NAMES = (
     b"users",
     b"tokens",
     b"acls",
+    b"topic_groups",
 )
 SECURITY_TABLES = (b"users", b"tokens", b"acls")  # raft/auth.py's rows: name, token id, encoded Acl -> value.
 _GROUP_NAME_LENGTH = struct.Struct(">H")
@@ -88,6 +90,9 @@ class TopicMeta:
     topic_id: int
     partitions: int
     created_ms: int
+    # The Raft groups its partitions are spread over (raft/placement.py), fixed at its creation: 1 for
+    # a topic created while the cluster had one group, whose partitions stay in group 0.
+    groups: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,6 +408,7 @@ class StoreReader:
         self._groups = databases[b"groups"]
         self._offsets = databases[b"offsets"]
         self._topic_configs = databases[b"topic_configs"]
+        self._topic_groups = databases[b"topic_groups"]
         self._timestamps = databases[b"timestamps"]
         self._purges = databases[b"purges"]
         self._pieces = databases[b"record_pieces"]
@@ -450,15 +456,21 @@ class StoreReader:
         if raw is None:
             return None
         topic_id, partitions, created_ms = _TOPIC.unpack(raw)
-        return TopicMeta(name, topic_id, partitions, created_ms)
+        return TopicMeta(name, topic_id, partitions, created_ms, self._topic_group_count(topic_id))
 
     def topics(self) -> list[TopicMeta]:
         """Every topic, ordered by name."""
         result = []
         for key, raw in self._transaction.cursor(db=self._topics):
             topic_id, partitions, created_ms = _TOPIC.unpack(raw)
-            result.append(TopicMeta(bytes(key).decode(), topic_id, partitions, created_ms))
+            groups = self._topic_group_count(topic_id)
+            result.append(TopicMeta(bytes(key).decode(), topic_id, partitions, created_ms, groups))
         return result
+
+    def _topic_group_count(self, topic_id: int) -> int:
+        """The Raft groups a topic's partitions are spread over (its `topic_groups` row; none: 1)."""
+        raw = self._transaction.get(_U64.pack(topic_id), db=self._topic_groups)
+        return 1 if raw is None else int(_U16.unpack(raw)[0])
 
     def topic_configs(self, topic_id: int) -> bytes | None:
         """The topic's stored config overrides (raft/topic_config.py `encode_overrides`), or None."""
@@ -716,16 +728,21 @@ class StoreWriter(StoreReader):
         """Whether `topic_id` is below the next id: given to a topic here before (ids are never reused)."""
         return topic_id < (self._meta_u64(_NEXT_TOPIC_ID) or 1)
 
-    def create_topic(self, name: str, partitions: int, created_ms: int, topic_id: int = 0) -> TopicMeta:
+    def create_topic(
+        self, name: str, partitions: int, created_ms: int, topic_id: int = 0, groups: int = 1
+    ) -> TopicMeta:
         """Creates a topic with empty partitions; the caller checked that the name is free. `topic_id`
-        0: the next id; else that id (a copy of another group's topic), the next id moved past it."""
+        0: the next id; else that id (a copy of another group's topic), the next id moved past it.
+        `groups`: the Raft groups its partitions are spread over (a `topic_groups` row when above 1)."""
         next_id = self._meta_u64(_NEXT_TOPIC_ID) or 1
         topic_id = topic_id or next_id
         self._put_meta_u64(_NEXT_TOPIC_ID, max(next_id, topic_id + 1))
         self._transaction.put(name.encode(), _TOPIC.pack(topic_id, partitions, created_ms), db=self._topics)
+        if groups > 1:
+            self._transaction.put(_U64.pack(topic_id), _U16.pack(groups), db=self._topic_groups)
         for partition in range(partitions):
             self._put_partition(topic_id, partition, PartitionState(0, 0, 0))
-        return TopicMeta(name, topic_id, partitions, created_ms)
+        return TopicMeta(name, topic_id, partitions, created_ms, max(groups, 1))
 
     def put_member(self, node_id: str, member: bytes) -> None:
         """Stores a member's encoded addresses under its node id (replacing any)."""
@@ -761,6 +778,7 @@ class StoreWriter(StoreReader):
         gone."""
         self._transaction.delete(topic.name.encode(), db=self._topics)
         self._transaction.delete(_U64.pack(topic.topic_id), db=self._topic_configs)
+        self._transaction.delete(_U64.pack(topic.topic_id), db=self._topic_groups)
         for partition in range(topic.partitions):
             self._transaction.delete(_PARTITION_KEY.pack(topic.topic_id, partition), db=self._partitions)
         self._transaction.put(_U64.pack(topic.topic_id), b"", db=self._purges)

@@ -145,7 +145,7 @@ class ClusterApis(KafkaBase):
         }
         partitions = []
         for index in range(topic.partitions):
-            group = self._groups.group_of(topic.topic_id, index)
+            group = self._groups.group_of(topic, index)
             leader = leaders[group]
             partitions.append(
                 build(

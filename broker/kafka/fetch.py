@@ -54,7 +54,7 @@ from kq.proto.limits import (
     KAFKA_PARTITIONS_PER_REQUEST_MAX,
 )
 from kq.raft.validation import topic_name_problem
-from kq.storage import StoreReader
+from kq.storage import StoreReader, TopicMeta
 
 FETCH, LIST_OFFSETS = 1, 2
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -144,10 +144,10 @@ class FetchApis(KafkaBase):
             pass  # No slot to wait in: answer what there is now, as a fetch with max_wait 0 would.
         return await self._in_reads(self._read_partitions, wanted, max_bytes, behind)
 
-    def _holds(self, topic_id: int, partition: int) -> bool:
+    def _holds(self, topic: TopicMeta, partition: int) -> bool:
         """Whether this process's group holds the partition (its store holds only a copy of the
         topic otherwise: broker/topic_sync.py)."""
-        return self._groups.group_of(topic_id, partition) == self._groups.group
+        return self._groups.group_of(topic, partition) == self._groups.group
 
     def _preferred_replica(self, rack: str) -> int:
         """Where the leader sends a consumer in `rack` (NO_PREFERRED_REPLICA: served here).
@@ -293,7 +293,7 @@ class FetchApis(KafkaBase):
                 state = None if topic is None else reader.partition(topic.topic_id, partition)
                 if topic is None or state is None:
                     answers.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
-                elif not self._holds(topic.topic_id, partition):
+                elif not self._holds(topic, partition):
                     answers.append((NOT_LEADER_OR_FOLLOWER, -1, -1))
                 elif timestamp == EARLIEST:
                     answers.append((NONE, -1, state.log_start_offset))
@@ -363,17 +363,17 @@ def _read_partition(
     max_bytes: int,
     first: bool,
     leader_end: int | None = None,
-    holds: Callable[[int, int], bool] = lambda _topic_id, _partition: True,
+    holds: Callable[[TopicMeta, int], bool] = lambda _topic, _partition: True,
 ) -> PartitionRead:
     """One partition's read. `leader_end`: on a follower, the leader's log end when `offset` is past
     this node's: an offset up to it answers empty (it will be applied here) rather than out of range.
-    `holds(topic_id, partition)`: whether this process's group holds the partition (else
+    `holds(topic, partition)`: whether this process's group holds the partition (else
     NOT_LEADER_OR_FOLLOWER: the client asks Metadata again and goes to one of that group's brokers)."""
     topic = None if topic_name_problem(topic_name) else reader.topic(topic_name)
     state = None if topic is None else reader.partition(topic.topic_id, partition)
     if topic is None or state is None:
         return PartitionRead(topic_name, partition, UNKNOWN_TOPIC_OR_PARTITION)
-    if not holds(topic.topic_id, partition):
+    if not holds(topic, partition):
         return PartitionRead(topic_name, partition, NOT_LEADER_OR_FOLLOWER)
     read = PartitionRead(topic_name, partition, NONE, state.log_end_offset, state.log_start_offset)
     if leader_end is not None and state.log_end_offset < offset <= leader_end:

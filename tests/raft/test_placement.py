@@ -1,10 +1,8 @@
-"""raft/placement.py: partitions spread over data groups, consumer groups hashed to a coordinator
-group, and leadership plans that even out leaders per node without ever moving a balanced cluster."""
+"""raft/placement.py: partitions spread over Raft groups, and leadership plans that even out leaders
+per node without ever moving a balanced cluster."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -14,7 +12,6 @@ from hypothesis import strategies as st
 from kq.proto.limits import PARTITIONS_MAX, RAFT_GROUPS_MAX
 from kq.raft.placement import (
     balanced,
-    coordinator_group,
     leader_counts,
     leader_moves,
     partition_group,
@@ -58,23 +55,6 @@ def test_placement_refuses_out_of_range_arguments() -> None:
         partition_groups(1, PARTITIONS_MAX + 1, 3)
     with pytest.raises(ValueError, match="topic ids"):
         partition_groups(-1, 3, 3)
-    with pytest.raises(ValueError, match="groups"):
-        coordinator_group("g", 0)
-
-
-def test_a_consumer_groups_coordinator_group_is_the_same_in_every_process() -> None:
-    """The hash is CRC32 of the name, not Python's per-process salted hash: another interpreter agrees."""
-    names = ["orders", "payments", "g", "é-group", ""]
-    here = [coordinator_group(name, 12) for name in names]
-    assert all(0 <= group < 12 for group in here)
-    code = (
-        "from kq.raft.placement import coordinator_group\n"
-        f"print([coordinator_group(name, 12) for name in {names!r}])"
-    )
-    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert there.strip() == str(here)
-    spread = Counter(coordinator_group(f"group-{number}", 12) for number in range(1200))
-    assert len(spread) == 12 and min(spread.values()) > 50
 
 
 leaders_strategy = st.integers(1, 5).flatmap(

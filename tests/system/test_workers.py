@@ -13,7 +13,8 @@ import grpc
 import pytest
 
 from kq.broker.workers import shifted
-from kq.deploy.cluster import LocalCluster
+from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster, free_ports
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
 
@@ -100,3 +101,52 @@ def test_each_group_elects_among_its_workers_and_workers_end_with_their_node(
     wait_for(lambda: not cluster.running(second), "the node stopped by SIGTERM", WAIT_S)
     assert cluster.exit_code(second) == 0
     assert all(gone(pid) for pid in workers[second])
+
+
+def test_a_single_group_cluster_restarted_with_workers_keeps_its_topics_in_place(tmp_path: Path) -> None:
+    """Three nodes of one group hold a topic and a group's offsets; restarted with --processes 3,
+    the old topic stays in group 0 (its partitions all there: created with one group), every record
+    reads back from every node at its offset and new records follow on; a new topic spreads over the
+    three groups; the group's offsets are kept. Restarted with fewer processes, a node refuses in
+    one line (its groups hold partitions)."""
+    ports = [free_ports(3, PROCESSES) for _ in range(4)]
+    cluster = LocalCluster(
+        tmp_path / "cluster",
+        grpc_ports=ports[0],
+        raft_ports=ports[1],
+        kafka_ports=ports[2],
+        http_ports=ports[3],
+    )
+    try:
+        cluster.start()
+        with KqClient(cluster.bootstrap) as client:
+            client.create_topic("old", partitions=6)
+            sent = [client.send("old", f"o{i}".encode(), partition=i % 6) for i in range(60)]
+            client.commit_offsets("g", {("old", p): 5 for p in range(6)})
+        cluster.stop()
+        cluster.node_args = (*cluster.node_args, "--processes", str(PROCESSES))
+        cluster.start()
+        nodes = list(cluster.nodes)
+        wait_for(lambda: agreed_leaders(cluster, nodes), "every group's leader", WAIT_S)
+        with KqClient(cluster.bootstrap) as client:
+            assert [client.partition_group("old", p) for p in range(6)] == [0] * 6
+            for node in cluster.bootstrap:
+                for partition in range(6):
+                    fetched = client.fetch("old", partition, 0, node=node, wait_ms=5_000)
+                    assert [(r.offset, r.value) for r in fetched.records] == [
+                        (m.offset, f"o{i}".encode()) for i, m in enumerate(sent) if m.partition == partition
+                    ]
+            assert client.send("old", b"later", partition=0).offset == 10
+            assert client.committed_offsets("g") == {("old", p): 5 for p in range(6)}
+            client.create_topic("new", partitions=6)
+            assert {client.partition_group("new", p) for p in range(6)} == set(range(PROCESSES))
+            assert all(client.send("new", b"v", partition=p).offset == 0 for p in range(6))
+        cluster.stop()
+        first = nodes[0]
+        cluster.set_node_args(first, ("--processes", "1"))
+        cluster.start_node(first)
+        wait_for(lambda: not cluster.running(first), "the node that refuses to start", WAIT_S)
+        assert cluster.exit_code(first) == 2
+        assert "holds 3 Raft groups: start it with --processes 3" in cluster.log_path(first).read_text()
+    finally:
+        cluster.stop()
