@@ -49,6 +49,7 @@ from kq.proto.limits import (
     STREAM_MESSAGE_BYTES_MAX,
     TOPIC_COPY_POLL_S,
     TOPIC_COPY_WAIT_S,
+    TOPIC_SPREAD_WAIT_S,
 )
 from kq.proto.records import WireRecord, parse_batch, read_header
 from kq.raft import commands, topic_config
@@ -91,14 +92,19 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         return kq_pb2.CreateTopicResponse(topic=_topic_info(result.topic), index=self._store.applied_index())
 
     def _spread(self) -> int:
-        """The groups a new topic's partitions go to: all the cluster's while each has a leader; else
-        one (group 0), so that no partition is born in a group without a majority (a cluster whose
-        nodes are being restarted with worker processes, one by one, serves those partitions as
-        before). Fixed for the topic's life."""
-        leaders = self._groups.leaders()
-        if self._groups.several and not all(leader.leader_id for leader in leaders):
-            logger.info("a group has no leader now: the new topic's partitions all go to group 0")
+        """The groups a new topic's partitions go to: all the cluster's once each has a leader
+        (waiting TOPIC_SPREAD_WAIT_S at most: groups elect at start); else one (group 0), so that no
+        partition is born in a group without a majority (a cluster whose nodes are being restarted
+        with worker processes, one by one, serves those partitions as before). Fixed for the topic's
+        life."""
+        if not self._groups.several:
             return 1
+        deadline = time.monotonic() + TOPIC_SPREAD_WAIT_S
+        while not all(leader.leader_id for leader in self._groups.leaders()):
+            if time.monotonic() >= deadline:
+                logger.info("a group has no leader: the new topic's partitions all go to group 0")
+                return 1
+            time.sleep(TOPIC_COPY_POLL_S)
         return self._groups.count
 
     def _await_copies(self, topic: TopicMeta) -> None:

@@ -13,7 +13,14 @@ import click
 from kq.broker.config import ConfigError, parse_peer
 from kq.cli.context import open_client
 from kq.cli.errors import CommandError
-from kq.cli.output import members_table, print_json, print_table, status_table, status_to_dict
+from kq.cli.output import (
+    group_leaders_table,
+    members_table,
+    print_json,
+    print_table,
+    status_table,
+    status_to_dict,
+)
 from kq.client import KqClientError
 
 
@@ -28,7 +35,8 @@ def cluster() -> None:
 )
 @click.pass_context
 def status(ctx: click.Context, output_format: str) -> None:
-    """Show each node's role, term, commit and applied index, leader and connected peers.
+    """Show each node's role, term, commit and applied index, leader and connected peers (and, with
+    worker processes, each Raft group's leader).
 
     Exits 1 when no node answers.
     """
@@ -40,6 +48,9 @@ def status(ctx: click.Context, output_format: str) -> None:
         print_json([status_to_dict(a, s) for a, s in zip(addresses, statuses, strict=True)])
     else:
         print_table(status_table(addresses, statuses))
+        groups = group_leaders_table(statuses)
+        if groups is not None:  # Nodes with worker processes: a Raft group each.
+            print_table(groups)
     if all(isinstance(s, KqClientError) for s in statuses):
         raise CommandError(f"no node answered (last: {statuses[-1]})")
 

@@ -224,6 +224,19 @@ def status_table(addresses: Sequence[str], statuses: Sequence[NodeStatus | KqCli
     return table
 
 
+def group_leaders_table(statuses: Sequence[NodeStatus | KqClientError]) -> Table | None:
+    """Each Raft group's leader, as the first node that answered sees it; None in a cluster of one
+    group (nodes without worker processes), whose leader the node table already shows."""
+    seen = next((s for s in statuses if isinstance(s, NodeStatus) and len(s.group_leaders) > 1), None)
+    if seen is None:
+        return None
+    table = plain_table("group", "leader", "leader address", "term")
+    for leader in seen.group_leaders:
+        address = leader.leader_address or "-"
+        table.add_row(str(leader.group), leader.leader_id or "-", address, str(leader.term))
+    return table
+
+
 def status_to_dict(address: str, status: NodeStatus | KqClientError) -> dict[str, Any]:
     """A node's status (or the error reaching it) as a JSON-ready dict."""
     if isinstance(status, KqClientError):
@@ -243,6 +256,10 @@ def status_to_dict(address: str, status: NodeStatus | KqClientError) -> dict[str
         "cluster_id": status.cluster_id,
         "peers": [
             {"node_id": p.node_id, "address": p.grpc_address, "connected": p.connected} for p in status.peers
+        ],
+        "groups": [
+            {"group": g.group, "leader_id": g.leader_id, "leader_address": g.leader_address, "term": g.term}
+            for g in status.group_leaders
         ],
         "error": None,
     }

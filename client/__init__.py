@@ -46,6 +46,7 @@ from kq.client.tls import TlsConfig, TlsConfigError
 from kq.client.types import (
     ConsumerRecord,
     GroupDescription,
+    GroupLeaderInfo,
     GroupSummary,
     NodeStatus,
     PartitionLag,
@@ -63,6 +64,7 @@ __all__ = [
     "ConsumerRecord",
     "GroupConsumer",
     "GroupDescription",
+    "GroupLeaderInfo",
     "GroupNotEmptyError",
     "GroupNotFoundError",
     "GroupSummary",

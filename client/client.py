@@ -37,6 +37,7 @@ from kq.client.types import (
     ConsumerRecord,
     FetchedBatches,
     FetchResult,
+    GroupLeaderInfo,
     NodeStatus,
     PartitionOffsets,
     PeerState,
@@ -844,6 +845,11 @@ def _node_status(address: str, response: kq_pb2.ClusterStatusResponse) -> NodeSt
         peers=tuple(_peer_state(peer) for peer in response.peers),
         raft_address=response.raft_address,
         cluster_id=response.cluster_id,
+        group=response.group,
+        group_leaders=tuple(
+            GroupLeaderInfo(leader.group, leader.leader_id, leader.leader_address, leader.term)
+            for leader in response.group_leaders
+        ),
     )
 
 

@@ -205,6 +205,17 @@ class PeerState:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupLeaderInfo:
+    """One Raft group's leader as a node sees it ("" while unknown): a cluster of nodes with worker
+    processes has one group per process (DESIGN.md, "Scale-out")."""
+
+    group: int
+    leader_id: str
+    leader_address: str
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeStatus:
     """One node's view of the cluster (`kq cluster status`)."""
 
@@ -221,6 +232,8 @@ class NodeStatus:
     peers: tuple[PeerState, ...] = field(default=())
     raft_address: str = ""
     cluster_id: str = ""
+    group: int = 0  # The Raft group of the process that answered.
+    group_leaders: tuple[GroupLeaderInfo, ...] = ()  # Every group's leader (one entry: one group).
 
 
 @dataclass(frozen=True, slots=True)

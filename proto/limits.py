@@ -453,6 +453,8 @@ TOPIC_SYNC_CHANGES_MAX = 100
 # CreateTopic answers once this node's replica of every group holds the topic, or after this long.
 TOPIC_COPY_WAIT_S = 5.0
 TOPIC_COPY_POLL_S = 0.02
+# A new topic spreads over every group once each has a leader; CreateTopic waits this long for them.
+TOPIC_SPREAD_WAIT_S = 5.0
 LEADER_BOARD_TTL_S = 0.2  # A worker reads its siblings' published group leaders at most this often.
 # Worker processes of one node (`--processes`, broker/workers.py): one Raft group each.
 PROCESSES_MAX = 64

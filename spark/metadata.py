@@ -60,6 +60,14 @@ class Snapshot:
     offsets: dict[TopicPartition, PartitionOffsets]
     applied_index: int
 
+    def min_index(self, topic: str, partition: int) -> int:
+        """The Raft index a node must have applied to serve the partition's planned range: the one
+        the offsets were read at, which is group 0's. Raft indexes count per group, so a partition of
+        another group (nodes with worker processes: DESIGN.md, "Scale-out") waits for none; a reader
+        behind its planned end moves on to another node as for any range it cannot finish."""
+        offsets = self.offsets.get(TopicPartition(topic, partition))
+        return self.applied_index if offsets is None or offsets.group == 0 else 0
+
 
 def read_candidates(view: ClusterView, read_from: ReadFrom, pinned_node: str, slot: int) -> tuple[str, ...]:
     """The nodes an input partition tries, in order; `slot` spreads input partitions over the nodes."""

@@ -217,7 +217,9 @@ def _input_partitions(
     pieces = split_ranges(ranges, options.min_partitions)
     partitions: list[InputPartition] = [
         KqInputPartition(
-            piece, read_candidates(view, options.read_from, options.pinned_node, slot), snapshot.applied_index
+            piece,
+            read_candidates(view, options.read_from, options.pinned_node, slot),
+            snapshot.min_index(piece.topic, piece.partition),
         )
         for slot, piece in enumerate(pieces)
     ]

@@ -13,9 +13,16 @@ import pytest
 from kq.cli.context import address_problem
 from kq.cli.errors import CommandError
 from kq.cli.input_lines import LineReader
-from kq.cli.output import bytes_to_json, format_json, format_plain, produce_summary, status_to_dict
+from kq.cli.output import (
+    bytes_to_json,
+    format_json,
+    format_plain,
+    group_leaders_table,
+    produce_summary,
+    status_to_dict,
+)
 from kq.cli.produce import OffsetTally, PartitionChooser, RecordShape
-from kq.client import ConsumerRecord, KqClientError, RecordMetadata
+from kq.client import ConsumerRecord, GroupLeaderInfo, KqClientError, NodeStatus, RecordMetadata
 from kq.client.partitioner import partition_for_key
 from kq.proto.limits import CLI_LINE_BYTES_MAX
 
@@ -161,3 +168,32 @@ def test_line_reader_reports_a_pause_when_the_pipe_has_nothing_more(pipe: tuple[
 def test_address_must_be_host_and_port(address: str, valid: bool) -> None:
     """--bootstrap and --node accept host:port with a port in 1-65535, nothing else."""
     assert (address_problem(address) is None) == valid
+
+
+def test_the_group_leaders_table_shows_each_raft_group_only_with_several() -> None:
+    """With worker processes each Raft group's leader is a row (from the first node that answered);
+    a cluster of one group shows no such table, the node table already names its leader."""
+    alone = (GroupLeaderInfo(0, "1", "h:1", 3),)
+    one = NodeStatus("h:1", "1", "leader", "1", "h:1", 3, 9, 9, True, 4, group_leaders=alone)
+    assert group_leaders_table([one]) is None
+    several = NodeStatus(
+        "h:1",
+        "1",
+        "leader",
+        "1",
+        "h:1",
+        3,
+        9,
+        9,
+        True,
+        4,
+        group_leaders=(GroupLeaderInfo(0, "1", "h:1", 3), GroupLeaderInfo(1, "", "", 0)),
+    )
+    table = group_leaders_table([KqClientError("down"), several])
+    assert table is not None
+    assert [list(column.cells) for column in table.columns] == [
+        ["0", "1"],
+        ["1", "-"],
+        ["h:1", "-"],
+        ["3", "0"],
+    ]

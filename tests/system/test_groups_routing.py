@@ -7,6 +7,7 @@ acceptance points 2 and 3)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -14,11 +15,13 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from kq.broker.workers import broker_id, shifted
+from kq.cli.main import kq
 from kq.client import KqClient
 from kq.client import Producer as KqProducer
 from kq.deploy.cluster import LocalCluster
@@ -127,7 +130,8 @@ def test_kafka_clients_route_every_partition_to_its_groups_leader(groups_cluster
 
 def test_leaders_spread_at_start_after_a_kill_and_after_the_return(groups_cluster: LocalCluster) -> None:
     """Three groups on three nodes: one leader each within 30 s; kill -9 of a node that leads: its
-    group elects on the two left (two and one); the node back: one each again within 30 s."""
+    group elects on the two left (two and one); the node back: one each again within 30 s; `kq
+    cluster status` shows each group's leader."""
     cluster = groups_cluster
     nodes = list(cluster.nodes)
     leaders = wait_for(lambda: spread(cluster, nodes), "one leader per node", SPREAD_WAIT_S)
@@ -139,6 +143,14 @@ def test_leaders_spread_at_start_after_a_kill_and_after_the_return(groups_cluste
     cluster.start_node(victim)
     back = wait_for(lambda: spread(cluster, nodes), "one leader per node again", SPREAD_WAIT_S)
     assert sorted(Counter(back.values()).values()) == [1, 1, 1]
+    shown = CliRunner().invoke(
+        kq, ["--bootstrap", ",".join(cluster.bootstrap), "cluster", "status", "--format", "json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    groups = json.loads(shown.stdout)[0]["groups"]
+    assert {g["group"]: g["leader_id"] for g in groups} == back  # `kq cluster status`: leaders per group.
+    table = CliRunner().invoke(kq, ["--bootstrap", ",".join(cluster.bootstrap), "cluster", "status"])
+    assert "leader address" in table.stdout and table.exit_code == 0
 
 
 def _topic_id(cluster: LocalCluster, topic: str) -> int:
