@@ -422,6 +422,9 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         """One read of the partition from `offset`: the response, and whether `min_index` is applied."""
         with self._store.read() as reader:
             applied_index = reader.applied_index()
+            held = reader.topic(request.topic)
+            if held is not None and request.partition < held.partitions:
+                self._require_replica(held, request.partition)  # First: `min_index` counts its group's.
             if applied_index < request.min_index:  # Behind the caller: not even the topic may be here yet.
                 return kq_pb2.FetchResponse(served_by=self._node.node_id, applied_index=applied_index), False
             topic = self._partition_topic(reader, request.topic)

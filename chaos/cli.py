@@ -26,6 +26,7 @@ RATE_MAX = 1_000.0
 PRODUCERS_MAX = 32
 PARTITIONS_MAX = 64
 GROUP_MEMBERS_MAX = 16
+PROCESSES_MAX = 16  # Worker processes per node (kq-node's own bound is kq.proto.limits.PROCESSES_MAX).
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -105,6 +106,13 @@ def _list_scenarios() -> str:
     "certs/); every client presents the 'admin' certificate; at the end every node must refuse plain "
     "text (else a plain-text anomaly).",
 )
+@click.option(
+    "--processes",
+    type=click.IntRange(1, PROCESSES_MAX),
+    default=1,
+    help="Worker processes per node, a Raft group each (kq-node --processes): faults then hit nodes "
+    "leading several groups.",
+)
 @click.option("--keep-data", is_flag=True, help="Keep node data and logs of passing scenarios too.")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info")
@@ -121,6 +129,7 @@ def main(
     report_path: Path | None,
     work_dir: Path | None,
     secure: bool,
+    processes: int,
     keep_data: bool,
     list_only: bool,
     log_level: str,
@@ -148,6 +157,7 @@ def main(
         keep_data,
         group_members,
         secure,
+        processes,
     )
     started = time.time()
     reports: list[ScenarioReport] = []
@@ -186,6 +196,7 @@ def _meta(stamp: str, started: float, settings: RunSettings) -> dict[str, Any]:
             "secure": settings.secure,
             "rounds": settings.rounds,
             "node_args": list(settings.node_args),
+            "processes": settings.processes,
             "work_dir": str(settings.work_dir),
         },
     }

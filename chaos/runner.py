@@ -74,6 +74,7 @@ class RunSettings:
     keep_data: bool = False
     group_members: int = 3  # Members of the consumer group (0: no group); at least 2 for rebalances.
     secure: bool = False  # Mutual TLS on gRPC, TLS on Kafka; every client presents `admin`'s certificate.
+    processes: int = 1  # Worker processes per node (`--processes`): a Raft group each.
 
 
 @dataclass(slots=True)
@@ -149,6 +150,7 @@ def _run_in_lab(
         hosts=lab.hosts() if lab is not None else None,
         launcher=lab.launcher if lab is not None else None,
         tls_dir=base_dir / CERTS_DIR if settings.secure else None,
+        processes=settings.processes,
     )
     try:
         cluster.start()
@@ -177,12 +179,22 @@ def _check_tls(cluster: LocalCluster, result: CheckResult, report: ScenarioRepor
 
 
 def _compare_stores(cluster: LocalCluster, result: CheckResult, report: ScenarioReport) -> None:
-    """Once the nodes stopped: the final members' stores must hold the same bytes (`chaos.stores`)."""
-    comparison = compare_stores({node: spec.data_dir / "store" for node, spec in cluster.nodes.items()})
-    for anomaly in comparison.anomalies:
-        result.add(anomaly)
-    result.counts["stores_compared"] = comparison.compared
-    report.notes += comparison.notes
+    """Once the nodes stopped: the final members' stores of each Raft group (one per worker process:
+    group 0's in the data directory, the others' under groups/<g>) must hold the same bytes
+    (`chaos.stores`)."""
+    compared = 0
+    for group in range(cluster.processes):
+        stores = {
+            node: (spec.data_dir if group == 0 else spec.data_dir / "groups" / str(group)) / "store"
+            for node, spec in cluster.nodes.items()
+        }
+        comparison = compare_stores(stores)
+        for anomaly in comparison.anomalies:
+            result.add(anomaly)
+        compared += comparison.compared
+        prefix = f"group {group}: " if cluster.processes > 1 else ""
+        report.notes += [prefix + note for note in comparison.notes]
+    result.counts["stores_compared"] = compared
 
 
 def _run_on_cluster(

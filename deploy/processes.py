@@ -21,6 +21,37 @@ from kq.deploy.waiting import WaitTimeoutError, wait_for
 
 STOP_TIMEOUT_S = 10.0  # SIGTERM first; SIGKILL for what still runs after this.
 KILL_TIMEOUT_S = 10.0  # SIGKILL cannot be refused; this bounds a process stuck in the kernel.
+DESCENDANTS_MAX = 1_024  # Processes below one server process that a signal reaches (a node's workers).
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs, from /proc (none where there is no /proc)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending and len(found) < DESCENDANTS_MAX:
+        parent = pending.pop()
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = [int(child) for child in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            found.extend(children)
+            pending.extend(children)
+    return found
+
+
+def signal_tree(pid: int, signal_number: int) -> None:
+    """Sends `signal_number` to `pid` and to every process below it, the children first (so a pause
+    leaves no worker running behind a paused parent); one that ended meanwhile is skipped."""
+    for target in [*reversed(descendants(pid)), pid]:
+        try:
+            os.kill(target, signal_number)
+        except ProcessLookupError:
+            continue
 
 
 def pid_alive(pid: int) -> bool:
@@ -165,8 +196,9 @@ class ProcessTable:
         return [name for name, process in self._processes.items() if not process.alive()]
 
     def signal(self, name: str, signal_number: int) -> None:
-        """Sends a signal to one running process by its PID."""
-        os.kill(self._processes[name].pid, signal_number)
+        """Sends a signal to one running process by its PID, and to the processes it started (a node's
+        worker processes, `kq-node --processes`): SIGSTOP pauses the whole node, SIGCONT resumes it."""
+        signal_tree(self._processes[name].pid, signal_number)
 
     def kill(self, name: str) -> None:
         """`kill -9` of one process; returns once it is gone."""
@@ -185,8 +217,8 @@ class ProcessTable:
         for process in ending:
             if process.alive():
                 try:
-                    if signal_number != signal.SIGKILL:
-                        os.kill(process.pid, signal.SIGCONT)  # A paused process cannot handle SIGTERM.
+                    if signal_number != signal.SIGKILL:  # A paused process cannot handle SIGTERM.
+                        signal_tree(process.pid, signal.SIGCONT)
                     os.kill(process.pid, signal_number)
                 except ProcessLookupError:
                     continue  # It ended between the check and the signal.
