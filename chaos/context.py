@@ -7,6 +7,7 @@ which the runner reports as an anomaly before it heals everything and checks saf
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import signal
@@ -62,6 +63,9 @@ class FaultEvent:
     started_s: float
     index_at_fault: int
     in_place_s: float = 0.0  # When injecting finished (a partition takes several `ip` commands).
+    # With a Raft group per worker process: the partitions of each group the fault's targets led, each
+    # with the highest index acknowledged before the fault; writes resumed once every one resumed.
+    led_groups: tuple[tuple[frozenset[int], int], ...] = ()
     healed_s: float | None = None
     resumed_s: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -70,6 +74,13 @@ class FaultEvent:
     def time_to_ack_s(self) -> float | None:
         """Seconds from the fault to the next acknowledged write (None if writes never resumed)."""
         return None if self.resumed_s is None else self.resumed_s - self.started_s
+
+
+def _resumed(
+    acks: Sequence[Ack], event: FaultEvent, in_place_s: float, index: int, partitions: frozenset[int] | None
+) -> Ack | None:
+    """`resumed_ack` for `event` (one Raft group's partitions, or every ack when None)."""
+    return resumed_ack(acks, event.started_s, in_place_s, index, event.leader_fault, partitions)
 
 
 class ScenarioContext:
@@ -159,8 +170,10 @@ class ScenarioContext:
 
     def fault(self, kind: str, targets: list[str], leader_fault: bool) -> FaultEvent:
         """Records a fault as starting now (call it right before injecting)."""
+        led = self._led_partitions(targets) if leader_fault and self.cluster.processes > 1 else []
         at_s, index = self.history.mark()
         event = FaultEvent(kind, tuple(targets), leader_fault, at_s, index)
+        event.led_groups = tuple((group, self.history.index_before(at_s, group)) for group in led)
         self.faults.append(event)
         logger.info("fault %d: %s of node(s) %s", len(self.faults), kind, ",".join(targets))
         return event
@@ -172,17 +185,40 @@ class ScenarioContext:
     def wait_resumed(self, event: FaultEvent, timeout_s: float = RESUME_TIMEOUT_S) -> None:
         """Waits for the acknowledgement that shows writes resumed after `event`; records its time."""
 
-        def resumed(acks: Sequence[Ack]) -> Ack | None:
-            in_place_s = max(event.in_place_s, event.started_s)
-            return resumed_ack(acks, event.started_s, in_place_s, event.index_at_fault, event.leader_fault)
-
-        ack = self.history.wait_for_ack(resumed, self._deadline(timeout_s))
-        if ack is None:
-            raise LivenessError(
-                f"no write acknowledged within {timeout_s:.0f} s of {event.kind} of {event.targets}"
+        in_place_s = max(event.in_place_s, event.started_s)
+        waits: list[tuple[frozenset[int] | None, int]] = [*event.led_groups]
+        resumed_s = event.started_s
+        for partitions, index_at_fault in waits or [(None, event.index_at_fault)]:  # Each cut-off group.
+            ack = self.history.wait_for_ack(
+                functools.partial(
+                    _resumed, event=event, in_place_s=in_place_s, index=index_at_fault, partitions=partitions
+                ),
+                self._deadline(timeout_s),
             )
-        event.resumed_s = ack.acked_s
-        logger.info("writes resumed %.3f s after %s", ack.acked_s - event.started_s, event.kind)
+            if ack is None:
+                raise LivenessError(
+                    f"no write acknowledged within {timeout_s:.0f} s of {event.kind} of {event.targets}"
+                )
+            resumed_s = max(resumed_s, ack.acked_s)
+        event.resumed_s = resumed_s
+        logger.info(
+            "writes resumed %.3f s after %s (%d group(s) it cut off)",
+            resumed_s - event.started_s,
+            event.kind,
+            max(1, len(waits)),
+        )
+
+    def _led_partitions(self, targets: Sequence[str]) -> list[frozenset[int]]:
+        """The topic's partitions of each Raft group one of `targets` leads now (nodes with a group per
+        worker process), from the first node that answers."""
+        statuses = [s for s in self.cluster.statuses().values() if s is not None and s.group_leaders]
+        if not statuses:
+            return []
+        led = {leader.group for leader in statuses[0].group_leaders if leader.leader_id in targets}
+        with KqClient(self.cluster.bootstrap, tls=self.cluster.tls) as client:
+            owners = {p: client.partition_group(self.topic, p) for p in range(self.partitions)}
+        found = [frozenset(p for p, owner in owners.items() if owner == group) for group in sorted(led)]
+        return [partitions for partitions in found if partitions]
 
     def wait_leader_other_than(self, old: str, timeout_s: float = HEALTHY_TIMEOUT_S) -> str:
         """Waits until a majority follows a leader other than `old`; returns it."""

@@ -277,6 +277,12 @@ class History:
         with self._changed:
             return len(self.acks)
 
+    def index_before(self, at_s: float, partitions: frozenset[int]) -> int:
+        """The highest Raft index acknowledged before `at_s` for a record of `partitions`."""
+        with self._changed:
+            before = self.acks[: _first_after(self.acks, at_s)]
+            return max((ack.index for ack in before if ack.partition in partitions), default=0)
+
     def mark(self) -> tuple[float, int]:
         """(now, highest index acknowledged so far): taken at the moment a fault is injected."""
         with self._changed:
@@ -294,7 +300,12 @@ class History:
 
 
 def resumed_ack(
-    acks: Sequence[Ack], fault_s: float, in_place_s: float, index_at_fault: int, leader_fault: bool
+    acks: Sequence[Ack],
+    fault_s: float,
+    in_place_s: float,
+    index_at_fault: int,
+    leader_fault: bool,
+    partitions: frozenset[int] | None = None,
 ) -> Ack | None:
     """The first acknowledgement that shows writes resumed after a fault begun at `fault_s`, or None.
 
@@ -303,8 +314,14 @@ def resumed_ack(
     received more than IN_FLIGHT_GRACE_S after `in_place_s`, for an entry beyond `index_at_fault` and
     beyond every entry acknowledged before then (those were the old leader's). After other faults, any
     later acknowledgement counts. `acks` are in the order they were received; probes' acks are skipped.
+    `partitions`: only acks of these (one Raft group's, whose indexes alone compare with each other and
+    with `index_at_fault`, when nodes run a group per worker process); None: every ack.
     """
-    after = [ack for ack in acks[_first_after(acks, fault_s) :] if not ack.producer.startswith(PROBE_PREFIX)]
+    after = [
+        ack
+        for ack in acks[_first_after(acks, fault_s) :]
+        if not ack.producer.startswith(PROBE_PREFIX) and (partitions is None or ack.partition in partitions)
+    ]
     if not leader_fault:
         return after[0] if after else None
     window_end_s = in_place_s + IN_FLIGHT_GRACE_S

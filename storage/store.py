@@ -170,18 +170,8 @@ class Store:
         A store of a newer layout raises StoreFormatError before anything is written to it.
         """
         path.mkdir(parents=True, exist_ok=True)
-        environment = lmdb.open(
-            str(path),
-            map_size=map_size_bytes,
-            max_dbs=MAX_DATABASES,
-            max_readers=MAX_READERS,
-            subdir=True,
-            sync=sync,
-            metasync=False,
-            writemap=False,
-            map_async=False,
-            readahead=False,
-            lock=True,
+        environment = _environment(
+            path, map_size_bytes, sync=sync, metasync=False, writemap=False, map_async=False
         )
         try:
             check_layout(environment, path)  # Before anything is written: a newer store stays as it is.
@@ -205,16 +195,7 @@ class Store:
         newer layout; never writes."""
         if not (path / "data.mdb").exists():
             raise StorageError(f"no store at {path} yet")
-        environment = lmdb.open(
-            str(path),
-            map_size=map_size_bytes,
-            max_dbs=MAX_DATABASES,
-            max_readers=MAX_READERS,
-            subdir=True,
-            readonly=True,
-            lock=True,
-            readahead=False,
-        )
+        environment = _environment(path, map_size_bytes, readonly=True)
         try:
             check_layout(environment, path)
             return cls(environment, path, map_size_bytes)
@@ -339,6 +320,22 @@ def check_layout(environment: Any, path: Path) -> None:
         shown = f"layout {found}" if found is not None else f"an unreadable layout row {bytes(raw)!r}"
         supported = f"1-{LAYOUT_VERSION}"
         raise StoreFormatError(f"store {path} has {shown}; this kq reads layouts {supported}: upgrade kq")
+
+
+def _environment(path: Path, map_size_bytes: int, **options: bool) -> Any:
+    """LMDB's environment in directory `path`, with the options every opener of a store shares (its
+    named databases and reader slots, no readahead, LMDB's lock file: writers and readers of other
+    processes coordinate through it) and `options`."""
+    return lmdb.open(
+        str(path),
+        map_size=map_size_bytes,
+        max_dbs=MAX_DATABASES,
+        max_readers=MAX_READERS,
+        subdir=True,
+        readahead=False,
+        lock=True,
+        **options,
+    )
 
 
 def _layout_version(transaction: Any, databases: dict[bytes, Any]) -> int:

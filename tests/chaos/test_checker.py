@@ -237,3 +237,19 @@ def test_a_group_that_committed_offset_zero_is_not_behind() -> None:
     history = History()
     history.group_commits.append(GroupCommit("g", "m0", 1, "t", ((0, 0),), 1.0))
     assert check(history, same_everywhere(log()), final_offsets(0)).ok
+
+
+def test_a_groups_failover_is_timed_by_its_own_partitions_and_indexes() -> None:
+    """With a Raft group per worker process, indexes of different groups do not compare: another
+    group's acks (partition 1 here, higher indexes, never cut off) neither end nor hide the failover
+    of the killed leader's group (partition 0)."""
+    acks = [
+        Ack("p0", 0, b"a", 0, 0, 10, 0.9),
+        Ack("p1", 0, b"b", 1, 0, 500, 1.1),  # Another group, going on during the failover.
+        Ack("p1", 1, b"c", 1, 1, 501, 1.3),
+        Ack("p0", 1, b"d", 0, 1, 12, 1.9),  # The killed leader's group, from its new leader.
+    ]
+    found = resumed_ack(acks, 1.0, 1.05, 10, leader_fault=True, partitions=frozenset({0}))
+    assert found is not None and found.acked_s == 1.9
+    other = resumed_ack(acks, 1.0, 1.05, 10, leader_fault=True)
+    assert other is not None and other.acked_s == 1.3  # Without the filter: the unaffected group ends it.

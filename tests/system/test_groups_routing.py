@@ -8,7 +8,9 @@ acceptance points 2 and 3)."""
 from __future__ import annotations
 
 import json
+import re
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +30,8 @@ from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.raft.placement import partition_group
+from tests.console.process import start_console, stop
+from tests.system.groups import agreed_leaders, group_status
 from tests.system.test_operate import scrape, total
 
 pytestmark = pytest.mark.system
@@ -45,29 +49,9 @@ def groups_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         yield local
 
 
-def status(cluster: LocalCluster, node_id: str, group: int) -> kq_pb2.ClusterStatusResponse | None:
-    address = shifted(cluster.nodes[node_id].grpc_address, group)
-    with grpc.insecure_channel(address) as channel:
-        try:
-            return kq_pb2_grpc.BrokerStub(channel).ClusterStatus(kq_pb2.ClusterStatusRequest(), timeout=2)
-        except grpc.RpcError:
-            return None
-
-
-def group_leaders(cluster: LocalCluster, node_ids: list[str]) -> dict[int, str] | None:
-    """Each group's leader when all its running replicas agree on it (None: not yet)."""
-    leaders = {}
-    for group in range(PROCESSES):
-        named = {s.leader_id if s else None for s in (status(cluster, n, group) for n in node_ids)}
-        if len(named) != 1 or None in named or "" in named:
-            return None
-        leaders[group] = str(named.pop())
-    return leaders
-
-
 def spread(cluster: LocalCluster, node_ids: list[str]) -> dict[int, str] | None:
     """The leaders once every running node leads within one of the others' count."""
-    leaders = group_leaders(cluster, node_ids)
+    leaders = agreed_leaders(cluster, node_ids)
     if leaders is None:
         return None
     counts = [list(leaders.values()).count(node) for node in node_ids]
@@ -80,7 +64,7 @@ def test_kafka_clients_route_every_partition_to_its_groups_leader(groups_cluster
     consumer group reads them all and commits; ClusterStatus lists each group's leader."""
     cluster = groups_cluster
     nodes = list(cluster.nodes)
-    leaders = wait_for(lambda: group_leaders(cluster, nodes), "every group's leader", WAIT_S)
+    leaders = wait_for(lambda: agreed_leaders(cluster, nodes), "every group's leader", WAIT_S)
     topic = f"routed-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(WAIT_S)
@@ -93,7 +77,7 @@ def test_kafka_clients_route_every_partition_to_its_groups_leader(groups_cluster
 
     named = wait_for(routed, "the topic's metadata", WAIT_S)
     topic_id = _topic_id(cluster, topic)
-    leaders = wait_for(lambda: group_leaders(cluster, nodes), "every group's leader", WAIT_S)
+    leaders = wait_for(lambda: agreed_leaders(cluster, nodes), "every group's leader", WAIT_S)
     for partition, leader in named.items():
         group = partition_group(topic_id, partition, PROCESSES)
         assert leader == broker_id(int(leaders[group]), group), (partition, group, leaders)
@@ -114,7 +98,7 @@ def test_kafka_clients_route_every_partition_to_its_groups_leader(groups_cluster
         producer.poll(0)
     assert producer.flush(WAIT_S) == 0 and failed == []
     after = {key: scrape(address) for key, address in http.items()}
-    if group_leaders(cluster, nodes) == leaders:  # No leader moved meanwhile: judge the routing.
+    if agreed_leaders(cluster, nodes) == leaders:  # No leader moved meanwhile: judge the routing.
         for node, group in processes:
             forwarded = total(after[(node, group)], "kq_kafka_forwarded_requests_total")
             assert forwarded == total(before[(node, group)], "kq_kafka_forwarded_requests_total")
@@ -123,7 +107,7 @@ def test_kafka_clients_route_every_partition_to_its_groups_leader(groups_cluster
 
     seen = _consume_and_commit(cluster, topic)
     assert seen == Counter(dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS))
-    listed = status(cluster, nodes[0], 0)
+    listed = group_status(cluster, nodes[0], 0)
     assert listed is not None and listed.groups == PROCESSES
     assert [(g.group, g.leader_id) for g in listed.group_leaders] == sorted(leaders.items())
 
@@ -131,7 +115,7 @@ def test_kafka_clients_route_every_partition_to_its_groups_leader(groups_cluster
 def test_leaders_spread_at_start_after_a_kill_and_after_the_return(groups_cluster: LocalCluster) -> None:
     """Three groups on three nodes: one leader each within 30 s; kill -9 of a node that leads: its
     group elects on the two left (two and one); the node back: one each again within 30 s; `kq
-    cluster status` shows each group's leader."""
+    cluster status` and the console's cluster page show each group's leader."""
     cluster = groups_cluster
     nodes = list(cluster.nodes)
     leaders = wait_for(lambda: spread(cluster, nodes), "one leader per node", SPREAD_WAIT_S)
@@ -151,6 +135,14 @@ def test_leaders_spread_at_start_after_a_kill_and_after_the_return(groups_cluste
     assert {g["group"]: g["leader_id"] for g in groups} == back  # `kq cluster status`: leaders per group.
     table = CliRunner().invoke(kq, ["--bootstrap", ",".join(cluster.bootstrap), "cluster", "status"])
     assert "leader address" in table.stdout and table.exit_code == 0
+    console, url = start_console(cluster)  # The console's cluster page lists the groups' leaders too.
+    try:
+        with urllib.request.urlopen(f"{url}/", timeout=10) as response:
+            page = response.read().decode()
+    finally:
+        stop(console)
+    rows = re.findall(r'<tr><td class="num">(\d+)</td><td>(\w+)</td>', page.split('id="groups"')[1])
+    assert {int(group): leader for group, leader in rows} == back
 
 
 def _topic_id(cluster: LocalCluster, topic: str) -> int:

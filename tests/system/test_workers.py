@@ -9,41 +9,18 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from kq.broker.workers import shifted
 from kq.client import KqClient
 from kq.deploy.cluster import LocalCluster, free_ports
 from kq.deploy.waiting import wait_for
-from kq.proto import kq_pb2, kq_pb2_grpc
+from tests.system.groups import agreed_leaders, group_status
 
 pytestmark = pytest.mark.system
 
 PROCESSES = 3
 WAIT_S = 30.0
-
-
-def group_status(cluster: LocalCluster, node_id: str, group: int) -> kq_pb2.ClusterStatusResponse | None:
-    """ClusterStatus of `node_id`'s worker of `group` (None: it does not answer)."""
-    address = shifted(cluster.nodes[node_id].grpc_address, group)
-    with grpc.insecure_channel(address) as channel:
-        try:
-            return kq_pb2_grpc.BrokerStub(channel).ClusterStatus(kq_pb2.ClusterStatusRequest(), timeout=2)
-        except grpc.RpcError:
-            return None
-
-
-def agreed_leaders(cluster: LocalCluster, node_ids: list[str]) -> dict[int, str] | None:
-    """Each group's leader when every worker of `node_ids` answers and its group agrees on one."""
-    leaders: dict[int, str] = {}
-    for group in range(PROCESSES):
-        statuses = [group_status(cluster, node_id, group) for node_id in node_ids]
-        named = {status.leader_id for status in statuses if status is not None}
-        if None in statuses or len(named) != 1 or "" in named:
-            return None
-        leaders[group] = named.pop()
-    return leaders
 
 
 def children(pid: int) -> set[int]:
