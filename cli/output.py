@@ -26,7 +26,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from kq.client import ConsumerRecord, KqClientError, NodeStatus, TopicInfo
+from kq.client import ConsumerRecord, KqClientError, NodeStatus, TopicInfo, group_leaders
 from kq.client.types import PeerState, TopicConfigValue, TopicDescription
 
 TABLE_WIDTH_NOT_TTY = 200  # Characters; rich would squeeze tables into 80 when output is a pipe.
@@ -227,11 +227,11 @@ def status_table(addresses: Sequence[str], statuses: Sequence[NodeStatus | KqCli
 def group_leaders_table(statuses: Sequence[NodeStatus | KqClientError]) -> Table | None:
     """Each Raft group's leader, as the first node that answered sees it; None in a cluster of one
     group (nodes without worker processes), whose leader the node table already shows."""
-    seen = next((s for s in statuses if isinstance(s, NodeStatus) and len(s.group_leaders) > 1), None)
-    if seen is None:
+    leaders = group_leaders(statuses)
+    if not leaders:
         return None
     table = plain_table("group", "leader", "leader address", "term")
-    for leader in seen.group_leaders:
+    for leader in leaders:
         address = leader.leader_address or "-"
         table.add_row(str(leader.group), leader.leader_id or "-", address, str(leader.term))
     return table

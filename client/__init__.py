@@ -56,6 +56,7 @@ from kq.client.types import (
     RecordMetadata,
     TopicConfigValue,
     TopicInfo,
+    group_leaders,
 )
 
 __all__ = [
@@ -105,4 +106,5 @@ __all__ = [
     "UnavailableError",
     "UnknownMemberError",
     "UnknownUserError",
+    "group_leaders",
 ]

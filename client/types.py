@@ -236,6 +236,13 @@ class NodeStatus:
     group_leaders: tuple[GroupLeaderInfo, ...] = ()  # Every group's leader (one entry: one group).
 
 
+def group_leaders(statuses: Sequence[NodeStatus | Exception]) -> tuple[GroupLeaderInfo, ...]:
+    """Every Raft group's leader, as the first node that answered sees them; () in a cluster of one
+    group, whose leader each node's status names (`kq cluster status`, the console)."""
+    seen = next((s for s in statuses if isinstance(s, NodeStatus) and len(s.group_leaders) > 1), None)
+    return seen.group_leaders if seen is not None else ()
+
+
 @dataclass(frozen=True, slots=True)
 class GroupAssignment:
     """What joining a group gave this member."""

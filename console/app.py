@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from kq.client import KqClient, KqClientError
+from kq.client import KqClient, KqClientError, group_leaders
 from kq.client.errors import (
     GroupNotFoundError,
     InvalidRequestError,
@@ -107,7 +107,9 @@ async def cluster(console: Console, request: Request) -> Response:
                 "error": str(status) if isinstance(status, Exception) else "",
             }
         )
-    return console.render("cluster.html", nodes=nodes, title="Cluster")
+    # With worker processes (a Raft group each): every group's leader; none with one group.
+    groups = group_leaders([status for _, status in answers])
+    return console.render("cluster.html", nodes=nodes, groups=groups, title="Cluster")
 
 
 async def topics(console: Console, request: Request) -> Response:
