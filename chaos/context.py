@@ -200,6 +200,9 @@ class ScenarioContext:
                     f"no write acknowledged within {timeout_s:.0f} s of {event.kind} of {event.targets}"
                 )
             resumed_s = max(resumed_s, ack.acked_s)
+            if partitions is not None:  # One group's own failover, for the report's notes.
+                group_s = ack.acked_s - event.started_s
+                event.notes.append(f"partitions {sorted(partitions)}: writes resumed after {group_s:.3f} s")
         event.resumed_s = resumed_s
         logger.info(
             "writes resumed %.3f s after %s (%d group(s) it cut off)",

@@ -19,11 +19,12 @@ import pytest
 from confluent_kafka import Consumer
 
 from kq.client import KqClient, KqClientError, ProducerRecord
-from kq.deploy.cluster import LocalCluster, agreed_leader, default_node_command
+from kq.deploy.cluster import LocalCluster, agreed_leader, default_node_command, free_ports
 from kq.deploy.reading import PartitionReadError, read_partition
 from kq.deploy.waiting import wait_for
 from kq.raft.data_dir import DATA_DIR_LAYOUT, read_layout
 from tests.system.checks import read_everywhere
+from tests.system.groups import agreed_leaders
 from tests.system.wheels import REPO, commit_hash, release_venv, run_outside
 
 pytestmark = pytest.mark.system
@@ -44,6 +45,7 @@ ACKS_PER_STEP = 200  # Acknowledged after each restart before the next: writes g
 NODE_ARGS = ("--compaction-log-mib", "1", "--compaction-min-entries", "1000000")
 # How each node leaves the old code: the leader stops as an operator stops it, the last one crashes.
 STOPS = ("stop", "stop", "kill")
+NEW_PROCESSES = 3  # Worker processes of the upgraded nodes in the second run of the test.
 WAIT_TIMEOUT_S = 60.0  # Elections, restarts and catching up take seconds; this bounds a stuck cluster.
 JOIN_TIMEOUT_S = 10.0  # The threads, once told to stop.
 # A node that applied what it is read at answers at once: an empty answer below the end is a hole.
@@ -188,11 +190,25 @@ def send(client: KqClient, values: list[bytes]) -> list[Acked]:
     return [(m.partition, m.offset, value) for m, value in zip(sent, values, strict=True)]
 
 
+@pytest.fixture(params=[1, NEW_PROCESSES], ids=["one-process", f"{NEW_PROCESSES}-processes"])
+def new_processes(request: pytest.FixtureRequest) -> int:
+    """The worker processes each node runs once upgraded (`kq-node --processes`)."""
+    return int(request.param)
+
+
 @pytest.fixture
-def old_cluster(tmp_path: Path, old_release: Path) -> Iterator[LocalCluster]:
-    """Three nodes of the old commit (with Kafka listeners), stopped by PID at the end."""
+def old_cluster(tmp_path: Path, old_release: Path, new_processes: int) -> Iterator[LocalCluster]:
+    """Three nodes of the old commit (with Kafka listeners), stopped by PID at the end; their ports
+    leave room for `new_processes` workers each (a worker binds the node's ports plus its group)."""
+    ports = [free_ports(3, new_processes) for _ in range(4)]
     cluster = LocalCluster(
-        tmp_path / "cluster", node_command=[str(old_release / "bin" / "kq-node")], node_args=NODE_ARGS
+        tmp_path / "cluster",
+        node_command=[str(old_release / "bin" / "kq-node")],
+        node_args=NODE_ARGS,
+        grpc_ports=ports[0],
+        raft_ports=ports[1],
+        kafka_ports=ports[2],
+        http_ports=ports[3],
     )
     try:
         cluster.start(WAIT_TIMEOUT_S)
@@ -202,10 +218,11 @@ def old_cluster(tmp_path: Path, old_release: Path) -> Iterator[LocalCluster]:
 
 
 def test_a_rolling_upgrade_from_the_commit_before_issue_37_loses_nothing(
-    old_cluster: LocalCluster, old_release: Path, tmp_path: Path
+    old_cluster: LocalCluster, old_release: Path, tmp_path: Path, new_processes: int
 ) -> None:
     """Old cluster with data; each node restarted on this code under a producer and a consumer group
-    (the leader among them); every ack at its offset on every node, commits monotonic, markers written."""
+    (the leader among them); every ack at its offset on every node, commits monotonic, markers written.
+    Restarted with worker processes, the old topic stays in group 0 and a new one spreads."""
     cluster = old_cluster
     assert_runs_the_release(old_release, tmp_path)
     for spec in cluster.nodes.values():
@@ -227,7 +244,9 @@ def test_a_rolling_upgrade_from_the_commit_before_issue_37_loses_nothing(
                 WAIT_TIMEOUT_S,
             )
             commits.check(cluster)
-            stopped_leaders = upgrade_node_by_node(cluster, client, acked, producer, reader, commits)
+            stopped_leaders = upgrade_node_by_node(
+                cluster, client, acked, producer, reader, commits, new_processes
+            )
             assert stopped_leaders, "no node was the leader when it was stopped"
             assert producer.stop(), "the producer did not stop"
             assert not producer.errors, producer.errors
@@ -250,6 +269,8 @@ def test_a_rolling_upgrade_from_the_commit_before_issue_37_loses_nothing(
         assert_every_node_holds(client, cluster, acked)
         commits.check(cluster)  # After the group's last commit (its close).
         assert_accepts_writes(client, cluster)
+        if new_processes > 1:
+            assert_groups_after_the_upgrade(client, cluster, new_processes)
     for spec in cluster.nodes.values():
         assert read_layout(spec.data_dir) == DATA_DIR_LAYOUT, f"{spec.data_dir} carries no marker"
 
@@ -261,6 +282,7 @@ def upgrade_node_by_node(
     producer: Producer,
     reader: GroupReader,
     commits: CommitWatch,
+    processes: int,
 ) -> list[str]:
     """Restarts each node on this checkout's code, a follower first, then the leader if it is still on
     the old code; after each, waits for it to catch up, checks that it serves every record acknowledged
@@ -284,6 +306,8 @@ def upgrade_node_by_node(
         if not upgraded:
             acked += compact_past_a_stopped_node(cluster, client)
         cluster.set_node_command(node, default_node_command())
+        if processes > 1:
+            cluster.set_node_args(node, ("--processes", str(processes)))
         cluster.start_node(node)
         upgraded.append(node)
         leader = cluster.wait_ready(WAIT_TIMEOUT_S)
@@ -382,6 +406,18 @@ def assert_every_node_holds(client: KqClient, cluster: LocalCluster, acked: list
     assert not missing, f"{len(missing)} acknowledged records missing or changed, first {missing[:3]}"
     stored = [record.value for records in logs.values() for record in records]
     assert len(stored) == len(set(stored)), "a record is stored twice"
+
+
+def assert_groups_after_the_upgrade(client: KqClient, cluster: LocalCluster, processes: int) -> None:
+    """Nodes upgraded to worker processes: the topic of the old release keeps every partition in group
+    0, and a topic created now spreads over every group and takes a record on each partition."""
+    assert {client.partition_group(TOPIC, p) for p in range(PARTITIONS)} == {0}
+    cluster.processes = processes  # For the harness's view of the workers (tests/system/groups.py).
+    wait_for(lambda: agreed_leaders(cluster, list(cluster.nodes)), "every group's leader", WAIT_TIMEOUT_S)
+    client.create_topic("after", PARTITIONS)
+    assert {client.partition_group("after", p) for p in range(PARTITIONS)} == set(range(processes))
+    sent = client.send_batch("after", [ProducerRecord(b"spread", partition=p) for p in range(PARTITIONS)])
+    assert [m.offset for m in sent] == [0] * PARTITIONS
 
 
 def assert_accepts_writes(client: KqClient, cluster: LocalCluster) -> None:
