@@ -145,16 +145,26 @@ class GroupsView:
         return self.process(leader.leader_id, group) if leader.leader_id else None
 
     def partition_states(self, own: StoreReader, topic: TopicMeta) -> list[tuple[int, PartitionState | None]]:
-        """Each partition's group and log state on this node (LocalStores; `own` alone for one group)."""
-        if self._stores is None:
-            return [(0, own.partition(topic.topic_id, partition)) for partition in range(topic.partitions)]
-        return self._stores.partition_states(own, topic, self)
+        """Each partition's group and log state on this node's replica of that group (None: that
+        replica does not hold the topic yet); `own` is this process's read transaction."""
+        owners = [self.group_of(topic, partition) for partition in range(topic.partitions)]
+        states: dict[int, PartitionState | None] = {}
+        for group in sorted(set(owners)):
+            mine = [partition for partition, owner in enumerate(owners) if owner == group]
+            with self.replica_reader(own, group) as reader:
+                held = reader is not None and _holds(reader, topic)
+                states.update(
+                    (partition, reader.partition(topic.topic_id, partition) if held and reader else None)
+                    for partition in mine
+                )
+        return [(owners[partition], states[partition]) for partition in range(topic.partitions)]
 
     def partition_state(self, own: StoreReader, topic: TopicMeta, partition: int) -> PartitionState | None:
-        """One partition's log state on this node's replica of its group (`partition_states`)."""
-        if self._stores is None or self.group_of(topic, partition) == self.group:
-            return own.partition(topic.topic_id, partition)
-        return self._stores.partition_states(own, topic, self)[partition][1]
+        """One partition's log state on this node's replica of its group (as `partition_states`)."""
+        with self.replica_reader(own, self.group_of(topic, partition)) as reader:
+            if reader is None or not _holds(reader, topic):
+                return None
+            return reader.partition(topic.topic_id, partition)
 
     @contextlib.contextmanager
     def replica_reader(self, own: StoreReader, group: int) -> Iterator[StoreReader | None]:
@@ -171,32 +181,28 @@ class GroupsView:
             yield reader
 
     def copied_everywhere(self, topic: TopicMeta) -> bool:
-        """Whether this node's replica of every group holds `topic` (by id): its copies are in place
-        (broker/topic_sync.py). True with one group."""
-        if self._stores is None:
-            return True
-        for group in range(self.count):
-            if group == self.group:
-                continue
-            store = self._stores.store(group)
-            if store is None:
-                return False
-            with store.read() as reader:
-                copy = reader.topic(topic.name)
-            if copy is None or copy.topic_id != topic.topic_id:
-                return False
-        return True
+        """Whether this node's replica of every other group holds `topic` (by id): its copies are in
+        place (broker/topic_sync.py). True with one group."""
+        return all(
+            self._replica_topic_id(group, topic.name) == topic.topic_id
+            for group in range(self.count)
+            if group != self.group
+        )
 
     def known_to_group0(self, name: str) -> bool:
         """Whether this node's replica of group 0 holds a topic of this name (another group's process
         that lacks it: its copy is on its way, not an unknown topic)."""
-        if self._stores is None or self.group == 0:
-            return False
-        store = self._stores.store(0)
+        return self.group != METADATA_GROUP and self._replica_topic_id(METADATA_GROUP, name) is not None
+
+    def _replica_topic_id(self, group: int, name: str) -> int | None:
+        """The id of topic `name` in this node's replica of another group (None: none there, or that
+        replica not readable yet)."""
+        store = None if self._stores is None else self._stores.store(group)
         if store is None:
-            return False
+            return None
         with store.read() as reader:
-            return reader.topic(name) is not None
+            topic = reader.topic(name)
+        return None if topic is None else topic.topic_id
 
     def close(self) -> None:
         """Closes the other groups' stores this process opened to read."""
@@ -208,43 +214,24 @@ class GroupsView:
         return broker_id(int(node_id), group) if self.several else int(node_id)
 
 
+def _holds(reader: StoreReader, topic: TopicMeta) -> bool:
+    """Whether a replica's store holds `topic` itself (the same id: not one recreated since)."""
+    held = reader.topic(topic.name)
+    return held is not None and held.topic_id == topic.topic_id
+
+
 class LocalStores:
-    """This node's replicas of every group, to read partition logs owned by the sibling workers: LMDB
-    lets other processes read an environment beside its writer, so a worker answers a topic's offsets
-    (ListOffsets, DescribeTopic) or a consumer group's lag from the node's own replicas, without a call
-    to its siblings. Each sibling's store is opened read-only on first use (StorageError until its
-    worker created it: such partitions read as not there yet) and kept open until `close()`."""
+    """This node's replicas of the other groups, to read: LMDB lets other processes read an environment
+    beside its writer, so a worker answers a topic's offsets (ListOffsets, DescribeTopic), a consumer
+    group's lag or reset targets from the node's own replicas (`GroupsView.replica_reader`), without a
+    call to its siblings. Each sibling's store is opened read-only on first use (None until its worker
+    created it: such partitions read as not there yet) and kept open until `close()`."""
 
     def __init__(self, node_dir: Path, map_size_bytes: int) -> None:
         self._node_dir = node_dir
         self._map_size_bytes = map_size_bytes
         self._opened: dict[int, Store] = {}
         self._lock = threading.Lock()  # Read threads open siblings' stores concurrently.
-
-    def partition_states(
-        self, own: StoreReader, topic: TopicMeta, groups: GroupsView
-    ) -> list[tuple[int, PartitionState | None]]:
-        """Each partition's group and log state, read from the replica of that group on this node
-        (None: that replica does not hold the topic yet); `own` is this process's read transaction."""
-        owners = [groups.group_of(topic, partition) for partition in range(topic.partitions)]
-        states: dict[int, PartitionState | None] = {}
-        for group in sorted(set(owners)):
-            mine = [partition for partition, owner in enumerate(owners) if owner == group]
-            if group == groups.group:
-                states.update((partition, own.partition(topic.topic_id, partition)) for partition in mine)
-                continue
-            store = self.store(group)
-            if store is None:
-                states.update(dict.fromkeys(mine))
-                continue
-            with store.read() as reader:
-                copy = reader.topic(topic.name)
-                same = copy is not None and copy.topic_id == topic.topic_id
-                states.update(
-                    (partition, reader.partition(topic.topic_id, partition) if same else None)
-                    for partition in mine
-                )
-        return [(owners[partition], states[partition]) for partition in range(topic.partitions)]
 
     def store(self, group: int) -> Store | None:
         """This node's replica of `group`, opened to read (None: not readable yet)."""
