@@ -353,7 +353,8 @@ def partition_lags(
                     has_committed=offset is not None,
                     committed_offset=offset or 0,
                     log_end_offset=log.log_end_offset,
-                    lag=log.log_end_offset - start,
+                    # Another group's replica here may lag the commits (workers): never below 0.
+                    lag=max(0, log.log_end_offset - start),
                     log_start_offset=log.log_start_offset,
                 )
             )

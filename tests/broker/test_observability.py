@@ -7,13 +7,20 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from kq.broker.consensus import ConsensusStatus
+from kq.broker.group_service import partition_lags
 from kq.broker.http_endpoints import readiness
 from kq.broker.logs import configure_logging
 from kq.broker.metrics import OTHER_TOPICS, LeadershipWatch, TopicLabels
+from kq.proto import kq_pb2
+from kq.raft import commands
+from kq.raft.state_machine import GroupScope, apply
+from kq.storage import PartitionState, Store
+from tests.raft.helpers import create
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +111,19 @@ def test_topic_labels_are_bounded_and_leaders_counted() -> None:
     for leader in ("", "1", "1", "2", "", "2", "1"):
         watch.observe(leader)
     assert watch.changes == 2
+
+
+def test_a_lag_read_from_a_replica_behind_the_groups_commits_is_zero(tmp_path: Path) -> None:
+    """With worker processes a consumer group's commits (group 0) can be ahead of this node's replica
+    of the partition's group: its lag is 0, never negative (it once failed the metrics collector at a
+    node's start: PartitionLag's lag is unsigned)."""
+    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+    apply(store, 1, create("t", 1))
+    commit = commands.commit_offsets("g", "", 0, [kq_pb2.OffsetEntry(topic="t", partition=0, offset=7)], 1)
+    apply(store, 2, commands.encode(commit), GroupScope(holds_every_partition=False))
+    with store.read() as reader:
+        raw = reader.group("g")
+        assert raw is not None
+        state = kq_pb2.GroupState.FromString(raw)
+        behind = partition_lags(reader, state, lambda _reader, _topic: [(1, PartitionState(0, 3, 0))])
+    assert [(lag.committed_offset, lag.log_end_offset, lag.lag) for lag in behind] == [(7, 3, 0)]
