@@ -37,6 +37,7 @@ from pathlib import Path
 from kq.broker.config import ConfigError, NodeConfig
 from kq.broker.consensus import Peer
 from kq.proto.limits import BROKER_ID_GROUP_STRIDE, PROCESSES_MAX, WORKER_POLL_S, WORKER_STOP_S
+from kq.proto.placement import PORT_MAX, group_address
 
 logger = logging.getLogger(__name__)
 
@@ -44,19 +45,17 @@ GROUPS_DIR = "groups"  # <data-dir>/groups/<g>: the data directory of group g > 
 LEADERS_DIR = "leaders"  # <data-dir>/groups/leaders: the workers' leader board (broker/groups_view.py).
 PROCESSES_FILE = "processes"  # <data-dir>/groups/processes: the most workers it was started with.
 WORKER_FLAG = "--worker-group"  # Set by the supervisor only: this process is the replica of one group.
-PORT_MAX = 65_535
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def shifted(address: str, offset: int) -> str:
-    """`host:port` with the port moved by `offset` ("" stays ""); ConfigError past 65,535."""
-    if not address or offset == 0:
-        return address
-    host, _, port = address.rpartition(":")
-    moved = int(port) + offset
-    if moved > PORT_MAX:
-        raise ConfigError(f"{address} plus {offset} worker ports passes {PORT_MAX}: choose a lower port")
-    return f"{host}:{moved}"
+    """`host:port` with the port moved by `offset` (kq.proto.placement.group_address); ConfigError
+    past 65,535."""
+    try:
+        return group_address(address, offset)
+    except ValueError as error:
+        message = f"{address} plus {offset} worker ports passes {PORT_MAX}: choose a lower port"
+        raise ConfigError(message) from error
 
 
 def broker_id(node_id: int, group: int) -> int:

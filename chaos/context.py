@@ -137,9 +137,22 @@ class ScenarioContext:
         """Waits until every running node is ready and follows one leader; returns the leader."""
         return self.bounded(self.cluster.wait_ready, timeout_s)
 
-    def wait_applied(self, index: int, nodes: Sequence[str], timeout_s: float = HEALTHY_TIMEOUT_S) -> None:
-        """Waits until every one of `nodes` applied Raft index `index`."""
-        self.bounded(lambda bound_s: self.cluster.wait_applied(index, nodes, bound_s), timeout_s)
+    def wait_applied(
+        self, index: int, nodes: Sequence[str], timeout_s: float = HEALTHY_TIMEOUT_S, group: int = 0
+    ) -> None:
+        """Waits until every one of `nodes` applied Raft index `index` (of Raft `group`)."""
+        self.bounded(lambda bound_s: self.cluster.wait_applied(index, nodes, bound_s, group), timeout_s)
+
+    def group_partitions(self) -> dict[int, frozenset[int]]:
+        """The topic's partitions by the Raft group that holds them (one group: all in group 0)."""
+        if self.cluster.processes == 1:
+            return {0: frozenset(range(self.partitions))}
+        with KqClient(self.cluster.bootstrap, tls=self.cluster.tls) as client:
+            owners = {p: client.partition_group(self.topic, p) for p in range(self.partitions)}
+        by_group: dict[int, set[int]] = {}
+        for partition, owner in owners.items():
+            by_group.setdefault(owner, set()).add(partition)
+        return {group: frozenset(partitions) for group, partitions in by_group.items()}
 
     def wait_caught_up(self, node: str) -> None:
         """Waits until `node` applied everything the leader had committed when this was called."""
@@ -218,10 +231,8 @@ class ScenarioContext:
         if not statuses:
             return []
         led = {leader.group for leader in statuses[0].group_leaders if leader.leader_id in targets}
-        with KqClient(self.cluster.bootstrap, tls=self.cluster.tls) as client:
-            owners = {p: client.partition_group(self.topic, p) for p in range(self.partitions)}
-        found = [frozenset(p for p, owner in owners.items() if owner == group) for group in sorted(led)]
-        return [partitions for partitions in found if partitions]
+        by_group = self.group_partitions()
+        return [by_group[group] for group in sorted(led) if by_group.get(group)]
 
     def wait_leader_other_than(self, old: str, timeout_s: float = HEALTHY_TIMEOUT_S) -> str:
         """Waits until a majority follows a leader other than `old`; returns it."""

@@ -37,6 +37,7 @@ from kq.client.tls import is_loopback
 from kq.deploy import certs
 from kq.deploy.processes import STOP_TIMEOUT_S, ProcessTable
 from kq.deploy.waiting import wait_for
+from kq.proto.placement import group_address
 
 LOOPBACK_HOST = "127.0.0.1"
 DEFAULT_SECRET = "kq-local-secret"
@@ -553,8 +554,9 @@ class LocalCluster:
 
     # What the nodes say -----------------------------------------------------------------------------
 
-    def statuses(self) -> dict[str, NodeStatus | None]:
-        """Each node's own ClusterStatus, None for a node that is not running or does not answer."""
+    def statuses(self, group: int = 0) -> dict[str, NodeStatus | None]:
+        """Each node's own ClusterStatus (with worker processes: its process of Raft `group`'s), None
+        for a node that is not running or does not answer."""
         result: dict[str, NodeStatus | None] = {}
         timeout_s = STATUS_TIMEOUT_S
         with KqClient(
@@ -566,7 +568,8 @@ class LocalCluster:
         ) as client:
             for node_id, spec in self.nodes.items():
                 try:
-                    result[node_id] = client.node_status(spec.grpc_address) if self.running(node_id) else None
+                    address = group_address(spec.grpc_address, group)
+                    result[node_id] = client.node_status(address) if self.running(node_id) else None
                 except KqClientError:
                     result[node_id] = None
         return result
@@ -602,19 +605,22 @@ class LocalCluster:
             last_state=lambda: describe_statuses(seen),
         )
 
-    def wait_applied(self, index: int, node_ids: Sequence[str], timeout_s: float = APPLIED_TIMEOUT_S) -> None:
-        """Waits until every given node has applied at least Raft index `index`."""
+    def wait_applied(
+        self, index: int, node_ids: Sequence[str], timeout_s: float = APPLIED_TIMEOUT_S, group: int = 0
+    ) -> None:
+        """Waits until every given node has applied at least Raft index `index` (of Raft `group`:
+        with worker processes, each node's process of it)."""
         seen: dict[str, NodeStatus | None] = {}
 
         def applied() -> bool:
-            seen.update(self.statuses())
+            seen.update(self.statuses(group))
             return all(
                 (status := seen[node]) is not None and status.applied_index >= index for node in node_ids
             )
 
         wait_for(
             applied,
-            f"node(s) {', '.join(node_ids)} to apply index {index}",
+            f"node(s) {', '.join(node_ids)} to apply index {index}" + (f" of group {group}" if group else ""),
             timeout_s,
             poll_s=READY_POLL_S / 2,
             last_state=lambda: ", ".join(

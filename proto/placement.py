@@ -1,6 +1,6 @@
-"""Which Raft group holds a partition: pure functions of their arguments, shared by the nodes
-(raft/placement.py re-exports them), the client and the tools, which route each partition to its
-group (DESIGN.md, "Scale-out: many Raft groups").
+"""Which Raft group holds a partition, and where a node's process of a group listens: pure functions
+of their arguments, shared by the nodes (raft/placement.py re-exports them), the client and the
+tools, which route each partition to its group (DESIGN.md, "Scale-out: many Raft groups").
 
 A topic's partitions go round-robin over the groups starting at the group its id names, so
 consecutive topics start at consecutive groups and a topic with at least as many partitions as
@@ -28,3 +28,20 @@ def partition_groups(topic_id: int, partitions: int, groups: int) -> tuple[int, 
 def partition_group(topic_id: int, partition: int, groups: int) -> int:
     """The Raft group of one partition (`partition_groups`' entry for it)."""
     return (topic_id % groups + partition) % groups
+
+
+PORT_MAX = 65_535
+
+
+def group_address(address: str, offset: int) -> str:
+    """`host:port` with the port moved by `offset` ("" stays ""): a node's process of Raft group g
+    listens at the node's address (its group 0's) moved by g (kq-node --processes:
+    broker/workers.py), and one group's process reaches another's of the same node by their
+    difference. ValueError outside ports 1..65,535."""
+    if not address or offset == 0:
+        return address
+    host, _, port = address.rpartition(":")
+    moved = int(port) + offset
+    if not 0 < moved <= PORT_MAX:
+        raise ValueError(f"port {moved} ({address} moved by {offset}) is not a port")
+    return f"{host}:{moved}"
