@@ -189,9 +189,16 @@ class KqClient(GroupsApi, SecurityApi):
 
     def describe_topic(self, name: str, node: str | None = None) -> TopicDescription:
         """A topic with per-partition log start and end, as `node` (or any node) sees it."""
+        description = self._describe(name, node)
+        self._saw(description.applied_index)
+        return description
+
+    def _describe(self, name: str, node: str | None = None) -> TopicDescription:
+        """`describe_topic` without taking its index as seen: a look-up of a topic's partitions (their
+        count and groups, `partition_count`) must not raise the index a later read of one node asks
+        that node for (a fetch from a follower would then answer nothing until it caught up)."""
         request = kq_pb2.DescribeTopicRequest(name=name, min_index=self._index_seen)
         response = self._connections.read("DescribeTopic", request, node)
-        self._saw(response.applied_index)
         return TopicDescription(
             _topic_info(response.topic),
             tuple(_offsets(p) for p in response.partitions),
@@ -241,12 +248,12 @@ class KqClient(GroupsApi, SecurityApi):
         if count is not None:
             return count
         try:
-            described = self.describe_topic(topic)
+            described = self._describe(topic)
         except TopicNotFoundError:  # Another process may have just created it: ask the leader.
             leader = self.leader_address()
             if leader is None:
                 raise
-            described = self.describe_topic(topic, node=leader)
+            described = self._describe(topic, node=leader)
         count = described.topic.partitions
         groups = tuple(partition.group for partition in described.partitions)
         with self._state_lock:

@@ -190,7 +190,7 @@ def test_the_partition_count_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -
     """The topic -> partition count (and groups) cache forgets its oldest entry beyond its bound."""
     monkeypatch.setattr(kq.client.client, "CLIENT_TOPICS_CACHED_MAX", 3)
     client, _ = fake_client()
-    monkeypatch.setattr(client, "describe_topic", lambda topic, node=None: _described(topic))
+    monkeypatch.setattr(client, "_describe", lambda topic, node=None: _described(topic))
     for number in range(10):
         assert client.partition_count(f"t{number}") == 4
     assert list(client._partition_counts) == ["t7", "t8", "t9"]
