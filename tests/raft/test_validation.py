@@ -215,7 +215,12 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         return commands.unregister_member(draw(node_ids))
     if kind == "create":
         return commands.create_topic(
-            draw(names), draw(uint32), 1, draw(config_maps()), topic_id=draw(st.sampled_from(topic_ids))
+            draw(names),
+            draw(uint32),
+            1,
+            draw(config_maps()),
+            topic_id=draw(st.sampled_from(topic_ids)),
+            groups=draw(st.sampled_from((0, 1, 3, 1024, 1025, 2**32 - 1))),
         )
     if kind == "configure":
         removed = draw(st.lists(config_names, max_size=4))
