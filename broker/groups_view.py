@@ -15,7 +15,6 @@ plus h, so a peer known in this worker's group g is moved by h - g.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,8 +23,9 @@ from pathlib import Path
 
 from kq.broker.consensus import ConsensusStatus, Peer
 from kq.broker.membership import MembershipView
-from kq.broker.workers import GROUPS_DIR, broker_id, shifted
+from kq.broker.workers import GROUPS_DIR, broker_id, shifted_peer
 from kq.proto.limits import LEADER_BOARD_TTL_S
+from kq.raft.journal import OS_DISK
 from kq.raft.placement import METADATA_GROUP, partition_group
 from kq.storage import PartitionState, StorageError, Store, StoreReader, TopicMeta
 
@@ -54,9 +54,7 @@ class LeaderBoard:
         if self._published == (leader_id, term):
             return
         self._directory.mkdir(parents=True, exist_ok=True)
-        temporary = self._directory / f".{group}.tmp"
-        temporary.write_text(f"{leader_id} {term}\n")
-        os.replace(temporary, self._directory / str(group))
+        OS_DISK.replace(self._directory / str(group), f"{leader_id} {term}\n".encode(), sync=False)
         self._published = (leader_id, term)
 
     def leaders(self) -> dict[int, GroupLeader]:
@@ -126,18 +124,8 @@ class GroupsView:
 
     def process(self, node_id: str, group: int) -> Peer | None:
         """Node `node_id`'s process of `group` (its addresses), if the node is a member."""
-        view = self._view()
-        peer = view.member(node_id)
-        if peer is None:
-            return None
-        offset = group - self.group
-        return Peer(
-            peer.node_id,
-            shifted(peer.raft_address, offset),
-            shifted(peer.grpc_address, offset),
-            shifted(peer.kafka_address, offset),
-            peer.rack,
-        )
+        peer = self._view().member(node_id)
+        return None if peer is None else shifted_peer(peer, group - self.group)
 
     def leader_process(self, group: int) -> Peer | None:
         """The process leading `group` (None while its leader is unknown)."""

@@ -190,7 +190,7 @@ class WorkerLeadership:
     def view(self) -> LeadershipView:
         """The leaders, the running nodes (this one and those its group's replica is connected to)."""
         members = self._view()
-        connected = set(self._connected())
+        connected = set(self._connected(members))
         nodes = [
             peer.node_id
             for peer in members.members
@@ -202,9 +202,9 @@ class WorkerLeadership:
             leaders, nodes, dict.fromkeys(leaders, running), frozenset((self._groups.group,))
         )
 
-    def _connected(self) -> list[str]:
+    def _connected(self, members: MembershipView) -> list[str]:
+        """The other members this process's replica is connected to, by PySyncObj's status."""
         status = self._raft.status()
-        members = self._view()
         return [
             peer.node_id
             for peer in members.peers

@@ -55,11 +55,10 @@ from kq.broker.storage_guard import StorageGuard
 from kq.broker.topic_sync import TopicSync
 from kq.broker.waiters import AppliedNotifier
 from kq.broker.workers import (
-    GROUPS_DIR,
-    LEADERS_DIR,
     Supervisor,
     check_processes,
     die_with_parent,
+    leader_board,
     node_data_dir,
     record_processes,
     worker_config,
@@ -131,8 +130,7 @@ class BrokerNode:
         # With worker processes (broker/workers.py): this process is group `config.group` of
         # `config.processes`; it learns the other groups' leaders from the node's leader board.
         node_dir = node_data_dir(config)
-        board_dir = node_dir / GROUPS_DIR / LEADERS_DIR
-        self.board = LeaderBoard(board_dir, config.processes) if config.processes > 1 else None
+        self.board = LeaderBoard(leader_board(node_dir), config.processes) if config.processes > 1 else None
         stores = LocalStores(node_dir, map_bytes) if config.processes > 1 else None
         self.groups = GroupsView(
             config.group,
@@ -794,8 +792,7 @@ def _run_checked(config: NodeConfig, worker_group: int | None, log_level: str, l
         raise click.UsageError(str(error)) from error
     if config.processes > 1 and worker_group is None:
         configure_logging(config.node_id, log_level, log_format)
-        board = config.data_dir / GROUPS_DIR / LEADERS_DIR
-        sys.exit(Supervisor(sys.argv[1:], config.processes, board).run())
+        sys.exit(Supervisor(sys.argv[1:], config.processes, leader_board(config.data_dir)).run())
     if worker_group is not None:
         if not 0 <= worker_group < config.processes:
             raise click.UsageError(f"--worker-group must be 0..{config.processes - 1}")

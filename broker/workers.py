@@ -38,6 +38,7 @@ from kq.broker.config import ConfigError, NodeConfig
 from kq.broker.consensus import Peer
 from kq.proto.limits import BROKER_ID_GROUP_STRIDE, PROCESSES_MAX, WORKER_POLL_S, WORKER_STOP_S
 from kq.proto.placement import PORT_MAX, group_address
+from kq.raft.journal import OS_DISK
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,22 @@ def shifted(address: str, offset: int) -> str:
     except ValueError as error:
         message = f"{address} plus {offset} worker ports passes {PORT_MAX}: choose a lower port"
         raise ConfigError(message) from error
+
+
+def shifted_peer(peer: Peer, offset: int) -> Peer:
+    """`peer` with every address moved by `offset`: its process of the group `offset` away."""
+    return Peer(
+        peer.node_id,
+        shifted(peer.raft_address, offset),
+        shifted(peer.grpc_address, offset),
+        shifted(peer.kafka_address, offset),
+        peer.rack,
+    )
+
+
+def leader_board(node_dir: Path) -> Path:
+    """The directory of a node's leader board (broker/groups_view.py), under its own data directory."""
+    return node_dir / GROUPS_DIR / LEADERS_DIR
 
 
 def broker_id(node_id: int, group: int) -> int:
@@ -88,16 +105,7 @@ def worker_config(config: NodeConfig, group: int) -> NodeConfig:
     if group == 0:  # The node's own addresses and directory; its apply knows it is one of several.
         return dataclasses.replace(config, group=0, raft=dataclasses.replace(config.raft, group=0))
     data_dir = config.data_dir / GROUPS_DIR / str(group)
-    peers = tuple(
-        Peer(
-            peer.node_id,
-            shifted(peer.raft_address, group),
-            shifted(peer.grpc_address, group),
-            shifted(peer.kafka_address, group),
-            peer.rack,
-        )
-        for peer in config.peers
-    )
+    peers = tuple(shifted_peer(peer, group) for peer in config.peers)
     raft = dataclasses.replace(
         config.raft,
         raft_address=shifted(config.raft_address, group),
@@ -139,12 +147,7 @@ def record_processes(data_dir: Path, processes: int) -> None:
         )
     if processes > recorded:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        with temporary.open("w") as out:
-            out.write(f"{processes}\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
+        OS_DISK.replace(path, f"{processes}\n".encode(), sync=True)
 
 
 def node_data_dir(config: NodeConfig) -> Path:
