@@ -19,6 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from kq.deploy.processes import descendants
+
 PROC = Path("/proc")
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 PEAK_SAMPLE_PERIOD_S = 0.25  # Often enough to see a Raft log grow between two compactions.
@@ -26,7 +28,6 @@ PEAK_SAMPLE_PERIOD_S = 0.25  # Often enough to see a Raft log grow between two c
 # (field 14) and stime (field 15) sit at these positions of the split remainder.
 _UTIME_POSITION = 14 - 3
 _STIME_POSITION = 15 - 3
-_PPID_POSITION = 4 - 3
 # utime, stime, cutime (16), cstime (17): a process's own CPU and that of its reaped children.
 _TREE_TICK_POSITIONS = (_UTIME_POSITION, _STIME_POSITION, 16 - 3, 17 - 3)
 
@@ -54,30 +55,10 @@ def _stat_fields(pid: int) -> list[str]:
     return text[text.rindex(")") + 2 :].split()
 
 
-def _parents() -> dict[int, int]:
-    """Every live process's parent PID (one pass over /proc; a process that ends meanwhile is left out)."""
-    parents: dict[int, int] = {}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parents[int(entry.name)] = int(_stat_fields(int(entry.name))[_PPID_POSITION])
-        except (OSError, ValueError, IndexError):
-            continue  # Ended between the listing and the read.
-    return parents
-
-
 def process_tree(pid: int) -> list[int]:
-    """`pid` and every live descendant of it (children, their children, ...), `pid` first."""
-    children: dict[int, list[int]] = {}
-    for child, parent in _parents().items():
-        children.setdefault(parent, []).append(child)
-    tree, pending = [pid], [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            tree.append(child)
-            pending.append(child)
-    return tree
+    """`pid` and every live descendant of it (children, their children, ...), `pid` first: the
+    harness's own walk (kq.deploy.processes.descendants), which signals a node's whole tree."""
+    return [pid, *descendants(pid)]
 
 
 def tree_cpu_seconds(pid: int) -> float:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from kq.broker.consensus import ConsensusStatus, Peer
 from kq.broker.membership import MembershipView
-from kq.broker.workers import GROUPS_DIR, broker_id, shifted_peer
+from kq.broker.workers import broker_id, shifted_peer
 from kq.proto.limits import LEADER_BOARD_TTL_S
+from kq.proto.placement import group_data_dir
 from kq.raft.journal import OS_DISK
 from kq.raft.placement import METADATA_GROUP, partition_group
 from kq.storage import PartitionState, StorageError, Store, StoreReader, TopicMeta
@@ -226,8 +227,7 @@ class LocalStores:
         with self._lock:
             store = self._opened.get(group)
             if store is None:
-                directory = self._node_dir if group == 0 else self._node_dir / GROUPS_DIR / str(group)
-                path = directory / "store"
+                path = group_data_dir(self._node_dir, group) / "store"
                 try:
                     store = Store.open_reader(path, self._map_size_bytes)
                 except StorageError:

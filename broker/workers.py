@@ -37,12 +37,11 @@ from pathlib import Path
 from kq.broker.config import ConfigError, NodeConfig
 from kq.broker.consensus import Peer
 from kq.proto.limits import BROKER_ID_GROUP_STRIDE, PROCESSES_MAX, WORKER_POLL_S, WORKER_STOP_S
-from kq.proto.placement import PORT_MAX, group_address
+from kq.proto.placement import GROUPS_DIR, PORT_MAX, group_address, group_data_dir
 from kq.raft.journal import OS_DISK
 
 logger = logging.getLogger(__name__)
 
-GROUPS_DIR = "groups"  # <data-dir>/groups/<g>: the data directory of group g > 0.
 LEADERS_DIR = "leaders"  # <data-dir>/groups/leaders: the workers' leader board (broker/groups_view.py).
 PROCESSES_FILE = "processes"  # <data-dir>/groups/processes: the most workers it was started with.
 WORKER_FLAG = "--worker-group"  # Set by the supervisor only: this process is the replica of one group.
@@ -104,7 +103,7 @@ def worker_config(config: NodeConfig, group: int) -> NodeConfig:
     assert config.raft is not None
     if group == 0:  # The node's own addresses and directory; its apply knows it is one of several.
         return dataclasses.replace(config, group=0, raft=dataclasses.replace(config.raft, group=0))
-    data_dir = config.data_dir / GROUPS_DIR / str(group)
+    data_dir = group_data_dir(config.data_dir, group)
     peers = tuple(shifted_peer(peer, group) for peer in config.peers)
     raft = dataclasses.replace(
         config.raft,

@@ -188,10 +188,7 @@ def _compare_stores(cluster: LocalCluster, result: CheckResult, report: Scenario
     (`chaos.stores`)."""
     compared = 0
     for group in range(cluster.processes):
-        stores = {
-            node: (spec.data_dir if group == 0 else spec.data_dir / "groups" / str(group)) / "store"
-            for node, spec in cluster.nodes.items()
-        }
+        stores = {node: cluster.store_path(node, group) for node in cluster.nodes}
         comparison = compare_stores(stores)
         for anomaly in comparison.anomalies:
             result.add(anomaly)

@@ -37,7 +37,7 @@ from kq.client.tls import is_loopback
 from kq.deploy import certs
 from kq.deploy.processes import STOP_TIMEOUT_S, ProcessTable
 from kq.deploy.waiting import wait_for
-from kq.proto.placement import group_address
+from kq.proto.placement import group_address, group_data_dir
 
 LOOPBACK_HOST = "127.0.0.1"
 DEFAULT_SECRET = "kq-local-secret"
@@ -331,6 +331,11 @@ class LocalCluster:
             + (f"@{s.rack}" if s.rack else "")
             for s in self.nodes.values()
         )
+
+    def store_path(self, node_id: str, group: int = 0) -> Path:
+        """The directory of a node's LMDB store of Raft `group` (with worker processes, each group's
+        under the node's data directory: kq.proto.placement.group_data_dir)."""
+        return group_data_dir(self.nodes[node_id].data_dir, group) / "store"
 
     def log_path(self, node_id: str) -> Path:
         """The node's log file (appended to across restarts)."""

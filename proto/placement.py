@@ -10,6 +10,8 @@ created while the cluster had one group keeps every partition in group 0).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kq.proto.limits import PARTITIONS_MAX, RAFT_GROUPS_MAX
 
 
@@ -31,6 +33,7 @@ def partition_group(topic_id: int, partition: int, groups: int) -> int:
 
 
 PORT_MAX = 65_535
+GROUPS_DIR = "groups"  # <data-dir>/groups/<g>: a node's data directory of group g > 0.
 
 
 def group_address(address: str, offset: int) -> str:
@@ -45,3 +48,9 @@ def group_address(address: str, offset: int) -> str:
     if not 0 < moved <= PORT_MAX:
         raise ValueError(f"port {moved} ({address} moved by {offset}) is not a port")
     return f"{host}:{moved}"
+
+
+def group_data_dir(data_dir: Path, group: int) -> Path:
+    """A node's data directory of Raft `group`, given the node's own (group 0's: a single-group
+    directory is group 0's, unchanged; the others are `<data-dir>/groups/<g>`)."""
+    return data_dir if group == 0 else data_dir / GROUPS_DIR / str(group)

@@ -14,6 +14,7 @@ import pytest
 from kq.broker.workers import shifted
 from kq.client import KqClient
 from kq.deploy.cluster import LocalCluster, free_ports
+from kq.deploy.processes import descendants
 from kq.deploy.waiting import wait_for
 from tests.system.groups import agreed_leaders, group_status
 
@@ -21,14 +22,6 @@ pytestmark = pytest.mark.system
 
 PROCESSES = 3
 WAIT_S = 30.0
-
-
-def children(pid: int) -> set[int]:
-    """The PIDs of `pid`'s child processes."""
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found.update(int(child) for child in (task / "children").read_text().split())
-    return found
 
 
 def gone(pid: int) -> bool:
@@ -61,7 +54,7 @@ def test_each_group_elects_among_its_workers_and_workers_end_with_their_node(
             status = group_status(cluster, node_id, group)
             assert status is not None and status.node_id == node_id
             assert status.grpc_address == shifted(cluster.nodes[node_id].grpc_address, group)
-    workers = {node_id: children(cluster.pids()[node_id]) for node_id in nodes}
+    workers = {node_id: set(descendants(cluster.pids()[node_id])) for node_id in nodes}
     assert all(len(pids) == PROCESSES for pids in workers.values()), workers
 
     first, second, third = nodes
