@@ -345,6 +345,12 @@ GIL_SWITCH_INTERVAL_S = 0.001
 # (raft/pysyncobj_adapter.py `commit_notice`), plus a tick: what an idle follower's readers wait at worst.
 COMMIT_NOTICE_DELAY_S = 0.005
 TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own tick thread pauses.
+# A follower whose connection to its leader closed (the leader's process died: its kernel closed the
+# socket) stands for election after a delay drawn from this range, not after the election timeout
+# (0.5-1 s): RaftNode.peer_disconnected. Drawn, so the two followers of a three-node group seldom
+# stand together (a split vote waits for the timeout); short against the timeout it replaces.
+LEADER_LOST_ELECTION_DELAY_MIN_S = 0.05
+LEADER_LOST_ELECTION_DELAY_MAX_S = 0.2
 TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
