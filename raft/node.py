@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,8 @@ from kq.proto.limits import (
     ENTRY_BYTES_MAX,
     ENTRY_COMMAND_OVERHEAD_BYTES,
     KEEPALIVE_PERIOD_S,
+    LEADER_LOST_ELECTION_DELAY_MAX_S,
+    LEADER_LOST_ELECTION_DELAY_MIN_S,
     LOOP_CALL_TIMEOUT_S,
     LOOP_TICK_IDLE_S,
     TICK_FAILED_PAUSE_S,
@@ -362,6 +365,11 @@ class RaftNode(PySyncObjAdapter):
             self.doTick(0.0)  # The poller is attached: PySyncObj's poll returns at once.
             if self.is_leader():
                 pause_s = min(pause_s, max(0.0, self.append_entries_due_s()))
+            elif (election_s := self.election_due_s()) > 0.0:
+                # Stand when due, not up to LOOP_TICK_IDLE_S late (a follower that lost its leader's
+                # connection stands within a fraction of a second). An overdue deadline stays on the
+                # idle timer: PySyncObj stands only while connected to a peer, so a node alone keeps it.
+                pause_s = min(pause_s, election_s)
         except Exception:  # As on the thread: log, pause, carry on (apply fail-stops).
             logger.exception("Raft tick failed")
             pause_s = TICK_FAILED_PAUSE_S
@@ -514,7 +522,32 @@ class RaftNode(PySyncObjAdapter):
         retained = sum(len(entry[0]) for entry in self.entries(target, proposed - target))
         return target if retained <= COMPACTION_RETAIN_BYTES_MAX else proposed
 
-    # Peer messages (tick thread) --------------------------------------------------------------
+    # Peer messages and connections (tick thread) ------------------------------------------------
+
+    def peer_disconnected(self, node: Any) -> None:
+        """A follower whose connection to its leader closed stands for election after a short draw
+        (LEADER_LOST_ELECTION_DELAY_MIN_S to _MAX_S), not after the election timeout.
+
+        When a leader's process dies (kill -9, a crash, a stop) its kernel closes its sockets, so every
+        follower sees that connection close at once; waiting for the timeout (0.5 to 1 s) was most of a
+        failover. Raft's safety does not depend on when a node stands. The cost is liveness: a live
+        leader whose connection to a follower drops (a reset on the path) can lose its leadership, unless
+        the connection is back and a heartbeat has moved the deadline on (PySyncObj does) before it
+        expires. A leader cut off without a close (a partition, a paused process, a dead machine) is
+        found by the timeout as before. A node still joining (`--join`) has heard no leader, so it
+        never stands early. DESIGN.md, "Failover after a leader's process dies"."""
+        leader = self.leader_address()
+        if leader is None or str(node.address) != leader:
+            return  # Another follower's connection, or this node leads or has no leader.
+        delay_s = random.uniform(LEADER_LOST_ELECTION_DELAY_MIN_S, LEADER_LOST_ELECTION_DELAY_MAX_S)
+        if delay_s >= self.election_due_s():
+            return  # The election timeout is nearer (or already past).
+        self.hasten_election(delay_s)
+        logger.info(
+            "the connection to the leader %s closed: standing for election in %.0f ms unless it is back",
+            leader,
+            delay_s * 1000,
+        )
 
     def peer_message(self, node: Any, message: Any) -> Any | None:
         """kq's three safety fixes (raft/inbound.py) before PySyncObj handles a peer's message."""

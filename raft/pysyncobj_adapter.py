@@ -57,9 +57,13 @@ as Python mangles it):
 - `_SyncObj__raftCommitIndex`, read: a store-copy chunk may not raise it (raft/inbound.py).
 - `_SyncObj__onMessageReceived`, overridden: every peer message passes `peer_message` first (kq's
   three inbound fixes).
-- `_SyncObj__raftElectionDeadline`, written: a node joining a running cluster (`--join`) pushes its
-  election deadline on while no leader has contacted it yet, so it does not raise its term (and
-  unseat the leader once it is added) before it holds any entry.
+- `_SyncObj__raftElectionDeadline`, read and written: a node joining a running cluster (`--join`)
+  pushes its election deadline on while no leader has contacted it yet, so it does not raise its term
+  (and unseat the leader once it is added) before it holds any entry; a follower whose connection to
+  its leader closed brings it closer (`hasten_election`, raft/node.py `peer_disconnected`); the node
+  ticked on a loop sets its timer by it (`election_due_s`).
+- `_SyncObj__onNodeDisconnected`, overridden: after PySyncObj's own, `peer_disconnected` hears of
+  every open peer connection that closed (kq's transport calls it, `_onNodeDisconnected`).
 - `_addNodeToCluster`, `_removeNodeFromCluster`, overridden: the handlers of PySyncObj's admin
   messages (`syncobj_admin -add/-remove`) refuse, so membership changes only through kq's AddNode and
   RemoveNode, which validate the address and register the node's other addresses first.
@@ -365,6 +369,20 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         deadline = pysyncobj_clock() + seconds
         self._SyncObj__raftElectionDeadline = max(self._SyncObj__raftElectionDeadline, deadline)
 
+    def hasten_election(self, seconds: float) -> None:
+        """Puts this node's next election at most `seconds` away (a follower that lost its leader's
+        connection). PySyncObj moves the deadline on as usual: a leader's AppendEntries or a vote this
+        node grants puts it a full election timeout away again, and standing for election sets the next."""
+        deadline = pysyncobj_clock() + seconds
+        self._SyncObj__raftElectionDeadline = min(self._SyncObj__raftElectionDeadline, deadline)
+
+    def election_due_s(self) -> float:
+        """Seconds until this node stands for election unless a leader is heard (negative: overdue; PySyncObj
+        stands only while connected to a peer). Meaningful on a follower or candidate."""
+        deadline: float = self._SyncObj__raftElectionDeadline
+        now: float = pysyncobj_clock()
+        return deadline - now
+
     def transfer_leadership(self, callback: Callable[[Any, int], None], target: str | None = None) -> None:
         """Asks the follower at Raft address `target` (None: the most caught-up connected one) to start
         an election now (leader only). PySyncObj refuses (REQUEST_DENIED) a target that is not a
@@ -408,12 +426,21 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         leader = self._getLeader()
         return None if leader is None else str(leader.address)
 
-    # The message hook -----------------------------------------------------------------------------
+    # The message and connection hooks ----------------------------------------------------------------
 
     def peer_message(self, node: Any, message: Any) -> Any | None:
         """Runs on the tick thread before PySyncObj handles a peer's message: the message to handle
         (rewritten or not), or None to drop it. Subclasses override it."""
         return message
+
+    def peer_disconnected(self, node: Any) -> None:
+        """Runs on the tick thread after an open connection to the peer `node` closed and PySyncObj
+        counted it out of the connected nodes (a connection replaced by the peer's new one does not
+        count). Subclasses override it."""
+
+    def _SyncObj__onNodeDisconnected(self, node: Any) -> None:  # noqa: N802 - PySyncObj's name.
+        SyncObj._SyncObj__onNodeDisconnected(self, node)
+        self.peer_disconnected(node)
 
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802 - PySyncObj's name.
         """Applies one committed entry: a REGULAR entry this process built calls its method with the
