@@ -7,6 +7,7 @@ main thread, and stops it. DESIGN.md ("Concurrency model") names every thread an
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -38,6 +39,7 @@ from kq.broker.config import (
 )
 from kq.broker.consensus import PySyncObjConsensus
 from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
+from kq.broker.group_membership import ClusterChanges, group_call
 from kq.broker.groups import GroupCoordinator
 from kq.broker.groups_view import GroupsView, LeaderBoard, LocalStores
 from kq.broker.http_endpoints import HttpEndpoints, readiness
@@ -55,12 +57,14 @@ from kq.broker.storage_guard import StorageGuard
 from kq.broker.topic_sync import TopicSync
 from kq.broker.waiters import AppliedNotifier
 from kq.broker.workers import (
+    AUTO_PROCESSES,
     Supervisor,
     check_processes,
     die_with_parent,
     leader_board,
     node_data_dir,
     record_processes,
+    resolve_processes,
     worker_config,
 )
 from kq.client.tls import TlsConfig, TlsConfigError, is_loopback
@@ -79,6 +83,7 @@ from kq.proto.limits import (
     KAFKA_FRAME_BYTES_DEFAULT,
     KAFKA_FRAME_BYTES_MIN,
     PARTITIONS_MAX,
+    PROCESSES_AUTO_MAX,
     PROCESSES_MAX,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
@@ -123,7 +128,9 @@ class BrokerNode:
         except RaftBindError as error:
             self.store.close()
             raise SystemExit(str(error)) from error
-        self.membership = Membership(config.self_peer, config.peers, self.store, self.raft.voters)
+        self.membership = Membership(
+            config.self_peer, config.peers, self.store, self.raft.voters, config.group
+        )
         self.security = Security(self.store, config.auth, config.super_users, config.secret, wall_clock_ms)
         self.raft.on_voters_changed(self.membership.refresh)
         self.consensus = PySyncObjConsensus(self.raft, self.membership)
@@ -173,6 +180,10 @@ class BrokerNode:
             credentials,
             self.security,
         )
+        # Asks a node's process for its status, as a node (its TLS and proof): membership changes.
+        probe = functools.partial(
+            probe_node, credentials=config.peer_credentials, metadata=config.node_metadata
+        )
         service = BrokerService(
             config.self_peer,
             self.membership,
@@ -186,16 +197,18 @@ class BrokerNode:
             self.front.reads,
             config.topic_defaults,
             StorageGuard(self.store.usage, config.node_id),
-            MembershipChanges(
-                self.raft,
-                self.consensus,
-                self.membership,
-                kafka=config.kafka is not None,
-                probe=functools.partial(
-                    probe_node,
-                    credentials=config.peer_credentials,
-                    metadata=config.node_metadata,
+            ClusterChanges(
+                MembershipChanges(
+                    self.raft,
+                    self.consensus,
+                    self.membership,
+                    kafka=config.kafka is not None,
+                    probe=probe,
+                    groups=config.processes,
                 ),
+                self.groups,
+                group_call(config.peer_credentials, config.node_metadata) if config.processes > 1 else None,
+                probe,
             ),
             self.security,
             self.groups,
@@ -463,14 +476,15 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
 )
 @click.option(
     "--processes",
-    default=1,
+    default=AUTO_PROCESSES,
     show_default=True,
-    type=int,
     help=(
         "Worker processes, each the node's replica of one Raft group with its own ports (the node's "
         "ports plus the group number) and store: the cluster's partitions are spread over the groups "
         "and their leaders over the nodes, so a node uses that many cores. Every node of a cluster "
-        f"runs the same number (1..{PROCESSES_MAX}; DESIGN.md, Scale-out) (KQ_PROCESSES)."
+        f"runs the same number (1..{PROCESSES_MAX}; DESIGN.md, Scale-out). {AUTO_PROCESSES}: as many "
+        "as a data directory holds; for a new one, the cores this process may use, at most "
+        f"{PROCESSES_AUTO_MAX} (give the number on machines of different sizes) (KQ_PROCESSES)."
     ),
 )
 @click.option("--worker-group", type=int, default=None, hidden=True, help="Set by the node for its workers.")
@@ -686,7 +700,7 @@ def main(
     auth: bool,
     super_users: tuple[str, ...],
     insecure: bool,
-    processes: int,
+    processes: str,
     worker_group: int | None,
 ) -> None:
     """Runs one kq node."""
@@ -775,16 +789,18 @@ def main(
         tls=tls,
         auth=auth,
         super_users=super_users,
-        processes=processes,
     )
-    _run_checked(config, worker_group, log_level, log_format)
+    _run_checked(config, processes, worker_group, log_level, log_format)
 
 
-def _run_checked(config: NodeConfig, worker_group: int | None, log_level: str, log_format: LogFormat) -> None:
+def _run_checked(
+    config: NodeConfig, processes: str, worker_group: int | None, log_level: str, log_format: LogFormat
+) -> None:
     """Runs the node, or with --processes its supervisor, or one of its workers (broker/workers.py)."""
     try:
         if config.kafka is not None:
             check_kafka_members(config)
+        config = dataclasses.replace(config, processes=resolve_processes(processes, config.data_dir))
         check_processes(config, config.processes)
         if worker_group is None:  # The node's own process: its supervisor, or its only one.
             record_processes(config.data_dir, config.processes)

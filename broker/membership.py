@@ -53,6 +53,7 @@ from kq.proto.limits import (
     PEERS_MAX,
     PROPOSAL_TIMEOUT_S,
 )
+from kq.proto.placement import group_address
 from kq.raft import commands
 from kq.raft.results import ApplyResult, MemberResult
 from kq.raft.validation import cluster_member_problem, node_id_problem
@@ -105,15 +106,18 @@ class Membership:
         configured: tuple[Peer, ...],
         store: Store,
         voters: Callable[[], frozenset[str]] | None = None,
+        group: int = 0,
     ) -> None:
         """`configured`: the other nodes of `--peers`; `voters`: the Raft voters' addresses (RaftNode's
-        `voters`; None: the configured nodes, for a node without Raft in in-process tests)."""
+        `voters`; None: the configured nodes, for a node without Raft in in-process tests); `group`:
+        the Raft group of this process (broker/workers.py: its addresses are the node's moved by it,
+        and its cluster id is derived from the node's, as every group's process reports the same)."""
         self._self = self_peer
         self._configured = configured
         self._store = store
         started_with = frozenset(peer.raft_address for peer in (self_peer, *configured))
         self._voters = voters or (lambda: started_with)
-        self._derived_id = derived_cluster_id(started_with)
+        self._derived_id = derived_cluster_id(group_address(address, -group) for address in started_with)
         self._lock = threading.Lock()  # Serializes rebuilds (tick thread, and start).
         self._view = self._build()
 
@@ -199,17 +203,23 @@ class MembershipChanges:
         membership: Membership,
         kafka: bool,
         probe: Probe = probe_node,
+        groups: int = 1,
     ) -> None:
-        """`kafka`: the cluster serves Kafka, so a new node needs an integer id and a Kafka address."""
+        """`kafka`: the cluster serves Kafka, so a new node needs an integer id and a Kafka address;
+        `groups`: the Raft groups of the cluster (its nodes' worker processes), so a new node must run
+        as many (broker/group_membership.py changes the others)."""
         self._raft = raft
         self._consensus = consensus
         self._membership = membership
         self._kafka = kafka
         self._probe = probe
+        self._groups = groups
         self._changing = threading.Lock()  # One change at a time on this node.
 
-    def add(self, member: kq_pb2.Member) -> MembershipView:
-        """Adds `member` to the voters; returns the view afterwards. Adding a member again is no error."""
+    def add(self, member: kq_pb2.Member, before: Callable[[], None] | None = None) -> MembershipView:
+        """Adds `member` to the voters; returns the view afterwards. Adding a member again is no error.
+        `before`: called once the change is checked, before it is made here (the other Raft groups'
+        changes, broker/group_membership.py); not called when `member` is a voter already."""
         problem = cluster_member_problem(member)
         if problem is None and self._kafka and not (member.node_id.isdigit() and member.kafka_address):
             problem = "this cluster serves Kafka: a node needs an integer id and a Kafka address"
@@ -230,6 +240,8 @@ class MembershipChanges:
                 raise MembershipError(f"the cluster has its maximum of {PEERS_MAX} nodes")
             self._check_answers(member)
             self._check_majority(len(view.members) + 1, self._running(view, excluding="") + 1, "adding")
+            if before is not None:
+                before()
             result = propose_and_wait(
                 self._consensus, commands.register_member(member, view.cluster_id), PROPOSAL_TIMEOUT_S
             )
@@ -238,22 +250,33 @@ class MembershipChanges:
             logger.info("added node %s (Raft %s) to the cluster", member.node_id, member.raft_address)
             return self._membership.view
 
-    def remove(self, node_id: str) -> MembershipView:
-        """Removes node `node_id` from the voters (it may be down) and forgets its addresses."""
+    def remove(
+        self, node_id: str, before: Callable[[], None] | None = None, missing_ok: bool = False
+    ) -> MembershipView:
+        """Removes node `node_id` from the voters (it may be down) and forgets its addresses.
+
+        `before`: called once the change is checked, before it is made here, and also when `node_id`
+        is no voter here (the other groups' part of a removal cut short is done then); `missing_ok`: a
+        node unknown here is removed already, not an error (one group's part of a change retried:
+        broker/group_membership.py)."""
         check(node_id_problem(node_id))
         with self._one_change():
             view = self._membership.view
             target = view.member(node_id)
             if target is None:
+                if before is not None:  # The other groups' part of a removal cut short, or none.
+                    before()
                 if node_id in view.registered:
                     self._forget(node_id)  # A removal cut short before its addresses were forgotten.
-                elif node_id not in {peer.node_id for peer in view.known.values()}:
+                elif not missing_ok and node_id not in {peer.node_id for peer in view.known.values()}:
                     raise MembershipError(f"node {node_id} is not a member of the cluster")
                 return self._membership.view  # Removed already (a retry after the leader died).
             if node_id == view.self_id:
                 self._hand_over()
             remaining = len(view.members) - 1
             self._check_majority(remaining, self._running(view, excluding=node_id), "removing")
+            if before is not None:
+                before()
             self._change("remove", target.raft_address)
             self._forget(node_id)
             logger.info("removed node %s (Raft %s) from the cluster", node_id, target.raft_address)
@@ -286,6 +309,11 @@ class MembershipChanges:
             raise MembershipError(
                 f"the node at {member.grpc_address} is node {status.node_id} with Raft address "
                 f"{status.raft_address}, not node {member.node_id} at {member.raft_address}"
+            )
+        if max(status.groups, 1) != self._groups:
+            raise MembershipError(
+                f"node {member.node_id} runs {max(status.groups, 1)} Raft groups and this cluster "
+                f"{self._groups}: start it with --processes {self._groups}"
             )
 
     def _running(self, view: MembershipView, excluding: str) -> int:

@@ -16,13 +16,13 @@ from kq.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
     KqError,
-    MembershipError,
     OutOfRangeError,
     error_for_code,
 )
+from kq.broker.group_membership import ClusterChanges
 from kq.broker.group_service import GroupRpcs
 from kq.broker.groups_view import GroupLeader, GroupsView
-from kq.broker.membership import MembershipChanges, MembershipView, peer_statuses
+from kq.broker.membership import MembershipView, peer_statuses
 from kq.broker.metrics import count_fetched, count_produced
 from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
 from kq.broker.security_service import SecurityRpcs
@@ -526,26 +526,27 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
     def AddNode(
         self, request: kq_pb2.AddNodeRequest, context: grpc.ServicerContext
     ) -> kq_pb2.AddNodeResponse:
-        """Adds a running node (started with --join) to the Raft voters, on the leader."""
-        view = self._changes().add(request.member)
+        """Adds a running node (started with --join) to the Raft voters, on the metadata group's leader
+        (with worker processes: to every group, broker/group_membership.py); `group` set: that group's
+        part of it, on its leader."""
+        view = self._changes(request.group).add(request.member, request.group)
         return kq_pb2.AddNodeResponse(index=self._store.applied_index(), members=self._member_rows(view))
 
     def RemoveNode(
         self, request: kq_pb2.RemoveNodeRequest, context: grpc.ServicerContext
     ) -> kq_pb2.RemoveNodeResponse:
-        """Removes a node (running or not) from the Raft voters, on the leader."""
-        view = self._changes().remove(request.node_id)
+        """Removes a node (running or not) from the Raft voters, on the metadata group's leader (`group`
+        set: that group's part of it, as AddNode's)."""
+        view = self._changes(request.group).remove(request.node_id, request.group)
         return kq_pb2.RemoveNodeResponse(index=self._store.applied_index(), members=self._member_rows(view))
 
-    def _changes(self) -> MembershipChanges:
-        if self._groups.several:
-            raise MembershipError(
-                "membership changes of a cluster of nodes with worker processes (--processes) are not "
-                "supported yet (DESIGN.md, Scale-out)",
-                ErrorCode.MEMBERSHIP_REFUSED,
-            )
-        self._require_leader()
+    def _changes(self, group: int) -> ClusterChanges:
+        """This process's changes, once it is the leader a change of scope `group` needs: the whole
+        cluster's (0) is redirected to the metadata group's leader from any process."""
         assert self._membership_changes is not None, "a node with Raft has membership changes"
+        if group:
+            self._membership_changes.check_scope(group)
+        self._require_leader(group or METADATA_GROUP)
         return self._membership_changes
 
     def _member_rows(self, view: MembershipView) -> list[kq_pb2.PeerStatus]:

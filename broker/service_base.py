@@ -14,9 +14,10 @@ from kq.broker.admission import PRODUCE_STREAM_LIMITS, ReaderAdmission
 from kq.broker.auth import Security
 from kq.broker.consensus import Consensus, Peer
 from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
+from kq.broker.group_membership import ClusterChanges
 from kq.broker.groups import GroupCoordinator
 from kq.broker.groups_view import GroupsView
-from kq.broker.membership import Membership, MembershipChanges
+from kq.broker.membership import Membership
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier, WatchKey, wait_for_wake
@@ -47,7 +48,7 @@ class ServiceBase:
         reads: Executor,
         topic_defaults: Mapping[str, str] | None = None,
         storage_guard: StorageGuard | None = None,
-        membership_changes: MembershipChanges | None = None,
+        membership_changes: ClusterChanges | None = None,
         security: Security | None = None,
         groups: GroupsView | None = None,
     ) -> None:

@@ -36,14 +36,23 @@ from pathlib import Path
 
 from kq.broker.config import ConfigError, NodeConfig
 from kq.broker.consensus import Peer
-from kq.proto.limits import BROKER_ID_GROUP_STRIDE, PROCESSES_MAX, WORKER_POLL_S, WORKER_STOP_S
+from kq.proto.limits import (
+    BROKER_ID_GROUP_STRIDE,
+    PROCESSES_AUTO_MAX,
+    PROCESSES_MAX,
+    WORKER_POLL_S,
+    WORKER_STOP_S,
+)
 from kq.proto.placement import GROUPS_DIR, PORT_MAX, group_address, group_data_dir
+from kq.raft.data_dir import MARKER_NAME
 from kq.raft.journal import OS_DISK
 
 logger = logging.getLogger(__name__)
 
 LEADERS_DIR = "leaders"  # <data-dir>/groups/leaders: the workers' leader board (broker/groups_view.py).
 PROCESSES_FILE = "processes"  # <data-dir>/groups/processes: the most workers it was started with.
+AUTO_PROCESSES = "auto"  # `--processes auto`, the default: `resolve_processes`.
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>".
 WORKER_FLAG = "--worker-group"  # Set by the supervisor only: this process is the replica of one group.
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
@@ -128,17 +137,58 @@ def worker_config(config: NodeConfig, group: int) -> NodeConfig:
     )
 
 
+def recorded_processes(data_dir: Path) -> int | None:
+    """The most workers this node's data directory was started with (None: no record, so one if it
+    holds a node's data); ConfigError when the record cannot be read."""
+    path = data_dir / GROUPS_DIR / PROCESSES_FILE
+    try:
+        return int(path.read_text().strip())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read {path}: {error}") from error
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, and its cgroup's CPU quota (cgroup v2
+    `cpu.max`, rounded up) when that is lower (a container limited to 2 CPUs on a 64-core host)."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = [*CGROUP_CPU_MAX.read_text().split(), "100000"][:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):  # No cgroup v2 here, or no quota file: the affinity alone.
+        pass
+    return cores
+
+
+def resolve_processes(requested: str, data_dir: Path) -> int:
+    """`--processes` as a number: a number as given (ConfigError unless one); AUTO_PROCESSES, the
+    workers the data directory holds (its record; one for a directory with a node's data and no
+    record: a single-group node, kept so, as its peers are), else for a new directory the usable
+    cores, at most PROCESSES_AUTO_MAX. Every node of a cluster needs the same number: machines of
+    different sizes name it."""
+    if requested != AUTO_PROCESSES:
+        try:
+            return int(requested)
+        except ValueError:
+            raise ConfigError(
+                f"--processes must be a number or {AUTO_PROCESSES}, not {requested[:40]!r}"
+            ) from None
+    recorded = recorded_processes(data_dir)
+    if recorded is not None:
+        return recorded
+    if any((data_dir / name).exists() for name in (MARKER_NAME, "store", "raft")):
+        return 1
+    return min(usable_cores(), PROCESSES_AUTO_MAX)
+
+
 def record_processes(data_dir: Path, processes: int) -> None:
     """Checks `processes` against the most this node's data directory was started with, and records
     it (`<data-dir>/groups/processes`). ConfigError, one line, when it is fewer: the groups above it
     hold partitions (every topic keeps the group count it was created with), so they must run."""
     path = data_dir / GROUPS_DIR / PROCESSES_FILE
-    try:
-        recorded = int(path.read_text().strip())
-    except FileNotFoundError:
-        recorded = 1
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot read {path}: {error}") from error
+    recorded = recorded_processes(data_dir) or 1
     if processes < recorded:
         raise ConfigError(
             f"data directory {data_dir} holds {recorded} Raft groups: start it with --processes {recorded} "
@@ -164,9 +214,19 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def worker_command(arguments: Sequence[str], group: int) -> list[str]:
-    """The command line of the worker of `group`: this node's own, with the worker flag."""
-    return [sys.executable, "-m", "kq.broker", *arguments, WORKER_FLAG, str(group)]
+def worker_command(arguments: Sequence[str], processes: int, group: int) -> list[str]:
+    """The command line of the worker of `group`: this node's own, with its number of workers (an
+    `auto` resolved once, by the supervisor) and the worker flag."""
+    return [
+        sys.executable,
+        "-m",
+        "kq.broker",
+        *arguments,
+        "--processes",
+        str(processes),
+        WORKER_FLAG,
+        str(group),
+    ]
 
 
 class Supervisor:
@@ -190,7 +250,9 @@ class Supervisor:
             entry.unlink(missing_ok=True)
         environment = {**os.environ, "KQ_SUPERVISOR_PID": str(os.getpid())}
         for group in range(self._processes):
-            self._workers[group] = subprocess.Popen(worker_command(self._arguments, group), env=environment)
+            self._workers[group] = subprocess.Popen(
+                worker_command(self._arguments, self._processes, group), env=environment
+            )
         logger.info("started %d worker processes: %s", len(self._workers), self.pids())
         code = 0
         while not self._stopping:
@@ -230,4 +292,3 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
-

@@ -63,7 +63,7 @@ from kq.proto.limits import (
     CLIENT_STATUS_TIMEOUT_S,
     CLIENT_TOPICS_CACHED_MAX,
     FETCH_RECORDS_MAX,
-    MEMBERSHIP_CALL_TIMEOUT_S,
+    MEMBERSHIP_CLIENT_TIMEOUT_S,
     RAFT_GROUPS_MAX,
     RECORDS_PER_APPEND_MAX,
 )
@@ -727,7 +727,7 @@ class KqClient(GroupsApi, SecurityApi):
             rack=rack,
         )
         response = self._connections.write(
-            "AddNode", kq_pb2.AddNodeRequest(member=member), timeout_s=MEMBERSHIP_CALL_TIMEOUT_S
+            "AddNode", kq_pb2.AddNodeRequest(member=member), timeout_s=MEMBERSHIP_CLIENT_TIMEOUT_S
         )
         self._saw(response.index)
         return [_peer_state(peer) for peer in response.members]
@@ -736,7 +736,7 @@ class KqClient(GroupsApi, SecurityApi):
         """Removes a node (running or not) from the cluster's voters; the members afterwards. Removing
         the leader first hands its leadership to another node."""
         response = self._connections.write(
-            "RemoveNode", kq_pb2.RemoveNodeRequest(node_id=node_id), timeout_s=MEMBERSHIP_CALL_TIMEOUT_S
+            "RemoveNode", kq_pb2.RemoveNodeRequest(node_id=node_id), timeout_s=MEMBERSHIP_CLIENT_TIMEOUT_S
         )
         self._saw(response.index)
         return [_peer_state(peer) for peer in response.members]

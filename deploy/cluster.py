@@ -412,7 +412,10 @@ class LocalCluster:
             node_id,
             self.node_command_line(node_id),
             self.log_path(node_id),
-            environment={**os.environ, "KQ_SECRET": self.secret},
+            # KQ_PROCESSES: the harness's nodes run as many workers as it was asked for, whatever the
+            # machine's cores (kq-node's default is `auto`); an environment variable, not a flag, so
+            # that a release from before --processes (the upgrade test's) starts too.
+            environment={**os.environ, "KQ_SECRET": self.secret, "KQ_PROCESSES": str(self.processes)},
             detach=self.detach,
         )
 
@@ -482,7 +485,7 @@ class LocalCluster:
         first = next(iter(self.nodes.values()))
         host = first.grpc_address.rpartition(":")[0]
         node_id = str(max(int(n) for n in self.nodes if n.isdigit()) + 1)
-        grpc_port, raft_port, kafka_port, http_port = free_ports(4)
+        grpc_port, raft_port, kafka_port, http_port = free_ports(4, self.processes)
         spec = NodeSpec(
             node_id,
             f"{host}:{grpc_port}",
@@ -519,7 +522,8 @@ class LocalCluster:
         """Starts node `node_id` with --join and waits until it answers a status call (AddNode asks it
         that first); NodeDiedError if it exits, WaitTimeoutError if it does not answer in time."""
         address = self.nodes[node_id].grpc_address
-        self.set_node_args(node_id, ("--join",))  # Its new store waits for the leader, starting no election.
+        # Its new store waits for the leader, starting no election; after any flags of its own.
+        self.set_node_args(node_id, (*self._extra_args.get(node_id, ()), "--join"))
         self.start_node(node_id)
         with KqClient(
             [address],

@@ -44,6 +44,9 @@
 #   KQ_DURABILITY       replicated or fsync: when a write is acknowledged (default: replicated;
 #                       README.md, "Durability"); passed to every node as --durability
 # Other KQ_* variables reach kq-node as its options (e.g. KQ_LOG_LEVEL=debug); see `kq-node --help`.
+# Each node runs one process (one Raft group): its fixed ports are next to the next node's, and a
+# node's worker processes bind its ports plus their group (kq-node --processes, whose default `auto`
+# would take the machine's cores); KQ_PROCESSES is not passed on.
 
 set -euo pipefail
 

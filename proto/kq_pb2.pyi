@@ -2347,16 +2347,23 @@ class AddNodeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEMBER_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.int
+    """0: the whole cluster (sent to the metadata group's leader). Set: Raft group `group` alone, with
+    `member` the addresses of its process of that group: the metadata group's leader asks each other
+    group's leader so (broker/group_membership.py); the process asked must be that group's.
+    """
     @_builtins.property
     def member(self) -> Global___Member: ...
     def __init__(
         self,
         *,
         member: Global___Member | None = ...,
+        group: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "member", b"member"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2394,15 +2401,19 @@ class RemoveNodeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
+    group: _builtins.int
+    """As AddNodeRequest.group; a node not in that group is removed already."""
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
+        group: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "node_id", b"node_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -231,6 +231,7 @@ HOST_LENGTH_MAX = 253  # A DNS name's length; addresses are host:port with a hos
 CLUSTER_ID_LENGTH_MAX = 64
 MEMBERSHIP_CHANGE_TIMEOUT_S = 15.0  # An add or remove not committed by then is answered UNAVAILABLE.
 MEMBER_PROBE_TIMEOUT_S = 2.0  # The leader asks a node it is about to add whether it is up.
+MEMBER_JOIN_WAIT_S = 10.0  # With worker processes: the new node's workers of other groups start answering.
 
 # Security: users, tokens and ACLs (raft/auth.py, broker/auth.py), checked at the edge and in apply.
 USERS_MAX = 10_000
@@ -281,6 +282,11 @@ COMPACTION_READ_BATCHES = 1_000  # Batches per read transaction: none pins old p
 PROPOSAL_TIMEOUT_S = 5.0  # A proposal not committed by then is answered UNAVAILABLE (it may still commit).
 # A client's AddNode/RemoveNode attempt: the probe, two proposals and the membership entry's commit.
 MEMBERSHIP_CALL_TIMEOUT_S = MEMBER_PROBE_TIMEOUT_S + 2 * PROPOSAL_TIMEOUT_S + MEMBERSHIP_CHANGE_TIMEOUT_S + 3
+# With worker processes (broker/group_membership.py): the metadata group's leader makes a change in the
+# other Raft groups first, each through its leader; not done in all of them by then, it answers
+# UNAVAILABLE and a retry goes on from where it stopped. A client's call waits for both parts.
+MEMBERSHIP_GROUPS_TIMEOUT_S = 30.0
+MEMBERSHIP_CLIENT_TIMEOUT_S = MEMBERSHIP_CALL_TIMEOUT_S + MEMBERSHIP_GROUPS_TIMEOUT_S
 LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
 BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
 PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queue up and get batched.
@@ -464,6 +470,9 @@ TOPIC_SPREAD_WAIT_S = 5.0
 LEADER_BOARD_TTL_S = 0.2  # A worker reads its siblings' published group leaders at most this often.
 # Worker processes of one node (`--processes`, broker/workers.py): one Raft group each.
 PROCESSES_MAX = 64
+# `--processes auto` on a new data directory: the usable cores, at most this many (each worker is a
+# process of its own, ~90 MiB and a port of each kind); a bigger machine names its count.
+PROCESSES_AUTO_MAX = 8
 # Kafka broker id of a node's worker of group g: node id + g x this (node ids stay below it).
 BROKER_ID_GROUP_STRIDE = 1_000
 WORKER_POLL_S = 0.2  # How often a node's supervisor looks for a worker that ended.

@@ -13,7 +13,9 @@ import pytest
 from kq.broker.admission import ReaderAdmission, ReaderLimits
 from kq.broker.consensus import Peer
 from kq.broker.front import FrontEnd, Registration
+from kq.broker.group_membership import ClusterChanges
 from kq.broker.groups import GroupCoordinator
+from kq.broker.groups_view import GroupsView
 from kq.broker.membership import Membership, MembershipChanges
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.service import BrokerService
@@ -92,7 +94,10 @@ def edge(tmp_path: Path) -> Iterator[Edge]:
         readers,
         front.workers,
         front.reads,
-        membership_changes=MembershipChanges(NoVoters(), consensus, membership, kafka=False, probe=no_answer),
+        membership_changes=ClusterChanges(
+            MembershipChanges(NoVoters(), consensus, membership, kafka=False, probe=no_answer),
+            GroupsView(0, 1, lambda: membership.view, consensus.status),
+        ),
     )
     services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
     batcher.start()
