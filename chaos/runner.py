@@ -103,10 +103,6 @@ def run_scenario(scenario: Scenario, settings: RunSettings) -> ScenarioReport:
     if scenario.needs_netns and (reason := unavailable_reason()) is not None:
         report.verdict, report.reason = "SKIPPED", f"skipped: {reason}"
         return report
-    if scenario.changes_members and settings.processes > 1:
-        reason = "kq refuses membership changes of nodes with worker processes (not supported yet)"
-        report.verdict, report.reason = "SKIPPED", f"skipped: {reason}"
-        return report
     started_s = time.monotonic()
     base_dir = settings.work_dir / scenario.name
     node_ids = [str(i + 1) for i in range(settings.nodes)]

@@ -26,7 +26,6 @@ class Scenario:
     steps: tuple[tuple[Step, int], ...]
     needs_netns: bool = False  # Skipped (with the reason) where network namespaces are unavailable.
     wants_netns: bool = False  # Uses namespaces where available, else runs on loopback without partitions.
-    changes_members: bool = False  # Adds and removes nodes: skipped on nodes of worker processes.
     node_args: tuple[str, ...] = ()
     topic_configs: tuple[tuple[str, str], ...] = ()  # The chaos topic's configs, by Kafka's names.
     final_configs: tuple[tuple[str, str], ...] = ()  # Set once the load is over, before the final read.
@@ -163,7 +162,6 @@ SCENARIOS: dict[str, Scenario] = {
             "add a node, then remove an old one, each while the leader is killed (kill -9) mid-change; "
             "every round ends at the starting size",
             ((membership.membership_change, 3),),
-            changes_members=True,
         ),
     )
 }

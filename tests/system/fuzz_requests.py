@@ -239,6 +239,12 @@ def _address(h: Hostile) -> str:
     return f"{host}:{h.rng.choice([h.u32(), 1, 0, 65535, 65536])}" if h.chance(0.8) else h.text()
 
 
+def _scope(h: Hostile) -> int:
+    """A membership change's scope: the cluster's (0), or one Raft group's part (internal: group 0's
+    leader sends it to another group's; a cluster of one group answers INVALID_REQUEST)."""
+    return h.rng.choice([0, 0, 0, 1, 2, h.u32()])
+
+
 def _add_node(h: Hostile) -> Message:
     member = kq_pb2.Member(
         node_id=h.rng.choice([*_STRANGER_IDS, "1", h.text()]),
@@ -247,7 +253,7 @@ def _add_node(h: Hostile) -> Message:
         kafka_address=_address(h) if h.chance(0.5) else "",
         rack=h.rng.choice(["", "a", h.text()]),
     )
-    return kq_pb2.AddNodeRequest(member=member)
+    return kq_pb2.AddNodeRequest(member=member, group=_scope(h))
 
 
 _CONFIG_NAMES = ("retention.ms", "retention.bytes", "cleanup.policy", "max.message.bytes", "segment.ms")
@@ -323,7 +329,9 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "ResetOffsets": _reset_offsets,
     "DeleteGroup": lambda h: kq_pb2.DeleteGroupRequest(group=h.group()),
     "AddNode": _add_node,
-    "RemoveNode": lambda h: kq_pb2.RemoveNodeRequest(node_id=h.rng.choice([*_STRANGER_IDS, h.text()])),
+    "RemoveNode": lambda h: kq_pb2.RemoveNodeRequest(
+        node_id=h.rng.choice([*_STRANGER_IDS, h.text()]), group=_scope(h)
+    ),
     "AlterTopicConfig": _alter_topic_config,
     "PutUser": lambda h: kq_pb2.PutUserRequest(
         name=_user(h), credentials=[_scram(h) for _ in range(h.rng.choice([1, 2, 0, 3]))]
