@@ -169,6 +169,11 @@ class GroupsView:
         with store.read() as reader:
             yield reader
 
+    def replica_applied(self, group: int) -> int | None:
+        """The index this node's replica of another `group` has applied (None: not readable yet)."""
+        store = None if self._stores is None else self._stores.store(group)
+        return None if store is None else store.applied_index()
+
     def copied_everywhere(self, topic: TopicMeta) -> bool:
         """Whether this node's replica of every other group holds `topic` (by id): its copies are in
         place (broker/topic_sync.py). True with one group."""

@@ -1,7 +1,9 @@
 """Prometheus metrics of one node, served on its HTTP port (broker/http_endpoints.py) at `/metrics`.
 
 Names follow Redpanda's public metrics where one fits, with `kq_` for `redpanda_` and plain label names
-(`topic`, `partition`, `group`, `request`). Two kinds:
+(`topic`, `partition`, `group`, `request`); the Raft and partition series carry `raft_group`, the Raft
+group of the process that serves them (a node with worker processes has an HTTP port a group:
+broker/workers.py; `0` without). Two kinds:
 
 - **Counted as requests are served** (cheap increments on the serving paths; this node's own
   traffic): request latency histograms per API for Kafka and gRPC, records and bytes produced and
@@ -162,6 +164,8 @@ class NodeCollector(Collector):
         # With worker processes: this process reports its own group's partitions, and lags from the
         # node's replica of each partition's group (broker/groups_view.py).
         self._groups = groups
+        # `raft_group` label of the Raft and partition series: this process's group (0 without workers).
+        self._raft_group = str(groups.group) if groups is not None else "0"
         self._node_id = node_id
         self._store = store
         self._consensus = consensus
@@ -189,40 +193,48 @@ class NodeCollector(Collector):
 
     def _raft(self) -> Iterator[Any]:
         status = self._consensus.status()
-        role = GaugeMetricFamily("kq_raft_role", "1 for this node's Raft role.", labels=["role"])
+        role = GaugeMetricFamily(
+            "kq_raft_role", "1 for this node's Raft role.", labels=["role", "raft_group"]
+        )
         for name in ("follower", "candidate", "leader"):
-            role.add_metric([name], 1.0 if status.role == name else 0.0)
+            role.add_metric([name, self._raft_group], 1.0 if status.role == name else 0.0)
         yield role
-        yield _gauge("kq_raft_term", "This node's Raft term.", status.term)
-        yield _gauge("kq_raft_commit_index", "The Raft commit index this node knows.", status.commit_index)
-        yield _gauge(
+        yield self._group_gauge("kq_raft_term", "This node's Raft term.", status.term)
+        yield self._group_gauge(
+            "kq_raft_commit_index", "The Raft commit index this node knows.", status.commit_index
+        )
+        yield self._group_gauge(
             "kq_raft_applied_index", "The Raft index this node's store applied.", status.applied_index
         )
-        yield _gauge(
+        yield self._group_gauge(
             "kq_raft_apply_lag",
             "Committed entries this node has not applied yet.",
             max(0, status.commit_index - status.applied_index),
         )
-        yield _gauge(
+        yield self._group_gauge(
             "kq_raft_log_entries", "Entries in this node's Raft log (until compaction).", status.log_entries
         )
-        yield _gauge("kq_raft_leader_known", "1 when this node knows a leader.", 1 if status.leader_id else 0)
-        yield _counter(
+        yield self._group_gauge(
+            "kq_raft_leader_known", "1 when this node knows a leader.", 1 if status.leader_id else 0
+        )
+        yield self._group_counter(
             "kq_raft_leadership_changes", "Changes of the leader this node saw.", self._leadership.changes
         )
         snapshots = self._snapshots()
-        yield _counter("kq_raft_snapshots", "Snapshots (log compactions) this node wrote.", snapshots.written)
-        yield _counter(
+        yield self._group_counter(
+            "kq_raft_snapshots", "Snapshots (log compactions) this node wrote.", snapshots.written
+        )
+        yield self._group_counter(
             "kq_raft_snapshot_duration_seconds",
             "Time spent writing those snapshots.",
             snapshots.seconds_total,
         )
-        yield _gauge(
+        yield self._group_gauge(
             "kq_raft_proposal_queue_depth", "Requests waiting in the batcher's queue.", self._queue_depth()
         )
 
     def _store_families(self, dropped: list[int]) -> Iterator[Any]:
-        labels = ["topic", "partition"]
+        labels = ["topic", "partition", "raft_group"]
         start = GaugeMetricFamily("kq_kafka_start_offset", "A partition's log start offset.", labels=labels)
         end = GaugeMetricFamily(
             "kq_kafka_max_offset", "A partition's log end offset (high watermark).", labels=labels
@@ -253,7 +265,7 @@ class NodeCollector(Collector):
                         dropped[0] += 3
                         continue
                     series += 1
-                    key = [topic.name, str(partition)]
+                    key = [topic.name, str(partition), self._raft_group]
                     start.add_metric(key, state.log_start_offset)
                     end.add_metric(key, state.log_end_offset)
                     size.add_metric(key, state.size_bytes)
@@ -271,6 +283,16 @@ class NodeCollector(Collector):
                 lag_sum.add_metric([name], sum(lag.lag for lag in lags))
                 members.add_metric([name], len(group.members))
         yield from (start, end, size, committed, lag_max, lag_sum, members)
+
+    def _group_gauge(self, name: str, documentation: str, value: float) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, documentation, labels=["raft_group"])
+        family.add_metric([self._raft_group], value)
+        return family
+
+    def _group_counter(self, name: str, documentation: str, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, documentation, labels=["raft_group"])
+        family.add_metric([self._raft_group], value)
+        return family
 
     def _owns(self, topic: TopicMeta, partition: int) -> bool:
         """Whether this process's group holds the partition (its copy of the others' is empty)."""

@@ -147,6 +147,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         """A topic with each partition's log start and end, from this node's store."""
         check_topic_name(request.name)
         self._catch_up(request.min_index)
+        self._catch_up_groups(request.group_min_indexes)
         with self._store.read() as reader:
             topic = self._topic(reader, request.name)
             return kq_pb2.DescribeTopicResponse(
@@ -192,6 +193,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
         """Log start and end of every partition of a topic."""
         check_topic_name(request.topic)
         self._catch_up(request.min_index)
+        self._catch_up_groups(request.group_min_indexes)
         with self._store.read() as reader:
             topic = self._topic(reader, request.topic)
             return kq_pb2.ListOffsetsResponse(

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from kq.broker.admission import PRODUCE_STREAM_LIMITS, ReaderAdmission
 from kq.broker.auth import Security
 from kq.broker.consensus import Consensus, Peer
-from kq.broker.errors import NotFoundError, NotLeaderError, UnavailableError
+from kq.broker.errors import InvalidArgumentError, NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.group_membership import ClusterChanges
 from kq.broker.groups import GroupCoordinator
 from kq.broker.groups_view import GroupsView
@@ -22,7 +22,7 @@ from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.waiters import AppliedNotifier, WatchKey, wait_for_wake
 from kq.proto.errors import ErrorCode
-from kq.proto.limits import CATCH_UP_WAIT_S
+from kq.proto.limits import CATCH_UP_WAIT_S, RAFT_GROUPS_MAX, REPLICA_CATCH_UP_POLL_S
 from kq.proto.records import WireRecord, parse_batch
 from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
 
@@ -125,6 +125,28 @@ class ServiceBase:
                 f"node {self._node.node_id} has not applied index {min_index} yet; retry",
                 ErrorCode.NOT_CAUGHT_UP,
             )
+
+    def _catch_up_groups(self, min_indexes: Mapping[int, int]) -> None:
+        """`_catch_up` for reads of several groups' partitions (ListOffsets, DescribeTopic): waits
+        until this node's replica of each group named has applied its index (this process's own
+        group through its notifier; a sibling's store, another process's, polled every
+        REPLICA_CATCH_UP_POLL_S), CATCH_UP_WAIT_S in all, else NOT_CAUGHT_UP. A group the cluster
+        does not have (a client's stale view) is ignored."""
+        if len(min_indexes) > RAFT_GROUPS_MAX:
+            raise InvalidArgumentError(f"group_min_indexes names more than {RAFT_GROUPS_MAX} groups")
+        deadline = time.monotonic() + CATCH_UP_WAIT_S
+        for group, index in sorted(min_indexes.items()):
+            if group == self._groups.group:
+                self._catch_up(index)
+            elif group < self._groups.count and index:
+                while (self._groups.replica_applied(group) or 0) < index:
+                    if time.monotonic() >= deadline or self._notifier.closed:
+                        raise UnavailableError(
+                            f"node {self._node.node_id}'s replica of Raft group {group} has not applied "
+                            f"index {index} yet; retry",
+                            ErrorCode.NOT_CAUGHT_UP,
+                        )
+                    time.sleep(REPLICA_CATCH_UP_POLL_S)
 
     def _require_leader(self, group: int | None = None) -> None:
         """Unless this process leads `group` (None: its own group), NotLeaderError naming the process

@@ -143,6 +143,12 @@ class KqClient(GroupsApi, SecurityApi):
             elif group in self._group_indexes or len(self._group_indexes) < RAFT_GROUPS_MAX:
                 self._group_indexes[group] = max(self._group_indexes.get(group, 0), index)
 
+    def _other_groups_seen(self) -> dict[int, int]:
+        """The highest index seen of each Raft group but group 0: what a read of several groups'
+        partitions asks the answering node's replicas to have applied (read-your-writes)."""
+        with self._state_lock:
+            return dict(self._group_indexes)
+
     def _index_of(self, group: int) -> int:
         """The highest index of Raft group `group` this client has seen."""
         with self._state_lock:
@@ -197,7 +203,9 @@ class KqClient(GroupsApi, SecurityApi):
         """`describe_topic` without taking its index as seen: a look-up of a topic's partitions (their
         count and groups, `partition_count`) must not raise the index a later read of one node asks
         that node for (a fetch from a follower would then answer nothing until it caught up)."""
-        request = kq_pb2.DescribeTopicRequest(name=name, min_index=self._index_seen)
+        request = kq_pb2.DescribeTopicRequest(
+            name=name, min_index=self._index_seen, group_min_indexes=self._other_groups_seen()
+        )
         response = self._connections.read("DescribeTopic", request, node)
         return TopicDescription(
             _topic_info(response.topic),
@@ -228,7 +236,9 @@ class KqClient(GroupsApi, SecurityApi):
 
     def list_offsets(self, topic: str, node: str | None = None) -> dict[int, PartitionOffsets]:
         """Log start and end per partition."""
-        request = kq_pb2.ListOffsetsRequest(topic=topic, min_index=self._index_seen)
+        request = kq_pb2.ListOffsetsRequest(
+            topic=topic, min_index=self._index_seen, group_min_indexes=self._other_groups_seen()
+        )
         response = self._connections.read("ListOffsets", request, node)
         self._saw(response.applied_index)
         return {p.partition: _offsets(p) for p in response.partitions}

@@ -1597,20 +1597,46 @@ Global___ListTopicsResponse: _TypeAlias = ListTopicsResponse  # noqa: Y015
 class DescribeTopicRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class GroupMinIndexesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     MIN_INDEX_FIELD_NUMBER: _builtins.int
+    GROUP_MIN_INDEXES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     min_index: _builtins.int
     """Read-your-writes: the node waits (a bounded time) until it has applied this index."""
+    @_builtins.property
+    def group_min_indexes(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """As ListOffsetsRequest's."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         min_index: _builtins.int = ...,
+        group_min_indexes: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_index", b"min_index", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_min_indexes", b"group_min_indexes", "min_index", b"min_index", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2053,19 +2079,48 @@ Global___FetchResponse: _TypeAlias = FetchResponse  # noqa: Y015
 class ListOffsetsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class GroupMinIndexesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TOPIC_FIELD_NUMBER: _builtins.int
     MIN_INDEX_FIELD_NUMBER: _builtins.int
+    GROUP_MIN_INDEXES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     min_index: _builtins.int
+    @_builtins.property
+    def group_min_indexes(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """Read-your-writes across Raft groups (nodes with worker processes): Raft group -> index this
+        node's replica of that group must have applied before its partitions are read (waits, bounded;
+        a group the cluster does not have is ignored). At most RAFT_GROUPS_MAX entries.
+        """
+
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         min_index: _builtins.int = ...,
+        group_min_indexes: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["min_index", b"min_index", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_min_indexes", b"group_min_indexes", "min_index", b"min_index", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -309,6 +309,8 @@ STREAM_MESSAGE_BYTES_MAX = 1024 * 1024  # A stream message's record bytes (the f
 
 # broker/service_base.py
 CATCH_UP_WAIT_S = 2.0  # How long a metadata read waits for this node to apply the caller's index.
+# A read waiting for this node's replica of another Raft group (another process) polls it this often.
+REPLICA_CATCH_UP_POLL_S = 0.005
 
 # broker/storage_guard.py: disk bounds (`--max-disk-bytes`, README "Disk bounds"). The bound is the LMDB
 # map size, so the store can never grow past it; the leader refuses writes that grow the store
@@ -352,11 +354,14 @@ GIL_SWITCH_INTERVAL_S = 0.001
 COMMIT_NOTICE_DELAY_S = 0.005
 TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own tick thread pauses.
 # A follower whose connection to its leader closed (the leader's process died: its kernel closed the
-# socket) stands for election after a delay drawn from this range, not after the election timeout
-# (0.5-1 s): RaftNode.peer_disconnected. Drawn, so the two followers of a three-node group seldom
-# stand together (a split vote waits for the timeout); short against the timeout it replaces.
-LEADER_LOST_ELECTION_DELAY_MIN_S = 0.05
-LEADER_LOST_ELECTION_DELAY_MAX_S = 0.2
+# socket) stands for election after this delay, not after the election timeout (0.5-1 s), one slot
+# later for each voter before it in line (raft/node.py `leader_lost_delay_s`: an order of its own in
+# each group), plus up to the jitter. In line, the followers seldom stand together: with delays drawn
+# from 0.05-0.2 s, about one group failover in eight on the 2-core VM under chaos load was a split
+# vote that waited for the timeout.
+LEADER_LOST_ELECTION_DELAY_S = 0.05
+LEADER_LOST_ELECTION_SLOT_S = 0.1
+LEADER_LOST_ELECTION_JITTER_S = 0.03
 TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk

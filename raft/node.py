@@ -23,6 +23,7 @@ import queue
 import random
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +41,9 @@ from kq.proto.limits import (
     ENTRY_BYTES_MAX,
     ENTRY_COMMAND_OVERHEAD_BYTES,
     KEEPALIVE_PERIOD_S,
-    LEADER_LOST_ELECTION_DELAY_MAX_S,
-    LEADER_LOST_ELECTION_DELAY_MIN_S,
+    LEADER_LOST_ELECTION_DELAY_S,
+    LEADER_LOST_ELECTION_JITTER_S,
+    LEADER_LOST_ELECTION_SLOT_S,
     LOOP_CALL_TIMEOUT_S,
     LOOP_TICK_IDLE_S,
     TICK_FAILED_PAUSE_S,
@@ -78,6 +80,7 @@ Durability = Literal["replicated", "fsync"]
 DURABILITY_MODES: tuple[Durability, ...] = ("replicated", "fsync")
 
 assert ENTRY_BYTES_MAX + ENTRY_COMMAND_OVERHEAD_BYTES < APPEND_ENTRIES_BATCH_BYTES
+assert LEADER_LOST_ELECTION_JITTER_S < LEADER_LOST_ELECTION_SLOT_S  # Jitter never reorders the line.
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +204,21 @@ def at_most_every(period_s: float, callback: Callable[[], None]) -> Callable[[],
     return periodic
 
 
+def leader_lost_delay_s(voters: frozenset[str], own: str, leader: str, group: int, jitter_s: float) -> float:
+    """How long after its connection to `leader` closed the voter at `own` stands for election (pure).
+
+    The voters other than the leader stand in line, one LEADER_LOST_ELECTION_SLOT_S apart from
+    LEADER_LOST_ELECTION_DELAY_S on, plus `jitter_s` (drawn by the caller, at most
+    LEADER_LOST_ELECTION_JITTER_S): the first in line has the others' votes before the next would
+    stand, so they do not split the vote. Each follower of a group computes the same line: the voters
+    ordered by a checksum of the group and the address (rendezvous hashing), so that the groups a dead
+    node led go to the others as if by lot, not all to the same one. A node that is not a voter
+    (removed) stands last."""
+    line = sorted(voters - {leader}, key=lambda address: (zlib.crc32(f"{group}/{address}".encode()), address))
+    place = line.index(own) if own in line else len(line)
+    return LEADER_LOST_ELECTION_DELAY_S + place * LEADER_LOST_ELECTION_SLOT_S + jitter_s
+
+
 def finish_compaction(journal: RaftJournal, snapshot_file: Path) -> None:
     """Drops the journal's entries before the snapshot's log start if a compaction wrote the snapshot
     but stopped (killed, power lost) before cutting the journal.
@@ -293,6 +311,7 @@ class RaftNode(PySyncObjAdapter):
         # A joining node waits for a leader only while it holds nothing: after a restart it is a member.
         self._joining = config.join and len(journal) <= 1 and not (raft_dir / "snapshot").exists()
         self._join_wait_s = config.election_timeout_max_s
+        self._address = config.raft_address
         self._voters = frozenset((config.raft_address, *config.peer_raft_addresses))
         self._on_voters: Callable[[frozenset[str]], None] | None = None
         self._tick_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -525,8 +544,9 @@ class RaftNode(PySyncObjAdapter):
     # Peer messages and connections (tick thread) ------------------------------------------------
 
     def peer_disconnected(self, node: Any) -> None:
-        """A follower whose connection to its leader closed stands for election after a short draw
-        (LEADER_LOST_ELECTION_DELAY_MIN_S to _MAX_S), not after the election timeout.
+        """A follower whose connection to its leader closed stands for election after a short delay
+        (`leader_lost_delay_s`: a fifth of a second at most in a three-node group), not after the
+        election timeout.
 
         When a leader's process dies (kill -9, a crash, a stop) its kernel closes its sockets, so every
         follower sees that connection close at once; waiting for the timeout (0.5 to 1 s) was most of a
@@ -539,7 +559,8 @@ class RaftNode(PySyncObjAdapter):
         leader = self.leader_address()
         if leader is None or str(node.address) != leader:
             return  # Another follower's connection, or this node leads or has no leader.
-        delay_s = random.uniform(LEADER_LOST_ELECTION_DELAY_MIN_S, LEADER_LOST_ELECTION_DELAY_MAX_S)
+        jitter_s = random.uniform(0.0, LEADER_LOST_ELECTION_JITTER_S)
+        delay_s = leader_lost_delay_s(self.voters(), self._address, leader, self._group or 0, jitter_s)
         if delay_s >= self.election_due_s():
             return  # The election timeout is nearer (or already past).
         self.hasten_election(delay_s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import itertools
 import logging
 import os
 import queue
@@ -30,7 +31,9 @@ from kq.deploy.waiting import wait_for
 from kq.proto.limits import (
     ENTRY_BYTES_MAX,
     ENTRY_COMMAND_OVERHEAD_BYTES,
-    LEADER_LOST_ELECTION_DELAY_MAX_S,
+    LEADER_LOST_ELECTION_DELAY_S,
+    LEADER_LOST_ELECTION_JITTER_S,
+    LEADER_LOST_ELECTION_SLOT_S,
     RAFT_FRAME_BYTES_MAX,
     RAFT_METHODS,
 )
@@ -41,6 +44,7 @@ from kq.raft.node import (
     RaftBindError,
     RaftConfig,
     RaftNode,
+    leader_lost_delay_s,
 )
 from kq.raft.pysyncobj_adapter import entry_command
 from kq.raft.results import ApplyResult
@@ -307,7 +311,7 @@ def test_followers_elect_a_leader_once_the_leaders_connections_close(
 
 def test_only_the_leaders_connection_brings_a_followers_election_near(tmp_path: Path) -> None:
     """On a follower's tick thread: another follower's closed connection leaves its election timeout
-    as it was; the leader's brings it within LEADER_LOST_ELECTION_DELAY_MAX_S."""
+    as it was; the leader's brings it to the follower's `leader_lost_delay_s`."""
     local = Cluster(tmp_path, patient_followers)
     try:
         for node in local.nodes:
@@ -326,9 +330,36 @@ def test_only_the_leaders_connection_brings_a_followers_election_near(tmp_path: 
         follower._tick_calls.put(on_tick_thread)
         after_follower, after_leader = due_s.get(timeout=WAIT_S)
         assert after_follower > PATIENT_TIMEOUT_S / 2
-        assert after_leader <= LEADER_LOST_ELECTION_DELAY_MAX_S
+        voters = frozenset(local.addresses)
+        line_s = leader_lost_delay_s(voters, local.addresses[1], local.addresses[0], 0, 0.0)
+        assert after_leader <= line_s + LEADER_LOST_ELECTION_JITTER_S
     finally:
         local.close()
+
+
+def test_the_followers_of_a_lost_leader_stand_in_a_line_of_their_group() -> None:
+    """The voters other than the leader stand one slot apart (the jitter cannot close the gap), each
+    group in an order of its own (every one of them first in some groups); a node that is not a voter
+    (removed) stands last."""
+    voters = frozenset({"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000", "10.0.0.4:7000"})
+    leader = "10.0.0.2:7000"
+    followers = voters - {leader}
+    first_in_line = set()
+    for group in range(30):
+        earliest = {own: leader_lost_delay_s(voters, own, leader, group, 0.0) for own in followers}
+        latest = {
+            own: leader_lost_delay_s(voters, own, leader, group, LEADER_LOST_ELECTION_JITTER_S)
+            for own in followers
+        }
+        slots = sorted(earliest.values())
+        assert slots[0] == LEADER_LOST_ELECTION_DELAY_S
+        assert all(b - a == pytest.approx(LEADER_LOST_ELECTION_SLOT_S) for a, b in itertools.pairwise(slots))
+        later = [(own, other) for own in followers for other in followers if earliest[other] > earliest[own]]
+        assert all(latest[own] < earliest[other] for own, other in later)
+        first_in_line.add(min(followers, key=earliest.__getitem__))
+    assert first_in_line == followers
+    outsider = leader_lost_delay_s(voters, "10.0.0.9:7000", leader, 0, 0.0)
+    assert outsider == LEADER_LOST_ELECTION_DELAY_S + 3 * LEADER_LOST_ELECTION_SLOT_S
 
 
 def test_a_port_in_use_refuses_to_start(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from kq.proto import kq_pb2
-from kq.proto.limits import PRODUCE_MANY_REQUESTS_MAX
+from kq.proto.limits import PRODUCE_MANY_REQUESTS_MAX, RAFT_GROUPS_MAX
 from tests.system.fuzz_batches import batch_case
 from tests.system.fuzz_valid import FUZZ_TOPICS, VALID, swap_one_field, valid_produce
 from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile
@@ -120,6 +120,16 @@ def describe(message: Message) -> str:
 def _min_index(h: Hostile) -> int:
     # A min_index past the applied index makes the node wait (up to 2 s): keep those rare.
     return 0 if h.chance(0.7) else h.rng.choice([1, 5, 100]) if h.chance(0.7) else h.u64()
+
+
+def _group_min_indexes(h: Hostile) -> dict[int, int]:
+    """Read-your-writes indexes of other Raft groups: none mostly, groups the cluster lacks, huge
+    group numbers and indexes, and now and then more entries than RAFT_GROUPS_MAX."""
+    if h.chance(0.7):
+        return {}
+    if h.chance(0.05):
+        return dict.fromkeys(range(RAFT_GROUPS_MAX + 1), 1)
+    return {h.rng.choice([0, 1, 5, h.u32()]): _min_index(h) for _ in range(h.rng.choice([1, 2, 3]))}
 
 
 def _create_topic(h: Hostile) -> Message:
@@ -307,13 +317,17 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "CreateTopic": _create_topic,
     "DeleteTopic": _delete_topic,
     "ListTopics": lambda h: kq_pb2.ListTopicsRequest(min_index=_min_index(h)),
-    "DescribeTopic": lambda h: kq_pb2.DescribeTopicRequest(name=h.topic(), min_index=_min_index(h)),
+    "DescribeTopic": lambda h: kq_pb2.DescribeTopicRequest(
+        name=h.topic(), min_index=_min_index(h), group_min_indexes=_group_min_indexes(h)
+    ),
     "Produce": _produce,
     "ProduceMany": _produce_many,
     "ProduceStream": _produce,
     "Fetch": _fetch,
     "FetchStream": _fetch,
-    "ListOffsets": lambda h: kq_pb2.ListOffsetsRequest(topic=h.topic(), min_index=_min_index(h)),
+    "ListOffsets": lambda h: kq_pb2.ListOffsetsRequest(
+        topic=h.topic(), min_index=_min_index(h), group_min_indexes=_group_min_indexes(h)
+    ),
     "DeleteRecords": lambda h: kq_pb2.DeleteRecordsRequest(
         topic=h.topic(), partition=h.partition(), before_offset=h.offset()
     ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,8 +44,9 @@ def test_each_group_elects_among_its_workers_and_workers_end_with_their_node(
     workers_cluster: LocalCluster,
 ) -> None:
     """Three nodes of three workers: three groups, each with one leader its three replicas agree on;
-    each node's workers are its children; kill -9 of a node takes its workers, SIGTERM stops them, and
-    a worker killed alone stops its node (exit 137, as a shell reports SIGKILL)."""
+    each node's workers are its children and each serves its own group's metrics (`raft_group`);
+    kill -9 of a node takes its workers, SIGTERM stops them, and a worker killed alone stops its node
+    (exit 137, as a shell reports SIGKILL)."""
     cluster = workers_cluster
     nodes = list(cluster.nodes)
     leaders = wait_for(lambda: agreed_leaders(cluster, nodes), "every group's leader", WAIT_S)
@@ -56,6 +58,11 @@ def test_each_group_elects_among_its_workers_and_workers_end_with_their_node(
             assert status.grpc_address == shifted(cluster.nodes[node_id].grpc_address, group)
     workers = {node_id: set(descendants(cluster.pids()[node_id])) for node_id in nodes}
     assert all(len(pids) == PROCESSES for pids in workers.values()), workers
+    for group in range(PROCESSES):  # Each worker's HTTP port reports its own group's Raft series.
+        url = f"http://{shifted(cluster.nodes[nodes[0]].http_address, group)}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        assert f'kq_raft_term{{raft_group="{group}"}}' in text, group
 
     first, second, third = nodes
     cluster.kill_node(first)
