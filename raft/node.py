@@ -176,6 +176,7 @@ def _transport_factory(config: RaftConfig, conf: SyncObjConf) -> TransportFactor
         bind_retry_s=BIND_RETRY_S,
         bind_attempts_max=BIND_ATTEMPTS_MAX,
         socket_buffer_bytes=TRANSPORT_BUFFER_BYTES,
+        guests=config.peer_raft_addresses,
     )
 
     def build(poller: Any, add_tick_callback: Any, self_node: Any, other_nodes: Any) -> RaftTransport:

@@ -13,13 +13,22 @@ Connection life (one `PeerConnection`, on PySyncObj's poller, so on the `kq-raft
    requires the peer's to chain to the cluster CA and to have a subject CN starting "kq node ".
    Host names are not checked: the CA and the CN prefix say "a node of this cluster".
 3. Hello: each side sends its version, its Raft address and RAFT_NONCE_BYTES random bytes. The
-   dialer checks that the address is the one it dialed; the acceptor that it is a voter that dials it.
+   dialer checks that the address is the one it dialed; the acceptor that it is a voter or a guest
+   (below) that dials it.
 4. Proof: each side sends HMAC-SHA256(cluster password, role, both nonces, both addresses) and checks
    the other's: both know the password, and a proof cannot be replayed (fresh nonces) or reflected
    (the role). With TLS this is a second factor; without it, it is what keeps a random local process
    from injecting messages. A connection not through these steps in RAFT_HANDSHAKE_TIMEOUT_S closes.
 5. Open: frames carry PySyncObj messages until either side closes, a frame fails to decode (the
    connection is dropped, with one rate-limited line), or nothing was read for `connection_timeout_s`.
+
+Guests. A node's voters are what its own log says. A node restarted after it missed the entry that
+added node X (it was down meanwhile) does not know X; if X leads now, neither side would connect (X's
+dial refused, or no dial at all), and the node would never hear the leader whose entries name X.
+So the nodes of `--peers` that are not voters in this node's log are guests: dialed and accepted by
+the same rule as voters, their messages handed to PySyncObj (which takes AppendEntries from any
+node: Raft's rule is the term, not the sender's membership), at most PEERS_MAX of them. Once the log
+makes one a voter its connection carries on as a voter's (nodes compare by address).
 
 PySyncObj's utility messages (`syncobj_admin`: status, add, remove, ...) have no form on this wire: a
 utility connection fails its handshake and is closed. kq changes membership through its own RPCs.
@@ -97,6 +106,10 @@ class TransportSettings:
     bind_retry_s: float
     bind_attempts_max: int
     socket_buffer_bytes: int
+    # The nodes of `--peers`: while one is not a voter in this node's log it is a guest (module
+    # docstring), connected as a voter would be, so that a node restarted behind a membership change
+    # hears a leader it does not know yet.
+    guests: tuple[str, ...] = ()
 
 
 def tls_contexts(tls: RaftTls) -> tuple[ssl.SSLContext, ssl.SSLContext]:
@@ -451,6 +464,8 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         self._node_class = node_class
         self._tls = tls_contexts(settings.tls) if settings.tls is not None else None
         self._nodes: dict[str, Any] = {}  # Raft address -> PySyncObj node.
+        self._guest_addresses = frozenset(settings.guests) - {self_node.address}  # --peers: guests.
+        self._guests: dict[str, Any] = {}  # Raft address -> node object of a guest (not a voter).
         self._connections: dict[Any, PeerConnection] = {}  # By node: dialing, or authenticated.
         self._pending: set[PeerConnection] = set()  # Accepted, not yet authenticated.
         self._last_dial_s: dict[Any, float] = {}
@@ -491,6 +506,7 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
 
     def addNode(self, node: Any) -> None:  # noqa: N802 - PySyncObj's name.
         self._nodes[node.address] = node
+        self._guests.pop(node.address, None)  # Its connection, if any, is keyed by an equal node.
 
     def dropNode(self, node: Any) -> None:  # noqa: N802 - PySyncObj's name.
         self._nodes.pop(node.address, None)
@@ -547,8 +563,18 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         return self._tls[0] if server_side else self._tls[1]
 
     def accepts_from(self, address: str) -> bool:
-        """Whether a voter at `address` may connect to this node (it dials nodes of smaller address)."""
-        return address in self._nodes and address > self.self_address
+        """Whether a voter or guest at `address` may connect to this node (it dials nodes of smaller
+        address)."""
+        return (address in self._nodes or address in self._guest_addresses) and address > self.self_address
+
+    def _guest(self, address: str) -> Any:
+        """The node object of a guest (created on first use), or None: `address` is no guest."""
+        if address not in self._guest_addresses or address in self._nodes:
+            return None
+        node = self._guests.get(address)
+        if node is None:
+            node = self._guests[address] = self._node_class(address)
+        return node
 
     def node_of(self, address: str) -> Any:
         """PySyncObj's node object for a Raft address (a snapshot header's voters)."""
@@ -557,7 +583,7 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
     def on_open(self, connection: PeerConnection, address: str) -> None:
         if connection.node is None:  # Accepted: now it is known who it is.
             self._pending.discard(connection)
-            node = self._nodes.get(address)
+            node = self._nodes.get(address) or self._guest(address)
             if node is None:  # Dropped from the cluster during the handshake.
                 connection.close("not a voter any more", quiet=True)
                 return
@@ -649,7 +675,8 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
 
     def _on_tick(self) -> None:
         now = time.monotonic()
-        for node in list(self._nodes.values()):
+        guests = [self._guest(address) for address in self._guest_addresses if address not in self._nodes]
+        for node in [*self._nodes.values(), *guests]:
             if node not in self._connections and self._should_dial(node):
                 self._dial(node, now)
         for connection in [*self._connections.values(), *self._pending]:

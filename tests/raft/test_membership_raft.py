@@ -3,9 +3,11 @@ the voters' publication) on real nodes in this process, and PySyncObj's admin me
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
+import pytest
 from pysyncobj import FAIL_REASON
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 
@@ -106,3 +108,107 @@ def test_a_joining_node_defers_its_election_until_a_leader_contacts_it(tmp_path:
     finally:
         node.close()
         store.close()
+
+
+def _address_beside(addresses: list[str], above: bool) -> tuple[str, str]:
+    """A free address for a new node and a member's address below it (`above`) or above it."""
+    for port in free_ports(20):
+        new = f"127.0.0.1:{port}"
+        stale = [address for address in addresses if (address < new) == above]
+        if stale:
+            return new, stale[0]
+    raise AssertionError("no free port on the wanted side")
+
+
+def _leader_of(nodes: list[RaftNode]) -> RaftNode | None:
+    return next((node for node in nodes if node.is_leader()), None)
+
+
+def _commits_on_a_leader(nodes: list[RaftNode]) -> bool:
+    """Whether one of `nodes` leads and commits an entry now."""
+    leader = _leader_of(nodes)
+    if leader is None:
+        return False
+    reasons: list[int] = []
+    done = threading.Event()
+
+    def on_result(_result: ApplyResult | None, reason: int) -> None:
+        reasons.append(reason)
+        done.set()
+
+    leader.propose(commands.encode(commands.create_topic("after", 1, 1)), on_result)
+    return done.wait(WAIT_S) and reasons == [0]
+
+
+def _hand_over_until(target: str, node: RaftNode, nodes: list[RaftNode]) -> None:
+    """Asks the leader among `nodes` to hand over to `node` (at `target`) until it leads (a hand-over
+    is refused while the target lacks part of the log)."""
+
+    def leads() -> bool:
+        leader = _leader_of(nodes)
+        if leader is not None and leader is not node:
+            leader.hand_over_leadership(lambda _result, _reason: None, target=target)
+        return node.is_leader()
+
+    wait_for(leads, "the hand-over", WAIT_S, poll_s=0.2)
+
+
+@pytest.mark.parametrize("new_above", [True, False], ids=["new-node-dials", "restarted-node-dials"])
+def test_a_node_restarted_behind_an_add_hears_the_new_node_that_leads(
+    tmp_path: Path, new_above: bool
+) -> None:
+    """Voters A, B, S; S is down (its snapshot names A, B, S) while X is added and B removed; X leads
+    and A dies: X's only majority is X and S. S restarts with --peers naming A and X, but its voters
+    are its snapshot's, which lack X: X is a guest to it, so they connect whichever of them dials
+    (raft/transport.py), S takes X's entries (the add and the removal among them) and X commits."""
+    cluster = Cluster(  # Snapshots soon: a snapshot's voters, not --peers, are a restarted node's.
+        tmp_path, lambda c: dataclasses.replace(c, compaction_min_entries=10, compaction_min_time_s=0.1)
+    )
+    new, stale = _address_beside(cluster.addresses, new_above)
+    s_at = cluster.addresses.index(stale)
+    a_at, b_at = (i for i in range(3) if i != s_at)
+    config = RaftConfig(new, tuple(cluster.addresses), tmp_path / "new", "secret", join=True)
+    store = Store.open(config.data_dir / "store", map_size_bytes=256 * 1024**2)
+    joining = RaftNode(config, store, lambda index, result: None)
+    restarted: RaftNode | None = None
+    closed = {s_at}
+    try:
+        for node in (*cluster.nodes, joining):
+            node.start()
+        for i in range(30):
+            cluster.propose(commands.encode(commands.create_topic(f"t{i}", 1, 1)))
+        snapshot = cluster.configs[s_at].data_dir / "raft" / "snapshot"
+        wait_for(snapshot.exists, "a snapshot on the node to restart", WAIT_S)
+        cluster.nodes[s_at].close()  # Down while X is added and B removed.
+
+        running = [cluster.nodes[a_at], cluster.nodes[b_at], joining]
+        assert _change(wait_for(lambda: _leader_of(running), "a leader", WAIT_S), "add", new) == 0
+        leader = wait_for(lambda: _leader_of(running), "a leader", WAIT_S)
+        if leader is cluster.nodes[b_at]:  # Remove the old node that does not lead: call it B.
+            a_at, b_at = b_at, a_at
+        assert _change(leader, "remove", cluster.addresses[b_at]) == 0
+        cluster.nodes[b_at].close()
+        closed.add(b_at)
+        _hand_over_until(new, joining, [cluster.nodes[a_at], joining])
+        cluster.nodes[a_at].close()  # X's majority of A, S, X is now X and S.
+        closed.add(a_at)
+        cluster.stores[s_at].close()
+        restart = dataclasses.replace(
+            cluster.configs[s_at],
+            peer_raft_addresses=(cluster.addresses[a_at], new),  # --peers as now.
+        )
+        cluster.stores[s_at] = Store.open(restart.data_dir / "store", map_size_bytes=256 * 1024**2)
+        restarted = RaftNode(restart, cluster.stores[s_at], lambda index, result: None)
+        restarted.start()
+
+        wait_for(lambda: _commits_on_a_leader([joining, restarted]), "a commit of X and S", CHANGE_WAIT_S)
+        wait_for(lambda: new in restarted.voters(), "the restarted node to learn the add", WAIT_S)
+    finally:
+        if restarted is not None:
+            restarted.close()
+        joining.close()
+        store.close()
+        for i, (node, node_store) in enumerate(zip(cluster.nodes, cluster.stores, strict=True)):
+            if i not in closed:
+                node.close()
+            node_store.close()
