@@ -402,7 +402,8 @@ def run_node(config: NodeConfig, log_level: str, log_format: LogFormat = "auto")
         config.raft_address,
     )
     if config.kafka is not None:
-        logger.info("serving Kafka on %s (broker id %s)", config.kafka.address, config.node_id)
+        kafka_id = node.groups.broker_id(config.node_id, config.group)  # Integer ids with Kafka.
+        logger.info("serving Kafka on %s (broker id %s)", config.kafka.address, kafka_id)
     if node.http is not None:
         logger.info("serving /metrics, /healthz and /readyz on %s", config.http_address)
     try:
