@@ -176,7 +176,9 @@ def swap_one_field(h: Hostile, valid: Message, hostile: Message) -> tuple[Messag
     result.CopyFrom(valid)
     result.ClearField(field.name)
     value = getattr(hostile, field.name)
-    if field.is_repeated:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        getattr(result, field.name).update(value)  # A map (group_min_indexes): repeated, no extend.
+    elif field.is_repeated:
         getattr(result, field.name).extend(value)
     elif field.message_type is not None:
         if hostile.HasField(field.name):
