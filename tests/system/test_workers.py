@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kq.broker.workers import shifted
+from kq.broker.workers import shifted, usable_cores
 from kq.client import KqClient
 from kq.deploy.cluster import LocalCluster, free_ports
 from kq.deploy.processes import descendants
 from kq.deploy.waiting import wait_for
+from kq.proto.limits import PROCESSES_AUTO_MAX
 from tests.system.groups import agreed_leaders, group_status
 
 pytestmark = pytest.mark.system
@@ -125,5 +126,25 @@ def test_a_single_group_cluster_restarted_with_workers_keeps_its_topics_in_place
         wait_for(lambda: not cluster.running(first), "the node that refuses to start", WAIT_S)
         assert cluster.exit_code(first) == 2
         assert "holds 3 Raft groups: start it with --processes 3" in cluster.log_path(first).read_text()
+    finally:
+        cluster.stop()
+
+
+def test_auto_runs_a_worker_per_usable_core_and_keeps_the_count_it_recorded(tmp_path: Path) -> None:
+    """`--processes auto` (kq-node's default) on a new data directory: as many workers as the cores
+    this machine lets the node use (at most PROCESSES_AUTO_MAX), each reporting that many groups; the
+    node restarted with auto runs the count its directory recorded."""
+    expected = min(usable_cores(), PROCESSES_AUTO_MAX)
+    cluster = LocalCluster(tmp_path / "cluster", size=1, processes=expected, kafka=False)  # Its ports.
+    node = next(iter(cluster.nodes))
+    cluster.set_node_args(node, ("--processes", "auto"))  # The flag wins over KQ_PROCESSES.
+    try:
+        for _ in range(2):  # A new data directory, then the same one restarted.
+            cluster.start_node(node)
+            wait_for(lambda: agreed_leaders(cluster, [node]), "every group's leader", WAIT_S)
+            status = group_status(cluster, node, 0)
+            assert status is not None and status.groups == expected
+            assert len(descendants(cluster.pids()[node])) == (expected if expected > 1 else 0)
+            cluster.stop_node(node)
     finally:
         cluster.stop()
