@@ -17,7 +17,8 @@ A change cut short at any point (the leader killed, a group without a leader for
 MEMBERSHIP_GROUPS_TIMEOUT_S: UNAVAILABLE) is completed by asking again, which kq's client does on its
 own: the retry's walk finds the groups done already and goes on. Until then some groups have the node
 and others not. A group that has it may elect it (it is a full voter there); processes of groups that
-lack it cannot name its addresses and answer LEADER_UNKNOWN for that group meanwhile.
+lack it name its addresses from its registration in group 0, made before the walk
+(`GroupsView.process`).
 
 Threads: the gRPC worker thread of the AddNode or RemoveNode call; the walk blocks it, group after
 group, for MEMBERSHIP_GROUPS_TIMEOUT_S at most (the client waits MEMBERSHIP_CLIENT_TIMEOUT_S).

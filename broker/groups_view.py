@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kq.broker.consensus import ConsensusStatus, Peer
-from kq.broker.membership import MembershipView
+from kq.broker.membership import MembershipView, peer_of
 from kq.broker.workers import broker_id, shifted_peer
+from kq.proto import kq_pb2
 from kq.proto.limits import LEADER_BOARD_TTL_S
 from kq.proto.placement import group_data_dir
 from kq.raft.journal import OS_DISK
@@ -124,9 +125,28 @@ class GroupsView:
         return [self.leader(group) for group in range(self.count)]
 
     def process(self, node_id: str, group: int) -> Peer | None:
-        """Node `node_id`'s process of `group` (its addresses), if the node is a member."""
+        """Node `node_id`'s process of `group` (its addresses): a voter of this process's group, else
+        a member registered in group 0 (a node whose addition reached some groups before this one:
+        broker/group_membership.py registers it in group 0 first); None for neither."""
         peer = self._view().member(node_id)
-        return None if peer is None else shifted_peer(peer, group - self.group)
+        if peer is not None:
+            return shifted_peer(peer, group - self.group)
+        registered = self._registered(node_id)
+        return None if registered is None else shifted_peer(registered, group)
+
+    def _registered(self, node_id: str) -> Peer | None:
+        """Node `node_id`'s addresses (group 0's) as registered in this node's replica of group 0."""
+        if self.group == METADATA_GROUP:
+            view = self._view()
+            if node_id not in view.registered:
+                return None
+            return next((peer for peer in view.known.values() if peer.node_id == node_id), None)
+        store = None if self._stores is None else self._stores.store(METADATA_GROUP)
+        if store is None:
+            return None
+        with store.read() as reader:
+            raw = dict(reader.members()).get(node_id)
+        return None if raw is None else peer_of(kq_pb2.Member.FromString(raw))
 
     def leader_process(self, group: int) -> Peer | None:
         """The process leading `group` (None while its leader is unknown)."""

@@ -218,8 +218,9 @@ class MembershipChanges:
 
     def add(self, member: kq_pb2.Member, before: Callable[[], None] | None = None) -> MembershipView:
         """Adds `member` to the voters; returns the view afterwards. Adding a member again is no error.
-        `before`: called once the change is checked, before it is made here (the other Raft groups'
-        changes, broker/group_membership.py); not called when `member` is a voter already."""
+        `before`: called once the change is checked and `member` registered, before the change is made
+        here (the other Raft groups' changes, broker/group_membership.py); not called when `member` is
+        a voter already."""
         problem = cluster_member_problem(member)
         if problem is None and self._kafka and not (member.node_id.isdigit() and member.kafka_address):
             problem = "this cluster serves Kafka: a node needs an integer id and a Kafka address"
@@ -240,12 +241,12 @@ class MembershipChanges:
                 raise MembershipError(f"the cluster has its maximum of {PEERS_MAX} nodes")
             self._check_answers(member)
             self._check_majority(len(view.members) + 1, self._running(view, excluding="") + 1, "adding")
-            if before is not None:
-                before()
             result = propose_and_wait(
                 self._consensus, commands.register_member(member, view.cluster_id), PROPOSAL_TIMEOUT_S
             )
             _raise_for(result, member.node_id)
+            if before is not None:  # Registered first: every process can name it while groups change.
+                before()
             self._change("add", member.raft_address)
             logger.info("added node %s (Raft %s) to the cluster", member.node_id, member.raft_address)
             return self._membership.view

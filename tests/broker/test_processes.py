@@ -116,3 +116,25 @@ def test_a_member_moves_to_its_process_of_a_group() -> None:
         "",
         "r",
     )
+
+
+def test_a_registered_node_that_is_not_yet_a_voter_here_has_addresses(tmp_path: Path) -> None:
+    """Group 0's process names the process of group g of a node registered but not (yet) a voter of
+    group 0 (an addition that reached group g first), and nothing for a node that is neither."""
+    one = Peer("1", "h:7000", "h:9000", "h:9100")
+    four = Peer("4", "h:7400", "h:9400", "h:9500")
+    view = MembershipView(
+        "1", (one,), {one.raft_address: one, four.raft_address: four}, frozenset({"4"}), "c"
+    )
+    board, stores = LeaderBoard(tmp_path / "leaders", 3), LocalStores(tmp_path, 1 << 20)
+    groups = GroupsView(0, 3, lambda: view, _unused_status, board, stores)
+    process = groups.process("4", 2)
+    assert process is not None
+    assert (process.raft_address, process.grpc_address, process.kafka_address) == (
+        "h:7402",
+        "h:9402",
+        "h:9502",
+    )
+    assert groups.process("7", 2) is None
+    own = groups.process("1", 1)
+    assert own is not None and own.grpc_address == "h:9001"
