@@ -34,7 +34,7 @@ import grpc
 
 from kq.broker.errors import InvalidArgumentError, MembershipError, UnavailableError
 from kq.broker.groups_view import GroupsView
-from kq.broker.membership import MembershipChanges, MembershipView, Probe, probe_node
+from kq.broker.membership import MembershipChanges, MembershipView, Probe, node_channel, probe_node
 from kq.broker.workers import shifted
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.errors import ErrorCode, code_from_metadata, spec_of
@@ -61,12 +61,7 @@ def group_call(
     (broker/auth.py: a node may change the voters whatever the ACLs say)."""
 
     def call(address: str, request: GroupRequest, timeout_s: float) -> None:
-        channel = (
-            grpc.insecure_channel(address)
-            if credentials is None
-            else grpc.secure_channel(address, credentials)
-        )
-        with channel:
+        with node_channel(address, credentials) as channel:
             stub = kq_pb2_grpc.BrokerStub(channel)
             if isinstance(request, kq_pb2.AddNodeRequest):
                 stub.AddNode(request, timeout=timeout_s, metadata=metadata)

@@ -172,6 +172,14 @@ class MembershipChange(Protocol):
 Probe = Callable[[str, float], kq_pb2.ClusterStatusResponse]
 
 
+def node_channel(grpc_address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
+    """A channel from this node to another node's process: with the node's own TLS as a client
+    (None: plain text)."""
+    if credentials is None:
+        return grpc.insecure_channel(grpc_address)
+    return grpc.secure_channel(grpc_address, credentials)
+
+
 def probe_node(
     grpc_address: str,
     timeout_s: float,
@@ -181,12 +189,7 @@ def probe_node(
     """Asks the node at `grpc_address` for its status (raises grpc.RpcError when it does not answer);
     `credentials`: the node's own TLS as a client (None: plain text); `metadata`: its node proof
     (broker/auth.py), so a node requiring authentication answers."""
-    channel = (
-        grpc.insecure_channel(grpc_address)
-        if credentials is None
-        else grpc.secure_channel(grpc_address, credentials)
-    )
-    with channel:
+    with node_channel(grpc_address, credentials) as channel:
         response: kq_pb2.ClusterStatusResponse = kq_pb2_grpc.BrokerStub(channel).ClusterStatus(
             kq_pb2.ClusterStatusRequest(), timeout=timeout_s, metadata=metadata
         )
