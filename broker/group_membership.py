@@ -77,7 +77,7 @@ def moved_member(member: kq_pb2.Member, group: int) -> kq_pb2.Member:
         node_id=member.node_id,
         raft_address=shifted(member.raft_address, group),
         grpc_address=shifted(member.grpc_address, group),
-        kafka_address=shifted(member.kafka_address, group) if member.kafka_address else "",
+        kafka_address=shifted(member.kafka_address, group),  # "" (no Kafka listener) stays "".
         rack=member.rack,
     )
 
