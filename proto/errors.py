@@ -28,7 +28,7 @@ LEADER_METADATA_KEY = "kq-leader"  # Trailing metadata of a NOT_LEADER answer: t
 
 
 class ErrorCode(enum.IntEnum):
-    """Why a request failed. 1-15, 24, 25, 27 and 31-33 are decided in apply (the same on every node);
+    """Why a request failed. 1-15, 24, 25, 27, 31-37 and 39-40 are decided in apply (the same on every node);
     16-23, 26-30 at the edge."""
 
     OK = 0
@@ -70,6 +70,14 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_TOKEN = 32  # Decided in apply: no token of that id.
     # Decided in apply: the cluster holds its maximum of users, tokens or ACLs (proto/limits.py).
     SECURITY_LIMIT_REACHED = 33
+    # Transactions (raft/transactions.py), decided in apply by the coordinator's group.
+    PRODUCER_FENCED = 34  # A newer instance of the transactional id has bumped its epoch.
+    CONCURRENT_TRANSACTIONS = 35  # The previous transaction of the id is still being completed: retry.
+    INVALID_TXN_STATE = 36  # The request does not fit the transaction's state (commit of an aborting one).
+    INVALID_PRODUCER_ID_MAPPING = 37  # The producer id is not the transactional id's.
+    INVALID_TRANSACTION_TIMEOUT = 38  # At the edge: transaction.timeout.ms outside the broker's bounds.
+    TRANSACTIONAL_ID_NOT_FOUND = 39  # No transaction of that id.
+    TRANSACTION_LIMIT_REACHED = 40  # Too many transactional ids, or partitions or groups in one transaction.
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +187,29 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.UNKNOWN_TOKEN: ErrorSpec(_S.NOT_FOUND, 91, False, "unknown token"),
     ErrorCode.SECURITY_LIMIT_REACHED: ErrorSpec(
         _S.RESOURCE_EXHAUSTED, 44, False, "the cluster holds its maximum of users, tokens or ACLs"
+    ),
+    ErrorCode.PRODUCER_FENCED: ErrorSpec(
+        _S.FAILED_PRECONDITION, 90, False, "a newer instance of this transactional id fenced the producer"
+    ),
+    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorSpec(
+        _S.UNAVAILABLE, 51, True, "the previous transaction of this id is still being completed"
+    ),
+    ErrorCode.INVALID_TXN_STATE: ErrorSpec(
+        _S.FAILED_PRECONDITION, 48, False, "the request does not fit the transaction's state"
+    ),
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: ErrorSpec(
+        _S.FAILED_PRECONDITION, 49, False, "the producer id is not this transactional id's"
+    ),
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: ErrorSpec(
+        _S.INVALID_ARGUMENT, 50, False, "transaction.timeout.ms is outside the broker's bounds"
+    ),
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: ErrorSpec(_S.NOT_FOUND, 105, False, "unknown transactional id"),
+    # Kafka has no such limits; its nearest code, as for kq's other cluster limits, is POLICY_VIOLATION.
+    ErrorCode.TRANSACTION_LIMIT_REACHED: ErrorSpec(
+        _S.RESOURCE_EXHAUSTED,
+        44,
+        False,
+        "too many transactional ids, or partitions or groups in one transaction",
     ),
 }
 

@@ -38,6 +38,30 @@ CREATE_TIME: TimestampType.ValueType  # 0
 LOG_APPEND_TIME: TimestampType.ValueType  # 1
 Global___TimestampType: _TypeAlias = TimestampType  # noqa: Y015
 
+class _TxnPhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TxnPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TxnPhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TXN_EMPTY: _TxnPhase.ValueType  # 0
+    TXN_ONGOING: _TxnPhase.ValueType  # 1
+    TXN_PREPARE_COMMIT: _TxnPhase.ValueType  # 2
+    TXN_PREPARE_ABORT: _TxnPhase.ValueType  # 3
+    TXN_COMPLETE_COMMIT: _TxnPhase.ValueType  # 4
+    TXN_COMPLETE_ABORT: _TxnPhase.ValueType  # 5
+
+class TxnPhase(_TxnPhase, metaclass=_TxnPhaseEnumTypeWrapper):
+    """Kafka's transaction states (TransactionState.scala), by the same names."""
+
+TXN_EMPTY: TxnPhase.ValueType  # 0
+TXN_ONGOING: TxnPhase.ValueType  # 1
+TXN_PREPARE_COMMIT: TxnPhase.ValueType  # 2
+TXN_PREPARE_ABORT: TxnPhase.ValueType  # 3
+TXN_COMPLETE_COMMIT: TxnPhase.ValueType  # 4
+TXN_COMPLETE_ABORT: TxnPhase.ValueType  # 5
+Global___TxnPhase: _TypeAlias = TxnPhase  # noqa: Y015
+
 class _AclResourceType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -264,6 +288,12 @@ class Command(_message.Message):
     DELETE_TOKEN_FIELD_NUMBER: _builtins.int
     ADD_ACLS_FIELD_NUMBER: _builtins.int
     REMOVE_ACLS_FIELD_NUMBER: _builtins.int
+    INIT_TRANSACTION_FIELD_NUMBER: _builtins.int
+    ADD_TO_TRANSACTION_FIELD_NUMBER: _builtins.int
+    END_TRANSACTION_FIELD_NUMBER: _builtins.int
+    COMPLETE_TRANSACTION_FIELD_NUMBER: _builtins.int
+    TRANSACTION_MARKER_FIELD_NUMBER: _builtins.int
+    TXN_COMMIT_OFFSETS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -312,6 +342,22 @@ class Command(_message.Message):
     def add_acls(self) -> Global___AddAclsCommand: ...
     @_builtins.property
     def remove_acls(self) -> Global___RemoveAclsCommand: ...
+    @_builtins.property
+    def init_transaction(self) -> Global___InitTransactionCommand:
+        """Kafka transactions (raft/transactions.py): the coordinator's steps in its group (group 0),
+        the markers in each partition's group.
+        """
+
+    @_builtins.property
+    def add_to_transaction(self) -> Global___AddToTransactionCommand: ...
+    @_builtins.property
+    def end_transaction(self) -> Global___EndTransactionCommand: ...
+    @_builtins.property
+    def complete_transaction(self) -> Global___CompleteTransactionCommand: ...
+    @_builtins.property
+    def transaction_marker(self) -> Global___TransactionMarkerCommand: ...
+    @_builtins.property
+    def txn_commit_offsets(self) -> Global___TxnCommitOffsetsCommand: ...
     def __init__(
         self,
         *,
@@ -339,16 +385,316 @@ class Command(_message.Message):
         delete_token: Global___DeleteTokenCommand | None = ...,
         add_acls: Global___AddAclsCommand | None = ...,
         remove_acls: Global___RemoveAclsCommand | None = ...,
+        init_transaction: Global___InitTransactionCommand | None = ...,
+        add_to_transaction: Global___AddToTransactionCommand | None = ...,
+        end_transaction: Global___EndTransactionCommand | None = ...,
+        complete_transaction: Global___CompleteTransactionCommand | None = ...,
+        transaction_marker: Global___TransactionMarkerCommand | None = ...,
+        txn_commit_offsets: Global___TxnCommitOffsetsCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___Command: _TypeAlias = Command  # noqa: Y015
+
+@_typing.final
+class TxnPartition(_message.Message):
+    """A partition a transaction wrote to, by topic name."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnPartition: _TypeAlias = TxnPartition  # noqa: Y015
+
+@_typing.final
+class TransactionState(_message.Message):
+    """A transactional id's state, as the coordinator's group stores it (storage `transactions`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    STARTED_MS_FIELD_NUMBER: _builtins.int
+    UPDATED_MS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    phase: Global___TxnPhase.ValueType
+    timeout_ms: _builtins.int
+    """transaction.timeout.ms of the producer's last InitProducerId."""
+    started_ms: _builtins.int
+    """The coordinator's clock at the first AddPartitions of the transaction."""
+    updated_ms: _builtins.int
+    """... at the last change of the state."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnPartition]:
+        """Sorted, each once: where the markers go."""
+
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Sorted, each once: consumer groups of its TxnOffsetCommits."""
+
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        phase: Global___TxnPhase.ValueType = ...,
+        timeout_ms: _builtins.int = ...,
+        started_ms: _builtins.int = ...,
+        updated_ms: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___TxnPartition] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "partitions", b"partitions", "phase", b"phase", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "started_ms", b"started_ms", "timeout_ms", b"timeout_ms", "updated_ms", b"updated_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionState: _TypeAlias = TransactionState  # noqa: Y015
+
+@_typing.final
+class InitTransactionCommand(_message.Message):
+    """InitProducerId with a transactional id: a new id gets a producer id (epoch 0); a known one gets its
+    epoch bumped, fencing older instances (an open transaction of it is aborted first).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    timeout_ms: _builtins.int
+    now_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        timeout_ms: _builtins.int = ...,
+        now_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["now_ms", b"now_ms", "timeout_ms", b"timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitTransactionCommand: _TypeAlias = InitTransactionCommand  # noqa: Y015
+
+@_typing.final
+class AddToTransactionCommand(_message.Message):
+    """AddPartitionsToTxn and AddOffsetsToTxn: the transaction is open (ONGOING) with these partitions and groups."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    now_ms: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnPartition]: ...
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___TxnPartition] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        now_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "now_ms", b"now_ms", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddToTransactionCommand: _TypeAlias = AddToTransactionCommand  # noqa: Y015
+
+@_typing.final
+class EndTransactionCommand(_message.Message):
+    """EndTxn (PREPARE_COMMIT or PREPARE_ABORT), or the coordinator's abort of a transaction past its
+    timeout (`timed_out`: the epoch is bumped, fencing the producer, as Kafka does).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    TIMED_OUT_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    commit: _builtins.bool
+    now_ms: _builtins.int
+    timed_out: _builtins.bool
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        commit: _builtins.bool = ...,
+        now_ms: _builtins.int = ...,
+        timed_out: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "now_ms", b"now_ms", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "timed_out", b"timed_out", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTransactionCommand: _TypeAlias = EndTransactionCommand  # noqa: Y015
+
+@_typing.final
+class CompleteTransactionCommand(_message.Message):
+    """The coordinator's last step, once every marker is written: COMPLETE_COMMIT or COMPLETE_ABORT."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    commit: _builtins.bool
+    now_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        commit: _builtins.bool = ...,
+        now_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "now_ms", b"now_ms", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteTransactionCommand: _TypeAlias = CompleteTransactionCommand  # noqa: Y015
+
+@_typing.final
+class TransactionMarkerCommand(_message.Message):
+    """The markers of one decided transaction in one Raft group: a control batch in each of these
+    partitions where the producer has an open transaction, and its pending offsets of these consumer
+    groups committed or dropped (in the group that holds them). Idempotent: a repeat writes nothing.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    commit: _builtins.bool
+    timestamp_ms: _builtins.int
+    coordinator_epoch: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnPartition]: ...
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        commit: _builtins.bool = ...,
+        partitions: _abc.Iterable[Global___TxnPartition] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+        timestamp_ms: _builtins.int = ...,
+        coordinator_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "coordinator_epoch", b"coordinator_epoch", "groups", b"groups", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionMarkerCommand: _TypeAlias = TransactionMarkerCommand  # noqa: Y015
+
+@_typing.final
+class TxnCommitOffsetsCommand(_message.Message):
+    """TxnOffsetCommit: offsets for a consumer group, pending until the transaction's marker."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    COMMIT_MS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    group: _builtins.str
+    commit_ms: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        group: _builtins.str = ...,
+        offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
+        commit_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_ms", b"commit_ms", "group", b"group", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnCommitOffsetsCommand: _TypeAlias = TxnCommitOffsetsCommand  # noqa: Y015
 
 @_typing.final
 class ConfigEntry(_message.Message):
@@ -3494,3 +3840,248 @@ class DeleteGroupResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015
+
+@_typing.final
+class InitTransactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    timeout_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_ms", b"timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitTransactionRequest: _TypeAlias = InitTransactionRequest  # noqa: Y015
+
+@_typing.final
+class AddToTransactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnPartition]: ...
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___TxnPartition] | None = ...,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddToTransactionRequest: _TypeAlias = AddToTransactionRequest  # noqa: Y015
+
+@_typing.final
+class EndTransactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMIT_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    commit: _builtins.bool
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        commit: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTransactionRequest: _TypeAlias = EndTransactionRequest  # noqa: Y015
+
+@_typing.final
+class TxnCommitOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    group: _builtins.str
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        group: _builtins.str = ...,
+        offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnCommitOffsetsRequest: _TypeAlias = TxnCommitOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class TransactionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionResponse: _TypeAlias = TransactionResponse  # noqa: Y015
+
+@_typing.final
+class WriteTxnMarkersRequest(_message.Message):
+    """The markers of one Raft group (`group`), sent by the coordinator to that group's leader."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MARKER_FIELD_NUMBER: _builtins.int
+    group: _builtins.int
+    @_builtins.property
+    def marker(self) -> Global___TransactionMarkerCommand: ...
+    def __init__(
+        self,
+        *,
+        group: _builtins.int = ...,
+        marker: Global___TransactionMarkerCommand | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["marker", b"marker"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "marker", b"marker"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteTxnMarkersRequest: _TypeAlias = WriteTxnMarkersRequest  # noqa: Y015
+
+@_typing.final
+class WriteTxnMarkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WRITTEN_FIELD_NUMBER: _builtins.int
+    written: _builtins.int
+    """Control batches written (0: a repeat, or no partition held records of it)."""
+    def __init__(
+        self,
+        *,
+        written: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["written", b"written"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteTxnMarkersResponse: _TypeAlias = WriteTxnMarkersResponse  # noqa: Y015
+
+@_typing.final
+class ListTransactionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """Empty: every id (up to the limit)."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTransactionsRequest: _TypeAlias = ListTransactionsRequest  # noqa: Y015
+
+@_typing.final
+class TransactionInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    @_builtins.property
+    def state(self) -> Global___TransactionState: ...
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        state: Global___TransactionState | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["state", b"state"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["state", b"state", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionInfo: _TypeAlias = TransactionInfo  # noqa: Y015
+
+@_typing.final
+class ListTransactionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TransactionInfo]: ...
+    def __init__(
+        self,
+        *,
+        transactions: _abc.Iterable[Global___TransactionInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["transactions", b"transactions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTransactionsResponse: _TypeAlias = ListTransactionsResponse  # noqa: Y015

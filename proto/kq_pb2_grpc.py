@@ -209,6 +209,36 @@ class BrokerStub:
                 request_serializer=kq_dot_proto_dot_kq__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=kq_dot_proto_dot_kq__pb2.WhoAmIResponse.FromString,
                 _registered_method=True)
+        self.InitTransaction = channel.unary_unary(
+                '/kq.v1.Broker/InitTransaction',
+                request_serializer=kq_dot_proto_dot_kq__pb2.InitTransactionRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.TransactionResponse.FromString,
+                _registered_method=True)
+        self.AddToTransaction = channel.unary_unary(
+                '/kq.v1.Broker/AddToTransaction',
+                request_serializer=kq_dot_proto_dot_kq__pb2.AddToTransactionRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.TransactionResponse.FromString,
+                _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/kq.v1.Broker/EndTransaction',
+                request_serializer=kq_dot_proto_dot_kq__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.TransactionResponse.FromString,
+                _registered_method=True)
+        self.TxnCommitOffsets = channel.unary_unary(
+                '/kq.v1.Broker/TxnCommitOffsets',
+                request_serializer=kq_dot_proto_dot_kq__pb2.TxnCommitOffsetsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.TransactionResponse.FromString,
+                _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/kq.v1.Broker/WriteTxnMarkers',
+                request_serializer=kq_dot_proto_dot_kq__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/kq.v1.Broker/ListTransactions',
+                request_serializer=kq_dot_proto_dot_kq__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -430,6 +460,44 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitTransaction(self, request, context):
+        """Kafka transactions: the coordinator's steps (group 0's leader) and the markers it writes in each
+        partition's group (to that group's leader; a node's own call).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddToTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnCommitOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteTxnMarkers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -607,6 +675,36 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=kq_dot_proto_dot_kq__pb2.WhoAmIRequest.FromString,
                     response_serializer=kq_dot_proto_dot_kq__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'InitTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitTransaction,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.InitTransactionRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.TransactionResponse.SerializeToString,
+            ),
+            'AddToTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddToTransaction,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.AddToTransactionRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.TransactionResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.EndTransactionRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.TransactionResponse.SerializeToString,
+            ),
+            'TxnCommitOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnCommitOffsets,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.TxnCommitOffsetsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.TransactionResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.ListTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1554,6 +1652,168 @@ class Broker:
             '/kq.v1.Broker/WhoAmI',
             kq_dot_proto_dot_kq__pb2.WhoAmIRequest.SerializeToString,
             kq_dot_proto_dot_kq__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/InitTransaction',
+            kq_dot_proto_dot_kq__pb2.InitTransactionRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.TransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddToTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/AddToTransaction',
+            kq_dot_proto_dot_kq__pb2.AddToTransactionRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.TransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/EndTransaction',
+            kq_dot_proto_dot_kq__pb2.EndTransactionRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.TransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnCommitOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/TxnCommitOffsets',
+            kq_dot_proto_dot_kq__pb2.TxnCommitOffsetsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.TransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/WriteTxnMarkers',
+            kq_dot_proto_dot_kq__pb2.WriteTxnMarkersRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/ListTransactions',
+            kq_dot_proto_dot_kq__pb2.ListTransactionsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.ListTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

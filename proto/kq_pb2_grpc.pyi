@@ -77,6 +77,15 @@ class BrokerStub:
     RemoveAcls: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RemoveAclsRequest, _kq_pb2.RemoveAclsResponse]
     ListAcls: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListAclsRequest, _kq_pb2.ListAclsResponse]
     WhoAmI: _grpc.UnaryUnaryMultiCallable[_kq_pb2.WhoAmIRequest, _kq_pb2.WhoAmIResponse]
+    InitTransaction: _grpc.UnaryUnaryMultiCallable[_kq_pb2.InitTransactionRequest, _kq_pb2.TransactionResponse]
+    """Kafka transactions: the coordinator's steps (group 0's leader) and the markers it writes in each
+    partition's group (to that group's leader; a node's own call).
+    """
+    AddToTransaction: _grpc.UnaryUnaryMultiCallable[_kq_pb2.AddToTransactionRequest, _kq_pb2.TransactionResponse]
+    EndTransaction: _grpc.UnaryUnaryMultiCallable[_kq_pb2.EndTransactionRequest, _kq_pb2.TransactionResponse]
+    TxnCommitOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.TxnCommitOffsetsRequest, _kq_pb2.TransactionResponse]
+    WriteTxnMarkers: _grpc.UnaryUnaryMultiCallable[_kq_pb2.WriteTxnMarkersRequest, _kq_pb2.WriteTxnMarkersResponse]
+    ListTransactions: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListTransactionsRequest, _kq_pb2.ListTransactionsResponse]
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -123,6 +132,15 @@ class BrokerAsyncStub(BrokerStub):
     RemoveAcls: _aio.UnaryUnaryMultiCallable[_kq_pb2.RemoveAclsRequest, _kq_pb2.RemoveAclsResponse]  # type: ignore[assignment]
     ListAcls: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListAclsRequest, _kq_pb2.ListAclsResponse]  # type: ignore[assignment]
     WhoAmI: _aio.UnaryUnaryMultiCallable[_kq_pb2.WhoAmIRequest, _kq_pb2.WhoAmIResponse]  # type: ignore[assignment]
+    InitTransaction: _aio.UnaryUnaryMultiCallable[_kq_pb2.InitTransactionRequest, _kq_pb2.TransactionResponse]  # type: ignore[assignment]
+    """Kafka transactions: the coordinator's steps (group 0's leader) and the markers it writes in each
+    partition's group (to that group's leader; a node's own call).
+    """
+    AddToTransaction: _aio.UnaryUnaryMultiCallable[_kq_pb2.AddToTransactionRequest, _kq_pb2.TransactionResponse]  # type: ignore[assignment]
+    EndTransaction: _aio.UnaryUnaryMultiCallable[_kq_pb2.EndTransactionRequest, _kq_pb2.TransactionResponse]  # type: ignore[assignment]
+    TxnCommitOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.TxnCommitOffsetsRequest, _kq_pb2.TransactionResponse]  # type: ignore[assignment]
+    WriteTxnMarkers: _aio.UnaryUnaryMultiCallable[_kq_pb2.WriteTxnMarkersRequest, _kq_pb2.WriteTxnMarkersResponse]  # type: ignore[assignment]
+    ListTransactions: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListTransactionsRequest, _kq_pb2.ListTransactionsResponse]  # type: ignore[assignment]
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -376,5 +394,50 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.WhoAmIRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.WhoAmIResponse, _abc.Awaitable[_kq_pb2.WhoAmIResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def InitTransaction(
+        self,
+        request: _kq_pb2.InitTransactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.TransactionResponse, _abc.Awaitable[_kq_pb2.TransactionResponse]]:
+        """Kafka transactions: the coordinator's steps (group 0's leader) and the markers it writes in each
+        partition's group (to that group's leader; a node's own call).
+        """
+
+    @_abc_1.abstractmethod
+    def AddToTransaction(
+        self,
+        request: _kq_pb2.AddToTransactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.TransactionResponse, _abc.Awaitable[_kq_pb2.TransactionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def EndTransaction(
+        self,
+        request: _kq_pb2.EndTransactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.TransactionResponse, _abc.Awaitable[_kq_pb2.TransactionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def TxnCommitOffsets(
+        self,
+        request: _kq_pb2.TxnCommitOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.TransactionResponse, _abc.Awaitable[_kq_pb2.TransactionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def WriteTxnMarkers(
+        self,
+        request: _kq_pb2.WriteTxnMarkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.WriteTxnMarkersResponse, _abc.Awaitable[_kq_pb2.WriteTxnMarkersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTransactions(
+        self,
+        request: _kq_pb2.ListTransactionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.ListTransactionsResponse, _abc.Awaitable[_kq_pb2.ListTransactionsResponse]]: ...
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

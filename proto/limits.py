@@ -483,3 +483,21 @@ BROKER_ID_GROUP_STRIDE = 1_000
 WORKER_POLL_S = 0.2  # How often a node's supervisor looks for a worker that ended.
 # A worker given SIGTERM stops within this (its front's grace, then Raft and the store), else SIGKILL.
 WORKER_STOP_S = 10.0
+
+# Kafka transactions (raft/transactions.py, broker/transactions.py) ------------------------------------
+TRANSACTIONAL_IDS_MAX = 10_000  # Transactional ids the cluster keeps (one open transaction each).
+TRANSACTIONAL_ID_BYTES_MAX = 255  # A transactional id's UTF-8 bytes (Kafka has none; kq keys rows by it).
+TXN_PARTITIONS_MAX = 1_000  # Partitions in one transaction (each gets a marker).
+TXN_GROUPS_MAX = 16  # Consumer groups one transaction commits offsets for (AddOffsetsToTxn).
+TXN_PENDING_OFFSETS_MAX = 10_000  # Offsets one transaction holds for its groups until its marker.
+TXN_TIMEOUT_MS_MIN = 1_000
+TXN_TIMEOUT_MS_MAX = 900_000  # Kafka's transaction.max.timeout.ms default (15 minutes).
+TXN_OPEN_PER_PARTITION_MAX = 10_000  # Open transactions read for a partition's LSO.
+TXN_ABORTED_PER_FETCH_MAX = 1_000  # Aborted-transaction rows a read_committed fetch of a partition looks at.
+TXN_LIST_MAX = 10_000  # Transactions one ListTransactions answer holds.
+TXN_DRIVER_PERIOD_S = 0.2  # How often the coordinator completes decided transactions and aborts expired ones.
+TXN_MARKER_TIMEOUT_S = 10.0  # One WriteTxnMarkers call to a group's leader.
+TXN_END_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering (the outcome is decided).
+# A partition's leader aborts a transaction open there longer than this (a producer whose coordinator
+# never added the partition, or lost: Kafka's "hanging transaction"), so its last stable offset moves on.
+TXN_HANGING_ABORT_MS = 2 * TXN_TIMEOUT_MS_MAX

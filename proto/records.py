@@ -176,12 +176,12 @@ class BatchHeader:
 
     @property
     def is_transactional(self) -> bool:
-        """Whether the batch belongs to a transaction (kq refuses it: no transactions)."""
+        """Whether the batch belongs to a transaction (its records count once its marker commits it)."""
         return bool(self.attributes & TRANSACTIONAL_FLAG)
 
     @property
     def is_control(self) -> bool:
-        """Whether the batch is a transaction marker (kq refuses it)."""
+        """Whether the batch is a transaction marker (written by apply alone: a producer's is refused)."""
         return bool(self.attributes & CONTROL_FLAG)
 
     @property
@@ -281,7 +281,8 @@ def check_batch(
 ) -> BatchHeader:
     """Checks that `data` is exactly one whole, valid batch kq may store; returns its header.
 
-    Checked: magic 2; the CRC32C; no transactional or control batch and no unknown attribute bit; a
+    Checked: magic 2; the CRC32C; no control batch (markers are written by apply), a transactional one
+    only with a producer id, and no unknown attribute bit; a
     known codec, expanded within `expanded_bytes_max` (a bomb is refused before it is expanded in
     full); 1 to `records_max` records, as many as the header says, lastOffsetDelta = count - 1;
     timestamps and producer fields in range; then every record walked once: lengths consistent,
@@ -401,9 +402,10 @@ def _check_header(
     unknown = header.attributes & ~_KNOWN_ATTRIBUTES & 0xFFFF
     if unknown:
         raise MalformedBatchError(f"unknown attribute bits {unknown:#06x}")
-    if header.is_transactional or header.is_control:
-        kind = "transactional" if header.is_transactional else "control"
-        raise MalformedBatchError(f"a {kind} batch: kq does not implement transactions")
+    if header.is_control and not sparse:  # A producer's batch: markers are the coordinator's alone.
+        raise MalformedBatchError("a control batch: only the transaction coordinator writes markers")
+    if header.is_transactional and header.producer_id == NO_PRODUCER_ID:
+        raise MalformedBatchError("a transactional batch without a producer id")
     if header.compression not in CODEC_NAMES:
         raise MalformedBatchError(f"unknown compression codec {header.compression}")
     if not 0 < header.record_count <= records_max:
@@ -419,7 +421,9 @@ def _check_header(
         raise MalformedBatchError("a negative baseTimestamp or maxTimestamp other than -1")
     if header.producer_id < NO_PRODUCER_ID:
         raise MalformedBatchError(f"producer id {header.producer_id} (-1 means none)")
-    if header.producer_id != NO_PRODUCER_ID and (header.producer_epoch < 0 or header.base_sequence < 0):
+    if header.producer_id != NO_PRODUCER_ID and (
+        header.producer_epoch < 0 or (header.base_sequence < 0 and not header.is_control)
+    ):
         raise MalformedBatchError(
             f"idempotent batch (producer id {header.producer_id}) with epoch {header.producer_epoch}"
             f" and base sequence {header.base_sequence}: both must be >= 0"
@@ -846,6 +850,41 @@ def assemble_batch(
     batch_length = BATCH_HEADER_BYTES - LENGTH_PREFIX_BYTES + len(payload)
     head = _BEFORE_CRC.pack(0, batch_length, NO_PARTITION_LEADER_EPOCH, MAGIC, crc)
     return b"".join((head, tail, payload))
+
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # A control record's type (its key's second int16), as Kafka's.
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def control_batch(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timestamp_ms: int
+) -> bytes:
+    """A transaction marker as Kafka writes it: one control record (key: version 0 and the type, COMMIT
+    or ABORT; value: version 0 and the coordinator's epoch) in a transactional control batch of the
+    producer, sequence -1. Pure: apply builds it from the command's fields on every replica alike."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    record = encode_record(NewRecord(key=key, value=value, timestamp_ms=timestamp_ms), 0, 0)
+    return assemble_batch(
+        record,
+        1,
+        timestamp_ms,
+        timestamp_ms,
+        NONE,
+        producer_id,
+        producer_epoch,
+        NO_SEQUENCE,
+        attributes=TRANSACTIONAL_FLAG | CONTROL_FLAG,
+    )
+
+
+def control_type(key: bytes | None) -> int | None:
+    """A control record's type (CONTROL_COMMIT, CONTROL_ABORT, or another Kafka defines), from its key;
+    None when the key is not a control key."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return None
+    return int(_CONTROL_KEY.unpack_from(key)[1])
 
 
 def encode_record(record: NewRecord, offset_delta: int, timestamp_delta_ms: int) -> bytes:

@@ -259,3 +259,28 @@ def add_acls(acls: Sequence[kq_pb2.Acl]) -> kq_pb2.Command:
 def remove_acls(acls: Sequence[kq_pb2.Acl]) -> kq_pb2.Command:
     """Command removing the ACLs equal to these."""
     return kq_pb2.Command(version=COMMAND_VERSION, remove_acls=kq_pb2.RemoveAclsCommand(acls=acls))
+
+
+TransactionMessage = (
+    kq_pb2.InitTransactionCommand
+    | kq_pb2.AddToTransactionCommand
+    | kq_pb2.EndTransactionCommand
+    | kq_pb2.CompleteTransactionCommand
+    | kq_pb2.TransactionMarkerCommand
+    | kq_pb2.TxnCommitOffsetsCommand
+)
+_TRANSACTION_KINDS: dict[type, str] = {
+    kq_pb2.InitTransactionCommand: "init_transaction",
+    kq_pb2.AddToTransactionCommand: "add_to_transaction",
+    kq_pb2.EndTransactionCommand: "end_transaction",
+    kq_pb2.CompleteTransactionCommand: "complete_transaction",
+    kq_pb2.TransactionMarkerCommand: "transaction_marker",
+    kq_pb2.TxnCommitOffsetsCommand: "txn_commit_offsets",
+}
+
+
+def transaction(message: TransactionMessage) -> kq_pb2.Command:
+    """Command carrying one of the transaction steps (raft/transactions.py), by its message's type."""
+    command = kq_pb2.Command(version=COMMAND_VERSION)
+    getattr(command, _TRANSACTION_KINDS[type(message)]).CopyFrom(message)
+    return command

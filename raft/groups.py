@@ -44,6 +44,18 @@ def _new_group(writer: StoreWriter, name: str, assignor: str) -> kq_pb2.GroupSta
     return kq_pb2.GroupState(name=name, generation=0, phase=kq_pb2.GROUP_EMPTY, assignor=assignor)
 
 
+def ensure_group(writer: StoreWriter, name: str) -> bool:
+    """Makes sure group `name` exists (empty, as a commit outside group management makes it); False
+    when it does not and the cluster holds its maximum of groups."""
+    if writer.group(name) is not None:
+        return True
+    state = _new_group(writer, name, "")
+    if state is None:
+        return False
+    _save(writer, state)
+    return True
+
+
 def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupResult:
     """Adds or refreshes a member; a new member or a changed subscription starts a rebalance.
 

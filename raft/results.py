@@ -24,6 +24,7 @@ __all__ = [
     "RejectedResult",
     "SkippedResult",
     "TopicResult",
+    "TransactionResult",
     "TrimResult",
 ]
 
@@ -140,8 +141,20 @@ class RejectedResult:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionResult:
+    """Result of a transaction command: the transactional id's producer id and epoch after it, and
+    for a marker command the control batches it wrote."""
+
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+    written: int = 0
+
+
 ApplyResult = (
     RejectedResult
+    | TransactionResult
     | TopicResult
     | AppendResult
     | TrimResult

@@ -37,7 +37,7 @@ from kq.proto.records import (
     read_header,
     with_log_append_time,
 )
-from kq.raft import auth, commands, groups
+from kq.raft import auth, commands, groups, transactions
 from kq.raft.results import (
     AppendResult,
     ApplyResult,
@@ -57,6 +57,7 @@ from kq.raft.results import (
 from kq.raft.topic_config import TopicConfig, altered, applied_config, decode_overrides, encode_overrides
 from kq.raft.validation import append_problem, command_problem
 from kq.storage import ProducerAppend, ProducerWindow, Store, StoreWriter
+from kq.storage.transactions import OpenTransaction
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +154,8 @@ def _decode_and_check(data: bytes) -> tuple[str | None, kq_pb2.Command | None]:
         command = commands.decode(data)
     except commands.UnknownCommandError as error:
         return str(error), None
+    if command.WhichOneof("kind") in transactions.TRANSACTION_COMMAND_KINDS:
+        return transactions.transaction_problem(command), command
     return command_problem(command), command
 
 
@@ -204,6 +207,8 @@ def _dispatch(
         return MemberResult(ErrorCode.OK)
     if kind in auth.AUTH_COMMAND_KINDS:
         return auth.apply_auth(writer, command)
+    if kind in transactions.TRANSACTION_COMMAND_KINDS:
+        return transactions.apply_transaction(writer, command)
     raise commands.UnknownCommandError(f"no handler for command kind {kind}")
 
 
@@ -381,6 +386,14 @@ def _apply_partition_append(
         writer.remember_producer_append(
             header.producer_id, topic.topic_id, append.partition, header.producer_epoch, remembered, window
         )
+    opened_before = header.is_transactional and writer.open_transaction(
+        topic.topic_id, append.partition, header.producer_id
+    )
+    if header.is_transactional and opened_before is None:
+        # The transaction's first records here: the partition's last stable offset stops at them until
+        # the transaction's marker (raft/transactions.py).
+        opened = OpenTransaction(header.producer_id, base_offset, timestamp_ms, header.producer_epoch)
+        writer.open_transaction_at(topic.topic_id, append.partition, opened)
     return PartitionAppendResult(ErrorCode.OK, base_offset)
 
 
@@ -402,6 +415,8 @@ def _check_sequence(
         return None if sequence == 0 else PartitionAppendResult(ErrorCode.OUT_OF_ORDER_SEQUENCE)
     if header.producer_epoch < window.epoch:
         return PartitionAppendResult(ErrorCode.INVALID_PRODUCER_EPOCH)
+    if not window.appends:  # Fenced by a transaction marker at this epoch: a new window starts at 0.
+        return None if sequence == 0 else PartitionAppendResult(ErrorCode.OUT_OF_ORDER_SEQUENCE)
     last = window.appends[-1]
     expected = next_sequence(last.first_sequence, last.record_count)
     if sequence == expected:

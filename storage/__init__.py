@@ -69,6 +69,24 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                        committed offsets: each a range that starts with the topic id): deleting a
                        topic (and each purge after it) deletes a bounded number of them; the row
                        goes with the last one
+    transactions
+                key: transactional id (UTF-8)
+                value: the id's state, serialized by raft/ (a `TransactionState` protobuf,
+                       deterministic): producer id and epoch, state, timeout, partitions and groups
+                       (the coordinator's group: group 0, as consumer groups)
+    txn_offsets key: producer_id u64 | name_length u16 | group name | topic_id u64 | partition u32
+                value: offset u64 | commit_time_ms i64                                    (16 bytes)
+                       an offset a transaction committed (TxnOffsetCommit), moved to `offsets` by
+                       its COMMIT marker and dropped by its ABORT marker
+    txn_open    key: topic_id u64 | partition u32 | producer_id u64                         (20 bytes)
+                value: first_offset u64 | opened_ms i64 | producer_epoch u16                (18 bytes)
+                       a transaction with records in the partition and no marker there yet: the
+                       partition's last stable offset is the smallest first_offset (none: its end)
+    txn_aborted key: topic_id u64 | partition u32 | last_offset u64 | producer_id u64       (28 bytes)
+                value: first_offset u64                                                      (8 bytes)
+                       an aborted transaction's records in the partition, first_offset to its ABORT
+                       marker at last_offset (a read_committed Fetch answers them); deleted once
+                       the log start passes the marker
 
 Layout 1 (before `layout` existed) keyed `producers` producer first and had no `offset_topics`:
 opening such a store, or receiving a copy of one, re-keys the one and builds the other (storage/store.py

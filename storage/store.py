@@ -23,10 +23,11 @@ from kq.storage.records import (
     stamp_base_offset,
     stored_length_of,
 )
+from kq.storage.transactions import TRANSACTION_TABLES, TransactionReads, TransactionWrites
 from kq.storage.usage import StoreUsage, measure
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
-MAX_DATABASES = 24  # The named databases below, with room to add some.
+MAX_DATABASES = 40  # The named databases below, with room to add some.
 MAX_READERS = 512  # gRPC worker threads and long-polls each hold a reader slot while they read.
 COPY_BATCH_ROWS = 1_000  # Rows per write transaction of a store copy; a stop is noticed between batches.
 COPY_BATCH_BYTES = 16 * 1024 * 1024
@@ -75,6 +76,7 @@ DATABASE_NAMES = (
     b"tokens",
     b"acls",
     b"topic_groups",
+    *TRANSACTION_TABLES,
 )
 SECURITY_TABLES = (b"users", b"tokens", b"acls")  # raft/auth.py's rows: name, token id, encoded Acl -> value.
 _GROUP_NAME_LENGTH = struct.Struct(">H")
@@ -392,7 +394,7 @@ def _timestamp_key(record_key: bytes | memoryview, batch: bytes | memoryview) ->
     return _TIMESTAMP_KEY.pack(topic_id, partition, _INT64_MAX - max_timestamp_ms, base_offset)
 
 
-class StoreReader:
+class StoreReader(TransactionReads):
     """Typed reads inside one transaction."""
 
     def __init__(self, transaction: Any, databases: dict[bytes, Any]) -> None:
@@ -412,6 +414,7 @@ class StoreReader:
         self._offset_topics = databases[b"offset_topics"]
         self._members = databases[b"members"]
         self._security = {name: databases[name] for name in SECURITY_TABLES}
+        self._txn_tables = {name: databases[name] for name in TRANSACTION_TABLES}
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -667,7 +670,7 @@ def _group_prefix(group: str) -> bytes:
     return _GROUP_NAME_LENGTH.pack(len(name)) + name
 
 
-class StoreWriter(StoreReader):
+class StoreWriter(StoreReader, TransactionWrites):
     """Typed writes inside the one write transaction of an applied entry."""
 
     def __init__(self, transaction: Any, databases: dict[bytes, Any], piece_bytes: int) -> None:
@@ -793,6 +796,8 @@ class StoreWriter(StoreReader):
         for database, delete_one in (
             (self._records, self._delete_stored_batch),
             (self._producers, None),
+            (self._txn_tables[b"txn_open"], None),
+            (self._txn_tables[b"txn_aborted"], None),
             (self._offset_topics, self._delete_committed_offset),
         ):
             if not self._delete_topic_rows(database, prefix, budget, delete_one):
@@ -892,6 +897,7 @@ class StoreWriter(StoreReader):
             partition,
             PartitionState(log_start, state.log_end_offset, state.size_bytes - freed_bytes),
         )
+        self.trim_aborted_transactions(topic_id, partition, log_start, batches_max)
         return log_start
 
     def rewrite_batch(self, topic_id: int, partition: int, base_offset: int, value: bytes | None) -> int:
@@ -943,6 +949,16 @@ class StoreWriter(StoreReader):
         key = _group_prefix(group) + _OFFSET_TAIL.pack(topic_id, partition)
         self._transaction.put(key, _COMMITTED.pack(offset, commit_time_ms), db=self._offsets)
         self._transaction.put(_offset_topic_key(key), b"", db=self._offset_topics)
+
+    def fence_producer(self, producer_id: int, topic_id: int, partition: int, epoch: int) -> None:
+        """Raises the producer's epoch on the partition to `epoch` (a transaction marker's), so that its
+        batches of an older epoch are refused from now on; its next batch starts a new window at
+        sequence 0 when the epoch is new. A lower or equal epoch leaves the window as it is."""
+        window = self.producer_window(producer_id, topic_id, partition)
+        if window is not None and window.epoch >= epoch:
+            return
+        raw = _PRODUCER_EPOCH.pack(epoch, 0)
+        self._transaction.put(_PRODUCER_KEY.pack(topic_id, partition, producer_id), raw, db=self._producers)
 
     def remember_producer_append(
         self,
