@@ -365,4 +365,12 @@ REQUIREMENTS: dict[str, Callable[[Any], list[Access]]] = {
     "AddAcls": _cluster(ALTER),
     "RemoveAcls": _cluster(ALTER),
     "ListAcls": _cluster(DESCRIBE),
+    # Transactions: the Kafka edge authorizes its clients' requests itself and calls these as the node;
+    # kq's own clients need WRITE on the cluster (kq's ACLs have no transactional-id resource yet).
+    "InitTransaction": _cluster(WRITE),
+    "AddToTransaction": _cluster(WRITE),
+    "EndTransaction": _cluster(WRITE),
+    "TxnCommitOffsets": _cluster(WRITE),
+    "WriteTxnMarkers": _cluster(ALTER),
+    "ListTransactions": _cluster(DESCRIBE),
 }

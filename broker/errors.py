@@ -104,6 +104,13 @@ class RebalanceError(KqError):
     default_code = ErrorCode.UNKNOWN_MEMBER
 
 
+class TransactionError(KqError):
+    """A transaction request that does not fit the transactional id's state: fenced, not its producer,
+    a concurrent completion (retriable), or a step its state does not allow."""
+
+    default_code = ErrorCode.INVALID_TXN_STATE
+
+
 class NotLeaderError(KqError):
     """This node does not lead; `leader_address` (gRPC host:port) is where to go."""
 
@@ -204,5 +211,26 @@ _REJECTIONS: dict[ErrorCode, tuple[type[KqError], str]] = {
     ErrorCode.SECURITY_LIMIT_REACHED: (
         ResourceExhaustedError,
         "the cluster holds its maximum of users, tokens or ACLs ({subject})",
+    ),
+    ErrorCode.PRODUCER_FENCED: (
+        TransactionError,
+        "transactional id {subject}: a newer instance fenced this producer",
+    ),
+    ErrorCode.CONCURRENT_TRANSACTIONS: (
+        TransactionError,
+        "transactional id {subject}: its previous transaction is still being completed; retry",
+    ),
+    ErrorCode.INVALID_TXN_STATE: (
+        TransactionError,
+        "transactional id {subject}: not allowed in its transaction's state",
+    ),
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: (
+        TransactionError,
+        "transactional id {subject}: unknown, or the producer id is not its own",
+    ),
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: (NotFoundError, "unknown transactional id {subject}"),
+    ErrorCode.TRANSACTION_LIMIT_REACHED: (
+        ResourceExhaustedError,
+        "transactional id {subject}: too many transactional ids, or partitions or groups in its transaction",
     ),
 }

@@ -27,6 +27,7 @@ from kq.broker.metrics import count_fetched, count_produced
 from kq.broker.proposals import AppendOutcome, propose_and_wait, wall_clock_ms
 from kq.broker.security_service import SecurityRpcs
 from kq.broker.service_base import stored_records
+from kq.broker.transaction_service import TransactionRpcs
 from kq.broker.validation import (
     CheckedAppend,
     check,
@@ -61,7 +62,7 @@ from kq.storage import StoredBatch, StoreReader, TopicMeta
 logger = logging.getLogger(__name__)
 
 
-class BrokerService(SecurityRpcs, GroupRpcs, kq_pb2_grpc.BrokerServicer):
+class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.BrokerServicer):
     """Implements every RPC of `kq.v1.Broker` (group RPCs in broker/group_service.py).
 
     Handlers raise KqError for what the client did wrong; broker/edge.py, which wraps every handler

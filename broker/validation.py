@@ -21,6 +21,7 @@ from kq.proto.limits import (
 )
 from kq.proto.records import WorkMeter
 from kq.raft import commands
+from kq.raft.transactions import TRANSACTION_COMMAND_KINDS, transaction_problem
 from kq.raft.validation import (
     append_problem,
     command_problem,
@@ -37,7 +38,10 @@ def check(problem: str | None) -> None:
 
 def check_command(command: kq_pb2.Command) -> None:
     """Rejects a command that apply would refuse: every proposal passes here first."""
-    check(command_problem(command))
+    if command.WhichOneof("kind") in TRANSACTION_COMMAND_KINDS:
+        check(transaction_problem(command))
+    else:
+        check(command_problem(command))
 
 
 def check_topic_name(name: str) -> None:

@@ -1,0 +1,214 @@
+"""The transaction coordinator's moving parts (KIP-98), on the leader of group 0.
+
+Its state machine is raft/transactions.py; this module moves a decided transaction through the groups:
+`TransactionFinisher` writes its markers in every Raft group that holds one of its partitions (its own
+group by a proposal, another group through that group's leader: `WriteTxnMarkers`, a node's own call)
+and then proposes its completion; `TransactionDriver` (thread `kq-transactions`) is the coordinator's
+timer: every TXN_DRIVER_PERIOD_S, while this process leads group 0, it finishes every prepared
+transaction (those a previous leader decided and did not finish: a failover finishes them) and
+aborts every ONGOING one past its transaction.timeout.ms (fencing its producer).
+
+Each step is replicated before the next, and each is idempotent, so a crash at any point leaves a state
+the next round (on this leader or the next) completes: PREPARE_* says what the markers are; a marker
+repeated writes nothing; a completion repeated changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from kq.broker.background import BackgroundThread
+from kq.broker.consensus import Consensus
+from kq.broker.errors import KqError, UnavailableError
+from kq.broker.groups_view import GroupsView
+from kq.broker.membership import node_channel
+from kq.broker.proposals import propose_and_wait
+from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.proto.limits import (
+    PROPOSAL_TIMEOUT_S,
+    TRANSACTIONAL_IDS_MAX,
+    TXN_DRIVER_PERIOD_S,
+    TXN_MARKER_TIMEOUT_S,
+)
+from kq.raft import commands
+from kq.raft.placement import METADATA_GROUP
+from kq.raft.results import TransactionResult
+from kq.raft.transactions import ONGOING, PREPARE_COMMIT, PREPARED
+from kq.storage import Store
+
+logger = logging.getLogger(__name__)
+
+# Asks group `request.group`'s leader (at the gRPC address) to write markers; returns how many it wrote.
+MarkerCall = Callable[[str, kq_pb2.WriteTxnMarkersRequest, float], int]
+
+
+def grpc_marker_call(
+    credentials: grpc.ChannelCredentials | None, metadata: tuple[tuple[str, str], ...]
+) -> MarkerCall:
+    """A MarkerCall over gRPC with the node's own TLS as a client (None: plain text) and its node proof."""
+
+    def call(address: str, request: kq_pb2.WriteTxnMarkersRequest, timeout_s: float) -> int:
+        with node_channel(address, credentials) as channel:
+            response = kq_pb2_grpc.BrokerStub(channel).WriteTxnMarkers(
+                request, timeout=timeout_s, metadata=metadata
+            )
+            return int(response.written)
+
+    return call
+
+
+class TransactionFinisher:
+    """Writes a decided transaction's markers in every group, then completes it (group 0's leader)."""
+
+    def __init__(
+        self,
+        store: Store,
+        consensus: Consensus,
+        groups: GroupsView,
+        call: MarkerCall | None,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        """`call`: how to reach another group's leader (None: one group, every partition here)."""
+        self._store = store
+        self._consensus = consensus
+        self._groups = groups
+        self._call = call
+        self._clock_ms = clock_ms
+
+    def finish(self, transactional_id: str, state: kq_pb2.TransactionState) -> None:
+        """Markers, then completion, for a transaction in PREPARE_COMMIT or PREPARE_ABORT; raises KqError
+        when a group's leader is unknown or a step does not commit (the driver tries again)."""
+        commit = state.phase == PREPARE_COMMIT
+        for group, marker in self._markers(state, commit).items():
+            self._write(group, marker)
+        complete = kq_pb2.CompleteTransactionCommand(
+            transactional_id=transactional_id,
+            producer_id=state.producer_id,
+            producer_epoch=state.producer_epoch,
+            commit=commit,
+            now_ms=self._clock_ms(),
+        )
+        propose_and_wait(self._consensus, commands.transaction(complete), PROPOSAL_TIMEOUT_S)
+
+    def _markers(
+        self, state: kq_pb2.TransactionState, commit: bool
+    ) -> dict[int, kq_pb2.TransactionMarkerCommand]:
+        """The marker command of each group: its partitions of the transaction; the consumer groups' offsets
+        go to the group that coordinates them (group 0, with or without partitions there)."""
+        by_group: dict[int, list[kq_pb2.TxnPartition]] = {}
+        with self._store.read() as reader:
+            for named in state.partitions:
+                topic = reader.topic(named.topic)
+                if topic is None or named.partition >= topic.partitions:
+                    continue  # Deleted since: nothing of it to mark.
+                by_group.setdefault(self._groups.group_of(topic, named.partition), []).append(named)
+        if state.groups:
+            by_group.setdefault(METADATA_GROUP, [])
+        now_ms = self._clock_ms()
+        return {
+            group: kq_pb2.TransactionMarkerCommand(
+                producer_id=state.producer_id,
+                producer_epoch=state.producer_epoch,
+                commit=commit,
+                partitions=partitions,
+                groups=state.groups if group == METADATA_GROUP else (),
+                timestamp_ms=now_ms,
+            )
+            for group, partitions in sorted(by_group.items())
+        }
+
+    def _write(self, group: int, marker: kq_pb2.TransactionMarkerCommand) -> None:
+        if group == self._groups.group:
+            result = propose_and_wait(self._consensus, commands.transaction(marker), PROPOSAL_TIMEOUT_S)
+            assert isinstance(result, TransactionResult), f"a marker answered {result!r}"
+            return
+        leader = self._groups.leader_process(group)
+        if leader is None or self._call is None:
+            raise UnavailableError(f"group {group} has no known leader for the markers; retry")
+        try:
+            self._call(
+                leader.grpc_address,
+                kq_pb2.WriteTxnMarkersRequest(group=group, marker=marker),
+                TXN_MARKER_TIMEOUT_S,
+            )
+        except grpc.RpcError as error:
+            raise UnavailableError(
+                f"group {group}'s leader did not write the markers: {error.code()}"
+            ) from error
+
+
+class TransactionDriver(BackgroundThread):
+    """`kq-transactions`: on group 0's leader, finishes prepared transactions and aborts expired ones."""
+
+    thread_name = "kq-transactions"
+
+    def __init__(
+        self,
+        store: Store,
+        consensus: Consensus,
+        groups: GroupsView,
+        finisher: TransactionFinisher,
+        clock_ms: Callable[[], int],
+        period_s: float = TXN_DRIVER_PERIOD_S,
+    ) -> None:
+        self._store = store
+        self._consensus = consensus
+        self._groups = groups
+        self._finisher = finisher
+        self._clock_ms = clock_ms
+        self._period_s = period_s
+        self._failing: set[str] = set()  # Ids whose last step failed: logged once until one succeeds.
+        super().__init__()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stops the thread; a step in flight ends within its proposal or call timeout."""
+        super().stop(PROPOSAL_TIMEOUT_S + TXN_MARKER_TIMEOUT_S if timeout_s is None else timeout_s)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._period_s):
+            if self._groups.group == METADATA_GROUP and self._consensus.is_leader():
+                self.run_once()
+
+    def run_once(self) -> int:
+        """One round; returns how many transactions it moved on (finished or aborted)."""
+        with self._store.read() as reader:
+            rows = reader.transaction_states(TRANSACTIONAL_IDS_MAX)
+        now_ms = self._clock_ms()
+        moved = 0
+        for transactional_id, raw in rows:
+            if self._stopping.is_set():
+                break
+            state = kq_pb2.TransactionState.FromString(raw)
+            try:
+                if state.phase == ONGOING and now_ms - state.started_ms > state.timeout_ms:
+                    state = self._abort_expired(transactional_id, state, now_ms)
+                if state.phase in PREPARED:
+                    self._finisher.finish(transactional_id, state)
+                    moved += 1
+                self._failing.discard(transactional_id)
+            except KqError as error:
+                if transactional_id not in self._failing:
+                    logger.warning("transaction %s: %s; the next round retries", transactional_id, error)
+                    self._failing.add(transactional_id)
+        return moved
+
+    def _abort_expired(
+        self, transactional_id: str, state: kq_pb2.TransactionState, now_ms: int
+    ) -> kq_pb2.TransactionState:
+        """Proposes the abort of a transaction past its timeout (its producer fenced); its new state."""
+        end = kq_pb2.EndTransactionCommand(
+            transactional_id=transactional_id,
+            producer_id=state.producer_id,
+            producer_epoch=state.producer_epoch,
+            commit=False,
+            now_ms=now_ms,
+            timed_out=True,
+        )
+        propose_and_wait(self._consensus, commands.transaction(end), PROPOSAL_TIMEOUT_S)
+        logger.info("transaction %s aborted: past its timeout of %d ms", transactional_id, state.timeout_ms)
+        with self._store.read() as reader:
+            raw = reader.transaction_state(transactional_id)
+        return state if raw is None else kq_pb2.TransactionState.FromString(raw)
