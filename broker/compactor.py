@@ -97,6 +97,9 @@ def build_key_map(
         header = read_header(data)
         if lag_ms > 0 and now_ms - header.max_timestamp_ms < lag_ms:
             break
+        if header.is_control:  # A transaction marker's key is no record's: it never replaces one.
+            end_offset = base_offset + header.last_offset_delta + 1
+            continue
         records = parse_batch(data)
         digests = [(key_digest(r.key), base_offset + r.offset_delta) for r in records if r.key is not None]
         if latest and len(latest) + len(digests) > keys_max:
@@ -122,6 +125,8 @@ def batch_drops(
     when the first tombstone it keeps expires (None: it keeps none that will). Pure."""
     header = read_header(data)
     meter = WorkMeter(_UNMETERED)
+    if header.is_control:  # Markers stay: read_committed consumers need them (Kafka keeps them too).
+        return BatchDrops(base_offset, (), meter.spent), None
     records = parse_batch(data, meter=meter)
     dropped: list[int] = []
     expiry_ms: int | None = None

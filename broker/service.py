@@ -636,7 +636,10 @@ def _records_from(
     result: list[kq_pb2.StoredRecord] = []
     total_bytes = 0
     for batch in batches:
-        log_append_time = read_header(batch.data).log_append_time
+        header = read_header(batch.data)
+        if header.is_control:  # A transaction marker: no record of the log's readers.
+            continue
+        log_append_time = header.log_append_time
         for wire in stored_records(batch):
             record_offset = batch.base_offset + wire.offset_delta
             if record_offset < offset:

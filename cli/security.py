@@ -151,6 +151,9 @@ _ACL_OPTIONS = (
     ),
     click.option("--topic", help="A topic name (or prefix with --prefixed; * for every topic)."),
     click.option("--group", help="A consumer group name (or prefix with --prefixed; * for every group)."),
+    click.option(
+        "--transactional-id", help="A Kafka transactional.id (or prefix with --prefixed; * for every id)."
+    ),
     click.option("--cluster", "on_cluster", is_flag=True, help="The cluster itself (admin operations)."),
     click.option("--prefixed", is_flag=True, help="The name is a prefix: every name starting with it."),
     click.option("--deny", is_flag=True, help="Deny instead of allow (a deny wins over any allow)."),
@@ -170,15 +173,19 @@ def _with_acl_options(
         operations: tuple[str, ...],
         topic: str | None,
         group: str | None,
+        transactional_id: str | None,
         on_cluster: bool,
         prefixed: bool,
         deny: bool,
     ) -> None:
-        chosen = [(kind, name) for kind, name in (("topic", topic), ("group", group)) if name is not None]
+        named = (("topic", topic), ("group", group), ("transactional-id", transactional_id))
+        chosen = [(kind, name) for kind, name in named if name is not None]
         if on_cluster:
             chosen.append(("cluster", "kq-cluster"))
         if len(chosen) != 1:
-            raise CommandError("name one resource: --topic NAME, --group NAME or --cluster")
+            raise CommandError(
+                "name one resource: --topic NAME, --group NAME, --transactional-id ID or --cluster"
+            )
         kind, name = chosen[0]
         command(ctx, [acl(principal, op, kind, name, prefixed=prefixed, deny=deny) for op in operations])
 

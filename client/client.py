@@ -822,6 +822,9 @@ def decode_batches(
             break
         header = read_header(data)
         base_offset = header.base_offset
+        if header.is_control:  # A transaction marker (Kafka's consumers skip them too).
+            next_offset = max(next_offset, base_offset + header.last_offset_delta + 1)
+            continue
         timestamp_type = 1 if header.log_append_time else 0  # Kafka's numbers.
 
         def build(

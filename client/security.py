@@ -191,6 +191,7 @@ RESOURCE_TYPES = {
     "topic": kq_pb2.ACL_RESOURCE_TOPIC,
     "group": kq_pb2.ACL_RESOURCE_GROUP,
     "cluster": kq_pb2.ACL_RESOURCE_CLUSTER,
+    "transactional-id": kq_pb2.ACL_RESOURCE_TRANSACTIONAL_ID,
 }
 OPERATIONS = {
     "all": kq_pb2.ACL_OPERATION_ALL,

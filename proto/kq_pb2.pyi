@@ -73,6 +73,8 @@ class _AclResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AclRe
     ACL_RESOURCE_GROUP: _AclResourceType.ValueType  # 2
     ACL_RESOURCE_CLUSTER: _AclResourceType.ValueType  # 3
     """Its one name is "kq-cluster" (Kafka's "kafka-cluster")."""
+    ACL_RESOURCE_TRANSACTIONAL_ID: _AclResourceType.ValueType  # 4
+    """A Kafka producer's transactional.id (Kafka's TransactionalId)."""
 
 class AclResourceType(_AclResourceType, metaclass=_AclResourceTypeEnumTypeWrapper): ...
 
@@ -81,6 +83,8 @@ ACL_RESOURCE_TOPIC: AclResourceType.ValueType  # 1
 ACL_RESOURCE_GROUP: AclResourceType.ValueType  # 2
 ACL_RESOURCE_CLUSTER: AclResourceType.ValueType  # 3
 """Its one name is "kq-cluster" (Kafka's "kafka-cluster")."""
+ACL_RESOURCE_TRANSACTIONAL_ID: AclResourceType.ValueType  # 4
+"""A Kafka producer's transactional.id (Kafka's TransactionalId)."""
 Global___AclResourceType: _TypeAlias = AclResourceType  # noqa: Y015
 
 class _AclPatternType:

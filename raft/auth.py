@@ -33,6 +33,7 @@ from kq.proto.limits import (
     SCRAM_SALT_BYTES_MIN,
     TOKEN_DESCRIPTION_LENGTH_MAX,
     TOKENS_MAX,
+    TRANSACTIONAL_ID_BYTES_MAX,
     USER_NAME_LENGTH_MAX,
     USERS_MAX,
 )
@@ -139,7 +140,7 @@ def acl_problem(acl: kq_pb2.Acl) -> str | None:
     if problem is not None:
         return problem
     if acl.resource_type not in _RESOURCE_TYPES:
-        return "an ACL names a resource type: topic, group or cluster"
+        return "an ACL names a resource type: topic, group, cluster or transactional-id"
     if acl.pattern_type not in _PATTERNS:
         return "an ACL's pattern is literal or prefixed"
     if acl.operation not in _OPERATIONS:
@@ -152,6 +153,10 @@ def acl_problem(acl: kq_pb2.Acl) -> str | None:
             return f"the cluster resource is named {CLUSTER_RESOURCE!r}, literally"
         return None
     if name == "*" and acl.pattern_type == kq_pb2.ACL_PATTERN_LITERAL:
+        return None
+    if acl.resource_type == kq_pb2.ACL_RESOURCE_TRANSACTIONAL_ID:  # Any string, as Kafka's ids are.
+        if not 0 < len(name.encode(errors="surrogatepass")) <= TRANSACTIONAL_ID_BYTES_MAX:
+            return f"a transactional id (or prefix) is 1 to {TRANSACTIONAL_ID_BYTES_MAX} bytes"
         return None
     if not 0 < len(name) <= _RESOURCE_NAME_LENGTH_MAX or not _RESOURCE_NAME_PATTERN.fullmatch(name):
         return (

@@ -94,6 +94,8 @@ def decode_columns(batches: Sequence[bytes], offset: int, limit: int) -> tuple[C
             header, held, start, end = checked_records(data)
         except MalformedBatchError:
             return None
+        if header.is_control:  # A transaction marker: the Python walk steps over it.
+            return None
         regions.append(memoryview(held)[start:end])
         shapes.append(BatchShape.of(header))
         bases.append(header.base_offset)

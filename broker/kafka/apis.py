@@ -40,6 +40,7 @@ from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
 from kq.broker.kafka.sasl import Answer, SaslSession, SaslState
+from kq.broker.kafka.transactions import TransactionApis
 from kq.broker.metrics import KAFKA_REQUEST_LATENCY, observe_latency
 from kq.proto.limits import LOG_INTERVAL_S
 from kq.raft.auth import ANONYMOUS
@@ -51,7 +52,7 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
+class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, TransactionApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -76,13 +77,23 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             ApiKey.SASL_HANDSHAKE: (0, 1, self.sasl_handshake),
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
-            22: (0, 4, self.init_producer_id),
+            22: (0, 4, self._init_producer_id),
+            ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3, self.add_partitions_to_txn),
+            ApiKey.ADD_OFFSETS_TO_TXN: (0, 3, self.add_offsets_to_txn),
+            ApiKey.END_TXN: (0, 3, self.end_txn),
+            ApiKey.TXN_OFFSET_COMMIT: (0, 3, self.txn_offset_commit),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
             44: (0, 1, self.incremental_alter_configs),
             60: (0, 1, self.describe_cluster),
         }
+
+    async def _init_producer_id(self, request: Request, connection: Connection) -> Any:
+        """InitProducerId: a transactional producer's (transactions.py), else an idempotent one's."""
+        if request.body.transactional_id is not None:
+            return await self.init_transactional_producer(request, connection)
+        return await self.init_producer_id(request, connection)
 
     def connected(self, connection: Connection) -> None:
         """Binds a new connection's principal (the listener's on_connect): on a SASL listener none

@@ -35,6 +35,7 @@ from kq.broker.auth import (
     GROUP,
     READ,
     TOPIC,
+    TRANSACTIONAL_ID,
     WRITE,
     Access,
 )
@@ -44,6 +45,7 @@ from kq.raft.auth import CLUSTER_RESOURCE, EVERYONE, SecurityState
 TOPIC_AUTHORIZATION_FAILED = 29  # Kafka's error codes of a denial, by the resource denied.
 GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 class ApiKey(enum.IntEnum):
@@ -67,6 +69,10 @@ class ApiKey(enum.IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
@@ -86,13 +92,13 @@ class Need:
 # API -> resource type -> what it needs. An API with no entry (ApiVersions and the SASL APIs) is open
 # to every connection; tests/kafka/test_sasl.py checks that every served API is listed.
 ACLS: dict[ApiKey, dict[int, Need]] = {
-    ApiKey.PRODUCE: {TOPIC: Need(WRITE)},
+    ApiKey.PRODUCE: {TOPIC: Need(WRITE), TRANSACTIONAL_ID: Need(WRITE)},
     ApiKey.FETCH: {TOPIC: Need(READ)},
     ApiKey.LIST_OFFSETS: {TOPIC: Need(DESCRIBE)},
     ApiKey.METADATA: {TOPIC: Need(DESCRIBE)},  # Auto-creation also needs CreateTopics' CREATE.
     ApiKey.OFFSET_COMMIT: {GROUP: Need(READ), TOPIC: Need(READ)},
     ApiKey.OFFSET_FETCH: {GROUP: Need(DESCRIBE), TOPIC: Need(DESCRIBE)},
-    ApiKey.FIND_COORDINATOR: {GROUP: Need(DESCRIBE)},
+    ApiKey.FIND_COORDINATOR: {GROUP: Need(DESCRIBE), TRANSACTIONAL_ID: Need(DESCRIBE)},
     ApiKey.JOIN_GROUP: {GROUP: Need(READ)},
     ApiKey.HEARTBEAT: {GROUP: Need(READ)},
     ApiKey.LEAVE_GROUP: {GROUP: Need(READ)},
@@ -101,7 +107,13 @@ ACLS: dict[ApiKey, dict[int, Need]] = {
     ApiKey.LIST_GROUPS: {GROUP: Need(DESCRIBE)},  # A filter: the others are left out.
     ApiKey.CREATE_TOPICS: {TOPIC: Need(CREATE, or_cluster=True)},
     ApiKey.DELETE_TOPICS: {TOPIC: Need(DELETE)},
-    ApiKey.INIT_PRODUCER_ID: {CLUSTER: Need(WRITE)},  # Or an ALLOW WRITE on some topic: writes_some_topic.
+    # Idempotent: WRITE on the cluster, or an ALLOW WRITE on some topic (writes_some_topic); transactional:
+    # WRITE on its transactional id.
+    ApiKey.INIT_PRODUCER_ID: {CLUSTER: Need(WRITE), TRANSACTIONAL_ID: Need(WRITE)},
+    ApiKey.ADD_PARTITIONS_TO_TXN: {TRANSACTIONAL_ID: Need(WRITE), TOPIC: Need(WRITE)},
+    ApiKey.ADD_OFFSETS_TO_TXN: {TRANSACTIONAL_ID: Need(WRITE), GROUP: Need(READ)},
+    ApiKey.END_TXN: {TRANSACTIONAL_ID: Need(WRITE)},
+    ApiKey.TXN_OFFSET_COMMIT: {TRANSACTIONAL_ID: Need(WRITE), GROUP: Need(READ), TOPIC: Need(READ)},
     ApiKey.DESCRIBE_CONFIGS: {TOPIC: Need(DESCRIBE), CLUSTER: Need(DESCRIBE)},
     ApiKey.ALTER_CONFIGS: {TOPIC: Need(ALTER), CLUSTER: Need(ALTER)},
     ApiKey.INCREMENTAL_ALTER_CONFIGS: {TOPIC: Need(ALTER), CLUSTER: Need(ALTER)},
@@ -116,8 +128,13 @@ def _group_id(body: Any) -> tuple[int, str] | None:
 
 
 def _coordinator_key(body: Any) -> tuple[int, str] | None:
-    # A transaction coordinator (key_type 1) is refused by the handler whoever asks.
-    return (GROUP, body.key) if getattr(body, "key_type", 0) == 0 else None
+    """A consumer group's coordinator (key_type 0) needs DESCRIBE on the group, a transaction
+    coordinator's (1) on the transactional id."""
+    return (GROUP, body.key) if getattr(body, "key_type", 0) == 0 else (TRANSACTIONAL_ID, body.key)
+
+
+def _transactional_id(body: Any) -> tuple[int, str] | None:
+    return TRANSACTIONAL_ID, body.transactional_id
 
 
 # API -> the one resource a request names (None: none to check), for the APIs whose response has a
@@ -129,12 +146,14 @@ WHOLE: dict[ApiKey, Callable[[Any], tuple[int, str] | None]] = {
     ApiKey.SYNC_GROUP: _group_id,
     ApiKey.FIND_COORDINATOR: _coordinator_key,
     ApiKey.DESCRIBE_CLUSTER: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
+    ApiKey.END_TXN: _transactional_id,
 }
 
 DENIED_CODE: dict[int, int] = {
     TOPIC: TOPIC_AUTHORIZATION_FAILED,
     GROUP: GROUP_AUTHORIZATION_FAILED,
     CLUSTER: CLUSTER_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
 
 

@@ -34,7 +34,6 @@ from kq.broker.kafka.base import (
     NONE,
     NOT_CONTROLLER,
     TOPIC_ALREADY_EXISTS,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaBase,
     KafkaBrokerInfo,
@@ -202,10 +201,12 @@ class ClusterApis(KafkaBase):
         """A consumer group's coordinator: the leader of its coordinator group (raft/placement.py; the
         Raft leader when the cluster has one group), whose log replicates the group's state."""
         module = response_module(FIND_COORDINATOR, request.api_version)
-        leader = self._leader_broker(self._groups.coordinator_of(str(getattr(request.body, "key", "") or "")))
-        if getattr(request.body, "key_type", 0) != 0:  # A transaction coordinator: refused, fatally
-            # (COORDINATOR_NOT_AVAILABLE made clients retry for max.block.ms).
-            code, message = TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not implemented"
+        key = str(getattr(request.body, "key", "") or "")
+        key_type = getattr(request.body, "key_type", 0)
+        # A transaction's coordinator is group 0's leader (raft/transactions.py), a group's its group's.
+        leader = self._leader_broker(METADATA_GROUP if key_type == 1 else self._groups.coordinator_of(key))
+        if key_type not in (0, 1):
+            code, message = INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         elif leader is None:
             code, message = COORDINATOR_NOT_AVAILABLE, "no leader is elected right now"
         else:
@@ -329,16 +330,9 @@ class ClusterApis(KafkaBase):
     # Producers ----------------------------------------------------------------------------------
 
     async def init_producer_id(self, request: Request, connection: Connection) -> Any:
-        """A new idempotent producer id (allocated through Raft), epoch 0; no transactions."""
+        """A new idempotent producer id (allocated through Raft), epoch 0 (a transactional producer's:
+        transactions.py)."""
         module = response_module(INIT_PRODUCER_ID, request.api_version)
-        if request.body.transactional_id is not None:
-            return build(
-                module.InitProducerIdResponse,
-                throttle_time=0,
-                error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
         if not self._may_produce_idempotently(connection):
             return build(
                 module.InitProducerIdResponse,

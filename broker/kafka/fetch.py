@@ -52,12 +52,15 @@ from kq.proto.limits import (
     KAFKA_LAG_CHECK_TOPICS_MAX,
     KAFKA_MAX_TIMESTAMP_ROWS_MAX,
     KAFKA_PARTITIONS_PER_REQUEST_MAX,
+    TXN_ABORTED_PER_FETCH_MAX,
+    TXN_OPEN_PER_PARTITION_MAX,
 )
 from kq.raft.validation import topic_name_problem
 from kq.storage import StoreReader, TopicMeta
 
 FETCH, LIST_OFFSETS = 1, 2
 FETCH_SESSION_ID_NOT_FOUND = 70
+READ_COMMITTED = 1  # Fetch's and ListOffsets' isolation_level (0: read_uncommitted).
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 NO_PREFERRED_REPLICA = -1
 Wanted = list[tuple[str, int, int, int]]  # (topic, partition, fetch offset, partition max bytes)
@@ -76,6 +79,9 @@ class PartitionRead:
     records: bytes = b""
     record_count: int = 0
     preferred_read_replica: int = NO_PREFERRED_REPLICA
+    last_stable_offset: int = -1  # -1: the high watermark (no open transaction, or an error).
+    # read_committed: the aborted transactions (producer id, first offset) among the records served.
+    aborted: tuple[tuple[int, int], ...] | None = None
 
 
 class FetchApis(KafkaBase):
@@ -108,14 +114,24 @@ class FetchApis(KafkaBase):
         max_bytes = min(body.max_bytes if body.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
         wait_ms = min(max(int(body.max_wait.total_seconds() * 1000), 0), FETCH_WAIT_MS_MAX)
         rack = str(getattr(body, "rack_id", "") or "")  # Fetch v11+: the consumer's client.rack.
-        reads = await self._fetch_reads(wanted, max_bytes, body.min_bytes, wait_ms, connection, rack)
+        committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+        reads = await self._fetch_reads(
+            wanted, max_bytes, body.min_bytes, wait_ms, connection, rack, committed
+        )
         self._count_fetch(reads)
         return self._fetch_response(module, denied + reads)
 
     async def _fetch_reads(
-        self, wanted: Wanted, max_bytes: int, min_bytes: int, wait_ms: int, connection: Connection, rack: str
+        self,
+        wanted: Wanted,
+        max_bytes: int,
+        min_bytes: int,
+        wait_ms: int,
+        connection: Connection,
+        rack: str,
+        committed: bool,
     ) -> list[PartitionRead]:
-        reads = await self._in_reads(self._read_partitions, wanted, max_bytes, {})
+        reads = await self._in_reads(self._read_partitions, wanted, max_bytes, {}, committed)
         preferred = self._preferred_replica(rack)
         if preferred != NO_PREFERRED_REPLICA:  # Answered at once, as Kafka does: the client moves there.
             return [
@@ -127,7 +143,7 @@ class FetchApis(KafkaBase):
         behind = await self._leader_ends(wanted, reads)
         if behind:
             self._fetch_totals.lagging += 1
-            reads = await self._in_reads(self._read_partitions, wanted, max_bytes, behind)
+            reads = await self._in_reads(self._read_partitions, wanted, max_bytes, behind, committed)
         deadline = time.monotonic() + wait_ms / 1000
         if not wanted or _found_enough(reads, min_bytes) or self._past(deadline):
             return reads  # A fetch of no partitions has nothing to wait for.
@@ -136,13 +152,15 @@ class FetchApis(KafkaBase):
                 while not self._past(deadline):
                     with contextlib.ExitStack() as watches:
                         woken = [watches.enter_context(self._notifier.watching(key)) for key in _keys(wanted)]
-                        reads = await self._in_reads(self._read_partitions, wanted, max_bytes, behind)
+                        reads = await self._in_reads(
+                            self._read_partitions, wanted, max_bytes, behind, committed
+                        )
                         if _found_enough(reads, min_bytes):
                             return reads
                         await _wait_any(woken, deadline - time.monotonic())
         except TooManyReadersError:
             pass  # No slot to wait in: answer what there is now, as a fetch with max_wait 0 would.
-        return await self._in_reads(self._read_partitions, wanted, max_bytes, behind)
+        return await self._in_reads(self._read_partitions, wanted, max_bytes, behind, committed)
 
     def _holds(self, topic: TopicMeta, partition: int) -> bool:
         """Whether this process's group holds the partition (its store holds only a copy of the
@@ -205,9 +223,12 @@ class FetchApis(KafkaBase):
         totals.records += sum(read.record_count for read in reads)
         totals.record_bytes += sum(len(read.records) for read in reads)
 
-    def _read_partitions(self, wanted: Wanted, max_bytes: int, behind: LeaderEnds) -> list[PartitionRead]:
+    def _read_partitions(
+        self, wanted: Wanted, max_bytes: int, behind: LeaderEnds, committed: bool = False
+    ) -> list[PartitionRead]:
         """One read transaction over every wanted partition, within `max_bytes` (but always the first
-        batch found, so a consumer makes progress past a batch larger than its limits, as in Kafka)."""
+        batch found, so a consumer makes progress past a batch larger than its limits, as in Kafka);
+        `committed`: read_committed, up to each partition's last stable offset."""
         reads = []
         remaining = max_bytes
         with self._store.read() as reader:
@@ -221,6 +242,7 @@ class FetchApis(KafkaBase):
                     first=remaining == max_bytes,
                     leader_end=behind.get((topic, partition)),
                     holds=self._holds,
+                    committed=committed,
                 )
                 remaining -= len(read.records)
                 reads.append(read)
@@ -236,9 +258,16 @@ class FetchApis(KafkaBase):
                     partition_index=read.partition,
                     error_code=read.error_code,
                     high_watermark=read.high_watermark,
-                    last_stable_offset=read.high_watermark,
+                    last_stable_offset=read.last_stable_offset
+                    if read.last_stable_offset >= 0
+                    else read.high_watermark,
                     log_start_offset=read.log_start_offset,
-                    aborted_transactions=None,
+                    aborted_transactions=None
+                    if read.aborted is None
+                    else tuple(
+                        build(module.AbortedTransaction, producer_id=producer_id, first_offset=first_offset)
+                        for producer_id, first_offset in read.aborted
+                    ),
                     preferred_read_replica=read.preferred_read_replica,
                     records=read.records,
                 )
@@ -263,7 +292,9 @@ class FetchApis(KafkaBase):
         if len(wanted) > KAFKA_PARTITIONS_PER_REQUEST_MAX:
             wanted = []
         refused = self._refused(connection, ApiKey.LIST_OFFSETS, TOPIC, [topic for topic, _, _ in wanted])
-        found = iter(await self._in_reads(self._list_offsets, [w for w in wanted if w[0] not in refused]))
+        committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
+        allowed = [w for w in wanted if w[0] not in refused]
+        found = iter(await self._in_reads(self._list_offsets, allowed, committed))
         by_topic: dict[str, list[Any]] = {}
         for topic, partition, _ in wanted:
             denied = (TOPIC_AUTHORIZATION_FAILED, -1, -1)
@@ -284,8 +315,11 @@ class FetchApis(KafkaBase):
         )
         return build(module.ListOffsetsResponse, throttle_time=0, topics=topics)
 
-    def _list_offsets(self, wanted: list[tuple[str, int, int]]) -> list[tuple[int, int, int]]:
-        """(error code, timestamp, offset) per wanted (topic, partition, timestamp)."""
+    def _list_offsets(
+        self, wanted: list[tuple[str, int, int]], committed: bool = False
+    ) -> list[tuple[int, int, int]]:
+        """(error code, timestamp, offset) per wanted (topic, partition, timestamp); `committed`
+        (read_committed): LATEST is the last stable offset."""
         answers = []
         with self._store.read() as reader:
             for topic_name, partition, timestamp in wanted:
@@ -297,6 +331,11 @@ class FetchApis(KafkaBase):
                     answers.append((NOT_LEADER_OR_FOLLOWER, -1, -1))
                 elif timestamp == EARLIEST:
                     answers.append((NONE, -1, state.log_start_offset))
+                elif timestamp == LATEST and committed:
+                    stable = reader.last_stable_offset(
+                        topic.topic_id, partition, state.log_end_offset, TXN_OPEN_PER_PARTITION_MAX
+                    )
+                    answers.append((NONE, -1, stable))
                 elif timestamp == LATEST:
                     answers.append((NONE, -1, state.log_end_offset))
                 elif timestamp == MAX_TIMESTAMP:
@@ -364,6 +403,7 @@ def _read_partition(
     first: bool,
     leader_end: int | None = None,
     holds: Callable[[TopicMeta, int], bool] = lambda _topic, _partition: True,
+    committed: bool = False,
 ) -> PartitionRead:
     """One partition's read. `leader_end`: on a follower, the leader's log end when `offset` is past
     this node's: an offset up to it answers empty (it will be applied here) rather than out of range.
@@ -375,17 +415,37 @@ def _read_partition(
         return PartitionRead(topic_name, partition, UNKNOWN_TOPIC_OR_PARTITION)
     if not holds(topic, partition):
         return PartitionRead(topic_name, partition, NOT_LEADER_OR_FOLLOWER)
-    read = PartitionRead(topic_name, partition, NONE, state.log_end_offset, state.log_start_offset)
+    stable = reader.last_stable_offset(
+        topic.topic_id, partition, state.log_end_offset, TXN_OPEN_PER_PARTITION_MAX
+    )
+    read = PartitionRead(
+        topic_name,
+        partition,
+        NONE,
+        state.log_end_offset,
+        state.log_start_offset,
+        last_stable_offset=stable,
+        aborted=() if committed else None,
+    )
     if leader_end is not None and state.log_end_offset < offset <= leader_end:
         return read
     if not state.log_start_offset <= offset <= state.log_end_offset:
         return PartitionRead(
             topic_name, partition, OFFSET_OUT_OF_RANGE, state.log_end_offset, state.log_start_offset
         )
-    if offset == state.log_end_offset or (max_bytes <= 0 and not first):
+    end = stable if committed else state.log_end_offset  # read_committed stops at the LSO.
+    if offset >= end or (max_bytes <= 0 and not first):
         return read
     batches = reader.batches(topic.topic_id, partition, offset, max(max_bytes, 1))
+    if committed:  # A batch is wholly below the LSO or not (the LSO is a transaction's first batch).
+        batches = [batch for batch in batches if batch.base_offset < end]
     count_fetched(topic_name, batches)
+    aborted = None
+    if committed and batches:
+        found = reader.aborted_transactions(
+            topic.topic_id, partition, offset, batches[-1].next_offset, TXN_ABORTED_PER_FETCH_MAX
+        )
+        aborted = tuple((row.producer_id, row.first_offset) for row in found)
     return PartitionRead(
         topic_name,
         partition,
@@ -394,6 +454,8 @@ def _read_partition(
         state.log_start_offset,
         b"".join(batch.data for batch in batches),
         sum(batch.record_count for batch in batches),
+        last_stable_offset=stable,
+        aborted=aborted if committed else None,
     )
 
 

@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kq.broker.auth import TOPIC
+from kq.broker.auth import TOPIC, TRANSACTIONAL_ID
 from kq.broker.errors import KqError
-from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
+from kq.broker.kafka.authorize import (
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ApiKey,
+)
 from kq.broker.kafka.base import (
     INVALID_RECORD,
     INVALID_REQUEST,
@@ -60,8 +64,12 @@ class ProduceApis(KafkaBase):
             results = [(INVALID_REQUEST, -1, "too many partitions in one request")] * len(wanted)
         elif body.acks not in ACKS:
             results = [(INVALID_REQUIRED_ACKS, -1, f"acks must be -1, 0 or 1, not {body.acks}")] * len(wanted)
-        elif body.transactional_id is not None:
-            results = [(INVALID_REQUEST, -1, "transactions are not implemented")] * len(wanted)
+        elif body.transactional_id is not None and not self._permitted(
+            connection, ApiKey.PRODUCE, TRANSACTIONAL_ID, body.transactional_id
+        ):
+            results = [
+                (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "not authorized to WRITE the transactional id")
+            ] * len(wanted)
         else:
             refused = self._refused(connection, ApiKey.PRODUCE, TOPIC, [name for name, _, _ in wanted])
             appends = [

@@ -1,0 +1,188 @@
+"""Kafka transactions (KIP-98, KIP-447) at the edge: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit, and InitProducerId with a transactional id.
+
+The transaction coordinator is group 0's leader (FindCoordinator with key_type 1 names its broker); each
+request is checked here (ACLs: WRITE on the transactional id, and what Kafka adds per API), then runs
+as the coordinator's RPC (broker/transaction_service.py) on group 0's leader, forwarded there from any
+other process. The state machine is raft/transactions.py; the markers broker/txn_coordinator.py.
+
+Where kq differs from Kafka: the partition leaders do not verify that a transactional batch's partition
+was added to its transaction (KIP-890's verification); a transaction left open in a partition its
+coordinator never marks is aborted by that partition's leader after TXN_HANGING_ABORT_MS. TxnOffsetCommit
+does not check the consumer's generation (KIP-447's fencing of zombie consumers by generation):
+the producer's epoch fences zombie producers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kq.broker.auth import GROUP, TOPIC, TRANSACTIONAL_ID
+from kq.broker.errors import KqError
+from kq.broker.kafka.authorize import (
+    GROUP_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    ApiKey,
+)
+from kq.broker.kafka.base import NONE, NOT_COORDINATOR, KafkaBase, kafka_code
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.framing import Request
+from kq.broker.kafka.listener import Connection
+from kq.proto import kq_pb2
+from kq.proto.limits import TXN_PARTITIONS_MAX
+
+INVALID_REQUEST = 42
+INVALID_TXN_STATE = 48
+
+
+class TransactionApis(KafkaBase):
+    """Kafka's transaction APIs over the coordinator's RPCs."""
+
+    async def _coordinator_call(self, method: str, request: Any) -> tuple[int, Any]:
+        """(Kafka error code, response) of the coordinator's RPC; NOT_COORDINATOR when group 0's leader
+        moved, so the client looks its coordinator up again."""
+        try:
+            return NONE, await self._on_leader(method, request)
+        except KqError as error:
+            return kafka_code(error, NOT_COORDINATOR), None
+
+    async def init_transactional_producer(self, request: Request, connection: Connection) -> Any:
+        """InitProducerId with a transactional id: its producer id and a new epoch (fencing older ones)."""
+        module = response_module(ApiKey.INIT_PRODUCER_ID, request.api_version)
+        body = request.body
+        code, answer = NONE, None
+        if not self._permitted(connection, ApiKey.INIT_PRODUCER_ID, TRANSACTIONAL_ID, body.transactional_id):
+            code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        else:
+            timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
+            call = kq_pb2.InitTransactionRequest(
+                transactional_id=body.transactional_id, timeout_ms=timeout_ms
+            )
+            code, answer = await self._coordinator_call("InitTransaction", call)
+        return build(
+            module.InitProducerIdResponse,
+            throttle_time=0,
+            error_code=code,
+            producer_id=answer.producer_id if answer is not None else -1,
+            producer_epoch=answer.producer_epoch if answer is not None else -1,
+        )
+
+    async def add_partitions_to_txn(self, request: Request, connection: Connection) -> Any:
+        """AddPartitionsToTxn v0-3: the partitions join the transaction, all or none (a partition the
+        principal may not WRITE fails the others with OPERATION_NOT_ATTEMPTED, as Kafka answers)."""
+        module = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, request.api_version)
+        body = request.body
+        wanted = [(topic.name, int(p)) for topic in body.v3_and_below_topics for p in topic.partitions]
+        transactional_id = body.v3_and_below_transactional_id
+        codes: dict[tuple[str, int], int]
+        if not self._permitted(connection, ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTIONAL_ID, transactional_id):
+            codes = dict.fromkeys(wanted, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        elif len(wanted) > TXN_PARTITIONS_MAX:
+            codes = dict.fromkeys(wanted, INVALID_REQUEST)
+        else:
+            refused = self._refused(connection, ApiKey.ADD_PARTITIONS_TO_TXN, TOPIC, [t for t, _ in wanted])
+            if refused:
+                codes = {
+                    (t, p): TOPIC_AUTHORIZATION_FAILED if t in refused else OPERATION_NOT_ATTEMPTED
+                    for t, p in wanted
+                }
+            else:
+                call = kq_pb2.AddToTransactionRequest(
+                    transactional_id=transactional_id,
+                    producer_id=body.v3_and_below_producer_id,
+                    producer_epoch=body.v3_and_below_producer_epoch,
+                    partitions=[kq_pb2.TxnPartition(topic=t, partition=p) for t, p in wanted],
+                )
+                code, _ = await self._coordinator_call("AddToTransaction", call)
+                codes = dict.fromkeys(wanted, code)
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), code in codes.items():
+            result = build(
+                module.AddPartitionsToTxnPartitionResult, partition_index=partition, partition_error_code=code
+            )
+            by_topic.setdefault(topic, []).append(result)
+        results = tuple(
+            build(module.AddPartitionsToTxnTopicResult, name=name, results_by_partition=tuple(partitions))
+            for name, partitions in by_topic.items()
+        )
+        return build(
+            module.AddPartitionsToTxnResponse, throttle_time=0, results_by_topic_v3_and_below=results
+        )
+
+    async def add_offsets_to_txn(self, request: Request, connection: Connection) -> Any:
+        """AddOffsetsToTxn: the consumer group's offsets (TxnOffsetCommit) join the transaction."""
+        module = response_module(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version)
+        body = request.body
+        if not self._permitted(
+            connection, ApiKey.ADD_OFFSETS_TO_TXN, TRANSACTIONAL_ID, body.transactional_id
+        ):
+            code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not self._permitted(connection, ApiKey.ADD_OFFSETS_TO_TXN, GROUP, body.group_id):
+            code = GROUP_AUTHORIZATION_FAILED
+        else:
+            call = kq_pb2.AddToTransactionRequest(
+                transactional_id=body.transactional_id,
+                producer_id=body.producer_id,
+                producer_epoch=body.producer_epoch,
+                groups=[body.group_id],
+            )
+            code, _ = await self._coordinator_call("AddToTransaction", call)
+        return build(module.AddOffsetsToTxnResponse, throttle_time=0, error_code=code)
+
+    async def end_txn(self, request: Request, connection: Connection) -> Any:
+        """EndTxn: commits or aborts (authorized in KafkaApis.answer: WHOLE)."""
+        module = response_module(ApiKey.END_TXN, request.api_version)
+        body = request.body
+        call = kq_pb2.EndTransactionRequest(
+            transactional_id=body.transactional_id,
+            producer_id=body.producer_id,
+            producer_epoch=body.producer_epoch,
+            commit=bool(body.committed),
+        )
+        code, _ = await self._coordinator_call("EndTransaction", call)
+        return build(module.EndTxnResponse, throttle_time=0, error_code=code)
+
+    async def txn_offset_commit(self, request: Request, connection: Connection) -> Any:
+        """TxnOffsetCommit: the group's offsets, committed when the transaction commits."""
+        module = response_module(ApiKey.TXN_OFFSET_COMMIT, request.api_version)
+        body = request.body
+        wanted = [
+            (topic.name, int(p.partition_index), int(p.committed_offset))
+            for topic in body.topics
+            for p in topic.partitions
+        ]
+        codes: dict[tuple[str, int], int]
+        if not self._permitted(connection, ApiKey.TXN_OFFSET_COMMIT, TRANSACTIONAL_ID, body.transactional_id):
+            codes = {(t, p): TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t, p, _ in wanted}
+        elif not self._permitted(connection, ApiKey.TXN_OFFSET_COMMIT, GROUP, body.group_id):
+            codes = {(t, p): GROUP_AUTHORIZATION_FAILED for t, p, _ in wanted}
+        else:
+            refused = self._refused(connection, ApiKey.TXN_OFFSET_COMMIT, TOPIC, [t for t, _, _ in wanted])
+            allowed = [(t, p, o) for t, p, o in wanted if t not in refused]
+            code = NONE
+            if allowed:
+                call = kq_pb2.TxnCommitOffsetsRequest(
+                    transactional_id=body.transactional_id,
+                    producer_id=body.producer_id,
+                    producer_epoch=body.producer_epoch,
+                    group=body.group_id,
+                    offsets=[
+                        kq_pb2.OffsetEntry(topic=t, partition=p, offset=max(o, 0)) for t, p, o in allowed
+                    ],
+                )
+                code, _ = await self._coordinator_call("TxnCommitOffsets", call)
+            codes = {(t, p): TOPIC_AUTHORIZATION_FAILED if t in refused else code for t, p, _ in wanted}
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), code in codes.items():
+            by_topic.setdefault(topic, []).append(
+                build(module.TxnOffsetCommitResponsePartition, partition_index=partition, error_code=code)
+            )
+        topics = tuple(
+            build(module.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(partitions))
+            for name, partitions in by_topic.items()
+        )
+        return build(module.TxnOffsetCommitResponse, throttle_time=0, topics=topics)
+
+
+OPERATION_NOT_ATTEMPTED = 55

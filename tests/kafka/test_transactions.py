@@ -1,0 +1,198 @@
+"""Kafka transactions with real clients on a three-node cluster: commit and abort, read_committed and
+read_uncommitted consumers, fencing by a second instance of a transactional id, offsets committed in a
+transaction (send_offsets_to_transaction), and aiokafka's transactional producer."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from kq.deploy.cluster import LocalCluster
+
+WAIT_S = 60.0
+
+
+def _topic(cluster: LocalCluster, partitions: int = 2) -> str:
+    name = f"txn-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def _producer(cluster: LocalCluster, transactional_id: str) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+
+
+def _consume_all(
+    cluster: LocalCluster, topic: str, isolation: str, expected: int, partitions: int = 2
+) -> list[bytes]:
+    """Every value of the topic a consumer of `isolation` reads, waiting until it read `expected` (or the
+    partitions' ends at its LSO / high watermark, with nothing more coming)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    loop = asyncio.new_event_loop()
+    deadline = loop.time() + WAIT_S
+    try:
+        while loop.time() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == -191:  # _PARTITION_EOF
+                    at_end.add(message.partition())
+                    if len(values) >= expected and len(at_end) == partitions:
+                        break
+                    continue
+                raise KafkaException(message.error())
+            values.append(message.value())
+    finally:
+        consumer.close()
+        loop.close()
+    return values
+
+
+def test_committed_and_aborted_transactions_as_read_committed_and_uncommitted_consumers_see_them(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """A committed transaction's records are seen by both isolation levels; an aborted one's only by
+    read_uncommitted; records after an open transaction wait for it (the LSO)."""
+    topic = _topic(kafka_cluster)
+    producer = _producer(kafka_cluster, f"tx-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce(topic, f"committed-{i}".encode(), partition=i % 2)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce(topic, f"aborted-{i}".encode(), partition=i % 2)
+    producer.flush(30)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed-last", partition=0)
+    producer.commit_transaction(30)
+    committed = _consume_all(kafka_cluster, topic, "read_committed", 5)
+    assert sorted(committed) == sorted([f"committed-{i}".encode() for i in range(4)] + [b"committed-last"])
+    everything = _consume_all(kafka_cluster, topic, "read_uncommitted", 9)
+    assert sorted(everything) == sorted(
+        [f"committed-{i}".encode() for i in range(4)]
+        + [f"aborted-{i}".encode() for i in range(4)]
+        + [b"committed-last"]
+    )
+
+
+def test_a_second_instance_fences_the_first(kafka_cluster: LocalCluster) -> None:
+    """init_transactions of a second producer with the same transactional id fences the first: its
+    commit fails fatally (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH), and its open records are aborted."""
+    topic = _topic(kafka_cluster, 1)
+    transactional_id = f"fence-{uuid.uuid4().hex[:6]}"
+    first = _producer(kafka_cluster, transactional_id)
+    first.init_transactions(30)
+    first.begin_transaction()
+    first.produce(topic, b"zombie", partition=0)
+    first.flush(30)
+    second = _producer(kafka_cluster, transactional_id)
+    second.init_transactions(30)
+    with pytest.raises(KafkaException) as caught:
+        first.commit_transaction(30)
+    error = caught.value.args[0]
+    assert error.fatal() or error.txn_requires_abort(), error
+    second.begin_transaction()
+    second.produce(topic, b"fresh", partition=0)
+    second.commit_transaction(30)
+    assert _consume_all(kafka_cluster, topic, "read_committed", 1, partitions=1) == [b"fresh"]
+
+
+def test_offsets_sent_to_a_transaction_are_committed_with_it(kafka_cluster: LocalCluster) -> None:
+    """A consume-transform-produce step: the input offsets sent to the transaction are the group's
+    committed offsets once it commits, and stay as they were when it aborts."""
+    source, sink = _topic(kafka_cluster, 1), _topic(kafka_cluster, 1)
+    group = f"ctp-{uuid.uuid4().hex[:6]}"
+    producer = _producer(kafka_cluster, f"ctp-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(30)
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.kafka_bootstrap, "group.id": group})
+    metadata = consumer.consumer_group_metadata()
+
+    def step(offset: int, commit: bool) -> None:
+        producer.begin_transaction()
+        producer.produce(sink, f"out-{offset}".encode(), partition=0)
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)], metadata, 30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    def committed() -> int:
+        return int(consumer.committed([TopicPartition(source, 0)], 30)[0].offset)
+
+    step(5, commit=True)
+    assert committed() == 5
+    step(9, commit=False)
+    assert committed() == 5
+    step(12, commit=True)
+    assert committed() == 12
+    consumer.close()
+    assert _consume_all(kafka_cluster, sink, "read_committed", 2, partitions=1) == [b"out-5", b"out-12"]
+
+
+def test_aiokafka_transactional_producer_commits_and_aborts(kafka_cluster: LocalCluster) -> None:
+    """aiokafka's transactional producer: a committed batch is read, an aborted one is not."""
+    topic = _topic(kafka_cluster, 1)
+
+    async def run() -> list[Any]:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=kafka_cluster.kafka_bootstrap, transactional_id=f"aio-{uuid.uuid4().hex[:6]}"
+        )
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"kept", partition=0)
+            await producer.begin_transaction()
+            await producer.send_and_wait(topic, b"dropped", partition=0)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"kept-too", partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=kafka_cluster.kafka_bootstrap,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        values: list[Any] = []
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while len(values) < 2:
+                    batch = await consumer.getmany(timeout_ms=1000)
+                    values += [record.value for records in batch.values() for record in records]
+        finally:
+            await consumer.stop()
+        return values
+
+    assert asyncio.run(run()) == [b"kept", b"kept-too"]
