@@ -32,8 +32,22 @@ from kq.broker.kafka.listener import Connection
 from kq.proto import kq_pb2
 from kq.proto.limits import TXN_PARTITIONS_MAX
 
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_PRODUCER_EPOCH = 47
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
 INVALID_REQUEST = 42
-INVALID_TXN_STATE = 48
+OPERATION_NOT_ATTEMPTED = 55
+EPOCH_MAX = 32_767
+
+
+def producer_problem(producer_id: int, producer_epoch: int) -> int | None:
+    """Kafka's code for a producer id or epoch no producer holds (negative, past int16), or None."""
+    if producer_id < 0:
+        return INVALID_PRODUCER_ID_MAPPING
+    if not 0 <= producer_epoch <= EPOCH_MAX:
+        return INVALID_PRODUCER_EPOCH
+    return None
 
 
 class TransactionApis(KafkaBase):
@@ -54,6 +68,8 @@ class TransactionApis(KafkaBase):
         code, answer = NONE, None
         if not self._permitted(connection, ApiKey.INIT_PRODUCER_ID, TRANSACTIONAL_ID, body.transactional_id):
             code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not 0 <= body.transaction_timeout.total_seconds() * 1000 < 2**32:
+            code = INVALID_TRANSACTION_TIMEOUT
         else:
             timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
             call = kq_pb2.InitTransactionRequest(
@@ -80,6 +96,13 @@ class TransactionApis(KafkaBase):
             codes = dict.fromkeys(wanted, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         elif len(wanted) > TXN_PARTITIONS_MAX:
             codes = dict.fromkeys(wanted, INVALID_REQUEST)
+        elif producer_problem(body.v3_and_below_producer_id, body.v3_and_below_producer_epoch) is not None:
+            problem = producer_problem(body.v3_and_below_producer_id, body.v3_and_below_producer_epoch)
+            codes = dict.fromkeys(wanted, problem or INVALID_REQUEST)
+        elif any(p < 0 for _, p in wanted):
+            codes = {
+                (t, p): UNKNOWN_TOPIC_OR_PARTITION if p < 0 else OPERATION_NOT_ATTEMPTED for t, p in wanted
+            }
         else:
             refused = self._refused(connection, ApiKey.ADD_PARTITIONS_TO_TXN, TOPIC, [t for t, _ in wanted])
             if refused:
@@ -120,6 +143,8 @@ class TransactionApis(KafkaBase):
             code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         elif not self._permitted(connection, ApiKey.ADD_OFFSETS_TO_TXN, GROUP, body.group_id):
             code = GROUP_AUTHORIZATION_FAILED
+        elif producer_problem(body.producer_id, body.producer_epoch) is not None:
+            code = producer_problem(body.producer_id, body.producer_epoch) or INVALID_REQUEST
         else:
             call = kq_pb2.AddToTransactionRequest(
                 transactional_id=body.transactional_id,
@@ -134,6 +159,9 @@ class TransactionApis(KafkaBase):
         """EndTxn: commits or aborts (authorized in KafkaApis.answer: WHOLE)."""
         module = response_module(ApiKey.END_TXN, request.api_version)
         body = request.body
+        problem = producer_problem(body.producer_id, body.producer_epoch)
+        if problem is not None:
+            return build(module.EndTxnResponse, throttle_time=0, error_code=problem)
         call = kq_pb2.EndTransactionRequest(
             transactional_id=body.transactional_id,
             producer_id=body.producer_id,
@@ -157,6 +185,13 @@ class TransactionApis(KafkaBase):
             codes = {(t, p): TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t, p, _ in wanted}
         elif not self._permitted(connection, ApiKey.TXN_OFFSET_COMMIT, GROUP, body.group_id):
             codes = {(t, p): GROUP_AUTHORIZATION_FAILED for t, p, _ in wanted}
+        elif producer_problem(body.producer_id, body.producer_epoch) is not None:
+            problem = producer_problem(body.producer_id, body.producer_epoch)
+            codes = {(t, p): problem or INVALID_REQUEST for t, p, _ in wanted}
+        elif any(p < 0 for _, p, _ in wanted):
+            codes = {
+                (t, p): UNKNOWN_TOPIC_OR_PARTITION if p < 0 else OPERATION_NOT_ATTEMPTED for t, p, _ in wanted
+            }
         else:
             refused = self._refused(connection, ApiKey.TXN_OFFSET_COMMIT, TOPIC, [t for t, _, _ in wanted])
             allowed = [(t, p, o) for t, p, o in wanted if t not in refused]
@@ -183,6 +218,3 @@ class TransactionApis(KafkaBase):
             for name, partitions in by_topic.items()
         )
         return build(module.TxnOffsetCommitResponse, throttle_time=0, topics=topics)
-
-
-OPERATION_NOT_ATTEMPTED = 55

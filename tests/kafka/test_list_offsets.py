@@ -140,9 +140,13 @@ def test_every_node_answers_max_timestamp_to_a_kafka_request(kafka_cluster: Loca
     assert _list_max_timestamp(address, topic, 1, 3_001) == [(0, -1, -1)]
 
 
-def test_a_transaction_coordinator_is_refused_at_once(kafka_cluster: LocalCluster) -> None:
-    """FindCoordinator for a transactional id answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which
-    clients treat as fatal (COORDINATOR_NOT_AVAILABLE made kafka-python retry for 60 s)."""
-    request = FindCoordinatorRequest(key="tx", key_type=i8(1))
-    response: Any = call(kafka_cluster.nodes["1"].kafka_address, request)
-    assert response.error_code == 53
+def test_a_transaction_coordinator_is_the_metadata_group_s_leader(kafka_cluster: LocalCluster) -> None:
+    """FindCoordinator for a transactional id names the broker of group 0's leader (the transaction
+    coordinator) from any node; an unknown key type is INVALID_REQUEST."""
+    leader = kafka_cluster.wait_ready()
+    for node in kafka_cluster.nodes.values():
+        response: Any = call(node.kafka_address, FindCoordinatorRequest(key="tx", key_type=i8(1)))
+        assert response.error_code == 0
+        assert str(response.node_id) == leader
+    response = call(kafka_cluster.nodes["1"].kafka_address, FindCoordinatorRequest(key="tx", key_type=i8(7)))
+    assert response.error_code == 42

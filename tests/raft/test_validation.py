@@ -20,12 +20,20 @@ import kq.raft.state_machine
 from kq.proto import kq_pb2
 from kq.proto.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from kq.proto.limits import PATTERN_PROGRAM_SIZE_MAX, TOPIC_NAME_LENGTH_MAX
-from kq.proto.records import NewRecord, assemble_batch, encode_batch, with_base_offset
+from kq.proto.records import (
+    TRANSACTIONAL_FLAG,
+    NewRecord,
+    assemble_batch,
+    encode_batch,
+    encode_record,
+    with_base_offset,
+)
 from kq.raft import commands
 from kq.raft.patterns import compile_pattern, pattern_problem
 from kq.raft.results import ErrorCode, GroupResult, RejectedResult, SkippedResult
 from kq.raft.state_machine import EnvironmentFaultError, apply
 from kq.raft.topic_config import CONFIGS
+from kq.raft.transactions import TRANSACTION_COMMAND_KINDS, transaction_problem
 from kq.raft.validation import append_problem, cluster_member_problem, command_problem
 from kq.storage import Store
 
@@ -188,6 +196,92 @@ def security_commands(draw: st.DrawFn) -> kq_pb2.Command:
     return commands.add_acls(acls) if kind == "add" else commands.remove_acls(acls)
 
 
+TRANSACTIONAL_IDS = st.sampled_from(["tx", "ty", "", "x" * 256, "\u00e9\u0000"])
+
+
+@st.composite
+def transaction_commands(draw: st.DrawFn) -> kq_pb2.Command:
+    """Every transaction step with hostile fields: ids empty or too long, epochs past int16, timeouts
+    out of bounds, too many partitions or groups, illegal names."""
+    transactional_id = draw(TRANSACTIONAL_IDS)
+    producer_id = draw(st.sampled_from([0, 1, 2, 2**63 - 1, 2**64 - 1]))
+    epoch = draw(st.sampled_from([0, 1, 2, 32_767, 32_768, 2**32 - 1]))
+    partitions = [
+        kq_pb2.TxnPartition(topic=draw(names), partition=draw(st.integers(0, 3)))
+        for _ in range(draw(st.sampled_from([0, 1, 2, 1_001])))
+    ]
+    groups = draw(st.lists(st.sampled_from(["g", "h", "", "bad name"]), max_size=3)) + (
+        ["g"] * 17 if draw(st.booleans()) and draw(st.booleans()) else []
+    )
+    commit = draw(st.booleans())
+    kind = draw(st.sampled_from(["init", "add", "end", "complete", "marker", "offsets"]))
+    message: commands.TransactionMessage
+    if kind == "init":
+        timeout_ms = draw(st.sampled_from([0, 999, 1_000, 60_000, 900_000, 900_001]))
+        message = kq_pb2.InitTransactionCommand(
+            transactional_id=transactional_id, timeout_ms=timeout_ms, now_ms=9
+        )
+    elif kind == "add":
+        message = kq_pb2.AddToTransactionCommand(
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            partitions=partitions,
+            groups=groups,
+            now_ms=9,
+        )
+    elif kind == "end":
+        message = kq_pb2.EndTransactionCommand(
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            commit=commit,
+            now_ms=9,
+            timed_out=draw(st.booleans()),
+        )
+    elif kind == "complete":
+        message = kq_pb2.CompleteTransactionCommand(
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            commit=commit,
+            now_ms=9,
+        )
+    elif kind == "marker":
+        message = kq_pb2.TransactionMarkerCommand(
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            commit=commit,
+            partitions=partitions,
+            groups=groups,
+            timestamp_ms=9,
+            coordinator_epoch=draw(uint32),
+        )
+    else:
+        offsets = [
+            kq_pb2.OffsetEntry(
+                topic=draw(names), partition=draw(uint32), offset=draw(st.integers(0, 2**64 - 1))
+            )
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+        message = kq_pb2.TxnCommitOffsetsCommand(
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            group=draw(st.sampled_from(["g", "", "bad name"])),
+            offsets=offsets,
+            commit_ms=9,
+        )
+    return commands.transaction(message)
+
+
+def problem_of(command: kq_pb2.Command) -> str | None:
+    """The shared validation apply and the edge run (transaction commands have their own)."""
+    if command.WhichOneof("kind") in TRANSACTION_COMMAND_KINDS:
+        return transaction_problem(command)
+    return command_problem(command)
+
+
 @st.composite
 def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
     kinds = [
@@ -205,10 +299,13 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         "register_member",
         "unregister_member",
         "security",
+        "transaction",
     ]
     kind = draw(st.sampled_from(kinds))
     if kind == "security":
         return draw(security_commands())
+    if kind == "transaction":
+        return draw(transaction_commands())
     if kind == "register_member":
         return commands.register_member(draw(cluster_members()), draw(cluster_ids))
     if kind == "unregister_member":
@@ -278,6 +375,8 @@ def history() -> list[kq_pb2.Command]:
     )
     one = encode_batch([NewRecord(b"k", b"v")], base_timestamp_ms=1)
     idempotent = encode_batch([NewRecord(b"k", b"v")], NONE, 1, 0, 0, base_timestamp_ms=1)
+    record = encode_record(NewRecord(b"k", b"v"), 0, 0)
+    transactional = assemble_batch(record, 1, 1, 1, NONE, 2, 0, 0, attributes=TRANSACTIONAL_FLAG)
     return [
         commands.create_topic("t", 2, 1),
         commands.create_topic("t.x", 1, 1),
@@ -290,6 +389,31 @@ def history() -> list[kq_pb2.Command]:
         commands.commit_offsets("g", "", 0, [kq_pb2.OffsetEntry(topic="t", partition=0, offset=1)], 4),
         commands.alter_topic_config(
             "t", {"message.timestamp.type": "LogAppendTime", "max.message.bytes": "90"}, []
+        ),
+        # A transactional id with an open transaction on t-0 and offsets of g pending (producer id 2).
+        commands.transaction(
+            kq_pb2.InitTransactionCommand(transactional_id="tx", timeout_ms=60_000, now_ms=5)
+        ),
+        commands.transaction(
+            kq_pb2.AddToTransactionCommand(
+                transactional_id="tx",
+                producer_id=2,
+                producer_epoch=0,
+                partitions=[kq_pb2.TxnPartition(topic="t", partition=0)],
+                groups=["g"],
+                now_ms=6,
+            )
+        ),
+        commands.append(1, [commands.partition_append("t", 0, transactional)]),
+        commands.transaction(
+            kq_pb2.TxnCommitOffsetsCommand(
+                transactional_id="tx",
+                producer_id=2,
+                producer_epoch=0,
+                group="g",
+                offsets=[kq_pb2.OffsetEntry(topic="t", partition=0, offset=1)],
+                commit_ms=7,
+            )
         ),
     ]
 
@@ -307,7 +431,7 @@ def stores(count: int) -> Iterator[list[Store]]:
 
 def accepted(command: kq_pb2.Command) -> bool:
     """What the edge lets through: the command and, for appends, every produce request in it."""
-    if command_problem(command) is not None:
+    if problem_of(command) is not None:
         return False
     return all(append_problem(a) is None for a in command.append.appends)
 
@@ -331,11 +455,11 @@ def test_what_the_edge_accepts_applies_without_raising_and_identically(
             for result in (*results, fresh_result):
                 if accepted(command):
                     assert not isinstance(result, RejectedResult), result
-                elif command_problem(command) is not None:
-                    assert result == RejectedResult(result.index, command_problem(command) or "")  # type: ignore[union-attr]
+                elif problem_of(command) is not None:
+                    assert result == RejectedResult(result.index, problem_of(command) or "")  # type: ignore[union-attr]
         assert left.dump() == right.dump()
         with left.read() as reader:
-            assert reader.rejected_entries() == sum(command_problem(c) is not None for c in fuzzed)
+            assert reader.rejected_entries() == sum(problem_of(c) is not None for c in fuzzed)
 
 
 @settings(max_examples=300)
