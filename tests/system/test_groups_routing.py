@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -40,6 +40,7 @@ PROCESSES = 3
 PARTITIONS = 24
 RECORDS = 2_400
 WAIT_S = 30.0
+TXN_PARTITIONS = 6  # Two partitions in each group.
 SPREAD_WAIT_S = 30.0  # Issue 37: leaders per running node differ by at most 1 within 30 s.
 
 
@@ -110,6 +111,95 @@ def test_kafka_clients_route_every_partition_to_its_groups_leader(groups_cluster
     listed = group_status(cluster, nodes[0], 0)
     assert listed is not None and listed.groups == PROCESSES
     assert [(g.group, g.leader_id) for g in listed.group_leaders] == sorted(leaders.items())
+
+
+def _read_values(cluster: LocalCluster, topic: str, isolation: str, expected: int) -> list[bytes]:
+    """Every value a consumer of `isolation` reads from the topic's partitions, once it has `expected`
+    and has reached every partition's end (its LSO for read_committed)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": f"txn-reader-{uuid.uuid4().hex[:6]}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(TXN_PARTITIONS)])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while time.monotonic() < deadline and not (len(values) >= expected and len(at_end) == TXN_PARTITIONS):
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                at_end.add(message.partition())
+                continue
+            at_end.discard(message.partition())
+            values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_transactions_span_every_group_and_expired_ones_are_aborted(groups_cluster: LocalCluster) -> None:
+    """Issue 38 on several Raft groups: a transaction over partitions of every group commits or aborts
+    everywhere (its markers through each group's leader), with offsets it sent; one left open past its
+    transaction.timeout.ms is aborted by the coordinator's driver (its producer fenced)."""
+    admin = AdminClient({"bootstrap.servers": groups_cluster.kafka_bootstrap})
+    topic, source = f"txn-{uuid.uuid4().hex[:6]}", f"txn-source-{uuid.uuid4().hex[:6]}"
+    for name in (topic, source):
+        admin.create_topics([NewTopic(name, TXN_PARTITIONS, 1)])[name].result(WAIT_S)
+    with KqClient(groups_cluster.bootstrap) as client:
+        groups = {info.group for info in client.describe_topic(topic).partitions}
+    assert groups == set(range(PROCESSES))
+    producer = Producer({"bootstrap.servers": groups_cluster.kafka_bootstrap, "transactional.id": "spread"})
+    producer.init_transactions(WAIT_S)
+    consumer = Consumer({"bootstrap.servers": groups_cluster.kafka_bootstrap, "group.id": "txn-spread"})
+    for commit in (True, False, True):
+        producer.begin_transaction()
+        for partition in range(TXN_PARTITIONS):
+            producer.produce(topic, f"{commit}-{partition}".encode(), partition=partition)
+        offsets = [TopicPartition(source, p, 3 if commit else 7) for p in range(TXN_PARTITIONS)]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), WAIT_S)
+        if commit:
+            producer.commit_transaction(WAIT_S)
+        else:
+            producer.flush(WAIT_S)  # Sent, then aborted (an abort purges what is still queued).
+            producer.abort_transaction(WAIT_S)
+    committed = consumer.committed([TopicPartition(source, p) for p in range(TXN_PARTITIONS)], WAIT_S)
+    consumer.close()
+    assert [c.offset for c in committed] == [3] * TXN_PARTITIONS
+    kept = sorted(f"True-{p}".encode() for p in range(TXN_PARTITIONS)) * 2
+    assert sorted(_read_values(groups_cluster, topic, "read_committed", 2 * TXN_PARTITIONS)) == sorted(kept)
+    everything = _read_values(groups_cluster, topic, "read_uncommitted", 3 * TXN_PARTITIONS)
+    assert len(everything) == 3 * TXN_PARTITIONS
+    expiring = Producer(
+        {
+            "bootstrap.servers": groups_cluster.kafka_bootstrap,
+            "transactional.id": "expiring",
+            "transaction.timeout.ms": 2_000,
+        }
+    )
+    expiring.init_transactions(WAIT_S)
+    expiring.begin_transaction()
+    for partition in range(TXN_PARTITIONS):
+        expiring.produce(topic, b"expired", partition=partition)
+    expiring.flush(WAIT_S)
+
+    def phase() -> int:
+        with grpc.insecure_channel(groups_cluster.nodes["1"].grpc_address) as channel:
+            request = kq_pb2.ListTransactionsRequest(transactional_id="expiring")
+            return kq_pb2_grpc.BrokerStub(channel).ListTransactions(request).transactions[0].state.phase
+
+    wait_for(lambda: phase() == kq_pb2.TXN_COMPLETE_ABORT, "the expired transaction's abort", WAIT_S)
+    # Every partition's LSO moved past the expired transaction: read_committed reads on past it.
+    read = _read_values(groups_cluster, topic, "read_committed", 2 * TXN_PARTITIONS)
+    assert b"expired" not in read and len(read) == 2 * TXN_PARTITIONS
+    with pytest.raises(KafkaException):
+        expiring.commit_transaction(WAIT_S)
 
 
 def test_leaders_spread_at_start_after_a_kill_and_after_the_return(groups_cluster: LocalCluster) -> None:
