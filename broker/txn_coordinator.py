@@ -16,6 +16,7 @@ repeated writes nothing; a completion repeated changes nothing.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import grpc
@@ -31,6 +32,9 @@ from kq.proto.limits import (
     PROPOSAL_TIMEOUT_S,
     TRANSACTIONAL_IDS_MAX,
     TXN_DRIVER_PERIOD_S,
+    TXN_HANGING_ABORT_MS,
+    TXN_HANGING_CHECK_S,
+    TXN_HANGING_ROWS_MAX,
     TXN_MARKER_TIMEOUT_S,
 )
 from kq.raft import commands
@@ -141,7 +145,8 @@ class TransactionFinisher:
 
 
 class TransactionDriver(BackgroundThread):
-    """`kq-transactions`: on group 0's leader, finishes prepared transactions and aborts expired ones."""
+    """`kq-transactions`: on group 0's leader, finishes prepared transactions and aborts expired ones; on
+    every group's leader, aborts hanging ones (`abort_hanging`)."""
 
     thread_name = "kq-transactions"
 
@@ -168,9 +173,49 @@ class TransactionDriver(BackgroundThread):
         super().stop(PROPOSAL_TIMEOUT_S + TXN_MARKER_TIMEOUT_S if timeout_s is None else timeout_s)
 
     def _run(self) -> None:
+        hanging_due = time.monotonic() + TXN_HANGING_CHECK_S
         while not self._stopping.wait(self._period_s):
-            if self._groups.group == METADATA_GROUP and self._consensus.is_leader():
+            if not self._consensus.is_leader():
+                continue
+            if self._groups.group == METADATA_GROUP:
                 self.run_once()
+            if time.monotonic() >= hanging_due:
+                hanging_due = time.monotonic() + TXN_HANGING_CHECK_S
+                try:
+                    self.abort_hanging()
+                except KqError as error:
+                    logger.warning("aborting hanging transactions: %s; the next look retries", error)
+
+    def abort_hanging(self, older_than_ms: int = TXN_HANGING_ABORT_MS) -> int:
+        """On any group's leader: aborts each transaction open in one of its partitions for longer than
+        `older_than_ms` (its coordinator never marked it there: a producer that wrote to a partition it
+        did not add, or a transaction lost with its coordinator), so the partition's last stable
+        offset moves on, as Kafka's `kafka-transactions.sh abort` does by hand. Returns how many."""
+        now_ms = self._clock_ms()
+        with self._store.read() as reader:
+            opened = reader.every_open_transaction(TXN_HANGING_ROWS_MAX)
+            names = {topic.topic_id: topic.name for topic in reader.topics()}
+        aborted = 0
+        for topic_id, partition, transaction in opened:
+            if now_ms - transaction.opened_ms <= older_than_ms or topic_id not in names:
+                continue
+            marker = kq_pb2.TransactionMarkerCommand(
+                producer_id=transaction.producer_id,
+                producer_epoch=transaction.producer_epoch,
+                commit=False,
+                partitions=[kq_pb2.TxnPartition(topic=names[topic_id], partition=partition)],
+                timestamp_ms=now_ms,
+            )
+            propose_and_wait(self._consensus, commands.transaction(marker), PROPOSAL_TIMEOUT_S)
+            logger.warning(
+                "aborted a hanging transaction of producer %d in %s-%d (open since %d ms)",
+                transaction.producer_id,
+                names[topic_id],
+                partition,
+                transaction.opened_ms,
+            )
+            aborted += 1
+        return aborted
 
     def run_once(self) -> int:
         """One round; returns how many transactions it moved on (finished or aborted)."""

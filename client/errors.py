@@ -166,6 +166,16 @@ class UnknownUserError(KqClientError):
     """No user (or token) of that name or id."""
 
 
+class TransactionStateError(PreconditionFailedError):
+    """A transaction request that does not fit the transactional id's state, or not its producer."""
+
+
+class ConcurrentTransactionsError(UnavailableError):
+    """The transactional id's previous transaction is still being completed: retry shortly."""
+
+    retriable = True
+
+
 CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_TOPIC: TopicNotFoundError,
     ErrorCode.UNKNOWN_PARTITION: InvalidRequestError,
@@ -200,6 +210,13 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_USER: UnknownUserError,
     ErrorCode.UNKNOWN_TOKEN: UnknownUserError,
     ErrorCode.SECURITY_LIMIT_REACHED: LimitReachedError,
+    ErrorCode.PRODUCER_FENCED: ProducerFencedError,
+    ErrorCode.CONCURRENT_TRANSACTIONS: ConcurrentTransactionsError,
+    ErrorCode.INVALID_TXN_STATE: TransactionStateError,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: TransactionStateError,
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: InvalidRequestError,
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: InvalidRequestError,
+    ErrorCode.TRANSACTION_LIMIT_REACHED: LimitReachedError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

@@ -501,3 +501,5 @@ TXN_END_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering 
 # A partition's leader aborts a transaction open there longer than this (a producer whose coordinator
 # never added the partition, or lost: Kafka's "hanging transaction"), so its last stable offset moves on.
 TXN_HANGING_ABORT_MS = 2 * TXN_TIMEOUT_MS_MAX
+TXN_HANGING_CHECK_S = 60.0  # How often a group's leader looks for such transactions.
+TXN_HANGING_ROWS_MAX = 10_000  # Open transactions one such look reads.

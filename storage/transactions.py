@@ -111,6 +111,16 @@ class TransactionReads:
             found.append(OpenTransaction(producer_id, *_TXN_OPEN.unpack(bytes(value))))
         return found
 
+    def every_open_transaction(self, rows_max: int) -> list[tuple[int, int, OpenTransaction]]:
+        """Up to `rows_max` open transactions of every partition: (topic_id, partition, transaction)."""
+        found: list[tuple[int, int, OpenTransaction]] = []
+        for key, value in self._transaction.cursor(db=self._txn_tables[b"txn_open"]):
+            if len(found) >= rows_max:
+                break
+            topic_id, partition, producer_id = _TXN_PARTITION_KEY.unpack(bytes(key))
+            found.append((topic_id, partition, OpenTransaction(producer_id, *_TXN_OPEN.unpack(bytes(value)))))
+        return found
+
     def last_stable_offset(self, topic_id: int, partition: int, log_end_offset: int, rows_max: int) -> int:
         """The partition's last stable offset: the first offset of its oldest open transaction, else its
         log end (Kafka's LSO: a read_committed consumer reads below it)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -61,14 +61,17 @@ def _consume_all(
             message = consumer.poll(1.0)
             if message is None:
                 continue
-            if message.error():
-                if message.error().code() == -191:  # _PARTITION_EOF
-                    at_end.add(message.partition())
-                    if len(values) >= expected and len(at_end) == partitions:
-                        break
-                    continue
-                raise KafkaException(message.error())
-            values.append(message.value())
+            error, partition, value = message.error(), message.partition(), message.value()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                assert partition is not None
+                at_end.add(partition)
+                if len(values) >= expected and len(at_end) == partitions:
+                    break
+                continue
+            assert value is not None
+            values.append(value)
     finally:
         consumer.close()
         loop.close()

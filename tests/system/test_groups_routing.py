@@ -134,11 +134,14 @@ def _read_values(cluster: LocalCluster, topic: str, isolation: str, expected: in
             message = consumer.poll(0.5)
             if message is None:
                 continue
+            partition, value = message.partition(), message.value()
+            assert partition is not None
             if message.error() is not None:
-                at_end.add(message.partition())
+                at_end.add(partition)
                 continue
-            at_end.discard(message.partition())
-            values.append(message.value())
+            at_end.discard(partition)
+            assert value is not None
+            values.append(value)
     finally:
         consumer.close()
     return values
