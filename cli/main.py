@@ -22,6 +22,7 @@ from kq.cli.groups import groups
 from kq.cli.produce import produce
 from kq.cli.security import acls, tokens, users, whoami
 from kq.cli.topics import topics
+from kq.cli.transactions import transactions
 from kq.client import KqClientError, TlsConfig, TlsConfigError
 
 
@@ -154,6 +155,7 @@ kq.add_command(users)
 kq.add_command(tokens)
 kq.add_command(acls)
 kq.add_command(whoami)
+kq.add_command(transactions)
 
 
 def main() -> None:

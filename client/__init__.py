@@ -43,6 +43,7 @@ from kq.client.errors import (
 from kq.client.group import GroupConsumer
 from kq.client.producer import Producer
 from kq.client.tls import TlsConfig, TlsConfigError
+from kq.client.transactions import TransactionDescription
 from kq.client.types import (
     ConsumerRecord,
     GroupDescription,
@@ -103,6 +104,7 @@ __all__ = [
     "TopicExistsError",
     "TopicInfo",
     "TopicNotFoundError",
+    "TransactionDescription",
     "UnavailableError",
     "UnknownMemberError",
     "UnknownUserError",

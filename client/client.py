@@ -33,6 +33,7 @@ from kq.client.groups_api import GroupsApi
 from kq.client.partitioner import partition_for_key
 from kq.client.security import SecurityApi
 from kq.client.tls import TlsConfig
+from kq.client.transactions import TransactionsApi
 from kq.client.types import (
     ConsumerRecord,
     FetchedBatches,
@@ -84,7 +85,7 @@ RECORDS_UNCUT = 1 << 62  # A record limit no response reaches: every record of t
 PRODUCER_EPOCH = 0
 
 
-class KqClient(GroupsApi, SecurityApi):
+class KqClient(GroupsApi, SecurityApi, TransactionsApi):
     """A client of a kq cluster. Thread-safe (see the module docstring); one per process is enough.
 
     `bootstrap` lists some nodes as host:port; the leader is found from any of them. Produce is

@@ -516,6 +516,24 @@ class StoreReader(TransactionReads):
         fields = _PRODUCER_APPEND.iter_unpack(raw[start : start + count * _PRODUCER_APPEND.size])
         return ProducerWindow(epoch, tuple(ProducerAppend(*field) for field in fields))
 
+    def producer_windows(
+        self, topic_id: int, partition: int, rows_max: int
+    ) -> list[tuple[int, ProducerWindow]]:
+        """Up to `rows_max` producers that appended to the partition, by id, with their windows."""
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        found: list[tuple[int, ProducerWindow]] = []
+        cursor = self._transaction.cursor(db=self._producers)
+        if not cursor.set_range(prefix):
+            return found
+        for key in cursor.iternext(keys=True, values=False):
+            if bytes(key[: len(prefix)]) != prefix or len(found) >= rows_max:
+                break
+            producer_id = _PRODUCER_KEY.unpack(bytes(key))[2]
+            window = self.producer_window(producer_id, topic_id, partition)
+            assert window is not None
+            found.append((producer_id, window))
+        return found
+
     def batches(
         self, topic_id: int, partition: int, offset: int, max_bytes: int, max_records: int | None = None
     ) -> list[StoredBatch]:

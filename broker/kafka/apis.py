@@ -40,7 +40,7 @@ from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
 from kq.broker.kafka.sasl import Answer, SaslSession, SaslState
-from kq.broker.kafka.transactions import TransactionApis
+from kq.broker.kafka.transactions import TransactionAdminApis, TransactionApis
 from kq.broker.metrics import KAFKA_REQUEST_LATENCY, observe_latency
 from kq.proto.limits import LOG_INTERVAL_S
 from kq.raft.auth import ANONYMOUS
@@ -52,7 +52,9 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, TransactionApis):
+class KafkaApis(
+    ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, TransactionApis, TransactionAdminApis
+):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -82,6 +84,9 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, Tran
             ApiKey.ADD_OFFSETS_TO_TXN: (0, 3, self.add_offsets_to_txn),
             ApiKey.END_TXN: (0, 3, self.end_txn),
             ApiKey.TXN_OFFSET_COMMIT: (0, 3, self.txn_offset_commit),
+            ApiKey.DESCRIBE_PRODUCERS: (0, 0, self.describe_producers),
+            ApiKey.DESCRIBE_TRANSACTIONS: (0, 0, self.describe_transactions),
+            ApiKey.LIST_TRANSACTIONS: (0, 1, self.list_transactions),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),

@@ -15,6 +15,7 @@ the producer's epoch fences zombie producers.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from kq.broker.auth import GROUP, TOPIC, TRANSACTIONAL_ID
@@ -25,12 +26,21 @@ from kq.broker.kafka.authorize import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ApiKey,
 )
-from kq.broker.kafka.base import NONE, NOT_COORDINATOR, KafkaBase, kafka_code
+from kq.broker.kafka.base import NONE, NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER, KafkaBase, kafka_code
 from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
+from kq.broker.proposals import wall_clock_ms
 from kq.proto import kq_pb2
-from kq.proto.limits import TXN_PARTITIONS_MAX
+from kq.proto.limits import (
+    DESCRIBED_PRODUCERS_MAX,
+    TXN_LIST_MAX,
+    TXN_OPEN_PER_PARTITION_MAX,
+    TXN_PARTITIONS_MAX,
+)
+from kq.proto.records import SEQUENCE_MODULUS
+from kq.raft.placement import METADATA_GROUP
+from kq.storage import ProducerWindow
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_PRODUCER_EPOCH = 47
@@ -218,3 +228,196 @@ class TransactionApis(KafkaBase):
             for name, partitions in by_topic.items()
         )
         return build(module.TxnOffsetCommitResponse, throttle_time=0, topics=topics)
+
+
+STATE_NAMES = {  # Kafka's names of the states (TransactionState.scala), as its admin tools show them.
+    kq_pb2.TXN_EMPTY: "Empty",
+    kq_pb2.TXN_ONGOING: "Ongoing",
+    kq_pb2.TXN_PREPARE_COMMIT: "PrepareCommit",
+    kq_pb2.TXN_PREPARE_ABORT: "PrepareAbort",
+    kq_pb2.TXN_COMPLETE_COMMIT: "CompleteCommit",
+    kq_pb2.TXN_COMPLETE_ABORT: "CompleteAbort",
+}
+TRANSACTIONAL_ID_NOT_FOUND = 105
+
+
+class TransactionAdminApis(KafkaBase):
+    """DescribeTransactions, ListTransactions (the coordinator's: group 0's leader) and
+    DescribeProducers (each partition's leader), as kafka-transactions.sh and AdminClient use them."""
+
+    def _coordinates(self) -> bool:
+        """Whether this process is the transaction coordinator (group 0's leader)."""
+        return self._groups.group == METADATA_GROUP and self._consensus.is_leader()
+
+    def _states(
+        self, transactional_ids: list[str] | None
+    ) -> list[tuple[str, kq_pb2.TransactionState | None]]:
+        with self._store.read() as reader:
+            if transactional_ids is None:
+                rows = reader.transaction_states(TXN_LIST_MAX)
+                return [(name, kq_pb2.TransactionState.FromString(raw)) for name, raw in rows]
+            found = [(name, reader.transaction_state(name)) for name in transactional_ids]
+        return [
+            (name, None if raw is None else kq_pb2.TransactionState.FromString(raw)) for name, raw in found
+        ]
+
+    async def describe_transactions(self, request: Request, connection: Connection) -> Any:
+        """Each named transactional id's state, partitions, producer and timeout."""
+        module = response_module(ApiKey.DESCRIBE_TRANSACTIONS, request.api_version)
+        names = list(request.body.transactional_ids)[:TXN_LIST_MAX]
+        states = await self._in_reads(self._states, names) if self._coordinates() else []
+        found = dict(states)
+        answers = []
+        for name in names:
+            state = found.get(name)
+            code = NONE
+            if not self._permitted(connection, ApiKey.DESCRIBE_TRANSACTIONS, TRANSACTIONAL_ID, name):
+                code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            elif not self._coordinates():
+                code = NOT_COORDINATOR
+            elif state is None:
+                code = TRANSACTIONAL_ID_NOT_FOUND
+            answers.append(_described(module, name, state if code == NONE else None, code))
+        return build(module.DescribeTransactionsResponse, throttle_time=0, transaction_states=tuple(answers))
+
+    async def list_transactions(self, request: Request, connection: Connection) -> Any:
+        """The transactions this broker coordinates (none unless it is group 0's leader), filtered by
+        state, producer id and (v1) how long they have run; ids the principal may not DESCRIBE are left
+        out, as Kafka does."""
+        module = response_module(ApiKey.LIST_TRANSACTIONS, request.api_version)
+        body = request.body
+        wanted_states = set(body.state_filters)
+        unknown = tuple(name for name in body.state_filters if name not in STATE_NAMES.values())
+        producers = set(body.producer_id_filters)
+        older_than_ms = int(getattr(body, "duration_filter", -1))
+        now_ms = wall_clock_ms()
+        listed = []
+        for name, state in await self._in_reads(self._states, None) if self._coordinates() else []:
+            assert state is not None
+            state_name = STATE_NAMES.get(state.phase, "Unknown")
+            if (wanted_states and state_name not in wanted_states) or (
+                producers and state.producer_id not in producers
+            ):
+                continue
+            if older_than_ms >= 0 and (
+                state.phase != kq_pb2.TXN_ONGOING or now_ms - state.started_ms < older_than_ms
+            ):
+                continue
+            if not self._visible(connection, ApiKey.LIST_TRANSACTIONS, TRANSACTIONAL_ID, name):
+                continue
+            listed.append(
+                build(
+                    module.TransactionState,
+                    transactional_id=name,
+                    producer_id=state.producer_id,
+                    transaction_state=state_name,
+                )
+            )
+        return build(
+            module.ListTransactionsResponse,
+            throttle_time=0,
+            error_code=NONE,
+            unknown_state_filters=unknown,
+            transaction_states=tuple(listed),
+        )
+
+    async def describe_producers(self, request: Request, connection: Connection) -> Any:
+        """Each partition's active producers: epoch, last sequence and timestamp, and the first offset
+        of an open transaction; asked of the partition's leader."""
+        module = response_module(ApiKey.DESCRIBE_PRODUCERS, request.api_version)
+        wanted = [(topic.name, int(p)) for topic in request.body.topics for p in topic.partition_indexes]
+        refused = self._refused(connection, ApiKey.DESCRIBE_PRODUCERS, TOPIC, [t for t, _ in wanted])
+        allowed = [(t, p) for t, p in wanted if t not in refused][:TXN_PARTITIONS_MAX]
+        found = dict(zip(allowed, await self._in_reads(self._producers_of, allowed), strict=True))
+        by_topic: dict[str, list[Any]] = {}
+        for topic, partition in wanted:
+            code, producers = (
+                (TOPIC_AUTHORIZATION_FAILED, [])
+                if topic in refused
+                else found.get((topic, partition), (INVALID_REQUEST, []))
+            )
+            states = tuple(
+                build(
+                    module.ProducerState,
+                    producer_id=producer_id,
+                    producer_epoch=epoch,
+                    last_sequence=last_sequence,
+                    last_timestamp=-1,
+                    coordinator_epoch=0,
+                    current_txn_start_offset=start,
+                )
+                for producer_id, epoch, last_sequence, start in producers
+            )
+            by_topic.setdefault(topic, []).append(
+                build(
+                    module.PartitionResponse,
+                    partition_index=partition,
+                    error_code=code,
+                    active_producers=states,
+                )
+            )
+        topics = tuple(
+            build(module.TopicResponse, name=name, partitions=tuple(partitions))
+            for name, partitions in by_topic.items()
+        )
+        return build(module.DescribeProducersResponse, throttle_time=0, topics=topics)
+
+    def _producers_of(
+        self, wanted: list[tuple[str, int]]
+    ) -> list[tuple[int, list[tuple[int, int, int, int]]]]:
+        """(error code, [(producer id, epoch, last sequence, open transaction's first offset or -1)])
+        per wanted partition, from this process's store (NOT_LEADER_OR_FOLLOWER unless it leads the
+        partition's group)."""
+        answers: list[tuple[int, list[tuple[int, int, int, int]]]] = []
+        with self._store.read() as reader:
+            for name, partition in wanted:
+                topic = reader.topic(name) if partition >= 0 else None
+                if topic is None or partition >= topic.partitions:
+                    answers.append((UNKNOWN_TOPIC_OR_PARTITION, []))
+                    continue
+                if (
+                    self._groups.group_of(topic, partition) != self._groups.group
+                    or not self._consensus.is_leader()
+                ):
+                    answers.append((NOT_LEADER_OR_FOLLOWER, []))
+                    continue
+                opened = {
+                    t.producer_id: t.first_offset
+                    for t in reader.open_transactions(topic.topic_id, partition, TXN_OPEN_PER_PARTITION_MAX)
+                }
+                producers = [
+                    (producer_id, window.epoch, _last_sequence(window), opened.get(producer_id, -1))
+                    for producer_id, window in reader.producer_windows(
+                        topic.topic_id, partition, DESCRIBED_PRODUCERS_MAX
+                    )
+                ]
+                answers.append((NONE, producers))
+        return answers
+
+
+def _last_sequence(window: ProducerWindow) -> int:
+    if not window.appends:
+        return -1
+    last = window.appends[-1]
+    return (last.first_sequence + last.record_count - 1) % SEQUENCE_MODULUS
+
+
+def _described(module: Any, name: str, state: kq_pb2.TransactionState | None, code: int) -> Any:
+    """One DescribeTransactions answer: the state, or the error alone."""
+    partitions: dict[str, list[int]] = {}
+    for named in state.partitions if state is not None else ():
+        partitions.setdefault(named.topic, []).append(named.partition)
+    return build(
+        module.TransactionState,
+        error_code=code,
+        transactional_id=name,
+        transaction_state=STATE_NAMES.get(state.phase, "Unknown") if state is not None else "",
+        transaction_timeout=state.timeout_ms if state is not None else 0,
+        transaction_start_time=datetime.datetime.fromtimestamp(
+            (state.started_ms if state is not None and state.phase == kq_pb2.TXN_ONGOING else 0) / 1000,
+            datetime.UTC,
+        ),
+        producer_id=state.producer_id if state is not None else -1,
+        producer_epoch=state.producer_epoch if state is not None else -1,
+        topics=tuple(build(module.TopicData, topic=t, partitions=tuple(p)) for t, p in partitions.items()),
+    )

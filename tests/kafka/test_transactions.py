@@ -5,16 +5,25 @@ transaction (send_offsets_to_transaction), and aiokafka's transactional producer
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest
+from kio.schema.describe_producers.v0.request import TopicRequest as DescribeProducersTopic
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.static.primitive import i32
 
+from kq.cli.main import kq
 from kq.deploy.cluster import LocalCluster
+from tests.kafka.wire import call
 
 WAIT_S = 60.0
 
@@ -199,3 +208,48 @@ def test_aiokafka_transactional_producer_commits_and_aborts(kafka_cluster: Local
         return values
 
     assert asyncio.run(run()) == [b"kept", b"kept-too"]
+
+
+def test_transactions_and_producers_are_described_as_kafka_transactions_sh_asks(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """DescribeTransactions and ListTransactions at the coordinator and DescribeProducers at the
+    partition's leader show an open transaction (Ongoing, its partition, its first offset) and then its
+    completion; an unknown id is TRANSACTIONAL_ID_NOT_FOUND; other brokers list none."""
+    topic = _topic(kafka_cluster, 1)
+    transactional_id = f"described-{uuid.uuid4().hex[:6]}"
+    producer = _producer(kafka_cluster, transactional_id)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=0)
+    producer.flush(30)
+    leader = kafka_cluster.nodes[kafka_cluster.wait_ready()].kafka_address
+    described: Any = call(leader, DescribeTransactionsRequest(transactional_ids=(transactional_id, "nobody")))
+    state, unknown = described.transaction_states
+    assert (state.error_code, state.transaction_state) == (0, "Ongoing")
+    assert [(t.topic, tuple(t.partitions)) for t in state.topics] == [(topic, (0,))]
+    assert unknown.error_code == 105
+    listed = [
+        call(node.kafka_address, ListTransactionsRequest(state_filters=("Ongoing",), producer_id_filters=()))
+        for node in kafka_cluster.nodes.values()
+    ]
+    names = [s.transactional_id for answer in listed for s in answer.transaction_states]
+    assert names.count(transactional_id) == 1
+    request = DescribeProducersRequest(
+        topics=(DescribeProducersTopic(name=topic, partition_indexes=(i32(0),)),)
+    )
+    partition = call(leader, request).topics[0].partitions[0]
+    assert partition.error_code == 0
+    [mine] = [p for p in partition.active_producers if p.producer_id == state.producer_id]
+    assert mine.current_txn_start_offset >= 0
+    bootstrap = ["--bootstrap", ",".join(kafka_cluster.bootstrap)]
+    shown = CliRunner().invoke(kq, [*bootstrap, "transactions", "describe", transactional_id])
+    assert shown.exit_code == 0 and "state Ongoing" in shown.stdout and f"{topic}-0" in shown.stdout
+    producer.commit_transaction(30)
+    described = call(leader, DescribeTransactionsRequest(transactional_ids=(transactional_id,)))
+    assert described.transaction_states[0].transaction_state == "CompleteCommit"
+    listed_json = CliRunner().invoke(kq, [*bootstrap, "transactions", "list", "--format", "json"])
+    rows = {row["transactional_id"]: row for row in json.loads(listed_json.stdout)}
+    assert rows[transactional_id]["state"] == "CompleteCommit"
+    unknown_id = CliRunner().invoke(kq, [*bootstrap, "transactions", "describe", "nobody"])
+    assert unknown_id.exit_code != 0 and "unknown transactional id nobody" in unknown_id.output
