@@ -19,6 +19,7 @@ from kio.schema.describe_producers.v0.request import DescribeProducersRequest
 from kio.schema.describe_producers.v0.request import TopicRequest as DescribeProducersTopic
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.types import TopicName, TransactionalId
 from kio.static.primitive import i32
 
 from kq.cli.main import kq
@@ -224,7 +225,12 @@ def test_transactions_and_producers_are_described_as_kafka_transactions_sh_asks(
     producer.produce(topic, b"open", partition=0)
     producer.flush(30)
     leader = kafka_cluster.nodes[kafka_cluster.wait_ready()].kafka_address
-    described: Any = call(leader, DescribeTransactionsRequest(transactional_ids=(transactional_id, "nobody")))
+    described: Any = call(
+        leader,
+        DescribeTransactionsRequest(
+            transactional_ids=(TransactionalId(transactional_id), TransactionalId("nobody"))
+        ),
+    )
     state, unknown = described.transaction_states
     assert (state.error_code, state.transaction_state) == (0, "Ongoing")
     assert [(t.topic, tuple(t.partitions)) for t in state.topics] == [(topic, (0,))]
@@ -236,7 +242,7 @@ def test_transactions_and_producers_are_described_as_kafka_transactions_sh_asks(
     names = [s.transactional_id for answer in listed for s in answer.transaction_states]
     assert names.count(transactional_id) == 1
     request = DescribeProducersRequest(
-        topics=(DescribeProducersTopic(name=topic, partition_indexes=(i32(0),)),)
+        topics=(DescribeProducersTopic(name=TopicName(topic), partition_indexes=(i32(0),)),)
     )
     partition = call(leader, request).topics[0].partitions[0]
     assert partition.error_code == 0
@@ -246,7 +252,9 @@ def test_transactions_and_producers_are_described_as_kafka_transactions_sh_asks(
     shown = CliRunner().invoke(kq, [*bootstrap, "transactions", "describe", transactional_id])
     assert shown.exit_code == 0 and "state Ongoing" in shown.stdout and f"{topic}-0" in shown.stdout
     producer.commit_transaction(30)
-    described = call(leader, DescribeTransactionsRequest(transactional_ids=(transactional_id,)))
+    described = call(
+        leader, DescribeTransactionsRequest(transactional_ids=(TransactionalId(transactional_id),))
+    )
     assert described.transaction_states[0].transaction_state == "CompleteCommit"
     listed_json = CliRunner().invoke(kq, [*bootstrap, "transactions", "list", "--format", "json"])
     rows = {row["transactional_id"]: row for row in json.loads(listed_json.stdout)}
