@@ -49,17 +49,20 @@ from kq.broker.proposals import propose_and_wait
 from kq.proto.limits import (
     COMPACT_BATCHES_PER_ENTRY_MAX,
     COMPACT_DROPPED_PER_ENTRY_MAX,
+    COMPACTION_ABORTED_ROWS_MAX,
     COMPACTION_KEYS_MAX,
     COMPACTION_READ_BATCHES,
     COMPACTION_SCAN_BATCHES_MAX,
     ENTRY_WORK_MAX,
     PROPOSAL_TIMEOUT_S,
+    TXN_OPEN_PER_PARTITION_MAX,
 )
-from kq.proto.records import WorkMeter, parse_batch, read_header
+from kq.proto.records import BatchHeader, WorkMeter, parse_batch, read_header
 from kq.raft import commands
 from kq.raft.results import CompactResult, ErrorCode
 from kq.raft.topic_config import TopicConfig
 from kq.storage import Store
+from kq.storage.transactions import AbortedTransaction
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +84,43 @@ class KeyMap:
     end_offset: int
 
 
+Aborted = Callable[[BatchHeader], bool]  # Whether a stored batch holds an aborted transaction's records.
+
+
+def never_aborted(_header: BatchHeader) -> bool:
+    """A partition without aborted transactions."""
+    return False
+
+
+def aborted_ranges(ranges: Iterable[AbortedTransaction]) -> Aborted:
+    """Whether a batch belongs to one of these aborted transactions: its producer's, within its offsets."""
+    by_producer: dict[int, list[tuple[int, int]]] = {}
+    for row in ranges:
+        by_producer.setdefault(row.producer_id, []).append((row.first_offset, row.last_offset))
+
+    def aborted(header: BatchHeader) -> bool:
+        if not header.is_transactional or header.is_control:
+            return False
+        spans = by_producer.get(header.producer_id, ())
+        return any(first <= header.base_offset < last for first, last in spans)
+
+    return aborted
+
+
 def build_key_map(
-    batches: Iterable[tuple[int, bytes]], dirty_from: int, config: TopicConfig, now_ms: int, keys_max: int
+    batches: Iterable[tuple[int, bytes]],
+    dirty_from: int,
+    config: TopicConfig,
+    now_ms: int,
+    keys_max: int,
+    aborted: Aborted = never_aborted,
 ) -> KeyMap:
     """The key map of `batches` (the partition's, oldest first, from the one holding `dirty_from`).
 
     It ends before the first batch younger than `min.compaction.lag.ms` (lag 0: none is too young), or
     before the batch whose keys would take it past `keys_max` (never before the first batch: one holds
-    at most RECORDS_PER_APPEND_MAX keys). Pure: the tests drive it with any clock.
+    at most RECORDS_PER_APPEND_MAX keys). A transaction marker and an aborted transaction's records
+    (`aborted`) supersede nothing. Pure: the tests drive it with any clock.
     """
     latest: dict[bytes, int] = {}
     end_offset = dirty_from
@@ -97,7 +129,7 @@ def build_key_map(
         header = read_header(data)
         if lag_ms > 0 and now_ms - header.max_timestamp_ms < lag_ms:
             break
-        if header.is_control:  # A transaction marker's key is no record's: it never replaces one.
+        if header.is_control or aborted(header):  # A marker's key, or records no reader commits.
             end_offset = base_offset + header.last_offset_delta + 1
             continue
         records = parse_batch(data)
@@ -119,15 +151,23 @@ class BatchDrops:
 
 
 def batch_drops(
-    base_offset: int, data: bytes, key_map: KeyMap, config: TopicConfig, now_ms: int
+    base_offset: int,
+    data: bytes,
+    key_map: KeyMap,
+    config: TopicConfig,
+    now_ms: int,
+    aborted: Aborted = never_aborted,
 ) -> tuple[BatchDrops, int | None]:
     """The records of one batch below the map's end that may go (the module docstring's step 3), and
-    when the first tombstone it keeps expires (None: it keeps none that will). Pure."""
+    when the first tombstone it keeps expires (None: it keeps none that will). An aborted transaction's
+    records all go (Kafka's cleaner removes them too); a marker stays. Pure."""
     header = read_header(data)
     meter = WorkMeter(_UNMETERED)
     if header.is_control:  # Markers stay: read_committed consumers need them (Kafka keeps them too).
         return BatchDrops(base_offset, (), meter.spent), None
     records = parse_batch(data, meter=meter)
+    if aborted(header):
+        return BatchDrops(base_offset, tuple(r.offset_delta for r in records), meter.spent), None
     dropped: list[int] = []
     expiry_ms: int | None = None
     for record in records:
@@ -240,6 +280,16 @@ class Compactor(LeaderRounds):
             state = reader.partition(topic_id, partition)
             if state is None:
                 return None
+            # Only records below the last stable offset are compacted (an open transaction's may still
+            # abort), as Kafka's cleaner stops at the first unstable offset.
+            stable = reader.last_stable_offset(
+                topic_id, partition, state.log_end_offset, TXN_OPEN_PER_PARTITION_MAX
+            )
+            aborted = aborted_ranges(
+                reader.aborted_transactions(
+                    topic_id, partition, state.log_start_offset, stable, COMPACTION_ABORTED_ROWS_MAX
+                )
+            )
             dirty_from = max(self._clean_to.get(key, 0), state.log_start_offset)
             dirty_bytes = sum(
                 span.size_bytes
@@ -249,9 +299,8 @@ class Compactor(LeaderRounds):
         tombstone_due = self._tombstone_due_ms.get(key, now_ms + 1) <= now_ms
         if not (ratio_due or tombstone_due):
             return None
-        key_map = build_key_map(
-            self._scan(topic_id, partition, dirty_from, None), dirty_from, config, now_ms, self._keys_max
-        )
+        batches = self._scan(topic_id, partition, dirty_from, stable)
+        key_map = build_key_map(batches, dirty_from, config, now_ms, self._keys_max, aborted)
         if key_map.end_offset <= dirty_from and not tombstone_due:
             return None  # Nothing new is old enough yet (min.compaction.lag.ms).
         if key_map.end_offset <= state.log_start_offset:
@@ -263,7 +312,7 @@ class Compactor(LeaderRounds):
             for base_offset, data in self._scan(
                 topic_id, partition, state.log_start_offset, key_map.end_offset
             ):
-                found, expiry_ms = batch_drops(base_offset, data, key_map, config, now_ms)
+                found, expiry_ms = batch_drops(base_offset, data, key_map, config, now_ms, aborted)
                 if expiry_ms is not None:
                     expiries.append(expiry_ms)
                 yield found

@@ -494,6 +494,7 @@ TXN_TIMEOUT_MS_MIN = 1_000
 TXN_TIMEOUT_MS_MAX = 900_000  # Kafka's transaction.max.timeout.ms default (15 minutes).
 TXN_OPEN_PER_PARTITION_MAX = 10_000  # Open transactions read for a partition's LSO.
 TXN_ABORTED_PER_FETCH_MAX = 1_000  # Aborted-transaction rows a read_committed fetch of a partition looks at.
+COMPACTION_ABORTED_ROWS_MAX = 10_000  # Aborted transactions one compaction pass of a partition reads.
 TXN_LIST_MAX = 10_000  # Transactions one ListTransactions (or DescribeTransactions) answer holds.
 DESCRIBED_PRODUCERS_MAX = 1_000  # Producers one DescribeProducers answer lists for a partition.
 TXN_DRIVER_PERIOD_S = 0.2  # How often the coordinator completes decided transactions and aborts expired ones.
