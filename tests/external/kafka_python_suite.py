@@ -38,7 +38,9 @@ def run_cluster(base_dir: Path, ready_file: Path) -> int:
     stopping = threading.Event()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signal_number, lambda _number, _frame: stopping.set())
-    cluster = LocalCluster(base_dir, record_pids=True)
+    # Auto-created topics get two partitions, as kafka-python's KafkaFixture configures its broker
+    # (num.partitions=2): its transactional and consumer tests use partition 1 of such a topic.
+    cluster = LocalCluster(base_dir, record_pids=True, node_args=("--default-partitions", "2"))
     try:
         leader = cluster.start()
         pids = " ".join(f"{node_id}:{pid}" for node_id, pid in sorted(cluster.pids().items()))
