@@ -14,14 +14,16 @@ import asyncio
 from typing import Any
 
 from kq.broker.auth import TOPIC
-from kq.broker.errors import KqError
+from kq.broker.errors import BatchTooLargeError, KqError
 from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
 from kq.broker.kafka.base import (
+    CORRUPT_MESSAGE,
     INVALID_RECORD,
     INVALID_REQUEST,
     INVALID_REQUIRED_ACKS,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
+    RECORD_LIST_TOO_LARGE,
     KafkaBase,
     kafka_code,
 )
@@ -33,7 +35,7 @@ from kq.proto.limits import (
     KAFKA_PARTITIONS_PER_REQUEST_MAX,
     KAFKA_UNACKNOWLEDGED_APPENDS_MAX,
 )
-from kq.proto.records import MalformedBatchError, split_batches
+from kq.proto.records import MalformedBatchError, crc_matches, split_batches
 
 PRODUCE = 0
 ACKS = (-1, 0, 1)
@@ -99,10 +101,14 @@ class ProduceApis(KafkaBase):
             request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=bytes(batch))
             try:
                 answer = await self._service.produce(request)
+            except BatchTooLargeError as error:
+                return RECORD_LIST_TOO_LARGE, -1, str(error)
             except KqError as error:
                 code = kafka_code(error, NOT_LEADER_OR_FOLLOWER)
-                # A batch the shared validation refused (at the edge or in apply): Kafka's INVALID_RECORD.
-                return (INVALID_RECORD if code == INVALID_REQUEST else code), -1, str(error)
+                if code == INVALID_REQUEST:  # Refused by the shared validation (at the edge or in apply):
+                    # Kafka's CORRUPT_MESSAGE when its CRC does not match (ensureValid), else INVALID_RECORD.
+                    code = INVALID_RECORD if crc_matches(batch) else CORRUPT_MESSAGE
+                return code, -1, str(error)
             base_offset = answer.base_offset if base_offset < 0 else base_offset
         return NONE, base_offset, None
 

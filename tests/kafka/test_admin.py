@@ -1,0 +1,102 @@
+"""Kafka's admin APIs on real nodes, with real clients (confluent-kafka's AdminClient, kafka-python's
+KafkaAdminClient) and kq's wire client for what the clients cannot send: the error codes Kafka answers
+for an oversized batch, DeleteGroups, OffsetDelete, DeleteRecords, CreatePartitions, DescribeLogDirs,
+DescribeTopicPartitions and ElectLeaders.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient
+
+from kq.broker.kafka.build import build, request_module
+from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster
+from kq.proto.limits import APPEND_BYTES_MAX, RECORDS_PER_APPEND_MAX
+from kq.proto.records import NewRecord, encode_batch
+from tests.kafka.wire import call
+
+pytestmark = pytest.mark.system
+
+TIMEOUT_S = 30.0
+
+
+def admin(cluster: LocalCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float = TIMEOUT_S) -> Any:
+    """`condition()` once it is truthy; fails after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def leader_address(cluster: LocalCluster, topic: str, partition: int = 0) -> str:
+    """The Kafka address of the broker Metadata names as the partition's leader."""
+    metadata = admin(cluster).list_topics(topic, timeout=TIMEOUT_S)
+    leader = metadata.topics[topic].partitions[partition].leader
+    return cluster.nodes[str(leader)].kafka_address
+
+
+def produce_raw(address: str, topic: str, records: bytes) -> Any:
+    """A Produce v9 of one partition's records, sent as is; the partition's response."""
+    request = request_module(0, 9)
+    body = build(
+        request.ProduceRequest,
+        transactional_id=None,
+        acks=-1,
+        timeout=10_000,
+        topic_data=(
+            build(
+                request.TopicProduceData,
+                name=topic,
+                partition_data=(build(request.PartitionProduceData, index=0, records=records),),
+            ),
+        ),
+    )
+    return call(address, body).responses[0].partition_responses[0]
+
+
+# Error codes as Kafka's -------------------------------------------------------------------------
+
+
+def test_a_batch_over_the_default_max_message_bytes_is_message_too_large(kafka_cluster: LocalCluster) -> None:
+    """A batch over the default max.message.bytes (no override) is MESSAGE_TOO_LARGE for a Kafka
+    producer, as an override's limit is; nothing is stored."""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("big-default", partitions=1)
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_cluster.kafka_bootstrap,
+            "message.max.bytes": 2 * APPEND_BYTES_MAX,
+            "enable.idempotence": False,
+        }
+    )
+    errors: list[KafkaError | None] = []
+    value = b"x" * (APPEND_BYTES_MAX + 1024)
+    producer.produce("big-default", value, partition=0, on_delivery=lambda e, _: errors.append(e))
+    assert producer.flush(TIMEOUT_S) == 0
+    assert errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_a_batch_over_the_broker_record_count_is_record_list_too_large(kafka_cluster: LocalCluster) -> None:
+    """A batch within max.message.bytes but over RECORDS_PER_APPEND_MAX records (a broker limit, not
+    the topic's) is RECORD_LIST_TOO_LARGE (18); one within it is stored."""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("many-records", partitions=1)
+    address = leader_address(kafka_cluster, "many-records")
+    records = [NewRecord(None, b"") for _ in range(RECORDS_PER_APPEND_MAX + 1)]
+    answer = produce_raw(address, "many-records", encode_batch(records))
+    assert answer.error_code == 18
+    answer = produce_raw(address, "many-records", encode_batch(records[:-1]))
+    assert answer.error_code == 0 and answer.base_offset == 0
