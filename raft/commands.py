@@ -214,6 +214,19 @@ def delete_group(group: str) -> kq_pb2.Command:
     return kq_pb2.Command(version=COMMAND_VERSION, delete_group=kq_pb2.DeleteGroupCommand(group=group))
 
 
+def offset_delete(
+    group: str, partitions: Sequence[kq_pb2.TopicPartition], generation: int, phase: int
+) -> kq_pb2.Command:
+    """Forgets the group's committed offsets of `partitions`, if the group (with members) is still at
+    `generation` and `phase` (Kafka's OffsetDelete)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        offset_delete=kq_pb2.OffsetDeleteCommand(
+            group=group, partitions=partitions, generation=generation, phase=phase  # type: ignore[arg-type]
+        ),
+    )
+
+
 def register_member(member: kq_pb2.Member, cluster_id: str) -> kq_pb2.Command:
     """Command recording a cluster member's addresses (and, the first time, the cluster id)."""
     return kq_pb2.Command(

@@ -211,6 +211,7 @@ _GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult | KafkaGroup
     "join_group": groups.apply_join,
     "leave_group": groups.apply_leave,
     "delete_group": groups.apply_delete_group,
+    "offset_delete": groups.apply_offset_delete,
     "kafka_join_group": groups.apply_kafka_join,
     "kafka_sync_group": groups.apply_kafka_sync,
 }

@@ -936,6 +936,12 @@ class StoreWriter(StoreReader):
             if not cursor.delete():
                 break
 
+    def delete_offset(self, group: str, topic_id: int, partition: int) -> None:
+        """Forgets the group's committed offset for one partition (none stored: nothing to do)."""
+        key = _group_prefix(group) + _OFFSET_TAIL.pack(topic_id, partition)
+        self._transaction.delete(key, db=self._offsets)
+        self._transaction.delete(_offset_topic_key(key), db=self._offset_topics)
+
     def commit_offset(
         self, group: str, topic_id: int, partition: int, offset: int, commit_time_ms: int
     ) -> None:

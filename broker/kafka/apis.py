@@ -36,7 +36,7 @@ from kq.broker.kafka.framing import (
     request_schema,
     response_schema,
 )
-from kq.broker.kafka.groups import GroupApis
+from kq.broker.kafka.group_admin import GroupAdminApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
 from kq.broker.kafka.sasl import Answer, SaslSession, SaslState
@@ -51,7 +51,7 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
+class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupAdminApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -80,7 +80,9 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
+            ApiKey.DELETE_GROUPS: (0, 2, self.delete_groups),
             44: (0, 1, self.incremental_alter_configs),
+            ApiKey.OFFSET_DELETE: (0, 0, self.offset_delete),
             60: (0, 1, self.describe_cluster),
         }
 

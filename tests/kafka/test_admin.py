@@ -11,11 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka import errors as kafka_errors
+from kafka.admin import KafkaAdminClient
+from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from kq.broker.kafka.build import build, request_module
-from kq.client import KqClient
+from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
 from kq.proto.limits import APPEND_BYTES_MAX, RECORDS_PER_APPEND_MAX
 from kq.proto.records import NewRecord, encode_batch
@@ -100,3 +103,62 @@ def test_a_batch_over_the_broker_record_count_is_record_list_too_large(kafka_clu
     assert answer.error_code == 18
     answer = produce_raw(address, "many-records", encode_batch(records[:-1]))
     assert answer.error_code == 0 and answer.base_offset == 0
+
+
+# DeleteGroups and OffsetDelete ------------------------------------------------------------------
+
+
+def joined_consumer(cluster: LocalCluster, group: str, topic: str) -> Consumer:
+    """A confluent-kafka consumer of `topic` in `group`, once it has its assignment."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+
+    def assigned() -> bool:
+        consumer.poll(0.2)
+        return bool(consumer.assignment())
+
+    wait_for(assigned)
+    return consumer
+
+
+def test_delete_groups_and_offset_delete_answer_as_kafka(kafka_cluster: LocalCluster) -> None:
+    """OffsetDelete forgets a group's offsets of a topic no member subscribes to and answers
+    GROUP_SUBSCRIBED_TO_TOPIC for one an active member does (kafka-python); DeleteGroups answers
+    NON_EMPTY_GROUP while the group has a member, deletes it once empty, and GROUP_ID_NOT_FOUND for an
+    unknown group (confluent-kafka and kafka-python)."""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("og-a", partitions=1)
+        kq.create_topic("og-b", partitions=1)
+        for topic in ("og-a", "og-b"):
+            kq.send_batch(topic, [ProducerRecord(b"v", partition=0)] * 3)
+    consumer = joined_consumer(kafka_cluster, "og-group", "og-a")
+    consumer.commit(offsets=[TopicPartition("og-a", 0, 2), TopicPartition("og-b", 0, 3)], asynchronous=False)
+    python_admin = KafkaAdminClient(bootstrap_servers=kafka_cluster.kafka_bootstrap)
+    try:
+        answers = python_admin.delete_group_offsets(
+            "og-group", [KafkaTopicPartition("og-a", 0), KafkaTopicPartition("og-b", 0)]
+        )
+        assert answers[KafkaTopicPartition("og-a", 0)] is kafka_errors.GroupSubscribedToTopicError
+        assert answers[KafkaTopicPartition("og-b", 0)] is kafka_errors.NoError
+        committed = python_admin.list_group_offsets("og-group")["og-group"]
+        assert set(committed) == {KafkaTopicPartition("og-a", 0)}
+
+        client = admin(kafka_cluster)
+        future = client.delete_consumer_groups(["og-group"])["og-group"]
+        with pytest.raises(KafkaException) as refused:
+            future.result(TIMEOUT_S)
+        assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+        consumer.close()
+        client.delete_consumer_groups(["og-group"])["og-group"].result(TIMEOUT_S)
+        assert not python_admin.list_group_offsets("og-group").get("og-group")
+        answers_by_group = dict(python_admin.delete_groups(["og-group", "never-there"]))
+        assert answers_by_group == {"og-group": "GroupIdNotFoundError", "never-there": "GroupIdNotFoundError"}
+    finally:
+        python_admin.close()

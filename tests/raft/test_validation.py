@@ -205,6 +205,7 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         "register_member",
         "unregister_member",
         "security",
+        "offset_delete",
     ]
     kind = draw(st.sampled_from(kinds))
     if kind == "security":
@@ -256,6 +257,12 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         return commands.join_group(draw(names), draw(members()), draw(st.sampled_from(["", "range", "x"])), 5)
     if kind == "leave":
         return commands.leave_group(draw(names), draw(st.lists(st.sampled_from(["m1", "m2", ""]))), 6)
+    if kind == "offset_delete":
+        partitions = [
+            kq_pb2.TopicPartition(topic=draw(names), partition=draw(uint32))
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+        return commands.offset_delete(draw(names), partitions, draw(uint32), draw(st.integers(0, 4)))
     offsets = [
         kq_pb2.OffsetEntry(topic=draw(names), partition=draw(uint32), offset=draw(st.integers(0, 2**64 - 1)))
         for _ in range(draw(st.integers(0, 3)))
