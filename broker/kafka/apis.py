@@ -21,6 +21,7 @@ from typing import Any
 
 from kq.broker.auth import Principal
 from kq.broker.edge import RateLimitedLog
+from kq.broker.kafka.admin import AdminApis
 from kq.broker.kafka.authorize import DENIED_CODE, OPEN_APIS, WHOLE, ApiKey, access
 from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
@@ -51,7 +52,7 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupAdminApis):
+class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupAdminApis, AdminApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -76,6 +77,7 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupAdminApis)
             ApiKey.SASL_HANDSHAKE: (0, 1, self.sasl_handshake),
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
+            ApiKey.DELETE_RECORDS: (0, 2, self.delete_records),
             22: (0, 4, self.init_producer_id),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),

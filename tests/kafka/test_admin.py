@@ -162,3 +162,52 @@ def test_delete_groups_and_offset_delete_answer_as_kafka(kafka_cluster: LocalClu
         assert answers_by_group == {"og-group": "GroupIdNotFoundError", "never-there": "GroupIdNotFoundError"}
     finally:
         python_admin.close()
+
+
+# DeleteRecords ----------------------------------------------------------------------------------
+
+
+def test_delete_records_trims_each_partition_to_its_offset(kafka_cluster: LocalCluster) -> None:
+    """DeleteRecords answers each partition's new low watermark (-1: the high watermark), refuses an
+    offset past the high watermark (OFFSET_OUT_OF_RANGE), and is NOT_LEADER_OR_FOLLOWER on a node
+    that does not lead the partition (confluent-kafka, kafka-python, the wire)."""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("trimmed", partitions=2)
+        kq.send_batch("trimmed", [ProducerRecord(b"v", partition=p) for p in (0, 1) for _ in range(5)])
+    client = admin(kafka_cluster)
+    futures = client.delete_records([TopicPartition("trimmed", 0, 3), TopicPartition("trimmed", 1, -1)])
+    by_partition = {tp.partition: future.result(TIMEOUT_S) for tp, future in futures.items()}
+    assert by_partition[0].low_watermark == 3 and by_partition[1].low_watermark == 5
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        starts = {p: offsets.log_start_offset for p, offsets in kq.list_offsets("trimmed").items()}
+    assert starts == {0: 3, 1: 5}
+    too_far = client.delete_records([TopicPartition("trimmed", 0, 6)])
+    with pytest.raises(KafkaException) as refused:
+        next(iter(too_far.values())).result(TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+
+    python_admin = KafkaAdminClient(bootstrap_servers=kafka_cluster.kafka_bootstrap)
+    try:
+        answer = python_admin.delete_records({KafkaTopicPartition("trimmed", 0): 4})
+        assert answer[KafkaTopicPartition("trimmed", 0)]["low_watermark"] == 4
+    finally:
+        python_admin.close()
+
+    leader = leader_address(kafka_cluster, "trimmed")
+    follower = next(
+        spec.kafka_address for spec in kafka_cluster.nodes.values() if spec.kafka_address != leader
+    )
+    request = request_module(21, 2)
+    body = build(
+        request.DeleteRecordsRequest,
+        timeout=10_000,
+        topics=(
+            build(
+                request.DeleteRecordsTopic,
+                name="trimmed",
+                partitions=(build(request.DeleteRecordsPartition, partition_index=0, offset=5),),
+            ),
+        ),
+    )
+    assert call(follower, body).topics[0].partitions[0].error_code == 6
+    assert call(leader, body).topics[0].partitions[0].low_watermark == 5
