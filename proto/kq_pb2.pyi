@@ -265,6 +265,7 @@ class Command(_message.Message):
     ADD_ACLS_FIELD_NUMBER: _builtins.int
     REMOVE_ACLS_FIELD_NUMBER: _builtins.int
     OFFSET_DELETE_FIELD_NUMBER: _builtins.int
+    GROW_PARTITIONS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -315,6 +316,8 @@ class Command(_message.Message):
     def remove_acls(self) -> Global___RemoveAclsCommand: ...
     @_builtins.property
     def offset_delete(self) -> Global___OffsetDeleteCommand: ...
+    @_builtins.property
+    def grow_partitions(self) -> Global___GrowPartitionsCommand: ...
     def __init__(
         self,
         *,
@@ -343,12 +346,13 @@ class Command(_message.Message):
         add_acls: Global___AddAclsCommand | None = ...,
         remove_acls: Global___RemoveAclsCommand | None = ...,
         offset_delete: Global___OffsetDeleteCommand | None = ...,
+        grow_partitions: Global___GrowPartitionsCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "grow_partitions", b"grow_partitions", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "grow_partitions", b"grow_partitions", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "trim", b"trim", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "offset_delete"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "offset_delete", "grow_partitions"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -442,6 +446,40 @@ class CreateTopicCommand(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateTopicCommand: _TypeAlias = CreateTopicCommand  # noqa: Y015
+
+@_typing.final
+class GrowPartitionsCommand(_message.Message):
+    """Grows a topic's partition count (Kafka's CreatePartitions): new partitions are empty and placed by
+    proto/placement.py over the topic's fixed group count, so existing partitions never move. A count
+    that does not grow is refused (the edge refused it first, unless another grow came in between).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partitions: _builtins.int
+    """The new count, 1 to PARTITIONS_MAX."""
+    topic_id: _builtins.int
+    """0: whatever topic has the name (group 0). Set: the topic's id in group 0, which another group's
+    copy must have (broker/topic_sync.py).
+    """
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _builtins.int = ...,
+        topic_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrowPartitionsCommand: _TypeAlias = GrowPartitionsCommand  # noqa: Y015
 
 @_typing.final
 class AlterTopicConfigCommand(_message.Message):
@@ -1745,6 +1783,60 @@ class TopicConfigValue(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TopicConfigValue: _TypeAlias = TopicConfigValue  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsRequest(_message.Message):
+    """Grows a topic to `partitions` partitions (Kafka's CreatePartitions; `kq topics add-partitions`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    partitions: _builtins.int
+    """The new total count: more than the topic has."""
+    validate_only: _builtins.bool
+    """Only check the change: nothing is proposed."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _builtins.int = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsRequest: _TypeAlias = CreatePartitionsRequest  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def topic(self) -> Global___TopicInfo:
+        """The topic with its new count (or as it would be, with validate_only)."""
+
+    def __init__(
+        self,
+        *,
+        topic: Global___TopicInfo | None = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
 
 @_typing.final
 class AlterTopicConfigRequest(_message.Message):

@@ -71,6 +71,14 @@ def alter_topic_config(topic: str, set_configs: Mapping[str, str], remove: Seque
     )
 
 
+def grow_partitions(topic: str, partitions: int, topic_id: int = 0) -> kq_pb2.Command:
+    """Grows a topic to `partitions` partitions (`topic_id`: a copy's, broker/topic_sync.py)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        grow_partitions=kq_pb2.GrowPartitionsCommand(topic=topic, partitions=partitions, topic_id=topic_id),
+    )
+
+
 def delete_topic(name: str, topic_id: int = 0) -> kq_pb2.Command:
     """Command deleting topic `name` and all its records (`topic_id` set: only if it has that id)."""
     return kq_pb2.Command(
@@ -222,7 +230,10 @@ def offset_delete(
     return kq_pb2.Command(
         version=COMMAND_VERSION,
         offset_delete=kq_pb2.OffsetDeleteCommand(
-            group=group, partitions=partitions, generation=generation, phase=phase  # type: ignore[arg-type]
+            group=group,
+            partitions=partitions,
+            generation=generation,
+            phase=phase,  # type: ignore[arg-type]
         ),
     )
 

@@ -494,6 +494,13 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         )
     if kind == "alter_topic_config":
         return _alter_topic_config_problem(command.alter_topic_config)
+    if kind == "grow_partitions":
+        grow = command.grow_partitions
+        return (
+            topic_name_problem(grow.topic)
+            or partition_count_problem(grow.partitions)
+            or topic_id_problem(grow.topic_id)
+        )
     if kind == "delete_topic":
         delete = command.delete_topic
         return topic_name_problem(delete.name) or topic_id_problem(delete.topic_id)

@@ -741,6 +741,15 @@ class StoreWriter(StoreReader):
             self._put_partition(topic_id, partition, PartitionState(0, 0, 0))
         return TopicMeta(name, topic_id, partitions, created_ms, max(groups, 1))
 
+    def grow_partitions(self, topic: TopicMeta, partitions: int) -> TopicMeta:
+        """Adds empty partitions to `topic` up to `partitions` (more than it has: the caller checked)."""
+        assert partitions > topic.partitions, "a topic's partitions only grow"
+        row = _TOPIC.pack(topic.topic_id, partitions, topic.created_ms)
+        self._transaction.put(topic.name.encode(), row, db=self._topics)
+        for partition in range(topic.partitions, partitions):
+            self._put_partition(topic.topic_id, partition, PartitionState(0, 0, 0))
+        return TopicMeta(topic.name, topic.topic_id, partitions, topic.created_ms, topic.groups)
+
     def put_member(self, node_id: str, member: bytes) -> None:
         """Stores a member's encoded addresses under its node id (replacing any)."""
         self._transaction.put(node_id.encode(), member, db=self._members)

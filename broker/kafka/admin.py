@@ -1,4 +1,4 @@
-"""Kafka's partition administration: DeleteRecords (API 21).
+"""Kafka's partition administration: DeleteRecords (API 21) and CreatePartitions (API 37).
 
 DeleteRecords trims each partition through its own Raft group (kq's TrimCommand, the one retention
 and `kq` DeleteRecords propose), so each partition is answered by the leader of the group that holds
@@ -6,20 +6,29 @@ it: elsewhere NOT_LEADER_OR_FOLLOWER, and the client sends it there, as Kafka's 
 offset of -1 means the high watermark (kq's log end: every stored record is committed); one above it,
 or below -1, is OFFSET_OUT_OF_RANGE. Each answer is the partition's new low watermark (its log start).
 
-ACLs (Kafka's): DeleteRecords needs DELETE on each topic.
+CreatePartitions grows a topic through group 0 (BrokerService.CreatePartitions, forwarded to its
+leader, as CreateTopics is; the other groups' copies follow: broker/topic_sync.py). A count that does
+not grow, or is over PARTITIONS_MAX, is INVALID_PARTITIONS; a topic named twice INVALID_REQUEST;
+a manual replica assignment INVALID_REPLICA_ASSIGNMENT (every node holds every partition of its
+groups: there is nothing to assign). `validate_only` checks without proposing.
+
+ACLs (Kafka's): DeleteRecords needs DELETE on each topic, CreatePartitions ALTER.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from kq.broker.auth import TOPIC
 from kq.broker.errors import KqError
 from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
 from kq.broker.kafka.base import (
+    INVALID_PARTITIONS,
     INVALID_REQUEST,
     NONE,
+    NOT_CONTROLLER,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -33,14 +42,15 @@ from kq.proto import kq_pb2
 from kq.proto.limits import KAFKA_PARTITIONS_PER_REQUEST_MAX
 from kq.raft.validation import topic_name_problem
 
-DELETE_RECORDS = 21
+DELETE_RECORDS, CREATE_PARTITIONS = 21, 37
+INVALID_REPLICA_ASSIGNMENT = 39
 HIGH_WATERMARK = (
     -1
 )  # DeleteRecords' offset meaning "every record" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
 
 
 class AdminApis(KafkaBase):
-    """DeleteRecords (see the module)."""
+    """DeleteRecords and CreatePartitions (see the module)."""
 
     async def delete_records(self, request: Request, connection: Connection) -> Any:
         """Trims each partition below its offset; answers each partition's new low watermark."""
@@ -102,6 +112,47 @@ class AdminApis(KafkaBase):
             topic = reader.topic(name)
             state = None if topic is None else reader.partition(topic.topic_id, partition)
             return None if state is None else state.log_end_offset
+
+    async def create_partitions(self, request: Request, connection: Connection) -> Any:
+        """Grows each topic to its new count through group 0's leader."""
+        module = response_module(CREATE_PARTITIONS, request.api_version)
+        body = request.body
+        named = Counter(topic.name for topic in body.topics)
+        results = []
+        for topic in body.topics:
+            message: str | None
+            if named[topic.name] > 1:
+                code, message = INVALID_REQUEST, f"topic {topic.name} is named more than once"
+            elif not self._permitted(connection, ApiKey.CREATE_PARTITIONS, TOPIC, topic.name):
+                code, message = TOPIC_AUTHORIZATION_FAILED, f"not authorized to ALTER topic {topic.name}"
+            elif topic.assignments is not None:
+                code, message = INVALID_REPLICA_ASSIGNMENT, "every node holds every partition: no assignment"
+            else:
+                code, message = await self._grow(topic.name, topic.count, body.validate_only)
+            results.append(
+                build(
+                    module.CreatePartitionsTopicResult,
+                    name=topic.name,
+                    error_code=code,
+                    error_message=message,
+                )
+            )
+        return build(module.CreatePartitionsResponse, throttle_time=0, results=tuple(results))
+
+    async def _grow(self, name: str, count: int, validate_only: bool) -> tuple[int, str | None]:
+        """(Kafka error code, message) of one topic's growth to `count` partitions."""
+        if topic_name_problem(name):
+            return UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}"
+        if count <= 0:
+            return INVALID_PARTITIONS, f"a partition count is positive, not {count}"
+        grow = kq_pb2.CreatePartitionsRequest(name=name, partitions=count, validate_only=validate_only)
+        try:
+            await self._on_leader("CreatePartitions", grow)
+        except KqError as error:
+            code = kafka_code(error, NOT_CONTROLLER)
+            # INVALID_REQUEST here is the count's (no growth, or over PARTITIONS_MAX): Kafka's code for it.
+            return (INVALID_PARTITIONS if code == INVALID_REQUEST else code), str(error)
+        return NONE, None
 
 
 async def _refusal() -> tuple[int, int]:

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions
 from kafka import errors as kafka_errors
 from kafka.admin import KafkaAdminClient
+from kafka.admin import NewPartitions as KafkaNewPartitions
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from kq.broker.kafka.build import build, request_module
@@ -211,3 +213,42 @@ def test_delete_records_trims_each_partition_to_its_offset(kafka_cluster: LocalC
     )
     assert call(follower, body).topics[0].partitions[0].error_code == 6
     assert call(leader, body).topics[0].partitions[0].low_watermark == 5
+
+
+# CreatePartitions -------------------------------------------------------------------------------
+
+
+def test_create_partitions_grows_a_topic_and_refuses_what_does_not_grow(kafka_cluster: LocalCluster) -> None:
+    """CreatePartitions grows a topic (confluent-kafka; validate_only changes nothing), again
+    (kafka-python), and answers INVALID_PARTITIONS for a count that does not grow, UNKNOWN_TOPIC_OR_PARTITION
+    for an unknown topic; the old partition keeps its records and the new ones take writes."""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("growing", partitions=1)
+        kq.send_batch("growing", [ProducerRecord(b"old", partition=0)] * 2)
+    client = admin(kafka_cluster)
+    client.create_partitions([NewPartitions("growing", 3)], validate_only=True)["growing"].result(TIMEOUT_S)
+    assert len(client.list_topics("growing", timeout=TIMEOUT_S).topics["growing"].partitions) == 1
+    client.create_partitions([NewPartitions("growing", 3)])["growing"].result(TIMEOUT_S)
+    assert len(client.list_topics("growing", timeout=TIMEOUT_S).topics["growing"].partitions) == 3
+    for count, expected in ((3, KafkaError.INVALID_PARTITIONS), (2, KafkaError.INVALID_PARTITIONS)):
+        with pytest.raises(KafkaException) as refused:
+            client.create_partitions([NewPartitions("growing", count)])["growing"].result(TIMEOUT_S)
+        assert refused.value.args[0].code() == expected
+    with pytest.raises(KafkaException) as unknown:
+        client.create_partitions([NewPartitions("no-such-topic", 2)])["no-such-topic"].result(TIMEOUT_S)
+    assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    python_admin = KafkaAdminClient(bootstrap_servers=kafka_cluster.kafka_bootstrap)
+    try:
+        python_admin.create_partitions({"growing": KafkaNewPartitions(total_count=4)})
+    finally:
+        python_admin.close()
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        wait_for(lambda: len(kq.list_offsets("growing")) == 4)
+        assert kq.send("growing", b"new", partition=3).offset == 0
+        assert {p: o.log_end_offset for p, o in kq.list_offsets("growing").items()} == {
+            0: 2,
+            1: 0,
+            2: 0,
+            3: 1,
+        }

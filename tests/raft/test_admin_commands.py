@@ -10,7 +10,7 @@ import pytest
 
 from kq.proto import kq_pb2
 from kq.raft import commands
-from kq.raft.results import ApplyResult, ErrorCode, GroupResult
+from kq.raft.results import ApplyResult, ErrorCode, GroupResult, TopicResult
 from kq.raft.state_machine import apply
 from kq.storage import Store
 from tests.raft.helpers import append, create
@@ -74,3 +74,22 @@ def test_offset_delete_forgets_the_named_offsets_unless_a_group_with_members_mov
     current = log.run(commands.offset_delete("g", rest, joined.generation, joined.phase))
     assert isinstance(current, GroupResult) and current.error == ErrorCode.OK
     assert committed(log, "g") == set()
+
+
+def test_grow_partitions_adds_empty_partitions_and_refuses_what_does_not_grow(log: Log) -> None:
+    """A grow adds empty partitions after the existing ones (their records stay); a count that does
+    not grow is INVALID_COMMAND and a copy's grow of another id UNKNOWN_TOPIC, both changing nothing."""
+    log.run(create("t", 2))
+    log.run(append("t", 1, b"x", b"y"))
+    grown = log.run(commands.grow_partitions("t", 4))
+    assert isinstance(grown, TopicResult) and grown.error == ErrorCode.OK
+    assert grown.topic is not None and grown.topic.partitions == 4
+    same = log.run(commands.grow_partitions("t", 4))
+    assert isinstance(same, TopicResult) and same.error == ErrorCode.INVALID_COMMAND
+    other = log.run(commands.grow_partitions("t", 9, topic_id=77))
+    assert isinstance(other, TopicResult) and other.error == ErrorCode.UNKNOWN_TOPIC
+    with log.store.read() as reader:
+        topic = reader.topic("t")
+        assert topic is not None and topic.partitions == 4
+        ends = [reader.partition(topic.topic_id, p) for p in range(5)]
+    assert [None if end is None else end.log_end_offset for end in ends] == [0, 2, 0, 0, None]
