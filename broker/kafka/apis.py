@@ -25,7 +25,7 @@ from kq.broker.kafka.admin import AdminApis
 from kq.broker.kafka.authorize import DENIED_CODE, OPEN_APIS, WHOLE, ApiKey, access
 from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
-from kq.broker.kafka.cluster import ClusterApis
+from kq.broker.kafka.cluster_admin import ClusterAdminApis
 from kq.broker.kafka.configs import ConfigApis
 from kq.broker.kafka.fetch import FetchApis
 from kq.broker.kafka.framing import (
@@ -52,7 +52,7 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupAdminApis, AdminApis):
+class KafkaApis(ClusterAdminApis, ConfigApis, ProduceApis, FetchApis, GroupAdminApis, AdminApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -81,12 +81,15 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupAdminApis,
             22: (0, 4, self.init_producer_id),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
+            ApiKey.DESCRIBE_LOG_DIRS: (1, 4, self.describe_log_dirs),
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
             ApiKey.CREATE_PARTITIONS: (0, 3, self.create_partitions),
             ApiKey.DELETE_GROUPS: (0, 2, self.delete_groups),
+            ApiKey.ELECT_LEADERS: (0, 2, self.elect_leaders),
             44: (0, 1, self.incremental_alter_configs),
             ApiKey.OFFSET_DELETE: (0, 0, self.offset_delete),
             60: (0, 1, self.describe_cluster),
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0, self.describe_topic_partitions),
         }
 
     def connected(self, connection: Connection) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 from kafka import errors as kafka_errors
@@ -252,3 +253,92 @@ def test_create_partitions_grows_a_topic_and_refuses_what_does_not_grow(kafka_cl
             2: 0,
             3: 1,
         }
+
+
+# DescribeLogDirs, DescribeTopicPartitions, ElectLeaders ------------------------------------------
+
+
+def test_describe_log_dirs_names_each_nodes_data_directory_and_partition_sizes(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """DescribeLogDirs (kafka-python): each broker answers one log dir, its data directory, with each
+    partition's stored size (the store's count) and offset lag 0."""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("sized", partitions=2)
+        index = kq.send_batch("sized", [ProducerRecord(b"v" * 100, partition=0)] * 3)[-1].index
+        kafka_cluster.wait_applied(index, list(kafka_cluster.nodes))
+        size_bytes = kq.list_offsets("sized")[0].size_bytes
+    python_admin = KafkaAdminClient(bootstrap_servers=kafka_cluster.kafka_bootstrap)
+    try:
+        answers = python_admin.describe_log_dirs()
+    finally:
+        python_admin.close()
+    assert sorted(answer["broker"] for answer in answers) == [1, 2, 3]
+    for answer in answers:
+        (log_dir,) = answer["log_dirs"]
+        assert log_dir["error_code"] == 0
+        assert Path(log_dir["log_dir"]) == kafka_cluster.store_path(str(answer["broker"])).resolve().parent
+        sized = next(topic for topic in log_dir["topics"] if topic["name"] == "sized")
+        by_partition = {
+            p["partition_index"]: (p["partition_size"], p["offset_lag"]) for p in sized["partitions"]
+        }
+        assert by_partition == {0: (size_bytes, 0), 1: (0, 0)} and size_bytes > 300
+
+
+def test_describe_topic_partitions_pages_by_cursor(kafka_cluster: LocalCluster) -> None:
+    """DescribeTopicPartitions (kafka-python) lists the named topics' partitions by name, at most the
+    request's limit a page, with a cursor to the next page; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION."""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("paged-a", partitions=3)
+        kq.create_topic("paged-b", partitions=2)
+    python_admin = KafkaAdminClient(bootstrap_servers=kafka_cluster.kafka_bootstrap)
+    try:
+        seen: list[tuple[str, int]] = []
+        cursor = None
+        pages = 0
+        while True:
+            page = python_admin.describe_topic_partitions(
+                ["paged-b", "paged-a"], response_partition_limit=2, cursor=cursor
+            )
+            pages += 1
+            for topic in page["topics"]:
+                assert topic["error_code"] == 0
+                for partition in topic["partitions"]:
+                    assert partition["leader_id"] in (1, 2, 3) and len(partition["replica_nodes"]) == 3
+                    seen.append((topic["name"], partition["partition_index"]))
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == [("paged-a", 0), ("paged-a", 1), ("paged-a", 2), ("paged-b", 0), ("paged-b", 1)]
+        assert pages == 3
+        unknown = python_admin.describe_topic_partitions(["never-made"])
+        assert [topic["error_code"] for topic in unknown["topics"]] == [3]
+    finally:
+        python_admin.close()
+
+
+def test_elect_leaders_answers_election_not_needed_for_raft_group_leaders(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """ElectLeaders (confluent-kafka and kafka-python): a partition led by its Raft group's leader (one
+    group: nothing to balance) is ELECTION_NOT_NEEDED, preferred or unclean; an unknown partition is
+    UNKNOWN_TOPIC_OR_PARTITION."""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("elected", partitions=2)
+    client = admin(kafka_cluster)
+    for election_type in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        wanted = [TopicPartition("elected", 0), TopicPartition("elected", 1), TopicPartition("elected", 7)]
+        results = client.elect_leaders(election_type, wanted).result(TIMEOUT_S)
+        codes = {tp.partition: (error.code() if error is not None else None) for tp, error in results.items()}
+        assert codes == {
+            0: KafkaError.ELECTION_NOT_NEEDED,
+            1: KafkaError.ELECTION_NOT_NEEDED,
+            7: KafkaError.UNKNOWN_TOPIC_OR_PART,
+        }
+    python_admin = KafkaAdminClient(bootstrap_servers=kafka_cluster.kafka_bootstrap)
+    try:
+        answer = python_admin.elect_leaders(0, {"elected": [0, 1]})  # ELECTION_NOT_NEEDED is no error there.
+    finally:
+        python_admin.close()
+    (result,) = answer.replica_election_results
+    assert [(p.partition_id, p.error_code) for p in result.partition_result] == [(0, 84), (1, 84)]

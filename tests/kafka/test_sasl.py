@@ -269,6 +269,38 @@ def test_list_groups_shows_every_group_to_describe_on_the_cluster(secure: LocalC
     assert "audited" not in listed(MALLORY, MALLORY_PASSWORD)
 
 
+def test_admin_apis_check_the_acls_kafka_documents(secure: LocalCluster) -> None:
+    """mallory (DESCRIBE on one topic and one group) is refused each admin API as Kafka refuses it:
+    DeleteRecords and CreatePartitions TOPIC_AUTHORIZATION_FAILED (DELETE, ALTER on the topic),
+    DeleteGroups GROUP_AUTHORIZATION_FAILED (DELETE on the group), ElectLeaders
+    CLUSTER_AUTHORIZATION_FAILED (ALTER on the cluster); alice (everything on sasl-* topics, nothing
+    on the cluster) may grow her topic and trim it; nothing mallory asked for changed."""
+    mallory = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-256", MALLORY, MALLORY_PASSWORD))
+
+    def refused(future: Any) -> int:
+        with pytest.raises(confluent.KafkaException) as error:
+            future.result(WAIT_S)
+        return int(error.value.args[0].code())
+
+    trimmed = mallory.delete_records([confluent.TopicPartition(TOPIC, 0, 0)])
+    assert refused(next(iter(trimmed.values()))) == confluent.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grown = mallory.create_partitions([confluent_admin.NewPartitions(TOPIC, 2)])[TOPIC]
+    assert refused(grown) == confluent.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    deleted = mallory.delete_consumer_groups([MALLORY_GROUP])[MALLORY_GROUP]
+    assert refused(deleted) == confluent.KafkaError.GROUP_AUTHORIZATION_FAILED
+    elected = mallory.elect_leaders(confluent.ElectionType.PREFERRED, [confluent.TopicPartition(TOPIC, 0)])
+    assert refused(elected) == confluent.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+    alice = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-256", ALICE, ALICE_PASSWORD))
+    topic = "sasl-scram-sha-256"
+    alice.create_partitions([confluent_admin.NewPartitions(topic, 2)])[topic].result(WAIT_S)
+    trimmed = alice.delete_records([confluent.TopicPartition(topic, 1, -1)])
+    assert next(iter(trimmed.values())).result(WAIT_S).low_watermark == 0
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        assert admin.describe_topic(TOPIC).topic.partitions == 1
+        assert admin.describe_topic(topic).topic.partitions == 2
+
+
 def _error_of(message: Any) -> Any:
     return None if message is None else message.error()
 
