@@ -198,10 +198,10 @@ class GroupsView:
         """Whether this node's replica of every other group holds `topic` (by id, with at least its
         partitions): its copies are in place (broker/topic_sync.py). True with one group."""
         for group in range(self.count):
-            found = None if group == self.group else self._replica_topic(group, topic.name)
-            if group != self.group and (
-                found is None or found[0] != topic.topic_id or found[1] < topic.partitions
-            ):
+            if group == self.group:
+                continue
+            found = self._replica_topic(group, topic.name)
+            if found is None or found[0] != topic.topic_id or found[1] < topic.partitions:
                 return False
         return True
 
