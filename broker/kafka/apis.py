@@ -81,6 +81,8 @@ class KafkaApis(ClusterAdminApis, ConfigApis, ProduceApis, FetchApis, GroupAdmin
             22: (0, 4, self.init_producer_id),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
+            # Not v5: kafka-python takes DescribeLogDirs v5 for a Kafka 4.3 broker and then expects
+            # the rest of 4.3 (its version inference: ListOffsets 7 makes kq a 3.0 to it).
             ApiKey.DESCRIBE_LOG_DIRS: (1, 4, self.describe_log_dirs),
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
             ApiKey.CREATE_PARTITIONS: (0, 3, self.create_partitions),
