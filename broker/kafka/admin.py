@@ -26,6 +26,7 @@ from kq.broker.errors import KqError
 from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
 from kq.broker.kafka.base import (
     INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
     INVALID_REQUEST,
     NONE,
     NOT_CONTROLLER,
@@ -43,7 +44,6 @@ from kq.proto.limits import KAFKA_PARTITIONS_PER_REQUEST_MAX
 from kq.raft.validation import topic_name_problem
 
 DELETE_RECORDS, CREATE_PARTITIONS = 21, 37
-INVALID_REPLICA_ASSIGNMENT = 39
 HIGH_WATERMARK = (
     -1
 )  # DeleteRecords' offset meaning "every record" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).

@@ -108,6 +108,47 @@ def test_a_batch_over_the_broker_record_count_is_record_list_too_large(kafka_clu
     assert answer.error_code == 0 and answer.base_offset == 0
 
 
+def test_topic_requests_refuse_duplicates_and_assignments_as_kafka(kafka_cluster: LocalCluster) -> None:
+    """CreateTopics and DeleteTopics answer INVALID_REQUEST for every entry of a name given twice (and
+    create or delete nothing); a manual replica assignment is INVALID_REPLICA_ASSIGNMENT, and one
+    given with a partition count INVALID_REQUEST."""
+    address = kafka_cluster.kafka_bootstrap.split(",")[0]
+    create = request_module(19, 5)
+
+    def topic(name: str, partitions: int = 1, assignments: tuple[Any, ...] = ()) -> Any:
+        return build(
+            create.CreatableTopic,
+            name=name,
+            num_partitions=partitions,
+            replication_factor=-1,
+            assignments=assignments,
+            configs=(),
+        )
+
+    assignment = (build(create.CreatableReplicaAssignment, partition_index=0, broker_ids=(1, 2, 3)),)
+    body = build(
+        create.CreateTopicsRequest,
+        timeout=10_000,
+        validate_only=False,
+        topics=(
+            topic("twice"),
+            topic("twice"),
+            topic("assigned", -1, assignment),
+            topic("both", 1, assignment),
+        ),
+    )
+    codes = [(result.name, result.error_code) for result in call(address, body).topics]
+    assert codes == [("twice", 42), ("twice", 42), ("assigned", 39), ("both", 42)]
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        assert not {"twice", "assigned", "both"} & {info.name for info in kq.list_topics()}
+        kq.create_topic("deleted-twice", partitions=1)
+    delete = request_module(20, 4)
+    body = build(delete.DeleteTopicsRequest, timeout=10_000, topic_names=("deleted-twice", "deleted-twice"))
+    assert [result.error_code for result in call(address, body).responses] == [42, 42]
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        assert "deleted-twice" in {info.name for info in kq.list_topics()}
+
+
 # DeleteGroups and OffsetDelete ------------------------------------------------------------------
 
 
