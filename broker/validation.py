@@ -19,10 +19,13 @@ from kq.proto.limits import (
     FETCH_RECORDS_DEFAULT,
     FETCH_RECORDS_MAX,
     FETCH_WAIT_MS_MAX,
+    HEADER_NAME_BYTES_MAX,
+    HEADERS_PER_RECORD_MAX,
     PRODUCE_MANY_REQUESTS_MAX,
+    RECORD_BYTES_MAX,
     RECORDS_PER_APPEND_MAX,
 )
-from kq.proto.records import MalformedBatchError, WorkMeter, read_header
+from kq.proto.records import MalformedBatchError, WorkMeter, check_batch, read_header
 from kq.raft import commands
 from kq.raft.validation import (
     append_problem,
@@ -112,6 +115,30 @@ def _check_batch_size(records: bytes) -> None:
         raise BatchTooLargeError(
             f"{count} records in one batch; a batch holds at most {RECORDS_PER_APPEND_MAX}"
         )
+
+
+def only_a_record_too_large(records: bytes | memoryview) -> bool:
+    """Whether a batch the shared check refused would pass if its records could be as large as a
+    batch: a record over RECORD_BYTES_MAX (key, value and headers) is all that is wrong with it, Kafka's
+    MESSAGE_TOO_LARGE (a record too large) rather than INVALID_RECORD. Two bounded walks of the batch:
+    the Kafka edge asks only once a batch was refused, on a worker."""
+
+    def passes(record_bytes_max: int) -> bool:
+        try:
+            check_batch(
+                records,
+                RECORDS_PER_APPEND_MAX,
+                HEADERS_PER_RECORD_MAX,
+                record_bytes_max,
+                HEADER_NAME_BYTES_MAX,
+                APPEND_BYTES_MAX,
+                WorkMeter(ENTRY_WORK_MAX),
+            )
+        except MalformedBatchError:
+            return False
+        return True
+
+    return not passes(RECORD_BYTES_MAX) and passes(APPEND_BYTES_MAX)
 
 
 def check_produce_many(request: kq_pb2.ProduceManyRequest) -> None:

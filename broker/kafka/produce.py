@@ -21,6 +21,7 @@ from kq.broker.kafka.base import (
     INVALID_RECORD,
     INVALID_REQUEST,
     INVALID_REQUIRED_ACKS,
+    MESSAGE_TOO_LARGE,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     RECORD_LIST_TOO_LARGE,
@@ -30,6 +31,7 @@ from kq.broker.kafka.base import (
 from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
+from kq.broker.validation import only_a_record_too_large
 from kq.proto import kq_pb2
 from kq.proto.limits import (
     KAFKA_PARTITIONS_PER_REQUEST_MAX,
@@ -105,9 +107,8 @@ class ProduceApis(KafkaBase):
                 return RECORD_LIST_TOO_LARGE, -1, str(error)
             except KqError as error:
                 code = kafka_code(error, NOT_LEADER_OR_FOLLOWER)
-                if code == INVALID_REQUEST:  # Refused by the shared validation (at the edge or in apply):
-                    # Kafka's CORRUPT_MESSAGE when its CRC does not match (ensureValid), else INVALID_RECORD.
-                    code = INVALID_RECORD if crc_matches(batch) else CORRUPT_MESSAGE
+                if code == INVALID_REQUEST:  # Refused by the shared validation (at the edge or in apply).
+                    code = await self._in_workers(_refusal_code, batch)
                 return code, -1, str(error)
             base_offset = answer.base_offset if base_offset < 0 else base_offset
         return NONE, base_offset, None
@@ -133,6 +134,15 @@ class ProduceApis(KafkaBase):
             for name, partitions in by_topic.items()
         )
         return build(module.ProduceResponse, responses=topics, throttle_time=0)
+
+
+def _refusal_code(batch: memoryview) -> int:
+    """Kafka's code for a batch the shared validation refused: CORRUPT_MESSAGE when its CRC does not
+    match (Kafka's ensureValid), MESSAGE_TOO_LARGE when a record over RECORD_BYTES_MAX is all that is
+    wrong (Kafka's RecordTooLargeException), else INVALID_RECORD."""
+    if not crc_matches(batch):
+        return CORRUPT_MESSAGE
+    return MESSAGE_TOO_LARGE if only_a_record_too_large(batch) else INVALID_RECORD
 
 
 async def _refusal(topic: str) -> tuple[int, int, str | None]:

@@ -23,7 +23,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from kq.broker.kafka.build import build, request_module
 from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
-from kq.proto.limits import APPEND_BYTES_MAX, RECORDS_PER_APPEND_MAX
+from kq.proto.limits import APPEND_BYTES_MAX, RECORD_BYTES_MAX, RECORDS_PER_APPEND_MAX
 from kq.proto.records import NewRecord, encode_batch
 from tests.kafka.wire import call
 
@@ -93,6 +93,21 @@ def test_a_batch_over_the_default_max_message_bytes_is_message_too_large(kafka_c
     producer.produce("big-default", value, partition=0, on_delivery=lambda e, _: errors.append(e))
     assert producer.flush(TIMEOUT_S) == 0
     assert errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_a_record_over_the_record_size_limit_is_message_too_large(kafka_cluster: LocalCluster) -> None:
+    """One record over RECORD_BYTES_MAX in a batch within max.message.bytes is MESSAGE_TOO_LARGE (a
+    record too large, as Kafka names it), not INVALID_RECORD; a record of RECORD_BYTES_MAX is stored.
+    (A keyless record to a compacted topic stays INVALID_RECORD: test_configs.py.)"""
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        kq.create_topic("big-record", partitions=1)
+    address = leader_address(kafka_cluster, "big-record")
+    answer = produce_raw(
+        address, "big-record", encode_batch([NewRecord(None, b"x" * (RECORD_BYTES_MAX + 1))])
+    )
+    assert answer.error_code == 10
+    answer = produce_raw(address, "big-record", encode_batch([NewRecord(None, b"x" * RECORD_BYTES_MAX)]))
+    assert answer.error_code == 0
 
 
 def test_a_batch_over_the_broker_record_count_is_record_list_too_large(kafka_cluster: LocalCluster) -> None:
