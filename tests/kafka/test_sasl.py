@@ -273,8 +273,10 @@ def test_admin_apis_check_the_acls_kafka_documents(secure: LocalCluster) -> None
     """mallory (DESCRIBE on one topic and one group) is refused each admin API as Kafka refuses it:
     DeleteRecords and CreatePartitions TOPIC_AUTHORIZATION_FAILED (DELETE, ALTER on the topic),
     DeleteGroups GROUP_AUTHORIZATION_FAILED (DELETE on the group), ElectLeaders
-    CLUSTER_AUTHORIZATION_FAILED (ALTER on the cluster); alice (everything on sasl-* topics, nothing
-    on the cluster) may grow her topic and trim it; nothing mallory asked for changed."""
+    CLUSTER_AUTHORIZATION_FAILED (ALTER on the cluster), DescribeLogDirs no log dirs (DESCRIBE on the
+    cluster), DescribeTopicPartitions TOPIC_AUTHORIZATION_FAILED for a topic she may not DESCRIBE,
+    OffsetDelete GROUP_AUTHORIZATION_FAILED (DELETE on the group); alice (everything on sasl-* topics,
+    nothing on the cluster) may grow her topic and trim it; nothing mallory asked for changed."""
     mallory = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-256", MALLORY, MALLORY_PASSWORD))
 
     def refused(future: Any) -> int:
@@ -299,6 +301,27 @@ def test_admin_apis_check_the_acls_kafka_documents(secure: LocalCluster) -> None
     with KqClient(secure.bootstrap, tls=secure.tls) as admin:
         assert admin.describe_topic(TOPIC).topic.partitions == 1
         assert admin.describe_topic(topic).topic.partitions == 2
+
+    assert secure.tls_dir is not None
+    python_admin = kafka.KafkaAdminClient(
+        bootstrap_servers=secure.kafka_bootstrap,
+        security_protocol="SASL_SSL",
+        ssl_cafile=str(secure.tls_dir / "ca.pem"),
+        ssl_check_hostname=False,
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username=MALLORY,
+        sasl_plain_password=MALLORY_PASSWORD,
+    )
+    try:  # DescribeLogDirs needs DESCRIBE on the cluster; DescribeTopicPartitions DESCRIBE on the topic.
+        # Refused as Kafka does (CLUSTER_AUTHORIZATION_FAILED, no results), which kafka-python lists as empty.
+        assert [answer["log_dirs"] for answer in python_admin.describe_log_dirs()] == [[], [], []]
+        described = python_admin.describe_topic_partitions([TOPIC, topic])
+        codes = {entry["name"]: entry["error_code"] for entry in described["topics"]}
+        assert codes == {TOPIC: 0, topic: 29}
+        with pytest.raises(kafka.errors.GroupAuthorizationFailedError):  # OffsetDelete: DELETE on the group.
+            python_admin.delete_group_offsets(MALLORY_GROUP, [kafka.TopicPartition(TOPIC, 0)])
+    finally:
+        python_admin.close()
 
 
 def _error_of(message: Any) -> Any:
