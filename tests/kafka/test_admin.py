@@ -310,6 +310,22 @@ def test_create_partitions_grows_a_topic_and_refuses_what_does_not_grow(kafka_cl
             3: 1,
         }
 
+    # Sent to a broker that does not lead group 0: forwarded to the one that does.
+    controller = leader_address(kafka_cluster, "growing")
+    follower = next(
+        spec.kafka_address for spec in kafka_cluster.nodes.values() if spec.kafka_address != controller
+    )
+    request = request_module(37, 3)
+    body = build(
+        request.CreatePartitionsRequest,
+        timeout=10_000,
+        validate_only=False,
+        topics=(build(request.CreatePartitionsTopic, name="growing", count=5, assignments=None),),
+    )
+    assert [result.error_code for result in call(follower, body).results] == [0]
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        assert len(kq.list_offsets("growing")) == 5
+
 
 # DescribeLogDirs, DescribeTopicPartitions, ElectLeaders ------------------------------------------
 
