@@ -342,6 +342,7 @@ REQUIREMENTS: dict[str, Callable[[Any], list[Access]]] = {
     "DeleteTopic": _topic(DELETE, "name"),
     "DescribeTopic": _topic(DESCRIBE, "name"),
     "AlterTopicConfig": _topic(ALTER, "name"),
+    "CreatePartitions": _topic(ALTER, "name"),
     "Produce": _topic(WRITE),
     "Fetch": _topic(READ),
     "FetchStream": _topic(READ),

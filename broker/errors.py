@@ -42,6 +42,12 @@ class InvalidArgumentError(KqError):
     default_code = ErrorCode.INVALID_REQUEST
 
 
+class BatchTooLargeError(InvalidArgumentError):
+    """A record batch within its topic's max.message.bytes but over a broker-wide limit on one batch
+    (RECORDS_PER_APPEND_MAX records): INVALID_REQUEST over gRPC, Kafka's RECORD_LIST_TOO_LARGE (18),
+    its code for a batch over a broker limit that is not the topic's (Kafka's: segment.bytes)."""
+
+
 class NotFoundError(KqError):
     """The named topic (or, with UNKNOWN_GROUP, group) does not exist."""
 

@@ -195,28 +195,30 @@ class GroupsView:
         return None if store is None else store.applied_index()
 
     def copied_everywhere(self, topic: TopicMeta) -> bool:
-        """Whether this node's replica of every other group holds `topic` (by id): its copies are in
-        place (broker/topic_sync.py). True with one group."""
-        return all(
-            self._replica_topic_id(group, topic.name) == topic.topic_id
-            for group in range(self.count)
-            if group != self.group
-        )
+        """Whether this node's replica of every other group holds `topic` (by id, with at least its
+        partitions): its copies are in place (broker/topic_sync.py). True with one group."""
+        for group in range(self.count):
+            if group == self.group:
+                continue
+            found = self._replica_topic(group, topic.name)
+            if found is None or found[0] != topic.topic_id or found[1] < topic.partitions:
+                return False
+        return True
 
     def known_to_group0(self, name: str) -> bool:
         """Whether this node's replica of group 0 holds a topic of this name (another group's process
         that lacks it: its copy is on its way, not an unknown topic)."""
-        return self.group != METADATA_GROUP and self._replica_topic_id(METADATA_GROUP, name) is not None
+        return self.group != METADATA_GROUP and self._replica_topic(METADATA_GROUP, name) is not None
 
-    def _replica_topic_id(self, group: int, name: str) -> int | None:
-        """The id of topic `name` in this node's replica of another group (None: none there, or that
-        replica not readable yet)."""
+    def _replica_topic(self, group: int, name: str) -> tuple[int, int] | None:
+        """(id, partitions) of topic `name` in this node's replica of another group (None: none there,
+        or that replica not readable yet)."""
         store = None if self._stores is None else self._stores.store(group)
         if store is None:
             return None
         with store.read() as reader:
             topic = reader.topic(name)
-        return None if topic is None else topic.topic_id
+        return None if topic is None else (topic.topic_id, topic.partitions)
 
     def close(self) -> None:
         """Closes the other groups' stores this process opened to read."""

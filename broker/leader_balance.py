@@ -64,6 +64,18 @@ class GroupLeadership(Protocol):
         """Asks this node's replica of `group`, its leader, to hand leadership to node `target`."""
 
 
+@dataclass(frozen=True, slots=True)
+class Election:
+    """What a preferred-leader election of one group comes to (Kafka's ElectLeaders): its leader now
+    (None: electing), the balancer's move of it (None: its leader is where balance wants it), and
+    whether this process asked its replica to hand over now (else the move is the group leader's
+    balancer's to make, at its next round)."""
+
+    leader: str | None
+    move: LeaderMove | None = None
+    started: bool = False
+
+
 class LeaderBalancer(BackgroundThread):
     """Moves the leadership of this node's groups to even out the leaders per running node; its thread
     (`start()`, `stop()`: broker/background.py) runs `step()` every `period_s`."""
@@ -121,6 +133,26 @@ class LeaderBalancer(BackgroundThread):
                 ", ".join(f"group {move.group} to {move.target}" for move in mine),
             )
         return mine
+
+    def elect(self, group: int) -> Election:
+        """Kafka's preferred-leader election of `group`, as balance decides it: the move the full plan
+        (`leader_moves` over every group, from the view now) makes of it, started at once when this
+        process leads the group; no settle or cooldown wait, as an operator asked for it (any thread:
+        the view and the hand-over are RaftNode's thread-safe calls)."""
+        view = self._leadership.view()
+        leader = view.leaders.get(group)
+        if leader is None:
+            return Election(None)
+        plan = leader_moves(view.leaders, view.nodes, view.eligible, len(view.leaders))
+        move = next((move for move in plan if move.group == group), None)
+        if move is None:
+            return Election(leader)
+        mine = move.source == self._node_id and (view.local is None or group in view.local)
+        if mine:
+            self._leadership.transfer(group, move.target)
+            self.moves_started += 1
+            logger.info("node %s hands over group %d to %s (ElectLeaders)", self._node_id, group, move.target)
+        return Election(leader, move, mine)
 
     def _run(self) -> None:
         while not self._stopping.wait(self._period_s):

@@ -228,6 +228,9 @@ class BrokerNode:
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
             apis = KafkaApis(service, kafka_settings(config, config.kafka, lambda: self.membership.view))
+            apis.balancer = (
+                self.balancer
+            )  # ElectLeaders' preferred elections (broker/kafka/cluster_admin.py).
             listeners.append(
                 KafkaListener(
                     config.kafka.address,

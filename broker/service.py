@@ -110,9 +110,10 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
 
     def _await_copies(self, topic: TopicMeta) -> None:
         """With several groups: waits (at most TOPIC_COPY_WAIT_S) until this node's replica of every
-        group holds the new topic, so a client's first write to it finds it wherever its partition is
-        (the copies are made by each group's leader: broker/topic_sync.py). Past the wait the topic
-        exists all the same: a partition whose group lacks it answers UNAVAILABLE (retriable)."""
+        group holds the new topic (with all its partitions, after a grow), so a client's first write
+        to it finds it wherever its partition is (the copies are made by each group's leader:
+        broker/topic_sync.py). Past the wait the topic exists all the same: a partition whose group
+        lacks it answers UNAVAILABLE (retriable)."""
         deadline = time.monotonic() + TOPIC_COPY_WAIT_S
         while not self._groups.copied_everywhere(topic) and time.monotonic() < deadline:
             time.sleep(TOPIC_COPY_POLL_S)
@@ -187,6 +188,34 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
             return kq_pb2.AlterTopicConfigResponse(
                 configs=self.config_values(reader, topic), index=reader.applied_index()
             )
+
+    def CreatePartitions(
+        self, request: kq_pb2.CreatePartitionsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.CreatePartitionsResponse:
+        """Grows a topic's partition count through Raft (Kafka's CreatePartitions): the new partitions
+        go to the groups placement gives them (their topic's group count is fixed), the old stay."""
+        check_topic_name(request.name)
+        check_partition_count(request.partitions)
+        self._require_leader(METADATA_GROUP)
+        with self._store.read() as reader:
+            topic = self._topic(reader, request.name)
+        if request.partitions <= topic.partitions:
+            raise InvalidArgumentError(
+                f"topic {topic.name} has {topic.partitions} partitions; a new count must be larger, "
+                f"not {request.partitions}"
+            )
+        if request.validate_only:
+            grown = TopicMeta(topic.name, topic.topic_id, request.partitions, topic.created_ms, topic.groups)
+            return kq_pb2.CreatePartitionsResponse(topic=_topic_info(grown))
+        command = commands.grow_partitions(request.name, request.partitions)
+        result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
+        assert isinstance(result, TopicResult)
+        _raise_for(result, request.name)
+        assert result.topic is not None
+        self._await_copies(result.topic)
+        return kq_pb2.CreatePartitionsResponse(
+            topic=_topic_info(result.topic), index=self._store.applied_index()
+        )
 
     def ListOffsets(
         self, request: kq_pb2.ListOffsetsRequest, context: grpc.ServicerContext

@@ -9,7 +9,8 @@ only beside the group-0 worker that writes it) and its own group's, and proposes
 the commands that make the copy equal (`sync_plan`, a pure function): a topic missing here is
 created with group 0's id, creation time and overrides; a topic here that group 0 no longer has
 under that name and id is deleted (its records then purged by the group's retention, as any
-deleted topic's); overrides that differ are set and removed. At most TOPIC_SYNC_CHANGES_MAX
+deleted topic's); a topic group 0 grew (Kafka's CreatePartitions) grows here to the same count;
+overrides that differ are set and removed. At most TOPIC_SYNC_CHANGES_MAX
 commands a round.
 
 Every state in between is safe: a topic not yet copied answers the retriable
@@ -74,7 +75,10 @@ def sync_plan(source: Mapping[str, TopicCopy], copy: Mapping[str, TopicCopy]) ->
         wanted = source.get(name)
         if wanted is None or wanted.topic_id != have.topic_id:
             deletes.append(commands.delete_topic(name, have.topic_id))
-        elif dict(wanted.overrides) != dict(have.overrides):
+            continue
+        if wanted.partitions > have.partitions:
+            alters.append(commands.grow_partitions(name, wanted.partitions, have.topic_id))
+        if dict(wanted.overrides) != dict(have.overrides):
             removed = sorted(set(have.overrides) - set(wanted.overrides))
             alters.append(commands.alter_topic_config(name, wanted.overrides, removed))
     for name, wanted in sorted(source.items()):

@@ -8,18 +8,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kq.broker.errors import InvalidArgumentError
+from kq.broker.errors import BatchTooLargeError, InvalidArgumentError
 from kq.proto import kq_pb2
+from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
+    APPEND_BYTES_MAX,
     ENTRY_WORK_MAX,
     FETCH_BYTES_DEFAULT,
     FETCH_BYTES_MAX,
     FETCH_RECORDS_DEFAULT,
     FETCH_RECORDS_MAX,
     FETCH_WAIT_MS_MAX,
+    HEADER_NAME_BYTES_MAX,
+    HEADERS_PER_RECORD_MAX,
     PRODUCE_MANY_REQUESTS_MAX,
+    RECORD_BYTES_MAX,
+    RECORDS_PER_APPEND_MAX,
 )
-from kq.proto.records import WorkMeter
+from kq.proto.records import MalformedBatchError, WorkMeter, check_batch, read_header
 from kq.raft import commands
 from kq.raft.transactions import TRANSACTION_COMMAND_KINDS, transaction_problem
 from kq.raft.validation import (
@@ -86,10 +92,57 @@ def checked_append(request: kq_pb2.ProduceRequest, records: bytes | None = None)
         raise InvalidArgumentError("partition is required (the client library chooses one when you do not)")
     if records is None:
         records = request.records
+    _check_batch_size(records)
     append = commands.partition_append(request.topic, request.partition, records)
     meter = WorkMeter(ENTRY_WORK_MAX)
     check(append_problem(append, meter, edge=True, records=records))
     return CheckedAppend(append, meter.spent)
+
+
+def _check_batch_size(records: bytes) -> None:
+    """Refuses a batch over a size limit with the error Kafka answers for it, before the shared check
+    (which refuses it too, as INVALID_REQUEST): over APPEND_BYTES_MAX, the default and the ceiling of
+    every topic's max.message.bytes (Kafka's message.max.bytes), MESSAGE_TOO_LARGE as a topic's own
+    override is answered (service.py `prepared_append`); over RECORDS_PER_APPEND_MAX records,
+    BatchTooLargeError (Kafka's RECORD_LIST_TOO_LARGE). A header that does not parse is left to the
+    shared check, which says what is wrong with it."""
+    if len(records) > APPEND_BYTES_MAX:
+        raise InvalidArgumentError(
+            f"a record batch of {len(records)} bytes; max.message.bytes is at most {APPEND_BYTES_MAX}",
+            ErrorCode.MESSAGE_TOO_LARGE,
+        )
+    try:
+        count = read_header(records).record_count
+    except MalformedBatchError:
+        return
+    if count > RECORDS_PER_APPEND_MAX:
+        raise BatchTooLargeError(
+            f"{count} records in one batch; a batch holds at most {RECORDS_PER_APPEND_MAX}"
+        )
+
+
+def only_a_record_too_large(records: bytes | memoryview) -> bool:
+    """Whether a batch the shared check refused would pass if its records could be as large as a
+    batch: a record over RECORD_BYTES_MAX (key, value and headers) is all that is wrong with it, Kafka's
+    MESSAGE_TOO_LARGE (a record too large) rather than INVALID_RECORD. Two bounded walks of the batch:
+    the Kafka edge asks only once a batch was refused, on a worker."""
+
+    def passes(record_bytes_max: int) -> bool:
+        try:
+            check_batch(
+                records,
+                RECORDS_PER_APPEND_MAX,
+                HEADERS_PER_RECORD_MAX,
+                record_bytes_max,
+                HEADER_NAME_BYTES_MAX,
+                APPEND_BYTES_MAX,
+                WorkMeter(ENTRY_WORK_MAX),
+            )
+        except MalformedBatchError:
+            return False
+        return True
+
+    return not passes(RECORD_BYTES_MAX) and passes(APPEND_BYTES_MAX)
 
 
 def check_produce_many(request: kq_pb2.ProduceManyRequest) -> None:

@@ -1,4 +1,4 @@
-"""`kq topics`: create, list, describe, configure and delete topics.
+"""`kq topics`: create, list, describe, configure, grow and delete topics.
 
 Names and partition counts are checked by the broker (one set of rules, at the gRPC edge), so the
 CLI passes them through and reports the broker's reason.
@@ -68,6 +68,20 @@ def create(
         print_text(f"topic {name} already exists")
         return
     print_text(f"created topic {info.name} with {counted(info.partitions, 'partition')} (id {info.topic_id})")
+
+
+@topics.command(name="add-partitions")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, required=True, help="The new partition count (more than now).")
+@click.option("--validate-only", is_flag=True, help="Only check the change; change nothing.")
+@click.pass_context
+def add_partitions(ctx: click.Context, name: str, partitions: int, validate_only: bool) -> None:
+    """Grow topic NAME to PARTITIONS partitions (Kafka's CreatePartitions): the existing partitions
+    and their records stay; keyed records of later writes may map to other partitions than before."""
+    client = open_client(ctx)
+    info = client.create_partitions(name, partitions, validate_only)
+    verb = "would grow" if validate_only else "grew"
+    print_text(f"{verb} topic {info.name} to {counted(info.partitions, 'partition')}")
 
 
 @topics.command(name="list")

@@ -183,6 +183,17 @@ class KqClient(GroupsApi, SecurityApi, TransactionsApi):
         self._saw(response.index)
         return _topic_info(response.topic)
 
+    def create_partitions(self, name: str, partitions: int, validate_only: bool = False) -> TopicInfo:
+        """Grows a topic to `partitions` partitions (more than it has; the existing ones stay where they
+        are); `validate_only`: only check. Returns the topic as it is (or would be) afterwards."""
+        request = kq_pb2.CreatePartitionsRequest(
+            name=name, partitions=partitions, validate_only=validate_only
+        )
+        response = self._connections.write("CreatePartitions", request)
+        self._saw(response.index)
+        self._forget_partition_count(name)
+        return _topic_info(response.topic)
+
     def delete_topic(self, name: str) -> None:
         """Deletes a topic and all its records."""
         self._saw(self._connections.write("DeleteTopic", kq_pb2.DeleteTopicRequest(name=name)).index)

@@ -298,6 +298,8 @@ class Command(_message.Message):
     COMPLETE_TRANSACTION_FIELD_NUMBER: _builtins.int
     TRANSACTION_MARKER_FIELD_NUMBER: _builtins.int
     TXN_COMMIT_OFFSETS_FIELD_NUMBER: _builtins.int
+    OFFSET_DELETE_FIELD_NUMBER: _builtins.int
+    GROW_PARTITIONS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -362,6 +364,10 @@ class Command(_message.Message):
     def transaction_marker(self) -> Global___TransactionMarkerCommand: ...
     @_builtins.property
     def txn_commit_offsets(self) -> Global___TxnCommitOffsetsCommand: ...
+    @_builtins.property
+    def offset_delete(self) -> Global___OffsetDeleteCommand: ...
+    @_builtins.property
+    def grow_partitions(self) -> Global___GrowPartitionsCommand: ...
     def __init__(
         self,
         *,
@@ -395,12 +401,14 @@ class Command(_message.Message):
         complete_transaction: Global___CompleteTransactionCommand | None = ...,
         transaction_marker: Global___TransactionMarkerCommand | None = ...,
         txn_commit_offsets: Global___TxnCommitOffsetsCommand | None = ...,
+        offset_delete: Global___OffsetDeleteCommand | None = ...,
+        grow_partitions: Global___GrowPartitionsCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "offset_delete", "grow_partitions"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -788,6 +796,40 @@ class CreateTopicCommand(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateTopicCommand: _TypeAlias = CreateTopicCommand  # noqa: Y015
+
+@_typing.final
+class GrowPartitionsCommand(_message.Message):
+    """Grows a topic's partition count (Kafka's CreatePartitions): new partitions are empty and placed by
+    proto/placement.py over the topic's fixed group count, so existing partitions never move. A count
+    that does not grow is refused (the edge refused it first, unless another grow came in between).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partitions: _builtins.int
+    """The new count, 1 to PARTITIONS_MAX."""
+    topic_id: _builtins.int
+    """0: whatever topic has the name (group 0). Set: the topic's id in group 0, which another group's
+    copy must have (broker/topic_sync.py).
+    """
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _builtins.int = ...,
+        topic_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrowPartitionsCommand: _TypeAlias = GrowPartitionsCommand  # noqa: Y015
 
 @_typing.final
 class AlterTopicConfigCommand(_message.Message):
@@ -1714,6 +1756,43 @@ class DeleteGroupCommand(_message.Message):
 Global___DeleteGroupCommand: _TypeAlias = DeleteGroupCommand  # noqa: Y015
 
 @_typing.final
+class OffsetDeleteCommand(_message.Message):
+    """Kafka's OffsetDelete: forgets a group's committed offsets of some partitions. The edge leaves out
+    the partitions of topics an active member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) as the group
+    stood at `generation` and `phase`; a group with members that changed since (a member joined, a
+    rebalance began) is refused alike on every replica (STALE_GENERATION), and nothing is deleted.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    generation: _builtins.int
+    phase: Global___GroupPhase.ValueType
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]:
+        """1 to OFFSETS_PER_COMMIT_MAX; an unknown topic is skipped."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___TopicPartition] | None = ...,
+        generation: _builtins.int = ...,
+        phase: Global___GroupPhase.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "partitions", b"partitions", "phase", b"phase"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteCommand: _TypeAlias = OffsetDeleteCommand  # noqa: Y015
+
+@_typing.final
 class KafkaJoinGroupCommand(_message.Message):
     """A Kafka client's JoinGroup. member.member_id was chosen by the leader's edge for a new member."""
 
@@ -2054,6 +2133,60 @@ class TopicConfigValue(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TopicConfigValue: _TypeAlias = TopicConfigValue  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsRequest(_message.Message):
+    """Grows a topic to `partitions` partitions (Kafka's CreatePartitions; `kq topics add-partitions`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    partitions: _builtins.int
+    """The new total count: more than the topic has."""
+    validate_only: _builtins.bool
+    """Only check the change: nothing is proposed."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _builtins.int = ...,
+        validate_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsRequest: _TypeAlias = CreatePartitionsRequest  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def topic(self) -> Global___TopicInfo:
+        """The topic with its new count (or as it would be, with validate_only)."""
+
+    def __init__(
+        self,
+        *,
+        topic: Global___TopicInfo | None = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
 
 @_typing.final
 class AlterTopicConfigRequest(_message.Message):

@@ -94,6 +94,11 @@ class BrokerStub:
                 request_serializer=kq_dot_proto_dot_kq__pb2.AlterTopicConfigRequest.SerializeToString,
                 response_deserializer=kq_dot_proto_dot_kq__pb2.AlterTopicConfigResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/kq.v1.Broker/CreatePartitions',
+                request_serializer=kq_dot_proto_dot_kq__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
         self.RegisterProducer = channel.unary_unary(
                 '/kq.v1.Broker/RegisterProducer',
                 request_serializer=kq_dot_proto_dot_kq__pb2.RegisterProducerRequest.SerializeToString,
@@ -317,6 +322,12 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AlterTopicConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreatePartitions(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -560,6 +571,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.AlterTopicConfig,
                     request_deserializer=kq_dot_proto_dot_kq__pb2.AlterTopicConfigRequest.FromString,
                     response_serializer=kq_dot_proto_dot_kq__pb2.AlterTopicConfigResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.CreatePartitionsResponse.SerializeToString,
             ),
             'RegisterProducer': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterProducer,
@@ -1031,6 +1047,33 @@ class Broker:
             '/kq.v1.Broker/AlterTopicConfig',
             kq_dot_proto_dot_kq__pb2.AlterTopicConfigRequest.SerializeToString,
             kq_dot_proto_dot_kq__pb2.AlterTopicConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/CreatePartitions',
+            kq_dot_proto_dot_kq__pb2.CreatePartitionsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.CreatePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

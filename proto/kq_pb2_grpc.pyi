@@ -54,6 +54,7 @@ class BrokerStub:
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListOffsetsRequest, _kq_pb2.ListOffsetsResponse]
     DeleteRecords: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]
     AlterTopicConfig: _grpc.UnaryUnaryMultiCallable[_kq_pb2.AlterTopicConfigRequest, _kq_pb2.AlterTopicConfigResponse]
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_kq_pb2.CreatePartitionsRequest, _kq_pb2.CreatePartitionsResponse]
     RegisterProducer: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]
     ClusterStatus: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ClusterStatusRequest, _kq_pb2.ClusterStatusResponse]
     JoinGroup: _grpc.UnaryUnaryMultiCallable[_kq_pb2.JoinGroupRequest, _kq_pb2.JoinGroupResponse]
@@ -109,6 +110,7 @@ class BrokerAsyncStub(BrokerStub):
     ListOffsets: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListOffsetsRequest, _kq_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     DeleteRecords: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteRecordsRequest, _kq_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
     AlterTopicConfig: _aio.UnaryUnaryMultiCallable[_kq_pb2.AlterTopicConfigRequest, _kq_pb2.AlterTopicConfigResponse]  # type: ignore[assignment]
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_kq_pb2.CreatePartitionsRequest, _kq_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
     RegisterProducer: _aio.UnaryUnaryMultiCallable[_kq_pb2.RegisterProducerRequest, _kq_pb2.RegisterProducerResponse]  # type: ignore[assignment]
     ClusterStatus: _aio.UnaryUnaryMultiCallable[_kq_pb2.ClusterStatusRequest, _kq_pb2.ClusterStatusResponse]  # type: ignore[assignment]
     JoinGroup: _aio.UnaryUnaryMultiCallable[_kq_pb2.JoinGroupRequest, _kq_pb2.JoinGroupResponse]  # type: ignore[assignment]
@@ -233,6 +235,13 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.AlterTopicConfigRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.AlterTopicConfigResponse, _abc.Awaitable[_kq_pb2.AlterTopicConfigResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreatePartitions(
+        self,
+        request: _kq_pb2.CreatePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.CreatePartitionsResponse, _abc.Awaitable[_kq_pb2.CreatePartitionsResponse]]: ...
 
     @_abc_1.abstractmethod
     def RegisterProducer(

@@ -417,6 +417,9 @@ KAFKA_FRAME_BYTES_MIN = 64 * 1024
 KAFKA_CONNECTIONS_MAX = 10_000  # Open Kafka client connections per node; one more is closed at once.
 KAFKA_IDLE_CONNECTION_S = 600.0  # Kafka's connections.max.idle.ms: a silent connection is closed.
 KAFKA_PARTITIONS_PER_REQUEST_MAX = 10_000  # Partitions named in one Produce, Fetch or ListOffsets.
+# Partitions one DescribeTopicPartitions answer lists (Kafka's max.request.partition.size.limit): a
+# client asking for more gets this many and a cursor to the rest.
+KAFKA_DESCRIBE_PARTITIONS_MAX = 2_000
 # Rows of the timestamps index one MAX_TIMESTAMP answer reads, skipping batches a trim left below the log
 # start (a trim deletes at most TRIM_BATCHES_PER_ENTRY_MAX); past it, -1/-1 until retention deletes them.
 KAFKA_MAX_TIMESTAMP_ROWS_MAX = TRIM_BATCHES_PER_ENTRY_MAX

@@ -71,6 +71,14 @@ def alter_topic_config(topic: str, set_configs: Mapping[str, str], remove: Seque
     )
 
 
+def grow_partitions(topic: str, partitions: int, topic_id: int = 0) -> kq_pb2.Command:
+    """Grows a topic to `partitions` partitions (`topic_id`: a copy's, broker/topic_sync.py)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        grow_partitions=kq_pb2.GrowPartitionsCommand(topic=topic, partitions=partitions, topic_id=topic_id),
+    )
+
+
 def delete_topic(name: str, topic_id: int = 0) -> kq_pb2.Command:
     """Command deleting topic `name` and all its records (`topic_id` set: only if it has that id)."""
     return kq_pb2.Command(
@@ -212,6 +220,22 @@ def reset_offsets(group: str, offsets: Sequence[kq_pb2.OffsetEntry]) -> kq_pb2.C
 def delete_group(group: str) -> kq_pb2.Command:
     """Command deleting a group without members."""
     return kq_pb2.Command(version=COMMAND_VERSION, delete_group=kq_pb2.DeleteGroupCommand(group=group))
+
+
+def offset_delete(
+    group: str, partitions: Sequence[kq_pb2.TopicPartition], generation: int, phase: int
+) -> kq_pb2.Command:
+    """Forgets the group's committed offsets of `partitions`, if the group (with members) is still at
+    `generation` and `phase` (Kafka's OffsetDelete)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        offset_delete=kq_pb2.OffsetDeleteCommand(
+            group=group,
+            partitions=partitions,
+            generation=generation,
+            phase=phase,  # type: ignore[arg-type]
+        ),
+    )
 
 
 def register_member(member: kq_pb2.Member, cluster_id: str) -> kq_pb2.Command:

@@ -220,6 +220,22 @@ def apply_delete_group(writer: StoreWriter, command: kq_pb2.DeleteGroupCommand) 
     return GroupResult(ErrorCode.OK, state.generation, state.phase)
 
 
+def apply_offset_delete(writer: StoreWriter, command: kq_pb2.OffsetDeleteCommand) -> GroupResult:
+    """Forgets the group's committed offsets of the named partitions (Kafka's OffsetDelete), unless
+    the group has members and is no longer where the edge saw it (STALE_GENERATION): the edge checked
+    that no member subscribes to their topics then. A topic that does not exist is skipped."""
+    state = load(writer, command.group)
+    if state is None:
+        return GroupResult(ErrorCode.UNKNOWN_GROUP)
+    if state.members and (state.generation, state.phase) != (command.generation, command.phase):
+        return GroupResult(ErrorCode.STALE_GENERATION, state.generation, state.phase)
+    for entry in command.partitions:
+        topic = writer.topic(entry.topic)
+        if topic is not None:
+            writer.delete_offset(command.group, topic.topic_id, entry.partition)
+    return GroupResult(ErrorCode.OK, state.generation, state.phase)
+
+
 def _write_offsets(
     writer: StoreWriter,
     group: str,

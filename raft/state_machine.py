@@ -188,6 +188,8 @@ def _dispatch(
         return _apply_create_topic(writer, command.create_topic)
     if kind == "delete_topic":
         return _apply_delete_topic(writer, command.delete_topic)
+    if kind == "grow_partitions":
+        return _apply_grow_partitions(writer, command.grow_partitions)
     if kind == "trim":
         return _apply_trim(writer, command.trim)
     if kind == "compact":
@@ -216,6 +218,7 @@ _GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult | KafkaGroup
     "join_group": groups.apply_join,
     "leave_group": groups.apply_leave,
     "delete_group": groups.apply_delete_group,
+    "offset_delete": groups.apply_offset_delete,
     "kafka_join_group": groups.apply_kafka_join,
     "kafka_sync_group": groups.apply_kafka_sync,
 }
@@ -266,6 +269,17 @@ def _apply_alter_topic_config(writer: StoreWriter, command: kq_pb2.AlterTopicCon
     current = decode_overrides(writer.topic_configs(topic.topic_id))
     writer.set_topic_configs(topic.topic_id, encode_overrides(altered(current, command.set, command.remove)))
     return TopicResult(ErrorCode.OK, topic)
+
+
+def _apply_grow_partitions(writer: StoreWriter, command: kq_pb2.GrowPartitionsCommand) -> TopicResult:
+    """Adds empty partitions up to the new count (within PARTITIONS_MAX: command_problem); a count
+    that does not grow is INVALID_COMMAND (the edge refuses it first), a copy of another id none."""
+    topic = writer.topic(command.topic)
+    if topic is None or (command.topic_id and command.topic_id != topic.topic_id):
+        return TopicResult(ErrorCode.UNKNOWN_TOPIC)
+    if command.partitions <= topic.partitions:
+        return TopicResult(ErrorCode.INVALID_COMMAND, topic)
+    return TopicResult(ErrorCode.OK, writer.grow_partitions(topic, command.partitions))
 
 
 def _apply_delete_topic(writer: StoreWriter, command: kq_pb2.DeleteTopicCommand) -> TopicResult:

@@ -246,6 +246,21 @@ def offsets_problem(offsets: list[kq_pb2.OffsetEntry], allow_empty: bool = False
     return None
 
 
+def offset_delete_problem(command: kq_pb2.OffsetDeleteCommand) -> str | None:
+    """Why an OffsetDelete cannot be applied: a bad group name, 1 to OFFSETS_PER_COMMIT_MAX partitions
+    of legal topic names (the limit of a commit, whose offsets it deletes)."""
+    problem = topic_name_problem(command.group, "group")
+    if problem is not None:
+        return problem
+    if not 0 < len(command.partitions) <= OFFSETS_PER_COMMIT_MAX:
+        return f"an offset deletion names 1 to {OFFSETS_PER_COMMIT_MAX} partitions"
+    for entry in command.partitions:
+        problem = topic_name_problem(entry.topic)
+        if problem is not None:
+            return problem
+    return None
+
+
 def _join_problem(command: kq_pb2.JoinGroupCommand) -> str | None:
     return (
         topic_name_problem(command.group, "group")
@@ -479,6 +494,13 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         )
     if kind == "alter_topic_config":
         return _alter_topic_config_problem(command.alter_topic_config)
+    if kind == "grow_partitions":
+        grow = command.grow_partitions
+        return (
+            topic_name_problem(grow.topic)
+            or partition_count_problem(grow.partitions)
+            or topic_id_problem(grow.topic_id)
+        )
     if kind == "delete_topic":
         delete = command.delete_topic
         return topic_name_problem(delete.name) or topic_id_problem(delete.topic_id)
@@ -501,6 +523,8 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return topic_name_problem(reset.group, "group") or offsets_problem(list(reset.offsets))
     if kind == "delete_group":
         return topic_name_problem(command.delete_group.group, "group")
+    if kind == "offset_delete":
+        return offset_delete_problem(command.offset_delete)
     if kind == "kafka_join_group":
         return _kafka_join_problem(command.kafka_join_group)
     if kind == "kafka_sync_group":

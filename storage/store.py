@@ -762,6 +762,15 @@ class StoreWriter(StoreReader, TransactionWrites):
             self._put_partition(topic_id, partition, PartitionState(0, 0, 0))
         return TopicMeta(name, topic_id, partitions, created_ms, max(groups, 1))
 
+    def grow_partitions(self, topic: TopicMeta, partitions: int) -> TopicMeta:
+        """Adds empty partitions to `topic` up to `partitions` (more than it has: the caller checked)."""
+        assert partitions > topic.partitions, "a topic's partitions only grow"
+        row = _TOPIC.pack(topic.topic_id, partitions, topic.created_ms)
+        self._transaction.put(topic.name.encode(), row, db=self._topics)
+        for partition in range(topic.partitions, partitions):
+            self._put_partition(topic.topic_id, partition, PartitionState(0, 0, 0))
+        return TopicMeta(topic.name, topic.topic_id, partitions, topic.created_ms, topic.groups)
+
     def put_member(self, node_id: str, member: bytes) -> None:
         """Stores a member's encoded addresses under its node id (replacing any)."""
         self._transaction.put(node_id.encode(), member, db=self._members)
@@ -959,6 +968,12 @@ class StoreWriter(StoreReader, TransactionWrites):
             self._transaction.delete(_offset_topic_key(bytes(cursor.key())), db=self._offset_topics)
             if not cursor.delete():
                 break
+
+    def delete_offset(self, group: str, topic_id: int, partition: int) -> None:
+        """Forgets the group's committed offset for one partition (none stored: nothing to do)."""
+        key = _group_prefix(group) + _OFFSET_TAIL.pack(topic_id, partition)
+        self._transaction.delete(key, db=self._offsets)
+        self._transaction.delete(_offset_topic_key(key), db=self._offset_topics)
 
     def commit_offset(
         self, group: str, topic_id: int, partition: int, offset: int, commit_time_ms: int

@@ -21,10 +21,11 @@ from typing import Any
 
 from kq.broker.auth import Principal
 from kq.broker.edge import RateLimitedLog
+from kq.broker.kafka.admin import AdminApis
 from kq.broker.kafka.authorize import DENIED_CODE, OPEN_APIS, WHOLE, ApiKey, access
 from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
-from kq.broker.kafka.cluster import ClusterApis
+from kq.broker.kafka.cluster_admin import ClusterAdminApis
 from kq.broker.kafka.configs import ConfigApis
 from kq.broker.kafka.fetch import FetchApis
 from kq.broker.kafka.framing import (
@@ -36,7 +37,7 @@ from kq.broker.kafka.framing import (
     request_schema,
     response_schema,
 )
-from kq.broker.kafka.groups import GroupApis
+from kq.broker.kafka.group_admin import GroupAdminApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
 from kq.broker.kafka.sasl import Answer, SaslSession, SaslState
@@ -53,7 +54,14 @@ Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
 class KafkaApis(
-    ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, TransactionApis, TransactionAdminApis
+    ClusterAdminApis,
+    ConfigApis,
+    ProduceApis,
+    FetchApis,
+    GroupAdminApis,
+    AdminApis,
+    TransactionApis,
+    TransactionAdminApis,
 ):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
@@ -79,6 +87,7 @@ class KafkaApis(
             ApiKey.SASL_HANDSHAKE: (0, 1, self.sasl_handshake),
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
+            ApiKey.DELETE_RECORDS: (0, 2, self.delete_records),
             22: (0, 4, self._init_producer_id),
             ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3, self.add_partitions_to_txn),
             ApiKey.ADD_OFFSETS_TO_TXN: (0, 3, self.add_offsets_to_txn),
@@ -89,9 +98,17 @@ class KafkaApis(
             ApiKey.LIST_TRANSACTIONS: (0, 1, self.list_transactions),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
+            # Not v5: kafka-python takes DescribeLogDirs v5 for a Kafka 4.3 broker and then expects
+            # the rest of 4.3 (its version inference: ListOffsets 7 makes kq a 3.0 to it).
+            ApiKey.DESCRIBE_LOG_DIRS: (1, 4, self.describe_log_dirs),
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
+            ApiKey.CREATE_PARTITIONS: (0, 3, self.create_partitions),
+            ApiKey.DELETE_GROUPS: (0, 2, self.delete_groups),
+            ApiKey.ELECT_LEADERS: (0, 2, self.elect_leaders),
             44: (0, 1, self.incremental_alter_configs),
+            ApiKey.OFFSET_DELETE: (0, 0, self.offset_delete),
             60: (0, 1, self.describe_cluster),
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0, self.describe_topic_partitions),
         }
 
     async def _init_producer_id(self, request: Request, connection: Connection) -> Any:

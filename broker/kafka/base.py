@@ -40,7 +40,9 @@ NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
+MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC = 17
+RECORD_LIST_TOO_LARGE = 18
 INVALID_REQUIRED_ACKS = 21
 ILLEGAL_GENERATION = 22
 INCONSISTENT_GROUP_PROTOCOL = 23
@@ -54,6 +56,7 @@ UNSUPPORTED_VERSION = 35
 TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
 INVALID_CONFIG = 40
 NOT_CONTROLLER = 41
 INVALID_REQUEST = 42
@@ -158,9 +161,14 @@ def kafka_brokers(
 
 def kafka_code(error: KqError, not_leader: int = NOT_LEADER_OR_FOLLOWER) -> int:
     """The Kafka error code of a kq error; a write that reached a follower answers `not_leader`
-    (NOT_LEADER_OR_FOLLOWER for partitions, NOT_COORDINATOR for groups, NOT_CONTROLLER for topics)."""
+    (NOT_LEADER_OR_FOLLOWER for partitions, NOT_COORDINATOR for groups, NOT_CONTROLLER for topics).
+    A partition's group whose copy of the topic is not made yet (NOT_CAUGHT_UP, broker/topic_sync.py)
+    answers UNKNOWN_TOPIC_OR_PARTITION, retriable, as a Kafka broker that has not heard of a new topic
+    does (the table's OFFSET_NOT_AVAILABLE is what a producer would not retry)."""
     if error.code == ErrorCode.NOT_LEADER:
         return not_leader
+    if error.code == ErrorCode.NOT_CAUGHT_UP and not_leader == NOT_LEADER_OR_FOLLOWER:
+        return UNKNOWN_TOPIC_OR_PARTITION
     if error.code == ErrorCode.LEADER_UNKNOWN:
         return {NOT_COORDINATOR: COORDINATOR_NOT_AVAILABLE, NOT_CONTROLLER: NOT_CONTROLLER}.get(
             not_leader, LEADER_NOT_AVAILABLE

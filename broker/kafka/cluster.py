@@ -11,6 +11,7 @@ code that makes a Kafka client refresh its metadata and go to the leader.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from kq.broker.kafka.base import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_CONFIG,
     INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
     INVALID_TOPIC,
@@ -232,12 +234,15 @@ class ClusterApis(KafkaBase):
         """Creates each topic through Raft (on the leader, the controller Metadata names)."""
         module = response_module(CREATE_TOPICS, request.api_version)
         results = []
+        named = Counter(topic.name for topic in request.body.topics)
         for topic in request.body.topics:
             partitions = (
                 topic.num_partitions if topic.num_partitions != -1 else self._settings.default_partitions
             )
             code, message = self._create_problem(topic, partitions)
-            if not self._permitted(connection, ApiKey.CREATE_TOPICS, TOPIC, topic.name):
+            if named[topic.name] > 1:  # Kafka refuses every entry of a name given twice.
+                code, message = INVALID_REQUEST, f"topic {topic.name} is named more than once"
+            elif not self._permitted(connection, ApiKey.CREATE_TOPICS, TOPIC, topic.name):
                 code, message = TOPIC_AUTHORIZATION_FAILED, f"not authorized to CREATE topic {topic.name}"
             if code == NONE and not request.body.validate_only:
                 code, message = await self._create(topic.name, partitions, topic.configs)
@@ -270,10 +275,12 @@ class ClusterApis(KafkaBase):
                 f"every partition is on all {len(self._settings.brokers)} nodes; replication factor "
                 f"must be -1 or 1 to {len(self._settings.brokers)}"
             )
-        if topic.assignments:
+        if topic.assignments and (topic.num_partitions != -1 or topic.replication_factor != -1):
+            return INVALID_REQUEST, "a replica assignment and a partition count or replication factor"
+        if topic.assignments:  # Kafka's code for an assignment it cannot follow.
             return (
-                INVALID_REQUEST,
-                "manual replica assignment is not supported: every node holds every partition",
+                INVALID_REPLICA_ASSIGNMENT,
+                "manual replica assignment is not supported: every broker of a partition's group holds it",
             )
         if any(config.value is None for config in topic.configs):
             return INVALID_CONFIG, "a topic config needs a value"
@@ -304,7 +311,18 @@ class ClusterApis(KafkaBase):
         """Deletes each topic and its records through Raft."""
         module = response_module(DELETE_TOPICS, request.api_version)
         results = []
+        named = Counter(request.body.topic_names)
         for name in request.body.topic_names:
+            if named[name] > 1:  # Kafka refuses every entry of a name given twice.
+                results.append(
+                    build(
+                        module.DeletableTopicResult,
+                        name=name,
+                        error_code=INVALID_REQUEST,
+                        error_message=f"topic {name} is named more than once",
+                    )
+                )
+                continue
             if not self._permitted(connection, ApiKey.DELETE_TOPICS, TOPIC, name):
                 results.append(
                     build(

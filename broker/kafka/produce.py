@@ -14,30 +14,34 @@ import asyncio
 from typing import Any
 
 from kq.broker.auth import TOPIC, TRANSACTIONAL_ID
-from kq.broker.errors import KqError
+from kq.broker.errors import BatchTooLargeError, KqError
 from kq.broker.kafka.authorize import (
     TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ApiKey,
 )
 from kq.broker.kafka.base import (
+    CORRUPT_MESSAGE,
     INVALID_RECORD,
     INVALID_REQUEST,
     INVALID_REQUIRED_ACKS,
+    MESSAGE_TOO_LARGE,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
+    RECORD_LIST_TOO_LARGE,
     KafkaBase,
     kafka_code,
 )
 from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
+from kq.broker.validation import only_a_record_too_large
 from kq.proto import kq_pb2
 from kq.proto.limits import (
     KAFKA_PARTITIONS_PER_REQUEST_MAX,
     KAFKA_UNACKNOWLEDGED_APPENDS_MAX,
 )
-from kq.proto.records import MalformedBatchError, split_batches
+from kq.proto.records import MalformedBatchError, crc_matches, split_batches
 
 PRODUCE = 0
 ACKS = (-1, 0, 1)
@@ -107,10 +111,13 @@ class ProduceApis(KafkaBase):
             request = kq_pb2.ProduceRequest(topic=topic, partition=partition, records=bytes(batch))
             try:
                 answer = await self._service.produce(request)
+            except BatchTooLargeError as error:
+                return RECORD_LIST_TOO_LARGE, -1, str(error)
             except KqError as error:
                 code = kafka_code(error, NOT_LEADER_OR_FOLLOWER)
-                # A batch the shared validation refused (at the edge or in apply): Kafka's INVALID_RECORD.
-                return (INVALID_RECORD if code == INVALID_REQUEST else code), -1, str(error)
+                if code == INVALID_REQUEST:  # Refused by the shared validation (at the edge or in apply).
+                    code = await self._in_workers(_refusal_code, batch)
+                return code, -1, str(error)
             base_offset = answer.base_offset if base_offset < 0 else base_offset
         return NONE, base_offset, None
 
@@ -135,6 +142,15 @@ class ProduceApis(KafkaBase):
             for name, partitions in by_topic.items()
         )
         return build(module.ProduceResponse, responses=topics, throttle_time=0)
+
+
+def _refusal_code(batch: memoryview) -> int:
+    """Kafka's code for a batch the shared validation refused: CORRUPT_MESSAGE when its CRC does not
+    match (Kafka's ensureValid), MESSAGE_TOO_LARGE when a record over RECORD_BYTES_MAX is all that is
+    wrong (Kafka's RecordTooLargeException), else INVALID_RECORD."""
+    if not crc_matches(batch):
+        return CORRUPT_MESSAGE
+    return MESSAGE_TOO_LARGE if only_a_record_too_large(batch) else INVALID_RECORD
 
 
 async def _refusal(topic: str) -> tuple[int, int, str | None]:

@@ -222,6 +222,18 @@ CASES = [
         _E.UNKNOWN_TOPIC,
     ),
     Case(
+        "CreatePartitions",
+        kq_pb2.CreatePartitionsRequest(name="t", partitions=1),  # It has 2: the count must grow.
+        _S.INVALID_ARGUMENT,
+        _E.INVALID_REQUEST,
+    ),
+    Case(
+        "CreatePartitions",
+        kq_pb2.CreatePartitionsRequest(name="missing", partitions=3),
+        _S.NOT_FOUND,
+        _E.UNKNOWN_TOPIC,
+    ),
+    Case(
         "CreateTopic",
         kq_pb2.CreateTopicRequest(
             name="configured", partitions=1, configs=[kq_pb2.ConfigEntry(name="no.such", value="1")]

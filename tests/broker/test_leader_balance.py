@@ -98,6 +98,25 @@ def test_a_balanced_view_moves_nothing_however_long_it_lasts() -> None:
     assert leadership.transfers == []
 
 
+def test_elect_is_the_plans_move_of_one_group_started_only_by_its_leader() -> None:
+    """ElectLeaders' preferred election: no move for a group where balance wants it (or while it
+    elects); the plan's move otherwise, started at once (no settle or cooldown) by its leader's
+    balancer only, and named by the others'."""
+    view = unbalanced()
+    leadership = FakeLeadership(view)
+    on_a = LeaderBalancer("a", leadership, FakeClock(), settle_s=3.0, cooldown_s=5.0)
+    moved = next(group for group in sorted(view.leaders) if view.leaders[group] == "a")
+    election = on_a.elect(moved)
+    assert election.leader == "a" and election.move is not None and election.started
+    assert leadership.transfers == [(moved, election.move.target)]
+    on_b = LeaderBalancer("b", FakeLeadership(view), FakeClock())
+    assert not on_b.elect(moved).started
+    stays = LeaderBalancer("a", FakeLeadership(LeadershipView({1: "a", 2: "b", 3: "c"}, NODES)), FakeClock())
+    assert stays.elect(2).move is None and stays.elect(2).leader == "b"
+    electing = LeaderBalancer("a", FakeLeadership(LeadershipView({1: None}, NODES)), FakeClock())
+    assert electing.elect(1).leader is None
+
+
 def test_the_thread_starts_in_start_and_ends_in_stop() -> None:
     """kq-leader-balance runs between start() and stop() and no longer."""
     balancer = LeaderBalancer("a", FakeLeadership(unbalanced()), period_s=0.01)

@@ -82,3 +82,24 @@ def test_a_topic_recreated_in_group_0_is_deleted_then_created_again_by_id() -> N
     assert not any(kind == "create_topic" for kind, _ in kinds)  # "again" exists (old id) this round.
     next_round = sync_plan(wanted, {"same": wanted["same"]})  # Once the old "again" is gone.
     assert [c.create_topic.topic_id for c in next_round if c.HasField("create_topic")] == [9]
+
+
+def test_a_topic_grown_in_group_0_grows_in_the_copy_by_id(tmp_path: Path) -> None:
+    """A topic group 0 grew (CreatePartitions) grows in the copy to the same count, its id checked;
+    the copy's existing partitions keep their offsets, and a grow applied twice changes nothing."""
+    source = group0_topics(tmp_path, ("a", 2, {}))
+    copy = Store.open(tmp_path / "copy", map_size_bytes=64 * 1024**2)
+    index = converge(copy, source, 1, 1)
+    apply(source, 2, commands.encode(commands.grow_partitions("a", 5)))
+    with source.read() as wanted, copy.read() as have:
+        plan = sync_plan(topic_copies(wanted), topic_copies(have))
+    assert [
+        (c.grow_partitions.topic, c.grow_partitions.partitions, c.grow_partitions.topic_id) for c in plan
+    ] == [("a", 5, 1)]
+    index = converge(copy, source, index, 1)
+    apply(copy, index, commands.encode(plan[0]), COPY_SCOPE)  # Again: refused alike, nothing changes.
+    with source.read() as wanted, copy.read() as have:
+        assert topic_copies(have) == topic_copies(wanted)
+        topic = have.topic("a")
+        assert topic is not None and topic.partitions == 5
+        assert [have.partition(topic.topic_id, p) is not None for p in range(6)] == [True] * 5 + [False]

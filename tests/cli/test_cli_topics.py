@@ -182,3 +182,22 @@ def test_topic_configs_are_set_shown_altered_and_refused(
     )
     missing = run_kq("topics", "create", topic_name + "-x", "--config", "retention.ms")
     assert missing.exit_code == 2 and "is not name=value" in missing.stderr
+
+
+def test_add_partitions_grows_a_topic_and_keeps_its_records(
+    run_kq: RunKq, client: KqClient, topic_name: str
+) -> None:
+    """`kq topics add-partitions` grows a topic (over gRPC CreatePartitions; --validate-only changes
+    nothing), the old partition keeps its records, and a count that does not grow fails with exit 1."""
+    client.create_topic(topic_name, 1)
+    client.send_batch(topic_name, _records(2, partition=0))
+    checked = run_kq("topics", "add-partitions", topic_name, "--partitions", "3", "--validate-only")
+    assert (checked.exit_code, checked.stdout) == (0, f"would grow topic {topic_name} to 3 partitions\n")
+    assert client.describe_topic(topic_name).topic.partitions == 1
+    grown = run_kq("topics", "add-partitions", topic_name, "--partitions", "3")
+    assert (grown.exit_code, grown.stdout) == (0, f"grew topic {topic_name} to 3 partitions\n")
+    offsets = client.list_offsets(topic_name)
+    assert {p: o.log_end_offset for p, o in offsets.items()} == {0: 2, 1: 0, 2: 0}
+    assert client.send(topic_name, b"new", partition=2).offset == 0
+    same = run_kq("topics", "add-partitions", topic_name, "--partitions", "3")
+    assert same.exit_code == 1 and "must be larger" in same.stderr

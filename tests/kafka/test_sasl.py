@@ -269,6 +269,61 @@ def test_list_groups_shows_every_group_to_describe_on_the_cluster(secure: LocalC
     assert "audited" not in listed(MALLORY, MALLORY_PASSWORD)
 
 
+def test_admin_apis_check_the_acls_kafka_documents(secure: LocalCluster) -> None:
+    """mallory (DESCRIBE on one topic and one group) is refused each admin API as Kafka refuses it:
+    DeleteRecords and CreatePartitions TOPIC_AUTHORIZATION_FAILED (DELETE, ALTER on the topic),
+    DeleteGroups GROUP_AUTHORIZATION_FAILED (DELETE on the group), ElectLeaders
+    CLUSTER_AUTHORIZATION_FAILED (ALTER on the cluster), DescribeLogDirs no log dirs (DESCRIBE on the
+    cluster), DescribeTopicPartitions TOPIC_AUTHORIZATION_FAILED for a topic she may not DESCRIBE,
+    OffsetDelete GROUP_AUTHORIZATION_FAILED (DELETE on the group); alice (everything on sasl-* topics,
+    nothing on the cluster) may grow her topic and trim it; nothing mallory asked for changed."""
+    mallory = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-256", MALLORY, MALLORY_PASSWORD))
+
+    def refused(future: Any) -> int:
+        with pytest.raises(confluent.KafkaException) as error:
+            future.result(WAIT_S)
+        return int(error.value.args[0].code())
+
+    trimmed = mallory.delete_records([confluent.TopicPartition(TOPIC, 0, 0)])
+    assert refused(next(iter(trimmed.values()))) == confluent.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grown = mallory.create_partitions([confluent_admin.NewPartitions(TOPIC, 2)])[TOPIC]
+    assert refused(grown) == confluent.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    deleted = mallory.delete_consumer_groups([MALLORY_GROUP])[MALLORY_GROUP]
+    assert refused(deleted) == confluent.KafkaError.GROUP_AUTHORIZATION_FAILED
+    elected = mallory.elect_leaders(confluent.ElectionType.PREFERRED, [confluent.TopicPartition(TOPIC, 0)])
+    assert refused(elected) == confluent.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+    alice = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-256", ALICE, ALICE_PASSWORD))
+    topic = "sasl-scram-sha-256"
+    alice.create_partitions([confluent_admin.NewPartitions(topic, 2)])[topic].result(WAIT_S)
+    trimmed = alice.delete_records([confluent.TopicPartition(topic, 1, -1)])
+    assert next(iter(trimmed.values())).result(WAIT_S).low_watermark == 0
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        assert admin.describe_topic(TOPIC).topic.partitions == 1
+        assert admin.describe_topic(topic).topic.partitions == 2
+
+    assert secure.tls_dir is not None
+    python_admin = kafka.KafkaAdminClient(
+        bootstrap_servers=secure.kafka_bootstrap,
+        security_protocol="SASL_SSL",
+        ssl_cafile=str(secure.tls_dir / "ca.pem"),
+        ssl_check_hostname=False,
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username=MALLORY,
+        sasl_plain_password=MALLORY_PASSWORD,
+    )
+    try:  # DescribeLogDirs needs DESCRIBE on the cluster; DescribeTopicPartitions DESCRIBE on the topic.
+        # Refused as Kafka does (CLUSTER_AUTHORIZATION_FAILED, no results), which kafka-python lists as empty.
+        assert [answer["log_dirs"] for answer in python_admin.describe_log_dirs()] == [[], [], []]
+        described = python_admin.describe_topic_partitions([TOPIC, topic])
+        codes = {entry["name"]: entry["error_code"] for entry in described["topics"]}
+        assert codes == {TOPIC: 0, topic: 29}
+        with pytest.raises(kafka.errors.GroupAuthorizationFailedError):  # OffsetDelete: DELETE on the group.
+            python_admin.delete_group_offsets(MALLORY_GROUP, [kafka.TopicPartition(TOPIC, 0)])
+    finally:
+        python_admin.close()
+
+
 def _error_of(message: Any) -> Any:
     return None if message is None else message.error()
 

@@ -300,6 +300,8 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         "unregister_member",
         "security",
         "transaction",
+        "offset_delete",
+        "grow",
     ]
     kind = draw(st.sampled_from(kinds))
     if kind == "security":
@@ -353,6 +355,15 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         return commands.join_group(draw(names), draw(members()), draw(st.sampled_from(["", "range", "x"])), 5)
     if kind == "leave":
         return commands.leave_group(draw(names), draw(st.lists(st.sampled_from(["m1", "m2", ""]))), 6)
+    if kind == "grow":
+        topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
+        return commands.grow_partitions(draw(names), draw(uint32), topic_id)
+    if kind == "offset_delete":
+        partitions = [
+            kq_pb2.TopicPartition(topic=draw(names), partition=draw(uint32))
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+        return commands.offset_delete(draw(names), partitions, draw(uint32), draw(st.integers(0, 4)))
     offsets = [
         kq_pb2.OffsetEntry(topic=draw(names), partition=draw(uint32), offset=draw(st.integers(0, 2**64 - 1)))
         for _ in range(draw(st.integers(0, 3)))

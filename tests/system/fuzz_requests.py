@@ -70,6 +70,7 @@ RPCS: dict[str, RpcSpec] = {
     "AddNode": RpcSpec(kq_pb2.AddNodeRequest, kq_pb2.AddNodeResponse, True),
     "RemoveNode": RpcSpec(kq_pb2.RemoveNodeRequest, kq_pb2.RemoveNodeResponse, True),
     "AlterTopicConfig": RpcSpec(kq_pb2.AlterTopicConfigRequest, kq_pb2.AlterTopicConfigResponse, True),
+    "CreatePartitions": RpcSpec(kq_pb2.CreatePartitionsRequest, kq_pb2.CreatePartitionsResponse, True),
     "PutUser": RpcSpec(kq_pb2.PutUserRequest, kq_pb2.PutUserResponse, True),
     "DeleteUser": RpcSpec(kq_pb2.DeleteUserRequest, kq_pb2.DeleteUserResponse, True),
     "ListUsers": RpcSpec(kq_pb2.ListUsersRequest, kq_pb2.ListUsersResponse, False),
@@ -136,6 +137,13 @@ def _create_topic(h: Hostile) -> Message:
     name = h.topic() if h.chance(0.5) else f"fz-{h.rng.randrange(40)}"
     partitions = h.rng.choice([1, 3]) if h.chance(0.5) else h.u32()
     return kq_pb2.CreateTopicRequest(name=name, partitions=partitions)
+
+
+def _create_partitions(h: Hostile) -> Message:
+    """A grow of a fuzz topic or a hostile name: counts that grow, do not, or pass PARTITIONS_MAX."""
+    name = h.topic() if h.chance(0.5) else f"fz-{h.rng.randrange(40)}"
+    partitions = h.rng.choice([1, 2, 4, 1024, 1025]) if h.chance(0.5) else h.u32()
+    return kq_pb2.CreatePartitionsRequest(name=name, partitions=partitions, validate_only=h.chance(0.2))
 
 
 def _delete_topic(h: Hostile) -> Message:
@@ -347,6 +355,7 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
         node_id=h.rng.choice([*_STRANGER_IDS, h.text()]), group=_scope(h)
     ),
     "AlterTopicConfig": _alter_topic_config,
+    "CreatePartitions": _create_partitions,
     "PutUser": lambda h: kq_pb2.PutUserRequest(
         name=_user(h), credentials=[_scram(h) for _ in range(h.rng.choice([1, 2, 0, 3]))]
     ),

@@ -148,6 +148,9 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
         member=kq_pb2.Member(node_id="9", raft_address="127.0.0.1:1", grpc_address="127.0.0.1:2")
     ),
     "RemoveNode": lambda h: kq_pb2.RemoveNodeRequest(node_id="9"),
+    "CreatePartitions": lambda h: kq_pb2.CreatePartitionsRequest(
+        name=h.rng.choice(FUZZ_TOPICS), partitions=h.rng.choice([2, 4, 8])
+    ),
     "AlterTopicConfig": lambda h: kq_pb2.AlterTopicConfigRequest(
         name=h.rng.choice(["fz-a", "fz-b"]),
         set=[kq_pb2.ConfigEntry(name="retention.ms", value=h.rng.choice(["-1", "86400000"]))],
