@@ -40,6 +40,7 @@ from kq.proto.limits import (
 )
 from kq.proto.records import SEQUENCE_MODULUS
 from kq.raft.placement import METADATA_GROUP
+from kq.raft.validation import topic_name_problem
 from kq.storage import ProducerWindow
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -371,7 +372,7 @@ class TransactionAdminApis(KafkaBase):
         answers: list[tuple[int, list[tuple[int, int, int, int]]]] = []
         with self._store.read() as reader:
             for name, partition in wanted:
-                topic = reader.topic(name) if partition >= 0 else None
+                topic = None if topic_name_problem(name) or partition < 0 else reader.topic(name)
                 if topic is None or partition >= topic.partitions:
                     answers.append((UNKNOWN_TOPIC_OR_PARTITION, []))
                     continue

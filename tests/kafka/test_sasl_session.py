@@ -16,6 +16,7 @@ from kq.broker.auth import (
     GROUP,
     READ,
     TOPIC,
+    TRANSACTIONAL_ID,
     WRITE,
     Access,
     Security,
@@ -253,7 +254,7 @@ def test_every_served_api_has_a_rule() -> None:
     assert {int(key) for key in ApiKey} == set(EXPECTED_VERSIONS)
     assert set(ACLS) | OPEN_APIS == set(ApiKey) and not set(ACLS) & OPEN_APIS
     for api_key, resource_type in ((key, next(iter(ACLS[key]))) for key in WHOLE):
-        assert resource_type in (GROUP, CLUSTER), api_key
+        assert resource_type in (GROUP, CLUSTER, TRANSACTIONAL_ID), api_key
 
 
 def test_the_table_states_kafkas_rules() -> None:
