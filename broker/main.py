@@ -55,7 +55,7 @@ from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
 from kq.broker.storage_guard import StorageGuard
 from kq.broker.topic_sync import TopicSync
-from kq.broker.txn_coordinator import TransactionDriver, TransactionFinisher, grpc_marker_call
+from kq.broker.txn_coordinator import TransactionCoordinator
 from kq.broker.waiters import AppliedNotifier
 from kq.broker.workers import (
     AUTO_PROCESSES,
@@ -162,15 +162,8 @@ class BrokerNode:
         )
         self.batcher = Batcher(self.consensus, wall_clock_ms)
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
-        self.transactions = TransactionFinisher(
-            self.store,
-            self.consensus,
-            self.groups,
-            grpc_marker_call(config.peer_credentials, config.node_metadata) if config.processes > 1 else None,
-            wall_clock_ms,
-        )
-        self.transaction_driver = TransactionDriver(
-            self.store, self.consensus, self.groups, self.transactions, wall_clock_ms
+        self.transactions = TransactionCoordinator(
+            self.store, self.consensus, self.groups, config.peer_credentials, config.node_metadata
         )
         self.retention = Retention(
             self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.retention_check_s
@@ -224,7 +217,7 @@ class BrokerNode:
             self.security,
             self.groups,
         )
-        service.transaction_finisher = self.transactions
+        service.transaction_finisher = self.transactions.finisher
         services.append(lambda server: kq_pb2_grpc.add_BrokerServicer_to_server(service, server))
         if config.kafka is not None:
             apis = KafkaApis(service, kafka_settings(config, config.kafka, lambda: self.membership.view))
@@ -283,7 +276,7 @@ class BrokerNode:
             self.raft.start()
         self.batcher.start()
         self.coordinator.start()
-        self.transaction_driver.start()
+        self.transactions.driver.start()
         self.retention.start()
         self.compactor.start()
         if self.topic_sync is not None:
@@ -327,7 +320,7 @@ class BrokerNode:
         if self.balancer is not None:
             self.balancer.stop()
         self.coordinator.stop()
-        self.transaction_driver.stop()
+        self.transactions.stop()
         self.raft.close()
         self.front.close_loop()
         self.groups.close()

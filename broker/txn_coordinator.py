@@ -16,6 +16,7 @@ repeated writes nothing; a completion repeated changes nothing.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -26,9 +27,10 @@ from kq.broker.consensus import Consensus
 from kq.broker.errors import KqError, UnavailableError
 from kq.broker.groups_view import GroupsView
 from kq.broker.membership import node_channel
-from kq.broker.proposals import propose_and_wait
+from kq.broker.proposals import propose_and_wait, wall_clock_ms
 from kq.proto import kq_pb2, kq_pb2_grpc
 from kq.proto.limits import (
+    MARKER_CHANNELS_MAX,
     PROPOSAL_TIMEOUT_S,
     TRANSACTIONAL_IDS_MAX,
     TXN_DRIVER_PERIOD_S,
@@ -49,19 +51,40 @@ logger = logging.getLogger(__name__)
 MarkerCall = Callable[[str, kq_pb2.WriteTxnMarkersRequest, float], int]
 
 
-def grpc_marker_call(
-    credentials: grpc.ChannelCredentials | None, metadata: tuple[tuple[str, str], ...]
-) -> MarkerCall:
-    """A MarkerCall over gRPC with the node's own TLS as a client (None: plain text) and its node proof."""
+class MarkerChannels:
+    """A MarkerCall over gRPC with the node's own TLS as a client (None: plain text) and its node proof,
+    keeping one channel per leader address (at most RAFT_GROUPS_MAX x PEERS_MAX; every EndTxn writes
+    markers, so a channel made per call would add a connection's setup to each). Thread-safe."""
 
-    def call(address: str, request: kq_pb2.WriteTxnMarkersRequest, timeout_s: float) -> int:
-        with node_channel(address, credentials) as channel:
-            response = kq_pb2_grpc.BrokerStub(channel).WriteTxnMarkers(
-                request, timeout=timeout_s, metadata=metadata
-            )
-            return int(response.written)
+    def __init__(
+        self, credentials: grpc.ChannelCredentials | None, metadata: tuple[tuple[str, str], ...]
+    ) -> None:
+        self._credentials = credentials
+        self._metadata = metadata
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}  # By gRPC address; guarded by _lock.
 
-    return call
+    def __call__(self, address: str, request: kq_pb2.WriteTxnMarkersRequest, timeout_s: float) -> int:
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                if len(self._channels) >= MARKER_CHANNELS_MAX:
+                    self._close_all()
+                channel = self._channels[address] = node_channel(address, self._credentials)
+        response = kq_pb2_grpc.BrokerStub(channel).WriteTxnMarkers(
+            request, timeout=timeout_s, metadata=self._metadata
+        )
+        return int(response.written)
+
+    def close(self) -> None:
+        """Closes every channel (the node stops)."""
+        with self._lock:
+            self._close_all()
+
+    def _close_all(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
 
 
 class TransactionFinisher:
@@ -257,3 +280,26 @@ class TransactionDriver(BackgroundThread):
         with self._store.read() as reader:
             raw = reader.transaction_state(transactional_id)
         return state if raw is None else kq_pb2.TransactionState.FromString(raw)
+
+
+class TransactionCoordinator:
+    """A node's transaction parts: the channels to groups' leaders, the finisher (EndTxn's and the
+    driver's) and the `kq-transactions` driver. Constructing starts nothing; `driver.start()` does."""
+
+    def __init__(
+        self,
+        store: Store,
+        consensus: Consensus,
+        groups: GroupsView,
+        credentials: grpc.ChannelCredentials | None,
+        metadata: tuple[tuple[str, str], ...],
+    ) -> None:
+        self.channels = MarkerChannels(credentials, metadata)
+        call = self.channels if groups.count > 1 else None
+        self.finisher = TransactionFinisher(store, consensus, groups, call, wall_clock_ms)
+        self.driver = TransactionDriver(store, consensus, groups, self.finisher, wall_clock_ms)
+
+    def stop(self) -> None:
+        """Stops the driver, then closes the channels."""
+        self.driver.stop()
+        self.channels.close()

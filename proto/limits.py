@@ -502,6 +502,7 @@ TXN_LIST_MAX = 10_000  # Transactions one ListTransactions (or DescribeTransacti
 DESCRIBED_PRODUCERS_MAX = 1_000  # Producers one DescribeProducers answer lists for a partition.
 TXN_DRIVER_PERIOD_S = 0.2  # How often the coordinator completes decided transactions and aborts expired ones.
 TXN_MARKER_TIMEOUT_S = 10.0  # One WriteTxnMarkers call to a group's leader.
+MARKER_CHANNELS_MAX = 1_024  # gRPC channels the coordinator keeps to groups' leaders (then all closed).
 TXN_END_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering (the outcome is decided).
 # A partition's leader aborts a transaction open there longer than this (a producer whose coordinator
 # never added the partition, or lost: Kafka's "hanging transaction"), so its last stable offset moves on.
