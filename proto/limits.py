@@ -483,3 +483,18 @@ BROKER_ID_GROUP_STRIDE = 1_000
 WORKER_POLL_S = 0.2  # How often a node's supervisor looks for a worker that ended.
 # A worker given SIGTERM stops within this (its front's grace, then Raft and the store), else SIGKILL.
 WORKER_STOP_S = 10.0
+
+# Kafka's consumer-group protocol (KIP-848: broker/kafka/consumer_groups.py, raft/consumer_groups.py).
+# Kafka's group.consumer.heartbeat.interval.ms and group.consumer.session.timeout.ms (its defaults):
+# the interval every ConsumerGroupHeartbeat answer gives, and the silence after which the leader's
+# coordinator expires a member (the group's setting: the protocol lets no member choose its own).
+CONSUMER_HEARTBEAT_INTERVAL_MS = 5_000
+CONSUMER_SESSION_TIMEOUT_MS = 45_000
+CONSUMER_GROUP_MEMBERS_MAX = GROUP_MEMBERS_MAX  # Kafka's group.consumer.max.size.
+# A member subscribes to at most SUBSCRIBED_TOPICS_MAX topics by name (or one pattern); the target
+# assignment costs apply members x subscribed partitions (at most ASSIGNMENT_WORK_MAX). One heartbeat
+# names at most this many owned partitions (and a ConsumerGroupDescribe answers at most this many per
+# member).
+CONSUMER_OWNED_PARTITIONS_MAX = 10_000
+RACK_ID_LENGTH_MAX = 255  # A consumer's client.rack.
+CONSUMER_ASSIGNORS = ("uniform", "range")  # Kafka's group.consumer.assignors; the first is the default.

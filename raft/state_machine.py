@@ -213,6 +213,7 @@ _GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult | KafkaGroup
     "delete_group": groups.apply_delete_group,
     "kafka_join_group": groups.apply_kafka_join,
     "kafka_sync_group": groups.apply_kafka_sync,
+    "consumer_heartbeat": groups.apply_consumer_heartbeat,
 }
 
 
