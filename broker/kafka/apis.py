@@ -26,6 +26,7 @@ from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster import ClusterApis
 from kq.broker.kafka.configs import ConfigApis
+from kq.broker.kafka.consumer_groups import ConsumerGroupApis
 from kq.broker.kafka.fetch import FetchApis
 from kq.broker.kafka.framing import (
     FrameError,
@@ -36,7 +37,6 @@ from kq.broker.kafka.framing import (
     request_schema,
     response_schema,
 )
-from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
 from kq.broker.kafka.sasl import Answer, SaslSession, SaslState
@@ -51,7 +51,7 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
+class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, ConsumerGroupApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -64,7 +64,7 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             2: (1, 7, self.list_offsets),
             API_VERSIONS: (0, 3, self.api_versions),
             3: (4, 12, self.metadata),
-            8: (2, 8, self.offset_commit),
+            8: (2, 9, self.offset_commit),
             9: (1, 7, self.offset_fetch),
             10: (0, 3, self.find_coordinator),
             11: (0, 5, self.join_group),
@@ -72,7 +72,7 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             13: (0, 3, self.leave_group),
             14: (0, 3, self.sync_group),
             15: (0, 5, self.describe_groups),
-            16: (0, 4, self.list_groups),
+            16: (0, 5, self.list_groups),
             ApiKey.SASL_HANDSHAKE: (0, 1, self.sasl_handshake),
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
@@ -82,6 +82,8 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
             44: (0, 1, self.incremental_alter_configs),
             60: (0, 1, self.describe_cluster),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1, self.consumer_group_heartbeat),
+            ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1, self.consumer_group_describe),
         }
 
     def connected(self, connection: Connection) -> None:

@@ -72,6 +72,8 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,9 @@ ACLS: dict[ApiKey, dict[int, Need]] = {
     ApiKey.ALTER_CONFIGS: {TOPIC: Need(ALTER), CLUSTER: Need(ALTER)},
     ApiKey.INCREMENTAL_ALTER_CONFIGS: {TOPIC: Need(ALTER), CLUSTER: Need(ALTER)},
     ApiKey.DESCRIBE_CLUSTER: {CLUSTER: Need(DESCRIBE)},
+    # KIP-848: READ on the group; DESCRIBE on each topic subscribed by name (Kafka 4's check).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: {GROUP: Need(READ), TOPIC: Need(DESCRIBE)},
+    ApiKey.CONSUMER_GROUP_DESCRIBE: {GROUP: Need(DESCRIBE)},
 }
 
 OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -127,6 +132,7 @@ WHOLE: dict[ApiKey, Callable[[Any], tuple[int, str] | None]] = {
     ApiKey.HEARTBEAT: _group_id,
     ApiKey.LEAVE_GROUP: _group_id,
     ApiKey.SYNC_GROUP: _group_id,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _group_id,
     ApiKey.FIND_COORDINATOR: _coordinator_key,
     ApiKey.DESCRIBE_CLUSTER: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
 }

@@ -77,6 +77,7 @@ from kq.proto.limits import (
     WAIT_RECHECK_S,
 )
 from kq.raft import commands
+from kq.raft.consumer_groups import is_consumer_group
 from kq.raft.kafka_groups import DEAD, FENCED_INSTANCE_ID, find, state_name
 from kq.raft.results import ApplyResult, GroupResult, KafkaGroupResult
 from kq.raft.validation import (
@@ -592,6 +593,7 @@ class GroupApis(KafkaBase):
         with DESCRIBE on the cluster sees every group, another those it may DESCRIBE (as Kafka)."""
         module = response_module(LIST_GROUPS, request.api_version)
         wanted = {state.lower() for state in getattr(request.body, "states_filter", None) or ()}
+        types = {kind.lower() for kind in getattr(request.body, "types_filter", None) or ()}
         states = await self._in_reads(self._all_groups) if self._consensus.is_leader() else []
         principal = connection.principal
         every_group = principal is not None and self._security.lists_every_group(principal)
@@ -601,9 +603,11 @@ class GroupApis(KafkaBase):
                 group_id=state.name,
                 protocol_type=_protocol_type(state),
                 group_state=state_name(state),
+                group_type=_group_type(state),
             )
             for state in states
             if (not wanted or state_name(state).lower() in wanted)
+            and (not types or _group_type(state) in types)
             and (every_group or self._visible(connection, ApiKey.LIST_GROUPS, GROUP, state.name))
         )
         return build(module.ListGroupsResponse, throttle_time=0, error_code=NONE, groups=groups)
@@ -676,6 +680,11 @@ def _state(reader: StoreReader, name: str) -> kq_pb2.GroupState | None:
     return state
 
 
+def _group_type(state: kq_pb2.GroupState) -> str:
+    """ListGroups v5's type (KIP-1043): "consumer" for consumer groups, "classic" for the others."""
+    return "consumer" if is_consumer_group(state) else "classic"
+
+
 def _group_id_code(group: str) -> int:
     """INVALID_GROUP_ID for a group id kq cannot hold (the characters and length of a topic name)."""
     return INVALID_GROUP_ID if topic_name_problem(group, "group") else NONE
@@ -693,8 +702,8 @@ def _member_code(
 ) -> int:
     """Kafka's checks of a member's request against its group: unknown, fenced, stale generation."""
     mine = None if state is None else find(state, member_id)
-    if state is None or mine is None:
-        return UNKNOWN_MEMBER_ID
+    if state is None or mine is None or is_consumer_group(state):
+        return UNKNOWN_MEMBER_ID  # A consumer group's members speak only ConsumerGroupHeartbeat.
     if instance_id and mine.group_instance_id != instance_id:
         return FENCED_INSTANCE_ID
     if generation != state.generation:
@@ -706,8 +715,8 @@ def _leaving_member(
     state: kq_pb2.GroupState | None, member_id: str, instance_id: str | None
 ) -> tuple[str, int]:
     """The member id a LeaveGroup entry removes, and NONE; or Kafka's reason it removes none."""
-    if state is None:
-        return "", UNKNOWN_MEMBER_ID
+    if state is None or is_consumer_group(state):
+        return "", UNKNOWN_MEMBER_ID  # A consumer group's members leave with a heartbeat (epoch -1).
     if instance_id:
         static = next((m for m in state.members if m.group_instance_id == instance_id), None)
         if static is None:

@@ -1,0 +1,188 @@
+"""Kafka's consumer-group protocol (KIP-848) on kq with librdkafka's `group.protocol=consumer`: three
+members share a topic, one leaves and one joins; each partition is owned by one member at a time
+(the on_assign/on_revoke callbacks, timed, never overlap), every record is consumed, and the
+committed offsets survive the members. ConsumerGroupDescribe, ListGroups and DescribeGroups show the
+group; a classic member cannot join it while it has members."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from kq.client import KqClient
+from kq.deploy.cluster import LocalCluster
+
+pytestmark = pytest.mark.system
+
+PARTITIONS = 6
+RECORDS = 300
+TIMEOUT_S = 90.0
+
+Event = tuple[float, str, str, tuple[int, ...]]  # (monotonic s, member, "assign" | "revoke", partitions)
+
+
+@dataclass
+class Member:
+    """One librdkafka consumer of the group, its records and its rebalance callbacks' events."""
+
+    name: str
+    consumer: Consumer
+    events: list[Event]
+    owned: set[int] = field(default_factory=set)
+    values: list[bytes] = field(default_factory=list)
+
+    def poll(self) -> None:
+        message = self.consumer.poll(0.05)
+        if message is None or message.error() is not None:
+            return
+        self.values.append(message.value() or b"")
+        self.consumer.commit(message=message, asynchronous=False)
+
+
+def _member(cluster: LocalCluster, group: str, topic: str, name: str, events: list[Event]) -> Member:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "client.id": name,
+        }
+    )
+    member = Member(name, consumer, events)
+
+    def on_assign(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        events.append((time.monotonic(), name, "assign", tuple(sorted(tp.partition for tp in partitions))))
+        member.owned |= {tp.partition for tp in partitions}
+
+    def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        events.append((time.monotonic(), name, "revoke", tuple(sorted(tp.partition for tp in partitions))))
+        member.owned -= {tp.partition for tp in partitions}
+
+    consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+    return member
+
+
+def _produce(cluster: LocalCluster, topic: str, start: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+    for i in range(start, start + count):
+        producer.produce(topic, f"v{i}".encode(), f"k{i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(TIMEOUT_S) == 0
+
+
+def _poll_until(members: list[Member], done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        for member in members:
+            member.poll()
+
+
+def _owners_never_overlap(events: list[Event]) -> None:
+    """Per partition, the members' ownership intervals (assign .. revoke) are disjoint in time."""
+    owner: dict[int, str] = {}
+    for _, name, kind, partitions in sorted(events):
+        for partition in partitions:
+            if kind == "assign":
+                assert partition not in owner, f"partition {partition} given to {name} while {owner[partition]} owns it"
+                owner[partition] = name
+            else:
+                assert owner.pop(partition, None) == name, (partition, name, events)
+
+
+def _all_owned(members: list[Member]) -> bool:
+    owned = [p for member in members for p in member.owned]
+    return sorted(owned) == list(range(PARTITIONS))
+
+
+def test_consumer_protocol_members_leave_join_and_own_each_partition_alone(kafka_cluster: LocalCluster) -> None:
+    """Three members, one leaves, one joins: every record consumed, one owner at a time, offsets kept."""
+    topic, group = f"cg-{uuid.uuid4().hex[:8]}", f"cg-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(TIMEOUT_S)
+    _produce(kafka_cluster, topic, 0, RECORDS)
+    events: list[Event] = []
+    members = [_member(kafka_cluster, group, topic, name, events) for name in ("a", "b", "c")]
+    _poll_until(
+        members,
+        lambda: _all_owned(members) and all(len(m.owned) == 2 for m in members),
+        "three members owning two partitions each",
+    )
+    members[1].consumer.close()  # b leaves (a heartbeat with epoch -1).
+    left = [members[0], members[2]]
+    _poll_until(left, lambda: _all_owned(left), "a and c owning every partition")
+    joining = _member(kafka_cluster, group, topic, "d", events)
+    now = [*left, joining]
+    _poll_until(
+        now, lambda: _all_owned(now) and all(len(m.owned) == 2 for m in now), "a, c and d owning two each"
+    )
+    _produce(kafka_cluster, topic, RECORDS, RECORDS)
+    everyone = [*members, joining]
+    _poll_until(now, lambda: len({v for m in everyone for v in m.values}) == 2 * RECORDS, "every record")
+    assert {v for m in everyone for v in m.values} == {f"v{i}".encode() for i in range(2 * RECORDS)}
+    _owners_never_overlap(events)
+    with KqClient(kafka_cluster.bootstrap) as client:
+        described = client.describe_group(group)
+    assert described.assignor == "uniform" and len(described.members) == 3  # kq's own view of it.
+    for member in now:
+        member.consumer.close()
+    with KqClient(kafka_cluster.bootstrap) as client:
+        committed = client.committed_offsets(group)
+    assert sum(committed.values()) == 2 * RECORDS  # Each partition's commit is its log end.
+    later = Consumer(
+        {
+            "bootstrap.servers": kafka_cluster.kafka_bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+        }
+    )
+    offsets = later.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=TIMEOUT_S)
+    later.close()
+    assert sum(tp.offset for tp in offsets) == 2 * RECORDS
+
+
+def test_describe_list_and_classic_members(kafka_cluster: LocalCluster) -> None:
+    """ConsumerGroupDescribe and ListGroups show a consumer group; a classic member is refused."""
+    topic, group = f"cd-{uuid.uuid4().hex[:8]}", f"cd-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(TIMEOUT_S)
+    events: list[Event] = []
+    member = _member(kafka_cluster, group, topic, "a", events)
+    _poll_until([member], lambda: len(member.owned) == 2, "the member owning both partitions")
+    described = admin.describe_consumer_groups([group])[group].result(TIMEOUT_S)
+    assert str(described.state).lower().endswith("stable"), described.state
+    assert [m.client_id for m in described.members] == ["a"]
+    assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
+    listed = admin.list_consumer_groups().result(TIMEOUT_S)
+    assert group in {g.group_id for g in listed.valid}
+    classic = Consumer(
+        {
+            "bootstrap.servers": kafka_cluster.kafka_bootstrap,
+            "group.id": group,
+            "group.protocol": "classic",
+            "session.timeout.ms": 6000,
+        }
+    )
+    errors: list[KafkaError] = []
+    classic.subscribe([topic])
+    deadline = time.monotonic() + TIMEOUT_S
+    while not errors and time.monotonic() < deadline:
+        member.poll()
+        try:
+            message = classic.poll(0.1)
+        except KafkaException as error:
+            errors.append(error.args[0])
+            continue
+        if message is not None and message.error() is not None:
+            errors.append(message.error())
+    classic.close()
+    assert errors and errors[0].code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL, errors
+    member.consumer.close()
