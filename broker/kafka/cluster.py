@@ -66,7 +66,9 @@ class ClusterApis(KafkaBase):
         """Brokers, the controller, and the requested topics (all when the list is null)."""
         body = request.body
         module = response_module(METADATA, request.api_version)
-        names: list[str | None] | None = None if body.topics is None else [topic.name for topic in body.topics]
+        names: list[str | None] | None = None
+        if body.topics is not None:
+            names = [topic.name for topic in body.topics]
         if body.topics is not None and any(name is None for name in names or ()):
             names = await self._in_reads(self._names_of_ids, body.topics)  # v10+: asked by topic id.
         auto_create = (

@@ -92,7 +92,7 @@ def _owners_never_overlap(events: list[Event]) -> None:
     for _, name, kind, partitions in sorted(events):
         for partition in partitions:
             if kind == "assign":
-                assert partition not in owner, f"partition {partition} given to {name} while {owner[partition]} owns it"
+                assert partition not in owner, f"{partition} given to {name} while {owner[partition]} owns it"
                 owner[partition] = name
             else:
                 assert owner.pop(partition, None) == name, (partition, name, events)
@@ -103,7 +103,9 @@ def _all_owned(members: list[Member]) -> bool:
     return sorted(owned) == list(range(PARTITIONS))
 
 
-def test_consumer_protocol_members_leave_join_and_own_each_partition_alone(kafka_cluster: LocalCluster) -> None:
+def test_consumer_protocol_members_leave_join_and_own_each_partition_alone(
+    kafka_cluster: LocalCluster,
+) -> None:
     """Three members, one leaves, one joins: every record consumed, one owner at a time, offsets kept."""
     topic, group = f"cg-{uuid.uuid4().hex[:8]}", f"cg-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
