@@ -6,18 +6,28 @@ group; a classic member cannot join it while it has members."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest as DescribeRequest
+from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest as HeartbeatRequest
+from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions as HeartbeatTopic
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i32Timedelta
 
 from kq.client import KqClient
 from kq.deploy.cluster import LocalCluster
+from tests.kafka.wire import call
 
 pytestmark = pytest.mark.system
 
@@ -183,8 +193,74 @@ def test_describe_list_and_classic_members(kafka_cluster: LocalCluster) -> None:
         except KafkaException as error:
             errors.append(error.args[0])
             continue
-        if message is not None and message.error() is not None:
-            errors.append(message.error())
+        failure = None if message is None else message.error()
+        if failure is not None:
+            errors.append(failure)
     classic.close()
     assert errors and errors[0].code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL, errors
     member.consumer.close()
+
+
+def test_fuzzed_heartbeats_keep_nodes_up_and_partitions_single_owned(kafka_cluster: LocalCluster) -> None:
+    """Structured random ConsumerGroupHeartbeats (odd epochs, ids, owned partitions, assignors,
+    patterns) and ConsumerGroupDescribes to every node: no node dies or logs a traceback, and the
+    group never shows one partition in two members' assignments."""
+    topic, group = f"cf-{uuid.uuid4().hex[:8]}", f"cf-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(TIMEOUT_S)
+    found_id = admin.describe_topics(TopicCollection([topic]))[topic].result(TIMEOUT_S).topic_id
+    most, least = found_id.get_most_significant_bits(), found_id.get_least_significant_bits()
+    topic_id = uuid.UUID(int=((most % 2**64) << 64) | (least % 2**64))
+    addresses = [node.kafka_address for node in kafka_cluster.nodes.values()]
+    texts = st.sampled_from(["", "a", "b", "c", "x" * 300, "bad/name", topic])
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
+    @given(data=st.data())
+    def one(data: st.DataObject) -> None:
+        owned = data.draw(
+            st.none()
+            | st.lists(
+                st.builds(
+                    HeartbeatTopic,
+                    topic_id=st.sampled_from([topic_id, uuid.uuid4()]),
+                    partitions=st.lists(st.integers(-1, 6).map(i32), max_size=4).map(tuple),
+                ),
+                max_size=2,
+            ).map(tuple)
+        )
+        request = HeartbeatRequest(
+            group_id=GroupId(data.draw(st.sampled_from([group, group, "", "bad/group"]))),
+            member_id=data.draw(st.sampled_from(["a", "b", "c", "", "x" * 300])),
+            member_epoch=i32(data.draw(st.integers(-3, 8))),
+            instance_id=data.draw(st.none() | texts),
+            rack_id=data.draw(st.none() | texts),
+            rebalance_timeout=i32Timedelta.parse(
+                datetime.timedelta(milliseconds=data.draw(st.sampled_from([-1, 0, 30_000, 2**31 - 1])))
+            ),
+            subscribed_topic_names=data.draw(
+                st.none() | st.lists(texts.map(TopicName), max_size=3).map(tuple)
+            ),
+            subscribed_topic_regex=data.draw(st.none() | st.sampled_from(["", "cf-.*", "(a+)+", "["])),
+            server_assignor=data.draw(st.none() | st.sampled_from(["uniform", "range", "sticky", ""])),
+            topic_partitions=owned,
+        )
+        address = data.draw(st.sampled_from(addresses))
+        with contextlib.suppress(OSError):  # A connection the broker closes is fine: the node matters.
+            call(address, request, timeout_s=10.0)
+
+    one()
+    for node_id in kafka_cluster.nodes:
+        assert kafka_cluster.running(node_id)
+        log = kafka_cluster.log_path(node_id).read_text(errors="replace")
+        assert "CRITICAL" not in log and "Traceback" not in log, f"node {node_id}'s log: {log[-2000:]}"
+    describe = DescribeRequest(group_ids=(GroupId(group),), include_authorized_operations=False)
+    for address in addresses:
+        described = call(address, describe)
+        for found in described.groups:
+            held = [
+                (t.topic_name, p)
+                for m in found.members
+                for t in m.assignment.topic_partitions
+                for p in t.partitions
+            ]
+            assert len(held) == len(set(held)), held

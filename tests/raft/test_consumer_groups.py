@@ -212,8 +212,11 @@ member_ids = st.sampled_from(["a", "b", "c", "d"])
 
 @st.composite
 def heartbeats(draw: st.DrawFn) -> kq_pb2.Command:
-    kind = draw(st.sampled_from(["beat", "beat", "beat", "join", "leave", "expire", "commit", "classic"]))
+    kinds = ["beat", "beat", "beat", "join", "leave", "expire", "commit", "classic", "hostile"]
+    kind = draw(st.sampled_from(kinds))
     member_id = draw(member_ids)
+    if kind == "hostile":
+        return hostile(draw)
     if kind == "join":
         topics = tuple(draw(st.lists(st.sampled_from(["t", "u", "none"]), max_size=2)))
         return beat(member_id, 0, [], topics=topics, assignor=draw(st.sampled_from(["", "uniform", "range"])))
@@ -229,7 +232,32 @@ def heartbeats(draw: st.DrawFn) -> kq_pb2.Command:
     return beat(member_id, draw(st.integers(-3, 6)), draw(st.sampled_from([None, owned])))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def hostile(draw: st.DrawFn) -> kq_pb2.Command:
+    """A heartbeat command with odd values anywhere: what validation must refuse, or apply survive."""
+    text = st.sampled_from(["", "a", "t", "u", "bad/name", "x" * 300, "é", "(a+)+", "[", ".*"])
+    command = beat(draw(text), draw(st.integers(-(2**31), 2**31 - 1)), group=draw(text))
+    heartbeat = command.consumer_heartbeat
+    heartbeat.subscription_set = draw(st.booleans())
+    heartbeat.owned_set = draw(st.booleans())
+    heartbeat.owned.extend(
+        kq_pb2.TopicPartition(topic=draw(text), partition=draw(st.integers(0, 2**32 - 1)))
+        for _ in range(draw(st.integers(0, 3)))
+    )
+    member = heartbeat.member
+    member.topics.extend(draw(st.lists(text, max_size=3)))
+    member.topic_pattern = draw(text)
+    member.server_assignor = draw(st.sampled_from(["", "uniform", "range", "sticky", "x" * 300]))
+    member.group_instance_id = draw(text)
+    member.rack_id = draw(text)
+    member.session_timeout_ms = draw(st.sampled_from([0, 1, CONSUMER_SESSION_TIMEOUT_MS, 2**32 - 1]))
+    member.rebalance_timeout_ms = draw(st.sampled_from([0, 1, 30_000, 2**32 - 1]))
+    if draw(st.booleans()):
+        member.member_epoch = draw(st.integers(0, 2**32 - 1))
+        member.target.add(topic="t", partition=0)
+    return command
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(heartbeats(), min_size=1, max_size=40))
 def test_random_heartbeats_never_raise_replicas_agree_and_never_share_a_partition(
     fuzzed: list[kq_pb2.Command],
