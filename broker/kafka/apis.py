@@ -65,7 +65,7 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, ConsumerGroupAp
             API_VERSIONS: (0, 3, self.api_versions),
             3: (4, 12, self.metadata),
             8: (2, 9, self.offset_commit),
-            9: (1, 7, self.offset_fetch),
+            9: (1, 9, self.offset_fetch),
             10: (0, 3, self.find_coordinator),
             11: (0, 5, self.join_group),
             12: (0, 3, self.heartbeat),
