@@ -1122,6 +1122,7 @@ class GroupMember(_message.Message):
     REVOKING_FIELD_NUMBER: _builtins.int
     TARGET_FIELD_NUMBER: _builtins.int
     REVOKING_SINCE_MS_FIELD_NUMBER: _builtins.int
+    STATIC_LEFT_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     client_id: _builtins.str
     topic_pattern: _builtins.str
@@ -1150,6 +1151,10 @@ class GroupMember(_message.Message):
     """The assignor the member asked for (empty: the group's default)."""
     revoking_since_ms: _builtins.int
     """Leader's clock when `revoking` became non-empty."""
+    static_left: _builtins.bool
+    """A static member (group_instance_id) that left with epoch -2: it keeps its partitions (nobody
+    else gets them) until its instance comes back under a new member id, or its session expires.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Subscription: explicit topics, or a regular expression matched against topic names at each rebalance."""
@@ -1187,10 +1192,11 @@ class GroupMember(_message.Message):
         revoking: _abc.Iterable[Global___TopicPartition] | None = ...,
         target: _abc.Iterable[Global___TopicPartition] | None = ...,
         revoking_since_ms: _builtins.int = ...,
+        static_left: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "kafka_assignment", b"kafka_assignment", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "previous_member_epoch", b"previous_member_epoch", "protocols", b"protocols", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "rejoined", b"rejoined", "revoking", b"revoking", "revoking_since_ms", b"revoking_since_ms", "server_assignor", b"server_assignor", "session_timeout_ms", b"session_timeout_ms", "target", b"target", "topic_pattern", b"topic_pattern", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "kafka_assignment", b"kafka_assignment", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "previous_member_epoch", b"previous_member_epoch", "protocols", b"protocols", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "rejoined", b"rejoined", "revoking", b"revoking", "revoking_since_ms", b"revoking_since_ms", "server_assignor", b"server_assignor", "session_timeout_ms", b"session_timeout_ms", "static_left", b"static_left", "target", b"target", "topic_pattern", b"topic_pattern", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -113,23 +113,15 @@ def heartbeat(state: kq_pb2.GroupState, command: kq_pb2.ConsumerHeartbeatCommand
     if command.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
         return _leave(state, command, catalog)
     member = find(state, command.member.member_id)
-    instance_id = command.member.group_instance_id
     if command.member_epoch == 0:
-        if instance_id:
-            holder = next((m for m in state.members if m.group_instance_id == instance_id), None)
-            if holder is not None and holder.member_id != command.member.member_id:
-                return UNRELEASED_INSTANCE_ID  # Another live member holds the instance id.
-        if member is None:
-            if len(state.members) >= CONSUMER_GROUP_MEMBERS_MAX:
-                return GROUP_MAX_SIZE_REACHED
-            member = state.members.add(member_id=command.member.member_id)
-            bumped = True
-        else:
-            bumped = False
-        _restart(member)  # A member joining owns nothing (its request said so).
+        member, bumped, code = _joining(state, member, command)
+        if code != NONE:
+            return code
+        assert member is not None
     else:
-        if member is None:
+        if member is None or member.static_left:
             return UNKNOWN_MEMBER_ID
+        instance_id = command.member.group_instance_id
         if instance_id and member.group_instance_id and instance_id != member.group_instance_id:
             return FENCED_INSTANCE_ID
         code = _epoch_code(member, command)
@@ -142,6 +134,34 @@ def heartbeat(state: kq_pb2.GroupState, command: kq_pb2.ConsumerHeartbeatCommand
         _new_target(state, catalog, sizes)
     _reconcile(state, member, command)
     return GROUP_MAX_SIZE_REACHED if state.ByteSize() > GROUP_STATE_BYTES_MAX else NONE
+
+
+def _joining(
+    state: kq_pb2.GroupState, member: kq_pb2.GroupMember | None, command: kq_pb2.ConsumerHeartbeatCommand
+) -> tuple[kq_pb2.GroupMember | None, bool, int]:
+    """A member joining (epoch 0): (the member, whether the group epoch must move, Kafka's code).
+
+    A static member's new instance (its group_instance_id, a new member id) takes the place of the
+    old one if that left with epoch -2, keeping its partitions, epoch and target (KIP-848's static
+    membership: no rebalance); while the old one is still a member it is UNRELEASED_INSTANCE_ID."""
+    instance_id = command.member.group_instance_id
+    holder = None
+    if instance_id:
+        holder = next((m for m in state.members if m.group_instance_id == instance_id), None)
+    if holder is not None and holder.member_id != command.member.member_id:
+        if not holder.static_left or member is not None:
+            return None, False, UNRELEASED_INSTANCE_ID
+        holder.member_id = command.member.member_id
+        holder.static_left = False
+        return holder, False, NONE
+    if member is None:
+        if len(state.members) >= CONSUMER_GROUP_MEMBERS_MAX:
+            return None, False, GROUP_MAX_SIZE_REACHED
+        member = state.members.add(member_id=command.member.member_id)
+        _restart(member)
+        return member, True, NONE
+    _restart(member)  # A member rejoining owns nothing (its request said so).
+    return member, False, NONE
 
 
 def remove_members(state: kq_pb2.GroupState, member_ids: Iterable[str], catalog: Catalog) -> bool:
@@ -193,11 +213,14 @@ def _adopt(state: kq_pb2.GroupState) -> None:
 
 
 def _leave(state: kq_pb2.GroupState, command: kq_pb2.ConsumerHeartbeatCommand, catalog: Catalog) -> int:
-    """A member leaving (-1; -2, a static member leaving for now, is treated alike): UNKNOWN_MEMBER_ID
-    when the group does not hold it."""
+    """A member leaving (-1), or a static member leaving for now (-2: it keeps its partitions until
+    its instance returns or its session expires); UNKNOWN_MEMBER_ID when the group does not hold it."""
     member = find(state, command.member.member_id)
     if member is None:
         return UNKNOWN_MEMBER_ID
+    if command.member_epoch == LEAVE_STATIC_EPOCH and member.group_instance_id:
+        member.static_left = True
+        return NONE
     remove_members(state, [member.member_id], catalog)
     return NONE
 
@@ -209,6 +232,7 @@ def _restart(member: kq_pb2.GroupMember) -> None:
     del member.assignment[:]
     del member.revoking[:]
     member.revoking_since_ms = 0
+    member.static_left = False
 
 
 def _epoch_code(member: kq_pb2.GroupMember, command: kq_pb2.ConsumerHeartbeatCommand) -> int:

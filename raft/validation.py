@@ -416,6 +416,7 @@ def consumer_member_problem(member: kq_pb2.GroupMember) -> str | None:
         or member.previous_member_epoch
         or member.member_state
         or member.revoking_since_ms
+        or member.static_left
     ):
         return "a heartbeat carries no protocols, assignment or epochs of the member's"
     return None

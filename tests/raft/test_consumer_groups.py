@@ -147,12 +147,25 @@ def test_assignors_and_unknown_topics(log: Log) -> None:
 
 
 def test_static_instance_ids(log: Log) -> None:
-    """An instance id held by a live member is UNRELEASED_INSTANCE_ID to another; a mismatch fences."""
+    """An instance id held by a live member is UNRELEASED_INSTANCE_ID to another; a mismatch fences; a
+    static member leaving with -2 keeps its partitions for its next instance, without a new epoch."""
     assert log.code(beat("a", 0, [], topics=("t",), instance="i1")) == OK
+    assert log.code(beat("c", 0, [], topics=("t",))) == OK
+    settle(log, ["a", "c"])
     assert log.code(beat("b", 0, [], topics=("t",), instance="i1")) == consumer_groups.UNRELEASED_INSTANCE_ID
-    assert log.code(beat("a", 1, [], instance="i2")) == consumer_groups.FENCED_INSTANCE_ID
+    a = mine(log, "a")
+    assert log.code(beat("a", a.member_epoch, [], instance="i2")) == consumer_groups.FENCED_INSTANCE_ID
+    epoch = log.state().generation
     assert log.code(beat("a", -2, instance="i1")) == OK
+    assert mine(log, "a").static_left and pairs(mine(log, "a").assignment) == pairs(a.assignment)
+    assert log.code(beat("a", a.member_epoch, [])) == consumer_groups.UNKNOWN_MEMBER_ID
+    settle(log, ["c"])
+    assert len(mine(log, "c").assignment) == 3  # a's partitions stay a's while it is away.
     assert log.code(beat("b", 0, [], topics=("t",), instance="i1")) == OK
+    b = mine(log, "b")
+    assert consumer_groups.find(log.state(), "a") is None and log.state().generation == epoch
+    assert pairs(b.assignment) == pairs(a.assignment) and b.member_epoch == a.member_epoch
+    settle(log, ["b", "c"])
 
 
 def test_classic_and_consumer_groups_exclude_each_other(log: Log) -> None:
@@ -208,6 +221,7 @@ def test_validation_refuses_malformed_heartbeats() -> None:
 # Hypothesis: random heartbeats ------------------------------------------------------------------
 
 member_ids = st.sampled_from(["a", "b", "c", "d"])
+instances = st.sampled_from(["", "", "i1", "i2"])
 
 
 @st.composite
@@ -219,9 +233,10 @@ def heartbeats(draw: st.DrawFn) -> kq_pb2.Command:
         return hostile(draw)
     if kind == "join":
         topics = tuple(draw(st.lists(st.sampled_from(["t", "u", "none"]), max_size=2)))
-        return beat(member_id, 0, [], topics=topics, assignor=draw(st.sampled_from(["", "uniform", "range"])))
+        assignor = draw(st.sampled_from(["", "uniform", "range"]))
+        return beat(member_id, 0, [], topics=topics, assignor=assignor, instance=draw(instances))
     if kind == "leave":
-        return beat(member_id, draw(st.sampled_from([-1, -2])))
+        return beat(member_id, draw(st.sampled_from([-1, -2])), instance=draw(instances))
     if kind == "expire":
         return commands.leave_group("g", [member_id], 5, expired=True)
     if kind == "commit":
