@@ -107,8 +107,10 @@ def heartbeat(state: kq_pb2.GroupState, command: kq_pb2.ConsumerHeartbeatCommand
 
     The command passed raft/validation.py (ids, subscription, assignor, counts)."""
     if state.type != kq_pb2.GROUP_TYPE_CONSUMER:
-        if state.members:
-            return GROUP_ID_NOT_FOUND  # A classic (or kq) group with members: not a consumer group.
+        if state.members or command.member_epoch != 0:
+            # Kafka: only a joining heartbeat creates a consumer group, and not over a classic (or kq)
+            # group with members ("Group g is not a consumer group." / "Group g not found.").
+            return GROUP_ID_NOT_FOUND
         _adopt(state)
     if command.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
         return _leave(state, command, catalog)
