@@ -87,35 +87,46 @@ def _balanced(members: Sequence[Member], partitions: int) -> bool:
     return owned == list(range(partitions)) and all(len(m.owned) <= share for m in members)
 
 
-def _poll_until(members: Sequence[Member], done: Callable[[], bool]) -> bool:
+def _poll_until(members: Sequence[Member], done: Callable[[], bool], partitions: int) -> tuple[bool, float]:
+    """Polls every member until `done`: (whether it came in time, partition-seconds not owned meanwhile,
+    the time no member could consume a partition: what a stop-the-world rebalance costs)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    paused_s, last = 0.0, time.monotonic()
     while not done():
-        if time.monotonic() > deadline:
-            return False
+        now = time.monotonic()
+        owned = len({p for member in members for p in member.owned})
+        paused_s += (partitions - owned) * (now - last)
+        last = now
+        if now > deadline:
+            return False, paused_s
         for member in members:
             member.consumer.poll(POLL_S / max(len(members), 1))
-    return True
+    return True, paused_s
 
 
-def one_run(bootstrap: str, topic: str, partitions: int, mode: str) -> tuple[float | None, float | None]:
-    """(join s, leave s) of one fresh group in `mode`; None for a step that did not settle in time."""
+Sample = tuple[float | None, float | None, float, float]  # join s, leave s, their paused partition-s
+
+
+def one_run(bootstrap: str, topic: str, partitions: int, mode: str) -> Sample:
+    """(join s, leave s, join paused partition-s, leave paused partition-s) of one fresh group in
+    `mode`; None for a step that did not settle in time."""
     group = f"rb-{mode}-{uuid.uuid4().hex[:8]}"
     members = [_member(bootstrap, group, mode, topic) for _ in range(3)]
     try:
-        if not _poll_until(members, lambda: _balanced(members, partitions)):
-            return None, None
+        if not _poll_until(members, lambda: _balanced(members, partitions), partitions)[0]:
+            return None, None, 0.0, 0.0
         started = time.monotonic()
         members.append(_member(bootstrap, group, mode, topic))
-        joined = _poll_until(members, lambda: _balanced(members, partitions))
+        joined, join_paused = _poll_until(members, lambda: _balanced(members, partitions), partitions)
         join_s = time.monotonic() - started if joined else None
         leaving = members.pop(0)
         started = time.monotonic()
         closing = threading.Thread(target=leaving.consumer.close, name="rebalance-close")
         closing.start()
-        settled = _poll_until(members, lambda: _balanced(members, partitions))
+        settled, leave_paused = _poll_until(members, lambda: _balanced(members, partitions), partitions)
         leave_s = time.monotonic() - started if settled else None
         closing.join(SETTLE_TIMEOUT_S)
-        return join_s, leave_s
+        return join_s, leave_s, join_paused, leave_paused
     finally:
         for member in members:
             member.consumer.close()
@@ -157,8 +168,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             bootstrap = cluster.kafka_bootstrap
             runs = [one_run(bootstrap, topic, args.partitions, mode) for _ in range(args.runs)]
             results[mode] = {
-                "join": _summary([join for join, _ in runs]),
-                "leave": _summary([leave for _, leave in runs]),
+                "join": _summary([run[0] for run in runs]),
+                "leave": _summary([run[1] for run in runs]),
+                "join_paused_partition_s": _summary([run[2] for run in runs]),
+                "leave_paused_partition_s": _summary([run[3] for run in runs]),
             }
             print(mode, json.dumps(results[mode]), flush=True)
     report = {"runs": args.runs, "partitions": args.partitions, "members": "3 (+1 joins, then 1 leaves)"}
@@ -167,11 +180,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.output is not None:
         args.output.write_text(text + "\n")
     print(text)
-    print(f"{'mode':30} {'join median s':>14} {'leave median s':>15}")
+    columns = ("join", "leave", "join_paused_partition_s", "leave_paused_partition_s")
+    header = ("join s", "leave s", "join paused p-s", "leave paused p-s")
+    print(f"{'mode (medians)':28} {header[0]:>8} {header[1]:>8} {header[2]:>16} {header[3]:>17}")
     for mode, result in results.items():
-        join, leave = result["join"], result["leave"]
-        assert isinstance(join, dict) and isinstance(leave, dict)
-        print(f"{mode:30} {join['median_s']!s:>14} {leave['median_s']!s:>15}")
+        cells = []
+        for column in columns:
+            summary = result[column]
+            assert isinstance(summary, dict)
+            cells.append(summary["median_s"])
+        print(f"{mode:28} {cells[0]!s:>8} {cells[1]!s:>8} {cells[2]!s:>16} {cells[3]!s:>17}")
 
 
 if __name__ == "__main__":
