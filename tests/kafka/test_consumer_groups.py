@@ -264,3 +264,26 @@ def test_fuzzed_heartbeats_keep_nodes_up_and_partitions_single_owned(kafka_clust
                 for p in t.partitions
             ]
             assert len(held) == len(set(held)), held
+
+
+def test_regex_subscription_is_assigned_matching_topics(kafka_cluster: LocalCluster) -> None:
+    """A member subscribing by pattern (SubscribedTopicRegex, RE2 on kq) is assigned the matching topics."""
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    names = [f"{prefix}-a", f"{prefix}-b", f"other{prefix}"]
+    for future in admin.create_topics([NewTopic(name, 2, 1) for name in names]).values():
+        future.result(TIMEOUT_S)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_cluster.kafka_bootstrap,
+            "group.id": f"{prefix}-g",
+            "group.protocol": "consumer",
+        }
+    )
+    consumer.subscribe([f"^{prefix}-.*"])
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(consumer.assignment()) < 4 and time.monotonic() < deadline:
+        consumer.poll(0.1)
+    assigned = sorted((tp.topic, tp.partition) for tp in consumer.assignment())
+    consumer.close()
+    assert assigned == [(name, p) for name in names[:2] for p in range(2)]
