@@ -122,7 +122,7 @@ class ConsumerGroupApis(GroupApis):
         if now is None:  # Expired or removed between the entry and this read: it rejoins.
             return answer(consumer_groups.UNKNOWN_MEMBER_ID)
         then = None if before is None else find(before, member_id)
-        owned = None if heartbeat.owned_set is False else pairs(heartbeat.owned)
+        owned = pairs(heartbeat.owned) if heartbeat.owned_set else None
         send = (
             heartbeat.member_epoch == 0
             or then is None
