@@ -17,7 +17,6 @@ What is decided where:
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from typing import Any
 
@@ -72,8 +71,6 @@ class ConsumerGroupApis(GroupApis):
         """One heartbeat of a consumer-group member: joins, leaves, acknowledges revocations and gets
         the member's epoch and assignment (sent when it changed, or when the member (re)joined)."""
         body = request.body
-        if body.subscribed_topic_regex == "":  # librdkafka sends "" beside its topic names: none.
-            body = dataclasses.replace(body, subscribed_topic_regex=None)
         module = response_module(CONSUMER_GROUP_HEARTBEAT, request.api_version)
         member_id = body.member_id or ""
         if request.api_version == 0 and not member_id and body.member_epoch == 0:
@@ -105,7 +102,8 @@ class ConsumerGroupApis(GroupApis):
         command = await self._in_reads(self._heartbeat_command, request, connection, member_id)
         problem = command_problem(command)
         if problem is not None:
-            bad_pattern = body.subscribed_topic_regex and pattern_problem(body.subscribed_topic_regex)
+            regex = _regex(body)
+            bad_pattern = regex is not None and pattern_problem(regex) is not None
             return answer(INVALID_REGULAR_EXPRESSION if bad_pattern else INVALID_REQUEST, message=problem)
         heartbeat = command.consumer_heartbeat
         before = await self._group(body.group_id)
@@ -150,7 +148,7 @@ class ConsumerGroupApis(GroupApis):
         if epoch == 0:
             if _duration_ms(body.rebalance_timeout) == -1:
                 return INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."
-            if body.subscribed_topic_names is None and body.subscribed_topic_regex is None:
+            if body.subscribed_topic_names is None and _regex(body) is None:
                 return (
                     INVALID_REQUEST,
                     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
@@ -159,7 +157,7 @@ class ConsumerGroupApis(GroupApis):
                 return INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."
         if body.topic_partitions is not None and len(body.topic_partitions) > CONSUMER_OWNED_PARTITIONS_MAX:
             return INVALID_REQUEST, "too many owned partitions"
-        if body.subscribed_topic_regex is not None and body.subscribed_topic_names:
+        if _regex(body) is not None and body.subscribed_topic_names:
             return INVALID_REQUEST, "subscribe with topic names or a regular expression, not both"
         return NONE, None
 
@@ -168,7 +166,7 @@ class ConsumerGroupApis(GroupApis):
         body = request.body
         rebalance_ms = _duration_ms(body.rebalance_timeout)
         client_id = (request.client_id or "").encode()[:CLIENT_ID_LENGTH_MAX].decode(errors="ignore")
-        subscription_set = body.subscribed_topic_names is not None or body.subscribed_topic_regex is not None
+        subscription_set = body.subscribed_topic_names is not None or _regex(body) is not None
         member = kq_pb2.GroupMember(
             member_id=member_id,
             client_id=client_id,
@@ -183,7 +181,7 @@ class ConsumerGroupApis(GroupApis):
                 else min(max(rebalance_ms, REBALANCE_TIMEOUT_MS_MIN), REBALANCE_TIMEOUT_MS_MAX)
             ),
             topics=sorted(set(body.subscribed_topic_names or ())),
-            topic_pattern=body.subscribed_topic_regex or "",
+            topic_pattern=_regex(body) or "",
         )
         owned = None
         if body.topic_partitions is not None:
@@ -312,6 +310,12 @@ _messages = {
     GROUP_ID_NOT_FOUND: "The group is not a consumer group.",
     consumer_groups.UNRELEASED_INSTANCE_ID: "The instance id is still used by another member.",
 }
+
+
+def _regex(body: Any) -> str | None:
+    """The heartbeat's subscribed regex; None when unchanged, in v0 (which has none), or "" (librdkafka
+    sends "" beside its topic names)."""
+    return getattr(body, "subscribed_topic_regex", None) or None
 
 
 def _topic_names(reader: StoreReader) -> dict[int, str]:
