@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest as DescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest as HeartbeatRequest
 from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions as HeartbeatTopic
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i32Timedelta
 
@@ -175,6 +177,18 @@ def test_describe_list_and_classic_members(kafka_cluster: LocalCluster) -> None:
     assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
     listed = admin.list_consumer_groups().result(TIMEOUT_S)
     assert group in {g.group_id for g in listed.valid}
+    addresses = [node.kafka_address for node in kafka_cluster.nodes.values()]
+    types: dict[str, set[str]] = {}
+    for kind in ("consumer", "classic"):  # ListGroups v5 filters by type (each node lists what it leads).
+        answers = [call(a, ListGroupsRequest(states_filter=(), types_filter=(kind,))) for a in addresses]
+        types[kind] = {g.group_id for answer in answers for g in answer.groups}
+    assert group in types["consumer"] and group not in types["classic"]
+    classic_view = [
+        call(a, DescribeGroupsRequest(groups=(GroupId(group),), include_authorized_operations=False))
+        for a in addresses
+    ]
+    shown = [g for answer in classic_view for g in answer.groups if g.error_code == 0]
+    assert [(g.group_state, g.protocol_type, len(g.members)) for g in shown] == [("Stable", "consumer", 1)]
     classic = Consumer(
         {
             "bootstrap.servers": kafka_cluster.kafka_bootstrap,
