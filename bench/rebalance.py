@@ -16,6 +16,8 @@ default (classic heartbeat.interval.ms 3000, session.timeout.ms 45000; the consu
 heartbeat interval is the broker's CONSUMER_HEARTBEAT_INTERVAL_MS, Kafka's default 5000), so the
 numbers are what an application sees without tuning. One thread polls every consumer in turn
 (callbacks run in poll), every 50 ms each; a close runs on its own thread so the others keep polling.
+`--kill-leader` kills the leader (every group's coordinator) with -9 as the fourth member joins and
+restarts it, so the join is measured across a coordinator failover.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -107,18 +110,26 @@ def _poll_until(members: Sequence[Member], done: Callable[[], bool], partitions:
 Sample = tuple[float | None, float | None, float, float]  # join s, leave s, their paused partition-s
 
 
-def one_run(bootstrap: str, topic: str, partitions: int, mode: str) -> Sample:
+def one_run(
+    bootstrap: str, topic: str, partitions: int, mode: str, kill: Callable[[], None] | None = None
+) -> Sample:
     """(join s, leave s, join paused partition-s, leave paused partition-s) of one fresh group in
-    `mode`; None for a step that did not settle in time."""
+    `mode`; None for a step that did not settle in time. `kill`: run on a thread as the fourth
+    member joins (the leader, every group's coordinator, killed -9 and restarted)."""
     group = f"rb-{mode}-{uuid.uuid4().hex[:8]}"
     members = [_member(bootstrap, group, mode, topic) for _ in range(3)]
     try:
         if not _poll_until(members, lambda: _balanced(members, partitions), partitions)[0]:
             return None, None, 0.0, 0.0
         started = time.monotonic()
+        killer = None if kill is None else threading.Thread(target=kill, name="rebalance-kill")
+        if killer is not None:
+            killer.start()
         members.append(_member(bootstrap, group, mode, topic))
         joined, join_paused = _poll_until(members, lambda: _balanced(members, partitions), partitions)
         join_s = time.monotonic() - started if joined else None
+        if killer is not None:
+            killer.join(SETTLE_TIMEOUT_S)
         leaving = members.pop(0)
         started = time.monotonic()
         closing = threading.Thread(target=leaving.consumer.close, name="rebalance-close")
@@ -130,6 +141,15 @@ def one_run(bootstrap: str, topic: str, partitions: int, mode: str) -> Sample:
     finally:
         for member in members:
             member.consumer.close()
+
+
+def _kill_leader(cluster: LocalCluster) -> None:
+    """Kills the leader with -9, waits for the next, and restarts the killed node (as a follower)."""
+    leader = cluster.wait_ready()
+    cluster.kill_node(leader)
+    cluster.wait_ready()
+    cluster.start_node(leader)
+    cluster.wait_ready()
 
 
 def _summary(values: Sequence[float | None]) -> dict[str, object]:
@@ -154,6 +174,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--output", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument(
+        "--kill-leader",
+        action="store_true",
+        help="kill -9 the leader (the coordinator) as the fourth member joins, and restart it",
+    )
     args = parser.parse_args(argv)
     results: dict[str, dict[str, object]] = {}
     with (
@@ -164,9 +189,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         topic = f"rebalance-{uuid.uuid4().hex[:6]}"
         admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
         admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(60)
+        kill = partial(_kill_leader, cluster) if args.kill_leader else None
         for mode in args.modes:
             bootstrap = cluster.kafka_bootstrap
-            runs = [one_run(bootstrap, topic, args.partitions, mode) for _ in range(args.runs)]
+            runs = [one_run(bootstrap, topic, args.partitions, mode, kill) for _ in range(args.runs)]
             results[mode] = {
                 "join": _summary([run[0] for run in runs]),
                 "leave": _summary([run[1] for run in runs]),
@@ -175,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             }
             print(mode, json.dumps(results[mode]), flush=True)
     report = {"runs": args.runs, "partitions": args.partitions, "members": "3 (+1 joins, then 1 leaves)"}
+    report["leader_killed_at_join"] = args.kill_leader
     report["results"] = results
     text = json.dumps(report, indent=2)
     if args.output is not None:
