@@ -303,3 +303,19 @@ def test_random_heartbeats_never_raise_replicas_agree_and_never_share_a_partitio
         finally:
             left.close()
             right.close()
+
+
+def test_a_steady_heartbeat_changes_nothing(log: Log) -> None:
+    """What the edge relies on to answer without a Raft entry: on a settled group, a member's heartbeat
+    (with or without its owned partitions) leaves the state byte-identical."""
+    for member_id in ("a", "b"):
+        assert log.code(beat(member_id, 0, [], topics=("t",))) == OK
+    settle(log, ["a", "b"])
+    state = log.state()
+    catalog = {"t": 6}
+    for owned in (None, pairs(mine(log, "a").assignment)):
+        copy = kq_pb2.GroupState()
+        copy.CopyFrom(state)
+        command = beat("a", mine(log, "a").member_epoch, owned).consumer_heartbeat
+        assert consumer_groups.heartbeat(copy, command, catalog) == OK
+        assert copy.SerializeToString(deterministic=True) == state.SerializeToString(deterministic=True)
