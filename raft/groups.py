@@ -1,8 +1,10 @@
 """Consumer-group commands inside apply: join, leave/expire, commit, reset, delete.
 
-Kafka clients' groups (Kafka's classic protocol) share this store: their rules are in
-raft/kafka_groups.py, wired here (`apply_kafka_join`, `apply_kafka_sync`, and the Kafka branches of
-leave and commit). A kq member cannot join a group that has Kafka members, nor the reverse.
+Kafka clients' groups share this store: the classic protocol's rules are in raft/kafka_groups.py,
+the consumer-group protocol's (KIP-848) in raft/consumer_groups.py, wired here (`apply_kafka_join`,
+`apply_kafka_sync`, `apply_consumer_heartbeat`, and their branches of leave and commit). A group
+with members speaks one protocol: a kq member cannot join a group that has Kafka members, nor the
+reverse, nor a classic member a consumer group (and the reverse).
 
 A membership change starts a rebalance (phase REBALANCING): every member must rejoin, committing
 first; when all have rejoined (or the leader expired those that did not), the generation advances
