@@ -7,11 +7,13 @@ group; a classic member cannot join it while it has members."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
@@ -20,6 +22,8 @@ from confluent_kafka.cimpl import NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest as DescribeRequest
+from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest as HeartbeatRequestV0
+from kio.schema.consumer_group_heartbeat.v0.request import TopicPartitions as HeartbeatTopicV0
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest as HeartbeatRequest
 from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions as HeartbeatTopic
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
@@ -255,7 +259,7 @@ def test_fuzzed_heartbeats_keep_nodes_up_and_partitions_single_owned(kafka_clust
                 max_size=2,
             ).map(tuple)
         )
-        request = HeartbeatRequest(
+        request: Any = HeartbeatRequest(
             group_id=GroupId(data.draw(st.sampled_from([group, group, "", "bad/group"]))),
             member_id=data.draw(st.sampled_from(["a", "b", "c", "", "x" * 300])),
             member_epoch=i32(data.draw(st.integers(-3, 8))),
@@ -271,6 +275,9 @@ def test_fuzzed_heartbeats_keep_nodes_up_and_partitions_single_owned(kafka_clust
             server_assignor=data.draw(st.none() | st.sampled_from(["uniform", "range", "sticky", ""])),
             topic_partitions=owned,
         )
+        if data.draw(st.booleans()):  # v0: the same fields but the regex (and member ids the broker makes).
+            fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(HeartbeatRequestV0)}
+            request = HeartbeatRequestV0(**{**fields, "topic_partitions": _v0_owned(owned)})
         address = data.draw(st.sampled_from(addresses))
         with contextlib.suppress(OSError):  # A connection the broker closes is fine: the node matters.
             call(address, request, timeout_s=10.0)
@@ -291,6 +298,12 @@ def test_fuzzed_heartbeats_keep_nodes_up_and_partitions_single_owned(kafka_clust
                 for p in t.partitions
             ]
             assert len(held) == len(set(held)), held
+
+
+def _v0_owned(owned: tuple[HeartbeatTopic, ...] | None) -> tuple[HeartbeatTopicV0, ...] | None:
+    if owned is None:
+        return None
+    return tuple(HeartbeatTopicV0(topic_id=t.topic_id, partitions=t.partitions) for t in owned)
 
 
 def test_regex_subscription_is_assigned_matching_topics(kafka_cluster: LocalCluster) -> None:
