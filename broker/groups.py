@@ -2,7 +2,8 @@
 
 Heartbeats are not replicated (they would flood the log). The leader remembers when it last heard
 from each member; a member silent for its session timeout, or one that has not rejoined within its
-rebalance timeout, is removed by a LeaveGroup(expired) command.
+rebalance timeout (a consumer group's member (KIP-848): one that has not revoked its partitions within
+it), is removed by a LeaveGroup(expired) command.
 
 What it remembers is bounded by the replicated groups: it tracks exactly the members the store's
 groups hold (at most GROUPS_MAX x GROUP_MEMBERS_MAX, kq.proto.limits), refreshed at every tick. A
@@ -136,6 +137,9 @@ class GroupCoordinator(BackgroundThread):
                     and not member.rejoined
                     and rebalance_age_s > member.rebalance_timeout_ms / 1000
                 )
+                if member.revoking:  # A consumer-group member (KIP-848) that does not revoke in time.
+                    revoking_s = (self._clock_ms() - member.revoking_since_ms) / 1000
+                    late = min(revoking_s, now - leading_since) > member.rebalance_timeout_ms / 1000
                 if silent_s > member.session_timeout_ms / 1000 or late:
                     expired.append(member.member_id)
                     self._proposed[key] = now + EXPIRY_RETRY_S

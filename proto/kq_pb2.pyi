@@ -169,6 +169,48 @@ GROUP_REBALANCING: GroupPhase.ValueType  # 1
 GROUP_STABLE: GroupPhase.ValueType  # 2
 Global___GroupPhase: _TypeAlias = GroupPhase  # noqa: Y015
 
+class _ConsumerMemberState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConsumerMemberStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConsumerMemberState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONSUMER_MEMBER_STABLE: _ConsumerMemberState.ValueType  # 0
+    CONSUMER_MEMBER_UNREVOKED_PARTITIONS: _ConsumerMemberState.ValueType  # 1
+    """It must revoke `revoking` first."""
+    CONSUMER_MEMBER_UNRELEASED_PARTITIONS: _ConsumerMemberState.ValueType  # 2
+    """Part of its target is still owned by another member."""
+
+class ConsumerMemberState(_ConsumerMemberState, metaclass=_ConsumerMemberStateEnumTypeWrapper):
+    """Where a consumer-group member is in its reconciliation (Kafka's MemberState)."""
+
+CONSUMER_MEMBER_STABLE: ConsumerMemberState.ValueType  # 0
+CONSUMER_MEMBER_UNREVOKED_PARTITIONS: ConsumerMemberState.ValueType  # 1
+"""It must revoke `revoking` first."""
+CONSUMER_MEMBER_UNRELEASED_PARTITIONS: ConsumerMemberState.ValueType  # 2
+"""Part of its target is still owned by another member."""
+Global___ConsumerMemberState: _TypeAlias = ConsumerMemberState  # noqa: Y015
+
+class _GroupType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GroupTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GroupType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GROUP_TYPE_CLASSIC: _GroupType.ValueType  # 0
+    """kq's own groups and Kafka's classic protocol (JoinGroup/SyncGroup)."""
+    GROUP_TYPE_CONSUMER: _GroupType.ValueType  # 1
+    """Kafka's consumer-group protocol (KIP-848, ConsumerGroupHeartbeat)."""
+
+class GroupType(_GroupType, metaclass=_GroupTypeEnumTypeWrapper):
+    """Which protocol a group's members speak."""
+
+GROUP_TYPE_CLASSIC: GroupType.ValueType  # 0
+"""kq's own groups and Kafka's classic protocol (JoinGroup/SyncGroup)."""
+GROUP_TYPE_CONSUMER: GroupType.ValueType  # 1
+"""Kafka's consumer-group protocol (KIP-848, ConsumerGroupHeartbeat)."""
+Global___GroupType: _TypeAlias = GroupType  # noqa: Y015
+
 class _ResetTarget:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -300,6 +342,7 @@ class Command(_message.Message):
     TXN_COMMIT_OFFSETS_FIELD_NUMBER: _builtins.int
     OFFSET_DELETE_FIELD_NUMBER: _builtins.int
     GROW_PARTITIONS_FIELD_NUMBER: _builtins.int
+    CONSUMER_HEARTBEAT_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -368,6 +411,8 @@ class Command(_message.Message):
     def offset_delete(self) -> Global___OffsetDeleteCommand: ...
     @_builtins.property
     def grow_partitions(self) -> Global___GrowPartitionsCommand: ...
+    @_builtins.property
+    def consumer_heartbeat(self) -> Global___ConsumerHeartbeatCommand: ...
     def __init__(
         self,
         *,
@@ -403,12 +448,13 @@ class Command(_message.Message):
         txn_commit_offsets: Global___TxnCommitOffsetsCommand | None = ...,
         offset_delete: Global___OffsetDeleteCommand | None = ...,
         grow_partitions: Global___GrowPartitionsCommand | None = ...,
+        consumer_heartbeat: Global___ConsumerHeartbeatCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "offset_delete", "grow_partitions"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "offset_delete", "grow_partitions", "consumer_heartbeat"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -1460,6 +1506,15 @@ class GroupMember(_message.Message):
     CLIENT_HOST_FIELD_NUMBER: _builtins.int
     PROTOCOLS_FIELD_NUMBER: _builtins.int
     KAFKA_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    PREVIOUS_MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    MEMBER_STATE_FIELD_NUMBER: _builtins.int
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    SERVER_ASSIGNOR_FIELD_NUMBER: _builtins.int
+    REVOKING_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    REVOKING_SINCE_MS_FIELD_NUMBER: _builtins.int
+    STATIC_LEFT_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     client_id: _builtins.str
     topic_pattern: _builtins.str
@@ -1475,6 +1530,23 @@ class GroupMember(_message.Message):
     """
     client_host: _builtins.str
     kafka_assignment: _builtins.bytes
+    member_epoch: _builtins.int
+    """Members of consumer groups (KIP-848, GroupState.type GROUP_TYPE_CONSUMER): `topics` or
+    `topic_pattern` is the subscription, `assignment` the partitions the member owns now (those it
+    was given), `revoking` those it must give up before its next epoch, `target` what the group's
+    target assignment holds for it.
+    """
+    previous_member_epoch: _builtins.int
+    member_state: Global___ConsumerMemberState.ValueType
+    rack_id: _builtins.str
+    server_assignor: _builtins.str
+    """The assignor the member asked for (empty: the group's default)."""
+    revoking_since_ms: _builtins.int
+    """Leader's clock when `revoking` became non-empty."""
+    static_left: _builtins.bool
+    """A static member (group_instance_id) that left with epoch -2: it keeps its partitions (nobody
+    else gets them) until its instance comes back under a new member id, or its session expires.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Subscription: explicit topics, or a regular expression matched against topic names at each rebalance."""
@@ -1485,6 +1557,10 @@ class GroupMember(_message.Message):
     def protocols(self) -> _containers.RepeatedCompositeFieldContainer[Global___KafkaProtocol]:
         """In the member's order of preference."""
 
+    @_builtins.property
+    def revoking(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]: ...
+    @_builtins.property
+    def target(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]: ...
     def __init__(
         self,
         *,
@@ -1500,14 +1576,47 @@ class GroupMember(_message.Message):
         client_host: _builtins.str = ...,
         protocols: _abc.Iterable[Global___KafkaProtocol] | None = ...,
         kafka_assignment: _builtins.bytes = ...,
+        member_epoch: _builtins.int = ...,
+        previous_member_epoch: _builtins.int = ...,
+        member_state: Global___ConsumerMemberState.ValueType = ...,
+        rack_id: _builtins.str = ...,
+        server_assignor: _builtins.str = ...,
+        revoking: _abc.Iterable[Global___TopicPartition] | None = ...,
+        target: _abc.Iterable[Global___TopicPartition] | None = ...,
+        revoking_since_ms: _builtins.int = ...,
+        static_left: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "kafka_assignment", b"kafka_assignment", "member_id", b"member_id", "protocols", b"protocols", "rebalance_timeout_ms", b"rebalance_timeout_ms", "rejoined", b"rejoined", "session_timeout_ms", b"session_timeout_ms", "topic_pattern", b"topic_pattern", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "kafka_assignment", b"kafka_assignment", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "previous_member_epoch", b"previous_member_epoch", "protocols", b"protocols", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "rejoined", b"rejoined", "revoking", b"revoking", "revoking_since_ms", b"revoking_since_ms", "server_assignor", b"server_assignor", "session_timeout_ms", b"session_timeout_ms", "static_left", b"static_left", "target", b"target", "topic_pattern", b"topic_pattern", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GroupMember: _TypeAlias = GroupMember  # noqa: Y015
+
+@_typing.final
+class TopicSize(_message.Message):
+    """A topic's partition count as a consumer group's target assignment was computed from."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partitions: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopicSize: _TypeAlias = TopicSize  # noqa: Y015
 
 @_typing.final
 class KafkaProtocol(_message.Message):
@@ -1549,6 +1658,9 @@ class GroupState(_message.Message):
     PROTOCOL_FIELD_NUMBER: _builtins.int
     LEADER_MEMBER_ID_FIELD_NUMBER: _builtins.int
     AWAITING_SYNC_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_SIZES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     generation: _builtins.int
     phase: Global___GroupPhase.ValueType
@@ -1565,8 +1677,18 @@ class GroupState(_message.Message):
     """Kafka groups in REBALANCING: every member rejoined and the generation advanced; the leader's
     SyncGroup has not come yet (Kafka's CompletingRebalance).
     """
+    type: Global___GroupType.ValueType
+    """Consumer groups (KIP-848): `generation` is the group epoch, `assignor` the server assignor of
+    the target assignment, `phase` EMPTY or STABLE (Kafka's Assigning/Reconciling/Stable are derived).
+    """
+    assignment_epoch: _builtins.int
+    """The group epoch the target assignment was computed at."""
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMember]: ...
+    @_builtins.property
+    def subscribed_sizes(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicSize]:
+        """The subscribed topics' sizes at that time, by name."""
+
     def __init__(
         self,
         *,
@@ -1580,10 +1702,13 @@ class GroupState(_message.Message):
         protocol: _builtins.str = ...,
         leader_member_id: _builtins.str = ...,
         awaiting_sync: _builtins.bool = ...,
+        type: Global___GroupType.ValueType = ...,
+        assignment_epoch: _builtins.int = ...,
+        subscribed_sizes: _abc.Iterable[Global___TopicSize] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "awaiting_sync", b"awaiting_sync", "generation", b"generation", "leader_member_id", b"leader_member_id", "members", b"members", "name", b"name", "phase", b"phase", "phase_started_ms", b"phase_started_ms", "protocol", b"protocol", "protocol_type", b"protocol_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignor", b"assignor", "awaiting_sync", b"awaiting_sync", "generation", b"generation", "leader_member_id", b"leader_member_id", "members", b"members", "name", b"name", "phase", b"phase", "phase_started_ms", b"phase_started_ms", "protocol", b"protocol", "protocol_type", b"protocol_type", "subscribed_sizes", b"subscribed_sizes", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1887,6 +2012,57 @@ class KafkaSyncGroupCommand(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KafkaSyncGroupCommand: _TypeAlias = KafkaSyncGroupCommand  # noqa: Y015
+
+@_typing.final
+class ConsumerHeartbeatCommand(_message.Message):
+    """A consumer-group member's ConsumerGroupHeartbeat (KIP-848), as the leader's edge read it. Fields
+    the client sent as null ("unchanged since the last heartbeat") are left unset (the *_set flags).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    MEMBER_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_SET_FIELD_NUMBER: _builtins.int
+    OWNED_SET_FIELD_NUMBER: _builtins.int
+    OWNED_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    member_epoch: _builtins.int
+    """0 joins, -1 leaves, -2 leaves for now (static), > 0 the member's epoch."""
+    subscription_set: _builtins.bool
+    owned_set: _builtins.bool
+    now_ms: _builtins.int
+    @_builtins.property
+    def member(self) -> Global___GroupMember:
+        """member_id, group_instance_id, rack_id, client_id, client_host, rebalance_timeout_ms (0:
+        unchanged), session_timeout_ms (the group's, stamped by the edge), server_assignor, topics or
+        topic_pattern (when subscription_set).
+        """
+
+    @_builtins.property
+    def owned(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]:
+        """The partitions the member owns (when owned_set)."""
+
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        member: Global___GroupMember | None = ...,
+        member_epoch: _builtins.int = ...,
+        subscription_set: _builtins.bool = ...,
+        owned_set: _builtins.bool = ...,
+        owned: _abc.Iterable[Global___TopicPartition] | None = ...,
+        now_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "member", b"member", "member_epoch", b"member_epoch", "now_ms", b"now_ms", "owned", b"owned", "owned_set", b"owned_set", "subscription_set", b"subscription_set"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerHeartbeatCommand: _TypeAlias = ConsumerHeartbeatCommand  # noqa: Y015
 
 @_typing.final
 class CreateTopicRequest(_message.Message):

@@ -509,3 +509,18 @@ TXN_END_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering 
 TXN_HANGING_ABORT_MS = 2 * TXN_TIMEOUT_MS_MAX
 TXN_HANGING_CHECK_S = 60.0  # How often a group's leader looks for such transactions.
 TXN_HANGING_ROWS_MAX = 10_000  # Open transactions one such look reads.
+
+# Kafka's consumer-group protocol (KIP-848: broker/kafka/consumer_groups.py, raft/consumer_groups.py).
+# Kafka's group.consumer.heartbeat.interval.ms and group.consumer.session.timeout.ms (its defaults):
+# the interval every ConsumerGroupHeartbeat answer gives, and the silence after which the leader's
+# coordinator expires a member (the group's setting: the protocol lets no member choose its own).
+CONSUMER_HEARTBEAT_INTERVAL_MS = 5_000
+CONSUMER_SESSION_TIMEOUT_MS = 45_000
+CONSUMER_GROUP_MEMBERS_MAX = GROUP_MEMBERS_MAX  # Kafka's group.consumer.max.size.
+# A member subscribes to at most SUBSCRIBED_TOPICS_MAX topics by name (or one pattern); the target
+# assignment costs apply members x subscribed partitions (at most ASSIGNMENT_WORK_MAX). One heartbeat
+# names at most this many owned partitions (and a ConsumerGroupDescribe answers at most this many per
+# member).
+CONSUMER_OWNED_PARTITIONS_MAX = 10_000
+RACK_ID_LENGTH_MAX = 255  # A consumer's client.rack.
+CONSUMER_ASSIGNORS = ("uniform", "range")  # Kafka's group.consumer.assignors; the first is the default.

@@ -210,6 +210,29 @@ def kafka_sync_group(
     )
 
 
+def consumer_heartbeat(
+    group: str,
+    member: kq_pb2.GroupMember,
+    member_epoch: int,
+    now_ms: int,
+    subscription_set: bool,
+    owned: Sequence[kq_pb2.TopicPartition] | None,
+) -> kq_pb2.Command:
+    """Command applying a consumer-group member's heartbeat (KIP-848; `owned` None: unchanged)."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        consumer_heartbeat=kq_pb2.ConsumerHeartbeatCommand(
+            group=group,
+            member=member,
+            member_epoch=member_epoch,
+            subscription_set=subscription_set,
+            owned_set=owned is not None,
+            owned=owned or (),
+            now_ms=now_ms,
+        ),
+    )
+
+
 def reset_offsets(group: str, offsets: Sequence[kq_pb2.OffsetEntry]) -> kq_pb2.Command:
     """Command setting the offsets of a group without members."""
     return kq_pb2.Command(

@@ -1,8 +1,10 @@
 """Consumer-group commands inside apply: join, leave/expire, commit, reset, delete.
 
-Kafka clients' groups (Kafka's classic protocol) share this store: their rules are in
-raft/kafka_groups.py, wired here (`apply_kafka_join`, `apply_kafka_sync`, and the Kafka branches of
-leave and commit). A kq member cannot join a group that has Kafka members, nor the reverse.
+Kafka clients' groups share this store: the classic protocol's rules are in raft/kafka_groups.py,
+the consumer-group protocol's (KIP-848) in raft/consumer_groups.py, wired here (`apply_kafka_join`,
+`apply_kafka_sync`, `apply_consumer_heartbeat`, and their branches of leave and commit). A group
+with members speaks one protocol: a kq member cannot join a group that has Kafka members, nor the
+reverse, nor a classic member a consumer group (and the reverse).
 
 A membership change starts a rebalance (phase REBALANCING): every member must rejoin, committing
 first; when all have rejoined (or the leader expired those that did not), the generation advances
@@ -16,7 +18,7 @@ from collections.abc import Iterable
 
 from kq.proto import kq_pb2
 from kq.proto.limits import ASSIGNMENT_WORK_MAX, GROUP_MEMBERS_MAX, GROUP_STATE_BYTES_MAX, GROUPS_MAX
-from kq.raft import kafka_groups
+from kq.raft import consumer_groups, kafka_groups
 from kq.raft.assignors import ASSIGNORS, Assignment, Subscriptions
 from kq.raft.patterns import matching
 from kq.raft.results import ErrorCode, GroupResult, KafkaGroupResult
@@ -70,6 +72,7 @@ def apply_join(writer: StoreWriter, command: kq_pb2.JoinGroupCommand) -> GroupRe
     if state.protocol_type:  # An empty Kafka group becomes a kq group again.
         state.protocol_type = state.protocol = state.leader_member_id = ""
         state.awaiting_sync = False
+        _classic(state)
     if not state.members and command.assignor:
         state.assignor = command.assignor  # The first member of an empty group chooses its assignor.
     existing = next((m for m in state.members if m.member_id == command.member.member_id), None)
@@ -103,6 +106,10 @@ def apply_leave(writer: StoreWriter, command: kq_pb2.LeaveGroupCommand) -> Group
     state = load(writer, command.group)
     if state is None:
         return GroupResult(ErrorCode.UNKNOWN_GROUP)
+    if consumer_groups.is_consumer_group(state):
+        if not consumer_groups.remove_members(state, command.member_ids, _catalog(writer)):
+            return GroupResult(ErrorCode.UNKNOWN_MEMBER, state.generation, state.phase)
+        return _save(writer, state)
     leaving = set(command.member_ids)
     remaining = [m for m in state.members if m.member_id not in leaving]
     if len(remaining) == len(state.members):
@@ -152,7 +159,10 @@ def _apply_kafka_commit(
     check_log_end: bool,
 ) -> KafkaGroupResult:
     """A Kafka client's OffsetCommit: Kafka's rules (raft/kafka_groups.py), Kafka's error codes."""
-    code = kafka_groups.commit_problem(state, command)
+    if state is not None and consumer_groups.is_consumer_group(state):
+        code = consumer_groups.commit_problem(state, command)
+    else:
+        code = kafka_groups.commit_problem(state, command)
     if code != kafka_groups.NONE:
         return KafkaGroupResult(code, *_position(state))
     state = state or _new_group(writer, command.group, "")
@@ -173,6 +183,10 @@ def apply_kafka_join(writer: StoreWriter, command: kq_pb2.KafkaJoinGroupCommand)
     state = load(writer, command.group) or _new_group(writer, command.group, "")
     if state is None:
         return KafkaGroupResult(kafka_groups.GROUP_MAX_SIZE_REACHED)
+    if consumer_groups.is_consumer_group(state):
+        if state.members:  # Kafka: a classic member cannot join a consumer group with members.
+            return KafkaGroupResult(kafka_groups.INCONSISTENT_GROUP_PROTOCOL, state.generation, state.phase)
+        _classic(state)  # An empty consumer group becomes a classic group, offsets kept.
     code = kafka_groups.join(state, command)
     if code == kafka_groups.NONE:
         _save(writer, state)
@@ -182,12 +196,37 @@ def apply_kafka_join(writer: StoreWriter, command: kq_pb2.KafkaJoinGroupCommand)
 def apply_kafka_sync(writer: StoreWriter, command: kq_pb2.KafkaSyncGroupCommand) -> KafkaGroupResult:
     """A Kafka group leader's SyncGroup: the generation's assignments, stored as the leader sent them."""
     state = load(writer, command.group)
-    if state is None or not state.protocol_type:
+    if state is None or not state.protocol_type or consumer_groups.is_consumer_group(state):
         return KafkaGroupResult(kafka_groups.UNKNOWN_MEMBER_ID, *_position(state))
     code = kafka_groups.sync(state, command)
     if code == kafka_groups.NONE:
         _save(writer, state)
     return KafkaGroupResult(code, state.generation, state.phase)
+
+
+def apply_consumer_heartbeat(
+    writer: StoreWriter, command: kq_pb2.ConsumerHeartbeatCommand
+) -> KafkaGroupResult:
+    """A consumer-group member's heartbeat (KIP-848, raft/consumer_groups.py); saved only when it applied."""
+    state = load(writer, command.group) or _new_group(writer, command.group, "")
+    if state is None:
+        return KafkaGroupResult(kafka_groups.GROUP_MAX_SIZE_REACHED)
+    code = consumer_groups.heartbeat(state, command, _catalog(writer))
+    if code == kafka_groups.NONE:
+        _save(writer, state)
+    return KafkaGroupResult(code, state.generation, state.phase)
+
+
+def _catalog(writer: StoreWriter) -> dict[str, int]:
+    """Every topic's partition count, by name: what a consumer group's assignment is computed from."""
+    return {topic.name: topic.partitions for topic in writer.topics()}
+
+
+def _classic(state: kq_pb2.GroupState) -> None:
+    """An empty group leaves the consumer-group protocol (its epochs and sizes go; offsets stay)."""
+    state.type = kq_pb2.GROUP_TYPE_CLASSIC
+    state.assignment_epoch = 0
+    del state.subscribed_sizes[:]
 
 
 def _position(state: kq_pb2.GroupState | None) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 from kq.proto import kq_pb2
 from kq.proto.limits import GROUP_MEMBERS_MAX, GROUP_STATE_BYTES_MAX
+from kq.raft import consumer_groups
 
 # Kafka protocol error codes decided here (kio.schema.errors.ErrorCode names them all).
 NONE = 0
@@ -46,7 +47,9 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
 
 
 def state_name(state: kq_pb2.GroupState) -> str:
-    """The group's state as Kafka names it (kq's own groups too)."""
+    """The group's state as Kafka names it (kq's own groups and consumer groups too)."""
+    if state.type == kq_pb2.GROUP_TYPE_CONSUMER:
+        return consumer_groups.state_name(state)
     if state.phase == kq_pb2.GROUP_STABLE:
         return STABLE
     if state.phase == kq_pb2.GROUP_REBALANCING:

@@ -221,6 +221,7 @@ _GROUP_HANDLERS: dict[str, Callable[[StoreWriter, Any], GroupResult | KafkaGroup
     "offset_delete": groups.apply_offset_delete,
     "kafka_join_group": groups.apply_kafka_join,
     "kafka_sync_group": groups.apply_kafka_sync,
+    "consumer_heartbeat": groups.apply_consumer_heartbeat,
 }
 
 

@@ -31,6 +31,8 @@ from kq.proto.limits import (
     CLUSTER_ID_LENGTH_MAX,
     COMPACT_BATCHES_PER_ENTRY_MAX,
     COMPACT_DROPPED_PER_ENTRY_MAX,
+    CONSUMER_ASSIGNORS,
+    CONSUMER_OWNED_PARTITIONS_MAX,
     GROUP_INSTANCE_ID_LENGTH_MAX,
     GROUP_MEMBERS_MAX,
     GROUP_PROTOCOLS_MAX,
@@ -47,6 +49,7 @@ from kq.proto.limits import (
     PASSED_BATCHES_KEPT,
     PROTOCOL_NAME_LENGTH_MAX,
     PROTOCOL_TYPE_LENGTH_MAX,
+    RACK_ID_LENGTH_MAX,
     RACK_NAME_LENGTH_MAX,
     RAFT_GROUPS_MAX,
     REBALANCE_TIMEOUT_MS_MAX,
@@ -386,6 +389,70 @@ def _kafka_sync_problem(command: kq_pb2.KafkaSyncGroupCommand) -> str | None:
     )
 
 
+def consumer_member_problem(member: kq_pb2.GroupMember) -> str | None:
+    """Why a consumer-group member from a ConsumerGroupHeartbeat is outside the limits (KIP-848).
+
+    Its subscription may be empty (a member of nothing, as Kafka allows); a rebalance timeout of 0
+    means "unchanged"; the group's session timeout is the edge's (CONSUMER_SESSION_TIMEOUT_MS)."""
+    problem = member_id_problem(member.member_id) or group_instance_id_problem(member.group_instance_id)
+    if problem is not None:
+        return problem
+    if _utf8_length(member.client_id) > CLIENT_ID_LENGTH_MAX:
+        return f"client id is longer than {CLIENT_ID_LENGTH_MAX} bytes"
+    if _utf8_length(member.client_host) > CLIENT_HOST_LENGTH_MAX:
+        return f"client host is longer than {CLIENT_HOST_LENGTH_MAX} bytes"
+    if _utf8_length(member.rack_id) > RACK_ID_LENGTH_MAX:
+        return f"rack id is longer than {RACK_ID_LENGTH_MAX} bytes"
+    if member.server_assignor and member.server_assignor not in CONSUMER_ASSIGNORS:
+        return f"server assignor must be one of {', '.join(CONSUMER_ASSIGNORS)}"
+    if member.topics and member.topic_pattern:
+        return "subscribe with either a list of topics or a topic pattern"
+    if len(member.topics) > SUBSCRIBED_TOPICS_MAX:
+        return f"a member subscribes to at most {SUBSCRIBED_TOPICS_MAX} topics"
+    for topic in member.topics:
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            return problem
+    if member.topic_pattern and (problem := pattern_problem(member.topic_pattern)) is not None:
+        return problem
+    if not SESSION_TIMEOUT_MS_MIN <= member.session_timeout_ms <= SESSION_TIMEOUT_MS_MAX:
+        return f"session timeout must be {SESSION_TIMEOUT_MS_MIN}-{SESSION_TIMEOUT_MS_MAX} ms"
+    if member.rebalance_timeout_ms and not (
+        REBALANCE_TIMEOUT_MS_MIN <= member.rebalance_timeout_ms <= REBALANCE_TIMEOUT_MS_MAX
+    ):
+        return f"rebalance timeout must be {REBALANCE_TIMEOUT_MS_MIN}-{REBALANCE_TIMEOUT_MS_MAX} ms"
+    if (
+        member.protocols
+        or member.kafka_assignment
+        or member.assignment
+        or member.revoking
+        or member.target
+        or member.member_epoch
+        or member.previous_member_epoch
+        or member.member_state
+        or member.revoking_since_ms
+        or member.static_left
+    ):
+        return "a heartbeat carries no protocols, assignment or epochs of the member's"
+    return None
+
+
+def _consumer_heartbeat_problem(command: kq_pb2.ConsumerHeartbeatCommand) -> str | None:
+    if command.member_epoch < -2:
+        return "member epoch must be -2 or more"
+    if len(command.owned) > CONSUMER_OWNED_PARTITIONS_MAX:
+        return f"a heartbeat names at most {CONSUMER_OWNED_PARTITIONS_MAX} owned partitions"
+    if command.owned and not command.owned_set:
+        return "owned partitions are named only when owned_set"
+    if (command.member.topics or command.member.topic_pattern) and not command.subscription_set:
+        return "a subscription is named only when subscription_set"
+    for owned in command.owned:
+        problem = topic_name_problem(owned.topic)
+        if problem is not None:
+            return problem
+    return topic_name_problem(command.group, "group") or consumer_member_problem(command.member)
+
+
 def _alter_topic_config_problem(command: kq_pb2.AlterTopicConfigCommand) -> str | None:
     """A config change names a topic and changes something, within raft/topic_config.py's rules."""
     if not command.set and not command.remove:
@@ -529,6 +596,8 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return _kafka_join_problem(command.kafka_join_group)
     if kind == "kafka_sync_group":
         return _kafka_sync_problem(command.kafka_sync_group)
+    if kind == "consumer_heartbeat":
+        return _consumer_heartbeat_problem(command.consumer_heartbeat)
     if kind == "register_producer":
         return None
     if kind == "register_member":

@@ -27,6 +27,7 @@ from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster_admin import ClusterAdminApis
 from kq.broker.kafka.configs import ConfigApis
+from kq.broker.kafka.consumer_groups import ConsumerGroupApis
 from kq.broker.kafka.fetch import FetchApis
 from kq.broker.kafka.framing import (
     FrameError,
@@ -58,6 +59,7 @@ class KafkaApis(
     ConfigApis,
     ProduceApis,
     FetchApis,
+    ConsumerGroupApis,
     GroupAdminApis,
     AdminApis,
     TransactionApis,
@@ -75,15 +77,15 @@ class KafkaApis(
             2: (1, 7, self.list_offsets),
             API_VERSIONS: (0, 3, self.api_versions),
             3: (4, 12, self.metadata),
-            8: (2, 8, self.offset_commit),
-            9: (1, 7, self.offset_fetch),
+            8: (2, 9, self.offset_commit),
+            9: (1, 9, self.offset_fetch),
             10: (0, 3, self.find_coordinator),
             11: (0, 5, self.join_group),
             12: (0, 3, self.heartbeat),
             13: (0, 3, self.leave_group),
             14: (0, 3, self.sync_group),
             15: (0, 5, self.describe_groups),
-            16: (0, 4, self.list_groups),
+            16: (0, 5, self.list_groups),
             ApiKey.SASL_HANDSHAKE: (0, 1, self.sasl_handshake),
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
@@ -108,6 +110,8 @@ class KafkaApis(
             44: (0, 1, self.incremental_alter_configs),
             ApiKey.OFFSET_DELETE: (0, 0, self.offset_delete),
             60: (0, 1, self.describe_cluster),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1, self.consumer_group_heartbeat),
+            ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1, self.consumer_group_describe),
             ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0, self.describe_topic_partitions),
         }
 

@@ -87,6 +87,8 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
@@ -138,6 +140,9 @@ ACLS: dict[ApiKey, dict[int, Need]] = {
     ApiKey.DESCRIBE_LOG_DIRS: {CLUSTER: Need(DESCRIBE)},
     ApiKey.ELECT_LEADERS: {CLUSTER: Need(ALTER)},
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: {TOPIC: Need(DESCRIBE)},
+    # KIP-848: READ on the group; DESCRIBE on each topic subscribed by name (Kafka 4's check).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: {GROUP: Need(READ), TOPIC: Need(DESCRIBE)},
+    ApiKey.CONSUMER_GROUP_DESCRIBE: {GROUP: Need(DESCRIBE)},
 }
 
 OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -164,6 +169,7 @@ WHOLE: dict[ApiKey, Callable[[Any], tuple[int, str] | None]] = {
     ApiKey.HEARTBEAT: _group_id,
     ApiKey.LEAVE_GROUP: _group_id,
     ApiKey.SYNC_GROUP: _group_id,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _group_id,
     ApiKey.FIND_COORDINATOR: _coordinator_key,
     ApiKey.DESCRIBE_CLUSTER: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
     ApiKey.END_TXN: _transactional_id,

@@ -67,7 +67,11 @@ class ClusterApis(KafkaBase):
         """Brokers, the controller, and the requested topics (all when the list is null)."""
         body = request.body
         module = response_module(METADATA, request.api_version)
-        names = None if body.topics is None else [topic.name for topic in body.topics]
+        names: list[str | None] | None = None
+        if body.topics is not None:
+            names = [topic.name for topic in body.topics]
+        if body.topics is not None and any(name is None for name in names or ()):
+            names = await self._in_reads(self._names_of_ids, body.topics)  # v10+: asked by topic id.
         auto_create = (
             bool(getattr(body, "allow_auto_topic_creation", True)) and self._settings.auto_create_topics
         )
@@ -104,11 +108,28 @@ class ClusterApis(KafkaBase):
             cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
         )
 
-    def _topics_for_metadata(self, names: list[str] | None) -> list[tuple[str | None, TopicMeta | None]]:
+    def _names_of_ids(self, topics: Any) -> list[str | None]:
+        """The names of topics a Metadata request names by id (librdkafka's consumer-group members
+        do: a ConsumerGroupHeartbeat assigns partitions by topic id); None for an unknown id."""
+        with self._store.read() as reader:
+            by_id = {topic.topic_id: topic.name for topic in reader.topics()}
+        return [
+            topic.name
+            if topic.name is not None
+            else by_id.get(topic.topic_id.int) if getattr(topic, "topic_id", None) is not None else None
+            for topic in topics
+        ]
+
+    def _topics_for_metadata(
+        self, names: list[str | None] | None
+    ) -> list[tuple[str | None, TopicMeta | None]]:
         with self._store.read() as reader:
             if names is None:
                 return [(topic.name, topic) for topic in reader.topics()]
-            return [(name, None if topic_name_problem(name) else reader.topic(name)) for name in names]
+            return [
+                (name, None if name is None or topic_name_problem(name) else reader.topic(name))
+                for name in names
+            ]
 
     async def _auto_create(self, name: str) -> tuple[TopicMeta | None, int]:
         """Creates a topic a client asked for by name (Kafka's auto.create.topics.enable)."""

@@ -77,6 +77,7 @@ from kq.proto.limits import (
     WAIT_RECHECK_S,
 )
 from kq.raft import commands
+from kq.raft.consumer_groups import STALE_MEMBER_EPOCH, is_consumer_group
 from kq.raft.kafka_groups import DEAD, FENCED_INSTANCE_ID, find, state_name
 from kq.raft.results import ApplyResult, GroupResult, KafkaGroupResult
 from kq.raft.validation import (
@@ -533,48 +534,89 @@ class GroupApis(KafkaBase):
         return codes
 
     async def offset_fetch(self, request: Request, connection: Connection) -> Any:
-        """The committed offsets of the named partitions (-1: none), or all of the group's (null)."""
+        """The committed offsets of the named partitions (-1: none), or all of the group's (null).
+
+        v8+ asks for several groups at once; v9 names the member of a consumer group (KIP-848) and
+        its epoch, which must be the member's (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), as Kafka checks.
+        """
         body = request.body
         module = response_module(OFFSET_FETCH, request.api_version)
-        code = self._coordinator_code(body.group_id)
-        if code == NONE and topic_name_problem(body.group_id, "group"):
+        if request.api_version < 8:
+            code, topics = await self._fetched(
+                module, connection, body.group_id, body.topics, None, -1, v8=False
+            )
+            return build(module.OffsetFetchResponse, throttle_time=0, topics=topics, error_code=code)
+        groups = []
+        for group in body.groups:
+            code, topics = await self._fetched(
+                module,
+                connection,
+                group.group_id,
+                group.topics,
+                getattr(group, "member_id", None),
+                getattr(group, "member_epoch", -1),
+                v8=True,
+            )
+            answer = build(
+                module.OffsetFetchResponseGroup, group_id=group.group_id, topics=topics, error_code=code
+            )
+            groups.append(answer)
+        return build(module.OffsetFetchResponse, throttle_time=0, groups=tuple(groups))
+
+    async def _fetched(
+        self,
+        module: Any,
+        connection: Connection,
+        group: str,
+        asked: Any,
+        member_id: str | None,
+        member_epoch: int,
+        v8: bool,
+    ) -> tuple[int, tuple[Any, ...]]:
+        """One group's error code and committed offsets, as OffsetFetch answers them."""
+        code = self._coordinator_code(group)
+        if code == NONE and topic_name_problem(group, "group"):
             code = INVALID_GROUP_ID
-        if code == NONE and not self._permitted(connection, ApiKey.OFFSET_FETCH, GROUP, body.group_id):
+        if code == NONE and not self._permitted(connection, ApiKey.OFFSET_FETCH, GROUP, group):
             code = GROUP_AUTHORIZATION_FAILED
+        if code == NONE and (member_id or member_epoch >= 0):
+            code = consumer_fetch_code(await self._group(group), member_id, member_epoch)
         committed: dict[tuple[str, int], int] = {}
         if code == NONE:
-            committed = await self._in_reads(self._committed, body.group_id)
+            committed = await self._in_reads(self._committed, group)
         refused: frozenset[str] = frozenset()
-        if (
-            body.topics is None
-        ):  # All of the group's: those of topics the principal may not DESCRIBE left out.
+        if asked is None:  # All of the group's: those of topics the principal may not DESCRIBE left out.
             wanted: dict[str, list[int]] = {}
             for name, partition in sorted(committed):
                 if self._visible(connection, ApiKey.OFFSET_FETCH, TOPIC, name):
                     wanted.setdefault(name, []).append(partition)
         else:
-            wanted = {topic.name: list(topic.partition_indexes) for topic in body.topics}
+            wanted = {topic.name: list(topic.partition_indexes) for topic in asked}
             if code == NONE:
                 refused = self._refused(connection, ApiKey.OFFSET_FETCH, TOPIC, wanted)
+        partition_class = module.OffsetFetchResponsePartitions if v8 else module.OffsetFetchResponsePartition
+        topic_class = module.OffsetFetchResponseTopics if v8 else module.OffsetFetchResponseTopic
         topics = tuple(
             build(
-                module.OffsetFetchResponseTopic,
+                topic_class,
                 name=name,
                 partitions=tuple(
                     build(
-                        module.OffsetFetchResponsePartition,
+                        partition_class,
                         partition_index=partition,
                         committed_offset=-1 if name in refused else committed.get((name, partition), -1),
                         committed_leader_epoch=-1,
                         metadata="",
-                        error_code=code or (TOPIC_AUTHORIZATION_FAILED if name in refused else NONE),
+                        error_code=(TOPIC_AUTHORIZATION_FAILED if name in refused else NONE)
+                        if v8
+                        else code or (TOPIC_AUTHORIZATION_FAILED if name in refused else NONE),
                     )
                     for partition in partitions
                 ),
             )
             for name, partitions in wanted.items()
         )
-        return build(module.OffsetFetchResponse, throttle_time=0, topics=topics, error_code=code)
+        return code, topics
 
     def _committed(self, group: str) -> dict[tuple[str, int], int]:
         with self._store.read() as reader:
@@ -592,6 +634,7 @@ class GroupApis(KafkaBase):
         with DESCRIBE on the cluster sees every group, another those it may DESCRIBE (as Kafka)."""
         module = response_module(LIST_GROUPS, request.api_version)
         wanted = {state.lower() for state in getattr(request.body, "states_filter", None) or ()}
+        types = {kind.lower() for kind in getattr(request.body, "types_filter", None) or ()}
         states = await self._in_reads(self._all_groups) if self._consensus.is_leader() else []
         principal = connection.principal
         every_group = principal is not None and self._security.lists_every_group(principal)
@@ -601,9 +644,11 @@ class GroupApis(KafkaBase):
                 group_id=state.name,
                 protocol_type=_protocol_type(state),
                 group_state=state_name(state),
+                group_type=_group_type(state),
             )
             for state in states
             if (not wanted or state_name(state).lower() in wanted)
+            and (not types or _group_type(state) in types)
             and (every_group or self._visible(connection, ApiKey.LIST_GROUPS, GROUP, state.name))
         )
         return build(module.ListGroupsResponse, throttle_time=0, error_code=NONE, groups=groups)
@@ -676,6 +721,25 @@ def _state(reader: StoreReader, name: str) -> kq_pb2.GroupState | None:
     return state
 
 
+def consumer_fetch_code(state: kq_pb2.GroupState | None, member_id: str | None, member_epoch: int) -> int:
+    """Kafka's OffsetFetch v9 check of a consumer group's member (ConsumerGroup.validateOffsetFetch):
+    epoch -1 comes from outside the group and names no member; otherwise the member must be in the
+    group at that epoch. Classic groups check nothing."""
+    if state is None or not is_consumer_group(state):
+        return NONE
+    if member_epoch < 0:
+        return UNKNOWN_MEMBER_ID if member_id else NONE
+    member = find(state, member_id or "")
+    if member is None:
+        return UNKNOWN_MEMBER_ID
+    return NONE if member.member_epoch == member_epoch else STALE_MEMBER_EPOCH
+
+
+def _group_type(state: kq_pb2.GroupState) -> str:
+    """ListGroups v5's type (KIP-1043): "consumer" for consumer groups, "classic" for the others."""
+    return "consumer" if is_consumer_group(state) else "classic"
+
+
 def _group_id_code(group: str) -> int:
     """INVALID_GROUP_ID for a group id kq cannot hold (the characters and length of a topic name)."""
     return INVALID_GROUP_ID if topic_name_problem(group, "group") else NONE
@@ -693,8 +757,8 @@ def _member_code(
 ) -> int:
     """Kafka's checks of a member's request against its group: unknown, fenced, stale generation."""
     mine = None if state is None else find(state, member_id)
-    if state is None or mine is None:
-        return UNKNOWN_MEMBER_ID
+    if state is None or mine is None or is_consumer_group(state):
+        return UNKNOWN_MEMBER_ID  # A consumer group's members speak only ConsumerGroupHeartbeat.
     if instance_id and mine.group_instance_id != instance_id:
         return FENCED_INSTANCE_ID
     if generation != state.generation:
@@ -706,8 +770,8 @@ def _leaving_member(
     state: kq_pb2.GroupState | None, member_id: str, instance_id: str | None
 ) -> tuple[str, int]:
     """The member id a LeaveGroup entry removes, and NONE; or Kafka's reason it removes none."""
-    if state is None:
-        return "", UNKNOWN_MEMBER_ID
+    if state is None or is_consumer_group(state):
+        return "", UNKNOWN_MEMBER_ID  # A consumer group's members leave with a heartbeat (epoch -1).
     if instance_id:
         static = next((m for m in state.members if m.group_instance_id == instance_id), None)
         if static is None:

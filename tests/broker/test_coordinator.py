@@ -256,3 +256,34 @@ def test_start_runs_ticks_on_its_own_named_thread_and_stop_ends_it(setup: Setup)
     assert not [t for t in threading.enumerate() if t.name == THREAD_NAME]
     coordinator.stop()  # Idempotent.
     GroupCoordinator(setup.store, setup.consensus, setup.clock.ms).stop()  # Never started: nothing to stop.
+
+
+def _consumer_beat(setup: Setup, member_id: str, epoch: int, owned: list[int] | None) -> None:
+    """Commits a consumer-group (KIP-848) heartbeat, stamped with the fake wall clock."""
+    member = kq_pb2.GroupMember(
+        member_id=member_id,
+        client_id="c",
+        topics=["t"] if epoch == 0 else [],
+        session_timeout_ms=int(SESSION_S * 1000),
+        rebalance_timeout_ms=int(REBALANCE_S * 1000) if epoch == 0 else 0,
+    )
+    listed = None if owned is None else [kq_pb2.TopicPartition(topic="t", partition=p) for p in owned]
+    command = commands.consumer_heartbeat("cg", member, epoch, setup.clock.ms(), epoch == 0, listed)
+    FakeConsensus.propose(setup.consensus, commands.encode(command), lambda result, reason: None)
+
+
+def test_a_consumer_member_that_does_not_revoke_within_its_rebalance_timeout_is_expired(setup: Setup) -> None:
+    """KIP-848: a member asked to revoke partitions that keeps heartbeating without revoking them is
+    removed once its rebalance timeout passes; the one that revoked stays."""
+    _consumer_beat(setup, "a", 0, [])
+    _consumer_beat(setup, "a", 1, None)
+    _consumer_beat(setup, "b", 0, [])  # b's target takes one of a's two partitions.
+    _consumer_beat(setup, "a", 1, [0, 1])  # a is told to revoke one; it never does.
+    setup.at(0)
+    for _ in range(int(REBALANCE_S // (SESSION_S / 2))):
+        setup.at(SESSION_S / 2)
+        setup.coordinator.heard_from("cg", "a")
+        setup.coordinator.heard_from("cg", "b")
+    assert sorted(setup.members("cg")) == ["a", "b"]
+    setup.at(SESSION_S / 2)
+    assert setup.members("cg") == ["b"]

@@ -245,6 +245,14 @@ def test_a_user_without_acls_is_refused_per_topic_and_group_and_writes_nothing(s
     finally:
         member.close()
     assert error.code() == confluent.KafkaError.GROUP_AUTHORIZATION_FAILED
+    modern = confluent.Consumer({**settings, "group.id": MALLORY_GROUP, "group.protocol": "consumer"})
+    modern.subscribe([TOPIC])  # KIP-848: ConsumerGroupHeartbeat needs READ on the group.
+    try:
+        error = _until(lambda: _error_of(modern.poll(1.0)), "a consumer-group error")
+    finally:
+        modern.close()
+    # librdkafka makes a refused ConsumerGroupHeartbeat fatal, naming the broker's code.
+    assert error.code() == confluent.KafkaError._FATAL and "Group authorization failed" in error.str()
     assert _end_offset(secure, TOPIC) == before
     with KqClient(secure.bootstrap, tls=secure.tls) as admin:
         assert MALLORY_GROUP not in [group.name for group in admin.list_groups()]  # Never joined.

@@ -271,6 +271,9 @@ def test_the_table_states_kafkas_rules() -> None:
     assert all(access(key, GROUP, "g").operation == READ for key in members)
     assert access(ApiKey.INCREMENTAL_ALTER_CONFIGS, TOPIC, "t").operation == ALTER
     assert access(ApiKey.DESCRIBE_CLUSTER, CLUSTER, CLUSTER_RESOURCE).operation == DESCRIBE
+    assert access(ApiKey.CONSUMER_GROUP_HEARTBEAT, GROUP, "g").operation == READ  # KIP-848.
+    assert access(ApiKey.CONSUMER_GROUP_HEARTBEAT, TOPIC, "t").operation == DESCRIBE
+    assert access(ApiKey.CONSUMER_GROUP_DESCRIBE, GROUP, "g").operation == DESCRIBE
 
 
 def test_acls_decide_per_api(security: Security) -> None:
