@@ -81,6 +81,7 @@ PASSED_BATCHES_BYTES_MAX = 32 * 1024 * 1024
 ENTRY_CALLS_KEPT = 8
 ENTRY_CALLS_BYTES_MAX = 8 * 1024 * 1024
 OFFSETS_PER_COMMIT_MAX = 10_000
+OFFSET_METADATA_BYTES_MAX = 4_096  # A committed offset's metadata string (Kafka's offset.metadata.max.bytes).
 # Key compaction (raft CompactCommand, broker/compactor.py). One compaction entry rewrites batches
 # within the work budget of one append entry (ENTRY_WORK_MAX, charged by compacted_batch as check_batch
 # charges), so it holds apply, and produce behind it, no longer than one large batch does.

@@ -23,6 +23,7 @@ from kq.raft.assignors import ASSIGNORS, Assignment, Subscriptions
 from kq.raft.patterns import matching
 from kq.raft.results import ErrorCode, GroupResult, KafkaGroupResult
 from kq.storage import StoreWriter, TopicMeta
+from kq.storage.offset_details import OffsetDetails
 
 
 def load(writer: StoreWriter, name: str) -> kq_pb2.GroupState | None:
@@ -44,6 +45,12 @@ def _new_group(writer: StoreWriter, name: str, assignor: str) -> kq_pb2.GroupSta
     if len(writer.groups()) >= GROUPS_MAX:
         return None
     return kq_pb2.GroupState(name=name, generation=0, phase=kq_pb2.GROUP_EMPTY, assignor=assignor)
+
+
+def offset_details(entry: kq_pb2.OffsetEntry) -> OffsetDetails:
+    """The Kafka metadata string and leader epoch an offset entry carries (NO_OFFSET_DETAILS: none)."""
+    epoch = entry.leader_epoch if entry.HasField("leader_epoch") else -1
+    return OffsetDetails(epoch, entry.metadata)
 
 
 def ensure_group(writer: StoreWriter, name: str) -> bool:
@@ -294,9 +301,9 @@ def _write_offsets(
             return ErrorCode.UNKNOWN_PARTITION
         if check_log_end and entry.offset > state.log_end_offset:
             return ErrorCode.OFFSET_OUT_OF_RANGE
-        resolved.append((topic.topic_id, entry.partition, entry.offset))
-    for topic_id, partition, offset in resolved:
-        writer.commit_offset(group, topic_id, partition, offset, commit_time_ms)
+        resolved.append((topic.topic_id, entry.partition, entry.offset, offset_details(entry)))
+    for topic_id, partition, offset, details in resolved:
+        writer.commit_offset(group, topic_id, partition, offset, commit_time_ms, details)
     return ErrorCode.OK
 
 

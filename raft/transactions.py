@@ -330,7 +330,9 @@ def _marker(writer: StoreWriter, command: kq_pb2.TransactionMarkerCommand) -> Tr
         ]
         if command.commit:
             for row in pending:
-                writer.commit_offset(row.group, row.topic_id, row.partition, row.offset, row.commit_time_ms)
+                writer.commit_offset(
+                    row.group, row.topic_id, row.partition, row.offset, row.commit_time_ms, row.details
+                )
         writer.delete_pending_offsets(command.producer_id, pending)
     return TransactionResult(ErrorCode.OK, command.producer_id, command.producer_epoch, written)
 
@@ -349,8 +351,11 @@ def _commit_offsets(writer: StoreWriter, command: kq_pb2.TxnCommitOffsetsCommand
         topic = writer.topic(entry.topic)
         if topic is None or entry.partition >= topic.partitions:
             return _refused(ErrorCode.UNKNOWN_TOPIC if topic is None else ErrorCode.UNKNOWN_PARTITION, state)
+        details = groups.offset_details(entry)
         resolved.append(
-            PendingOffset(command.group, topic.topic_id, entry.partition, entry.offset, command.commit_ms)
+            PendingOffset(
+                command.group, topic.topic_id, entry.partition, entry.offset, command.commit_ms, details
+            )
         )
     pending = writer.pending_offsets(command.producer_id, TXN_PENDING_OFFSETS_MAX + 1)
     keys = {(row.group, row.topic_id, row.partition) for row in pending + resolved}

@@ -43,6 +43,7 @@ from kq.proto.limits import (
     MEMBER_ID_LENGTH_MAX,
     MEMBER_METADATA_BYTES_MAX,
     NODE_ID_LENGTH_MAX,
+    OFFSET_METADATA_BYTES_MAX,
     OFFSETS_PER_COMMIT_MAX,
     PARTITIONS_MAX,
     PASSED_BATCHES_BYTES_MAX,
@@ -243,9 +244,19 @@ def offsets_problem(offsets: list[kq_pb2.OffsetEntry], allow_empty: bool = False
     if len(offsets) > OFFSETS_PER_COMMIT_MAX or (not offsets and not allow_empty):
         return f"a commit carries 1 to {OFFSETS_PER_COMMIT_MAX} offsets"
     for entry in offsets:
-        problem = topic_name_problem(entry.topic)
+        problem = topic_name_problem(entry.topic) or offset_metadata_problem(entry)
         if problem is not None:
             return problem
+    return None
+
+
+def offset_metadata_problem(entry: kq_pb2.OffsetEntry) -> str | None:
+    """Why a committed offset's metadata or leader epoch cannot be kept (Kafka's
+    OFFSET_METADATA_TOO_LARGE for the first), or None."""
+    if len(entry.metadata.encode(errors="surrogatepass")) > OFFSET_METADATA_BYTES_MAX:
+        return f"offset metadata is longer than {OFFSET_METADATA_BYTES_MAX} bytes"
+    if entry.HasField("leader_epoch") and entry.leader_epoch < -1:
+        return f"leader epoch {entry.leader_epoch} (-1 means none)"
     return None
 
 

@@ -74,8 +74,13 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                 value: the id's state, serialized by raft/ (a `TransactionState` protobuf,
                        deterministic): producer id and epoch, state, timeout, partitions and groups
                        (the coordinator's group: group 0, as consumer groups)
+    offset_metadata
+                key: an `offsets` key: name_length u16 | group name | topic_id u64 | partition u32
+                value: leader_epoch i32 | metadata (UTF-8)          (4 + up to 4,096 bytes)
+                       Kafka's metadata string and leader epoch of a committed offset, written and
+                       deleted with its `offsets` row; a commit without them has no row (-1, "")
     txn_offsets key: producer_id u64 | name_length u16 | group name | topic_id u64 | partition u32
-                value: offset u64 | commit_time_ms i64                                    (16 bytes)
+                value: offset u64 | commit_time_ms i64 | leader_epoch i32 | metadata (UTF-8)
                        an offset a transaction committed (TxnOffsetCommit), moved to `offsets` by
                        its COMMIT marker and dropped by its ABORT marker
     txn_open    key: topic_id u64 | partition u32 | producer_id u64                         (20 bytes)

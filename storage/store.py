@@ -13,6 +13,12 @@ from typing import Any
 import lmdb
 
 from kq.storage.errors import StorageError, StoreFormatError
+from kq.storage.offset_details import (
+    NO_OFFSET_DETAILS,
+    OffsetDetails,
+    decode_offset_details,
+    encode_offset_details,
+)
 from kq.storage.records import (
     HEADER_BYTES,
     StoredBatch,
@@ -77,6 +83,7 @@ DATABASE_NAMES = (
     b"acls",
     b"topic_groups",
     *TRANSACTION_TABLES,
+    b"offset_metadata",
 )
 SECURITY_TABLES = (b"users", b"tokens", b"acls")  # raft/auth.py's rows: name, token id, encoded Acl -> value.
 _GROUP_NAME_LENGTH = struct.Struct(">H")
@@ -415,6 +422,7 @@ class StoreReader(TransactionReads):
         self._members = databases[b"members"]
         self._security = {name: databases[name] for name in SECURITY_TABLES}
         self._txn_tables = {name: databases[name] for name in TRANSACTION_TABLES}
+        self._offset_metadata = databases[b"offset_metadata"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -667,6 +675,20 @@ class StoreReader(TransactionReads):
         """Every group's (name, serialized state), by name."""
         return [(bytes(key).decode(), bytes(raw)) for key, raw in self._transaction.cursor(db=self._groups)]
 
+    def offset_details(self, group: str) -> dict[tuple[int, int], OffsetDetails]:
+        """The group's committed offsets' metadata and leader epochs, by (topic_id, partition): only
+        those committed with any (the others are NO_OFFSET_DETAILS)."""
+        prefix = _group_prefix(group)
+        cursor = self._transaction.cursor(db=self._offset_metadata)
+        found: dict[tuple[int, int], OffsetDetails] = {}
+        if not cursor.set_range(prefix):
+            return found
+        for key, raw in cursor:
+            if bytes(key[: len(prefix)]) != prefix:
+                break
+            found[_OFFSET_TAIL.unpack_from(key, len(prefix))] = decode_offset_details(bytes(raw))
+        return found
+
     def committed_offsets(self, group: str) -> list[tuple[int, int, int, int]]:
         """The group's committed offsets as (topic_id, partition, offset, commit_time_ms)."""
         prefix = _group_prefix(group)
@@ -860,7 +882,9 @@ class StoreWriter(StoreReader, TransactionWrites):
     def _delete_committed_offset(self, offset_topic_key: Any, _: Any) -> None:
         """What an `offset_topics` row stands for: the group's `offsets` row."""
         key = bytes(offset_topic_key)
-        self._transaction.delete(key[_OFFSET_TAIL.size :] + key[: _OFFSET_TAIL.size], db=self._offsets)
+        offsets_key = key[_OFFSET_TAIL.size :] + key[: _OFFSET_TAIL.size]
+        self._transaction.delete(offsets_key, db=self._offsets)
+        self._transaction.delete(offsets_key, db=self._offset_metadata)
 
     def _put_partition(self, topic_id: int, partition: int, state: PartitionState) -> None:
         self._transaction.put(
@@ -966,6 +990,7 @@ class StoreWriter(StoreReader, TransactionWrites):
             return
         while bytes(cursor.key()[: len(prefix)]) == prefix:
             self._transaction.delete(_offset_topic_key(bytes(cursor.key())), db=self._offset_topics)
+            self._transaction.delete(bytes(cursor.key()), db=self._offset_metadata)
             if not cursor.delete():
                 break
 
@@ -973,15 +998,27 @@ class StoreWriter(StoreReader, TransactionWrites):
         """Forgets the group's committed offset for one partition (none stored: nothing to do)."""
         key = _group_prefix(group) + _OFFSET_TAIL.pack(topic_id, partition)
         self._transaction.delete(key, db=self._offsets)
+        self._transaction.delete(key, db=self._offset_metadata)
         self._transaction.delete(_offset_topic_key(key), db=self._offset_topics)
 
     def commit_offset(
-        self, group: str, topic_id: int, partition: int, offset: int, commit_time_ms: int
+        self,
+        group: str,
+        topic_id: int,
+        partition: int,
+        offset: int,
+        commit_time_ms: int,
+        details: OffsetDetails = NO_OFFSET_DETAILS,
     ) -> None:
-        """Stores the group's committed offset for one partition."""
+        """Stores the group's committed offset for one partition, with Kafka's metadata string and
+        leader epoch when there are any (`offset_metadata`; a commit without them removes old ones)."""
         key = _group_prefix(group) + _OFFSET_TAIL.pack(topic_id, partition)
         self._transaction.put(key, _COMMITTED.pack(offset, commit_time_ms), db=self._offsets)
         self._transaction.put(_offset_topic_key(key), b"", db=self._offset_topics)
+        if details == NO_OFFSET_DETAILS:
+            self._transaction.delete(key, db=self._offset_metadata)
+        else:
+            self._transaction.put(key, encode_offset_details(details), db=self._offset_metadata)
 
     def fence_producer(self, producer_id: int, topic_id: int, partition: int, epoch: int) -> None:
         """Raises the producer's epoch on the partition to `epoch` (a transaction marker's), so that its

@@ -17,6 +17,13 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from kq.storage.offset_details import (
+    NO_OFFSET_DETAILS,
+    OffsetDetails,
+    decode_offset_details,
+    encode_offset_details,
+)
+
 _TXN_PARTITION_KEY = struct.Struct(">QIQ")  # topic_id, partition, producer_id
 _TXN_OPEN = struct.Struct(">QqH")  # first_offset, opened_ms, producer_epoch
 _ABORTED_KEY = struct.Struct(">QIQQ")  # topic_id, partition, last_offset, producer_id
@@ -57,6 +64,7 @@ class PendingOffset:
     partition: int
     offset: int
     commit_time_ms: int
+    details: OffsetDetails = NO_OFFSET_DETAILS
 
 
 def _pending_key(producer_id: int, group: str, topic_id: int, partition: int) -> bytes:
@@ -161,8 +169,10 @@ class TransactionReads:
             length = _U16.unpack_from(key, 8)[0]
             group = key[10 : 10 + length].decode()
             topic_id, partition = _OFFSET_TAIL.unpack_from(key, 10 + length)
-            offset, commit_time_ms = _PENDING_OFFSET.unpack(bytes(value))
-            found.append(PendingOffset(group, topic_id, partition, offset, commit_time_ms))
+            raw = bytes(value)
+            offset, commit_time_ms = _PENDING_OFFSET.unpack_from(raw)
+            details = decode_offset_details(raw[_PENDING_OFFSET.size :])
+            found.append(PendingOffset(group, topic_id, partition, offset, commit_time_ms, details))
         return found
 
 
@@ -209,7 +219,9 @@ class TransactionWrites(TransactionReads):
     def put_pending_offset(self, producer_id: int, pending: PendingOffset) -> None:
         """Stores an offset the producer's transaction commits for a consumer group, until its marker."""
         key = _pending_key(producer_id, pending.group, pending.topic_id, pending.partition)
-        value = _PENDING_OFFSET.pack(pending.offset, pending.commit_time_ms)
+        value = _PENDING_OFFSET.pack(pending.offset, pending.commit_time_ms) + encode_offset_details(
+            pending.details
+        )
         self._transaction.put(key, value, db=self._txn_tables[b"txn_offsets"])
 
     def delete_pending_offsets(self, producer_id: int, pending: list[PendingOffset]) -> None:

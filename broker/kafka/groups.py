@@ -84,9 +84,11 @@ from kq.raft.validation import (
     assignments_problem,
     kafka_member_problem,
     member_id_problem,
+    offset_metadata_problem,
     topic_name_problem,
 )
 from kq.storage import StoreReader
+from kq.storage.offset_details import NO_OFFSET_DETAILS, OffsetDetails
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP = 8, 9, 11, 12, 13
 SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 14, 15, 16
@@ -121,6 +123,8 @@ def _metadata(member: kq_pb2.GroupMember, protocol: str) -> bytes:
     """The member's metadata for the group's chosen protocol (empty before one is chosen)."""
     return next((p.metadata for p in member.protocols if p.name == protocol), b"")
 
+
+OFFSET_METADATA_TOO_LARGE = 12  # Kafka's code for a metadata string over offset.metadata.max.bytes.
 
 class GroupApis(KafkaBase):
     """Kafka's consumer-group and offset APIs (see the module)."""
@@ -452,8 +456,10 @@ class GroupApis(KafkaBase):
     async def offset_commit(self, request: Request, connection: Connection) -> Any:
         """Commits offsets of a member's generation (or, generation -1, outside group management).
 
-        Kafka's per-offset metadata string is not stored (OffsetFetch answers it empty); retention
-        times (v2-v4) are ignored: committed offsets stay until the group is deleted.
+        Each offset's metadata string and leader epoch (v6+) are kept beside it and answered by
+        OffsetFetch (a metadata string over OFFSET_METADATA_BYTES_MAX is OFFSET_METADATA_TOO_LARGE, as
+        Kafka answers); retention times (v2-v4) are ignored: committed offsets stay until the group is
+        deleted.
         """
         body = request.body
         module = response_module(OFFSET_COMMIT, request.api_version)
@@ -499,11 +505,17 @@ class GroupApis(KafkaBase):
         if code != NONE:
             return [code] * len(wanted)
         codes = await self._in_reads(self._offset_codes, wanted)
-        offsets = [
-            kq_pb2.OffsetEntry(topic=name, partition=partition, offset=offset)
-            for (name, partition, offset), code in zip(wanted, codes, strict=True)
-            if code == NONE
-        ]
+        details = committed_details(body)
+        offsets = []
+        for index, (name, partition, offset) in enumerate(wanted):
+            entry = kq_pb2.OffsetEntry(topic=name, partition=partition, offset=offset)
+            entry.metadata, epoch = details.get((name, partition), ("", -1))
+            if epoch >= 0:
+                entry.leader_epoch = epoch
+            if codes[index] == NONE and offset_metadata_problem(entry) is not None:
+                codes[index] = OFFSET_METADATA_TOO_LARGE
+            if codes[index] == NONE:
+                offsets.append(entry)
         if not offsets:
             return codes
         if member_id:
@@ -581,7 +593,7 @@ class GroupApis(KafkaBase):
             code = GROUP_AUTHORIZATION_FAILED
         if code == NONE and (member_id or member_epoch >= 0):
             code = consumer_fetch_code(await self._group(group), member_id, member_epoch)
-        committed: dict[tuple[str, int], int] = {}
+        committed: dict[tuple[str, int], tuple[int, OffsetDetails]] = {}
         if code == NONE:
             committed = await self._in_reads(self._committed, group)
         refused: frozenset[str] = frozenset()
@@ -604,25 +616,32 @@ class GroupApis(KafkaBase):
                     build(
                         partition_class,
                         partition_index=partition,
-                        committed_offset=-1 if name in refused else committed.get((name, partition), -1),
-                        committed_leader_epoch=-1,
-                        metadata="",
+                        committed_offset=-1 if name in refused else found[0],
+                        committed_leader_epoch=found[1].leader_epoch,
+                        metadata=found[1].metadata,
                         error_code=(TOPIC_AUTHORIZATION_FAILED if name in refused else NONE)
                         if v8
                         else code or (TOPIC_AUTHORIZATION_FAILED if name in refused else NONE),
                     )
                     for partition in partitions
+                    for found in [
+                        (-1, NO_OFFSET_DETAILS)
+                        if name in refused
+                        else committed.get((name, partition), (-1, NO_OFFSET_DETAILS))
+                    ]
                 ),
             )
             for name, partitions in wanted.items()
         )
         return code, topics
 
-    def _committed(self, group: str) -> dict[tuple[str, int], int]:
+    def _committed(self, group: str) -> dict[tuple[str, int], tuple[int, OffsetDetails]]:
+        """The group's committed offsets with their metadata and leader epochs, by (topic, partition)."""
         with self._store.read() as reader:
             names = {topic.topic_id: topic.name for topic in reader.topics()}
+            details = reader.offset_details(group)
             return {
-                (names[topic_id], partition): offset
+                (names[topic_id], partition): (offset, details.get((topic_id, partition), NO_OFFSET_DETAILS))
                 for topic_id, partition, offset, _ in reader.committed_offsets(group)
                 if topic_id in names
             }
@@ -782,3 +801,16 @@ def _leaving_member(
     if find(state, member_id) is None:
         return "", UNKNOWN_MEMBER_ID
     return member_id, NONE
+
+
+def committed_details(body: Any) -> dict[tuple[str, int], tuple[str, int]]:
+    """(metadata, leader epoch) of each offset of an OffsetCommit or TxnOffsetCommit request body
+    (before v6 no epoch: -1; a null metadata: "")."""
+    return {
+        (topic.name, int(p.partition_index)): (
+            p.committed_metadata or "",
+            int(getattr(p, "committed_leader_epoch", -1)),
+        )
+        for topic in body.topics
+        for p in topic.partitions
+    }

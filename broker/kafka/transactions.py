@@ -29,6 +29,7 @@ from kq.broker.kafka.authorize import (
 from kq.broker.kafka.base import NONE, NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER, KafkaBase, kafka_code
 from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
+from kq.broker.kafka.groups import OFFSET_METADATA_TOO_LARGE, committed_details
 from kq.broker.kafka.listener import Connection
 from kq.broker.proposals import wall_clock_ms
 from kq.proto import kq_pb2
@@ -40,7 +41,7 @@ from kq.proto.limits import (
 )
 from kq.proto.records import SEQUENCE_MODULUS
 from kq.raft.placement import METADATA_GROUP
-from kq.raft.validation import topic_name_problem
+from kq.raft.validation import offset_metadata_problem, topic_name_problem
 from kq.storage import ProducerWindow
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -205,6 +206,7 @@ class TransactionApis(KafkaBase):
             }
         else:
             refused = self._refused(connection, ApiKey.TXN_OFFSET_COMMIT, TOPIC, [t for t, _, _ in wanted])
+            details = committed_details(body)
             allowed = [(t, p, o) for t, p, o in wanted if t not in refused]
             code = NONE
             if allowed:
@@ -213,11 +215,12 @@ class TransactionApis(KafkaBase):
                     producer_id=body.producer_id,
                     producer_epoch=body.producer_epoch,
                     group=body.group_id,
-                    offsets=[
-                        kq_pb2.OffsetEntry(topic=t, partition=p, offset=max(o, 0)) for t, p, o in allowed
-                    ],
+                    offsets=[_offset_entry(t, p, o, details) for t, p, o in allowed],
                 )
-                code, _ = await self._coordinator_call("TxnCommitOffsets", call)
+                if any(offset_metadata_problem(entry) for entry in call.offsets):
+                    code = OFFSET_METADATA_TOO_LARGE
+                else:
+                    code, _ = await self._coordinator_call("TxnCommitOffsets", call)
             codes = {(t, p): TOPIC_AUTHORIZATION_FAILED if t in refused else code for t, p, _ in wanted}
         by_topic: dict[str, list[Any]] = {}
         for (topic, partition), code in codes.items():
@@ -422,3 +425,14 @@ def _described(module: Any, name: str, state: kq_pb2.TransactionState | None, co
         producer_epoch=state.producer_epoch if state is not None else -1,
         topics=tuple(build(module.TopicData, topic=t, partitions=tuple(p)) for t, p in partitions.items()),
     )
+
+
+def _offset_entry(
+    topic: str, partition: int, offset: int, details: dict[tuple[str, int], tuple[str, int]]
+) -> kq_pb2.OffsetEntry:
+    """A TxnOffsetCommit offset with its metadata and leader epoch (when it has one)."""
+    metadata, epoch = details.get((topic, partition), ("", -1))
+    entry = kq_pb2.OffsetEntry(topic=topic, partition=partition, offset=max(offset, 0), metadata=metadata)
+    if epoch >= 0:
+        entry.leader_epoch = epoch
+    return entry

@@ -153,21 +153,25 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it(kafka_cluster: Loca
     def step(offset: int, commit: bool) -> None:
         producer.begin_transaction()
         producer.produce(sink, f"out-{offset}".encode(), partition=0)
-        producer.send_offsets_to_transaction([TopicPartition(source, 0, offset)], metadata, 30)
+        committed = TopicPartition(source, 0, offset, f"meta-{offset}", offset // 2)
+        producer.send_offsets_to_transaction([committed], metadata, 30)
         if commit:
             producer.commit_transaction(30)
         else:
             producer.abort_transaction(30)
 
-    def committed() -> int:
-        return int(consumer.committed([TopicPartition(source, 0)], 30)[0].offset)
+    def committed() -> tuple[int, str | None, int | None]:
+        found = consumer.committed([TopicPartition(source, 0)], 30)[0]
+        return int(found.offset), found.metadata, found.leader_epoch
 
     step(5, commit=True)
-    assert committed() == 5
+    assert committed() == (5, "meta-5", 2)  # Kafka's metadata and leader epoch are kept with it.
     step(9, commit=False)
-    assert committed() == 5
+    assert committed() == (5, "meta-5", 2)
     step(12, commit=True)
-    assert committed() == 12
+    assert committed() == (12, "meta-12", 6)
+    consumer.commit(offsets=[TopicPartition(source, 0, 0, "plain")], asynchronous=False)
+    assert committed() == (0, "plain", None)  # OffsetCommit keeps metadata too; no epoch: none.
     consumer.close()
     assert _consume_all(kafka_cluster, sink, "read_committed", 2, partitions=1) == [b"out-5", b"out-12"]
 

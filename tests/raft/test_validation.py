@@ -200,6 +200,20 @@ TRANSACTIONAL_IDS = st.sampled_from(["tx", "ty", "", "x" * 256, "\u00e9\u0000"])
 
 
 @st.composite
+def offset_entries(draw: st.DrawFn) -> kq_pb2.OffsetEntry:
+    """A committed offset with hostile Kafka details: metadata up to past its limit, any epoch."""
+    entry = kq_pb2.OffsetEntry(
+        topic=draw(names),
+        partition=draw(uint32),
+        offset=draw(st.integers(0, 2**64 - 1)),
+        metadata=draw(st.sampled_from(["", "m", "\u00e9" * 2_048, "x" * 4_097])),
+    )
+    if draw(st.booleans()):
+        entry.leader_epoch = draw(st.sampled_from([-(2**31), -2, -1, 0, 7, 2**31 - 1]))
+    return entry
+
+
+@st.composite
 def transaction_commands(draw: st.DrawFn) -> kq_pb2.Command:
     """Every transaction step with hostile fields: ids empty or too long, epochs past int16, timeouts
     out of bounds, too many partitions or groups, illegal names."""
@@ -258,12 +272,7 @@ def transaction_commands(draw: st.DrawFn) -> kq_pb2.Command:
             coordinator_epoch=draw(uint32),
         )
     else:
-        offsets = [
-            kq_pb2.OffsetEntry(
-                topic=draw(names), partition=draw(uint32), offset=draw(st.integers(0, 2**64 - 1))
-            )
-            for _ in range(draw(st.integers(0, 3)))
-        ]
+        offsets = [draw(offset_entries()) for _ in range(draw(st.integers(0, 3)))]
         message = kq_pb2.TxnCommitOffsetsCommand(
             transactional_id=transactional_id,
             producer_id=producer_id,
@@ -364,10 +373,7 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
             for _ in range(draw(st.integers(0, 3)))
         ]
         return commands.offset_delete(draw(names), partitions, draw(uint32), draw(st.integers(0, 4)))
-    offsets = [
-        kq_pb2.OffsetEntry(topic=draw(names), partition=draw(uint32), offset=draw(st.integers(0, 2**64 - 1)))
-        for _ in range(draw(st.integers(0, 3)))
-    ]
+    offsets = [draw(offset_entries()) for _ in range(draw(st.integers(0, 3)))]
     if kind == "commit":
         return commands.commit_offsets(
             draw(names), draw(st.sampled_from(["", "m1"])), draw(uint32), offsets, 7
