@@ -21,6 +21,7 @@ from typing import Any
 
 from kq.broker.auth import Principal
 from kq.broker.edge import RateLimitedLog
+from kq.broker.kafka.acls import AclApis
 from kq.broker.kafka.authorize import DENIED_CODE, OPEN_APIS, WHOLE, ApiKey, access
 from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
@@ -51,7 +52,7 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
+class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, AclApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -77,6 +78,9 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis):
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
             22: (0, 4, self.init_producer_id),
+            ApiKey.DESCRIBE_ACLS: (1, 3, self.describe_acls),
+            ApiKey.CREATE_ACLS: (1, 3, self.create_acls),
+            ApiKey.DELETE_ACLS: (1, 3, self.delete_acls),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
