@@ -248,6 +248,11 @@ SCRAM_SALT_BYTES_MAX = 64
 # PBKDF2 with it for every login.
 SCRAM_ITERATIONS_MIN = 4_096
 SCRAM_ITERATIONS_MAX = 100_000
+# Kafka's own bounds on an AlterUserScramCredentials upsertion (ScramMechanism's min and max
+# iterations): within kq's, and what the Kafka edge answers UNACCEPTABLE_CREDENTIAL outside of.
+KAFKA_SCRAM_ITERATIONS_MIN = 4_096
+KAFKA_SCRAM_ITERATIONS_MAX = 16_384
+SCRAM_ALTERATIONS_MAX = 100  # Users one AlterScram command (AlterUserScramCredentials) changes.
 AUTH_DENIAL_LOG_INTERVAL_S = 60.0  # One log line per (principal, resource) denied, per minute.
 AUTH_DENIAL_KEYS_MAX = 10_000  # (principal, resource) pairs the denial log remembers.
 

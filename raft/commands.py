@@ -251,6 +251,16 @@ def delete_token(token_id: str) -> kq_pb2.Command:
     return kq_pb2.Command(version=COMMAND_VERSION, delete_token=kq_pb2.DeleteTokenCommand(token_id=token_id))
 
 
+def alter_scram(
+    upsertions: Sequence[kq_pb2.ScramUpsertion], deletions: Sequence[kq_pb2.ScramDeletion]
+) -> kq_pb2.Command:
+    """Command setting or removing users' SCRAM credentials, one mechanism per user."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        alter_scram=kq_pb2.AlterScramCommand(upsertions=upsertions, deletions=deletions),
+    )
+
+
 def add_acls(acls: Sequence[kq_pb2.Acl]) -> kq_pb2.Command:
     """Command adding ACLs (those already there stay once)."""
     return kq_pb2.Command(version=COMMAND_VERSION, add_acls=kq_pb2.AddAclsCommand(acls=acls))

@@ -22,7 +22,7 @@ from typing import Any
 from kq.broker.auth import Principal
 from kq.broker.edge import RateLimitedLog
 from kq.broker.kafka.acls import AclApis
-from kq.broker.kafka.authorize import DENIED_CODE, OPEN_APIS, WHOLE, ApiKey, access
+from kq.broker.kafka.authorize import DENIED_CODE, DENIED_MESSAGE, OPEN_APIS, WHOLE, ApiKey, access
 from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster import ClusterApis
@@ -41,6 +41,7 @@ from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
 from kq.broker.kafka.sasl import Answer, SaslSession, SaslState
+from kq.broker.kafka.scram import ScramApis
 from kq.broker.metrics import KAFKA_REQUEST_LATENCY, observe_latency
 from kq.proto.limits import LOG_INTERVAL_S
 from kq.raft.auth import ANONYMOUS
@@ -52,7 +53,7 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, AclApis):
+class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, AclApis, ScramApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -85,6 +86,8 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, AclA
             33: (0, 2, self.alter_configs),
             ApiKey.SASL_AUTHENTICATE: (0, 2, self.sasl_authenticate),
             44: (0, 1, self.incremental_alter_configs),
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0, self.describe_user_scram_credentials),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0, self.alter_user_scram_credentials),
             60: (0, 1, self.describe_cluster),
         }
 
@@ -158,7 +161,7 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, AclA
         if self._security.denied(connection.principal, [needed]) is None:
             return None
         cls = response_schema(request.api_key, request.api_version)
-        return build(cls, error_code=DENIED_CODE[resource_type])
+        return build(cls, error_code=DENIED_CODE[resource_type], error_message=DENIED_MESSAGE[resource_type])
 
     # SASL (sasl.py) ------------------------------------------------------------------------------
 

@@ -142,13 +142,19 @@ WHOLE: dict[ApiKey, Callable[[Any], tuple[int, str] | None]] = {
     ApiKey.FIND_COORDINATOR: _coordinator_key,
     ApiKey.DESCRIBE_CLUSTER: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
     ApiKey.DESCRIBE_ACLS: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
-    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
 }
 
 DENIED_CODE: dict[int, int] = {
     TOPIC: TOPIC_AUTHORIZATION_FAILED,
     GROUP: GROUP_AUTHORIZATION_FAILED,
     CLUSTER: CLUSTER_AUTHORIZATION_FAILED,
+}
+# Kafka's messages of those errors (Errors.java), sent where a response has a message: librdkafka
+# 2.16 crashes reading a DescribeUserScramCredentials error without one.
+DENIED_MESSAGE: dict[int, str] = {
+    TOPIC: "Topic authorization failed.",
+    GROUP: "Group authorization failed.",
+    CLUSTER: "Cluster authorization failed.",
 }
 
 

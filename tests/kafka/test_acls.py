@@ -208,3 +208,55 @@ def test_kafka_python_describes_acls(kafka_cluster: LocalCluster) -> None:
         ]
     finally:
         client.close()
+
+
+@pytest.mark.system
+def test_confluent_admin_alters_and_describes_scram_credentials(kafka_cluster: LocalCluster) -> None:
+    """AlterUserScramCredentials creates a kq user from a salted password, adds a second mechanism,
+    deletes one; DescribeUserScramCredentials shows mechanisms and iterations; Kafka's refusals
+    (too many iterations, an unknown user's credential) come back per user, the rest applied."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._scram import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    client = AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    sha256, sha512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
+
+    def alter(*alterations: Any) -> dict[str, Any]:
+        return client.alter_user_scram_credentials(list(alterations), request_timeout=TIMEOUT_S)
+
+    salt = b"s" * 16
+    alter(UserScramCredentialUpsertion("erin", ScramCredentialInfo(sha256, 8192), b"pw-1", salt))[
+        "erin"
+    ].result(TIMEOUT_S)
+    futures = alter(
+        UserScramCredentialUpsertion("erin", ScramCredentialInfo(sha512, 4096), b"pw-1", salt),
+        UserScramCredentialUpsertion("gil", ScramCredentialInfo(sha256, 100_000), b"pw", salt),
+        UserScramCredentialDeletion("nobody", sha256),
+    )
+    assert futures["erin"].result(TIMEOUT_S) is None
+    with pytest.raises(KafkaException, match="iterations"):
+        futures["gil"].result(TIMEOUT_S)
+    with pytest.raises(KafkaException, match="does not exist"):
+        futures["nobody"].result(TIMEOUT_S)
+
+    def erin() -> list[tuple[Any, int]] | None:
+        futures: Any = client.describe_user_scram_credentials(["erin"])
+        described = futures["erin"].result(TIMEOUT_S)
+        infos = sorted((i.mechanism.value, i.iterations) for i in described.scram_credential_infos)
+        return infos if len(infos) == 2 else None
+
+    assert _until(erin, "erin's two mechanisms") == [(sha256.value, 8192), (sha512.value, 4096)]
+    with KqClient(kafka_cluster.bootstrap) as kq:
+        users = {user.name: sorted(user.mechanisms) for user in kq.list_users()}
+    assert users["erin"] == ["SCRAM-SHA-256", "SCRAM-SHA-512"] and "gil" not in users
+    alter(UserScramCredentialDeletion("erin", sha256))["erin"].result(TIMEOUT_S)
+    _until(lambda: erin() is None, "erin's SHA-256 credential to go")
+    with pytest.raises(KafkaException, match="does not exist"):
+        unknown: Any = client.describe_user_scram_credentials(["nobody"])
+        unknown["nobody"].result(TIMEOUT_S)
