@@ -205,7 +205,11 @@ class WorkerLeadership:
     def _connected(self, members: MembershipView) -> list[str]:
         """The other members this process's replica is connected to, by PySyncObj's status."""
         status = self._raft.status()
-        return [peer.node_id for peer in members.peers if partner_connected(status, peer.raft_address)]
+        return [
+            peer.node_id
+            for peer in members.peers
+            if partner_connected(status, peer.raft_address)
+        ]
 
     def transfer(self, group: int, target: str) -> None:
         """Asks this process's replica, its group's leader, to hand over to `target`'s process."""

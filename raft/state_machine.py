@@ -171,7 +171,9 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0][:200] if text else "(no message)"
 
 
-def _dispatch(writer: StoreWriter, command: kq_pb2.Command, index: int, scope: GroupScope) -> ApplyResult:
+def _dispatch(
+    writer: StoreWriter, command: kq_pb2.Command, index: int, scope: GroupScope
+) -> ApplyResult:
     kind = command.WhichOneof("kind")
     if kind == "append":
         return _apply_append(writer, command.append, index, scope.allocates_producer_ids)

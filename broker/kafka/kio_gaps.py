@@ -10,6 +10,7 @@ hand-written. `request_module` and `response_module` (build.py, framing.py) look
 No `from __future__ import annotations` here: kio reads the field types at run time, as objects.
 """
 
+
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import ClassVar
