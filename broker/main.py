@@ -159,7 +159,7 @@ class BrokerNode:
             if config.processes > 1
             else None
         )
-        self.batcher = Batcher(self.consensus, wall_clock_ms)
+        self.batcher = Batcher(self.consensus, wall_clock_ms, self.consensus.term)
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
         self.retention = Retention(
             self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.retention_check_s

@@ -934,9 +934,16 @@ class AppendCommand(_message.Message):
 
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     APPENDS_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     timestamp_ms: _builtins.int
     """The leader's clock when the entry was proposed. Stored batches keep the timestamps their producer
     wrote (CreateTime, or a LogAppendTime batch's maxTimestamp), so apply reads nothing from it today.
+    """
+    leader_epoch: _builtins.int
+    """The proposing leader's Raft term: the Kafka leader epoch (KIP-101) apply stamps in each batch's
+    partitionLeaderEpoch, and records in the partition's epoch map when it rises there. 0: an entry
+    proposed before kq had leader epochs; its batches keep what their producer sent (-1, Kafka's
+    "none"), and no epoch is recorded. (Field 40: this branch's range, clear of other changes.)
     """
     @_builtins.property
     def appends(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionAppend]: ...
@@ -945,10 +952,11 @@ class AppendCommand(_message.Message):
         *,
         timestamp_ms: _builtins.int = ...,
         appends: _abc.Iterable[Global___PartitionAppend] | None = ...,
+        leader_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["appends", b"appends", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["appends", b"appends", "leader_epoch", b"leader_epoch", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

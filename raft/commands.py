@@ -106,7 +106,9 @@ def register_producer(registered_ms: int) -> kq_pb2.Command:
     )
 
 
-def append(timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend]) -> kq_pb2.Command:
+def append(
+    timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend], leader_epoch: int = 0
+) -> kq_pb2.Command:
     """Command appending several produce requests' records in one entry (group commit).
 
     Built in place: passing the appends to the messages' constructors copied each twice through a
@@ -114,6 +116,7 @@ def append(timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend]) -> kq_p
     command = kq_pb2.Command(version=COMMAND_VERSION)
     command.append.SetInParent()  # The oneof's case even for a timestamp of 0 and no appends.
     command.append.timestamp_ms = timestamp_ms
+    command.append.leader_epoch = leader_epoch
     command.append.appends.extend(appends)
     return command
 

@@ -27,6 +27,7 @@ from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster import ClusterApis
 from kq.broker.kafka.configs import ConfigApis
+from kq.broker.kafka.epochs import EpochApis
 from kq.broker.kafka.fetch import FetchApis
 from kq.broker.kafka.framing import (
     FrameError,
@@ -53,7 +54,7 @@ _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
 
 
-class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, AclApis, ScramApis):
+class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, AclApis, ScramApis, EpochApis):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,6 +80,7 @@ class KafkaApis(ClusterApis, ConfigApis, ProduceApis, FetchApis, GroupApis, AclA
             19: (2, 5, self.create_topics),
             20: (1, 4, self.delete_topics),
             22: (0, 4, self.init_producer_id),
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4, self.offset_for_leader_epoch),
             ApiKey.DESCRIBE_ACLS: (1, 3, self.describe_acls),
             ApiKey.CREATE_ACLS: (1, 3, self.create_acls),
             ApiKey.DELETE_ACLS: (1, 3, self.delete_acls),

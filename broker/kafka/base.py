@@ -26,6 +26,7 @@ from kq.broker.service_base import ServiceBase
 from kq.broker.workers import shifted
 from kq.proto.errors import ErrorCode, spec_of
 from kq.raft.placement import METADATA_GROUP
+from kq.raft.validation import topic_name_problem
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ INVALID_REQUEST = 42
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 SASL_AUTHENTICATION_FAILED = 58
 UNSUPPORTED_COMPRESSION_TYPE = 76
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
 MEMBER_ID_REQUIRED = 79
 INVALID_RECORD = 87
 
@@ -253,6 +256,33 @@ class KafkaBase(ServiceBase):
             for broker in self._settings.brokers
             if broker.node_id == self._node.node_id or connected.get(broker.node_id, False)
         )
+
+    # Leader epochs (raft/epochs.py) ------------------------------------------------------------------
+
+    def _leader_epoch(self, group: int) -> int:
+        """`group`'s current Kafka leader epoch: its Raft term as this process knows it (-1: none yet)."""
+        term = self._consensus.term() if group == self._groups.group else self._groups.leader(group).term
+        return term if term > 0 else -1
+
+    def _fenced(self, wanted: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int], int]:
+        """Kafka's check of the current leader epochs a client sends (Fetch, ListOffsets,
+        OffsetForLeaderEpoch): for each (topic, partition, epoch) this process's group holds, with an
+        epoch given (not -1), FENCED_LEADER_EPOCH when it is older than the group's, UNKNOWN_LEADER_EPOCH
+        when newer (the client's metadata is ahead of this replica). On the read pool."""
+        given = [(topic, partition, epoch) for topic, partition, epoch in wanted if epoch >= 0]
+        if not given:
+            return {}
+        current = self._leader_epoch(self._groups.group)
+        fenced: dict[tuple[str, int], int] = {}
+        with self._store.read() as reader:
+            for name, partition, epoch in given:
+                topic = None if topic_name_problem(name) else reader.topic(name)
+                if topic is None or self._groups.group_of(topic, partition) != self._groups.group:
+                    continue  # Unknown here, or another group's: the read answers that.
+                if epoch != current:
+                    code = FENCED_LEADER_EPOCH if epoch < current else UNKNOWN_LEADER_EPOCH
+                    fenced[(name, partition)] = code
+        return fenced
 
     # Authorization (broker/kafka/authorize.py) -------------------------------------------------------
 
