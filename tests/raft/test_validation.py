@@ -245,7 +245,8 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         appends = []
         for _ in range(draw(st.integers(0, 3))):
             appends.append(commands.partition_append(draw(names), draw(st.integers(0, 3)), draw(batches())))
-        return commands.append(1, appends)
+        epoch = draw(st.sampled_from([0, 0, 1, 2, 7, 2**31 - 1, 2**31, 2**32 - 1]))  # Hostile ones too.
+        return commands.append(1, appends, epoch)
     if kind == "trim":
         topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
         return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)), topic_id)
