@@ -13,6 +13,10 @@ Kafka does. Metadata omits topics the principal may not DESCRIBE when it lists a
 answers 29 for those it names; auto-creating a topic needs CreateTopics' CREATE. ListGroups lists every
 group to a principal with DESCRIBE on the cluster, else only the groups it may DESCRIBE.
 
+The ACL and SCRAM credential APIs need DESCRIBE on the cluster to read and ALTER to change, as Kafka
+documents (DescribeAcls checked whole; the others answer CLUSTER_AUTHORIZATION_FAILED in each slot);
+OffsetForLeaderEpoch needs DESCRIBE on each topic, as Kafka asks of consumers.
+
 Where kq's operations differ from Kafka's: kq has no DESCRIBE_CONFIGS, ALTER_CONFIGS or
 IDEMPOTENT_WRITE operations, so the config APIs need DESCRIBE and ALTER, on the topic or (a broker
 resource) on the cluster; InitProducerId (an idempotent producer's id) needs WRITE on the cluster or
