@@ -15,10 +15,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.offset_for_leader_epoch.v4.request import (
@@ -31,7 +34,9 @@ from kio.static.primitive import i8, i32, i64
 
 from kq.client import KqClient
 from kq.deploy.cluster import LocalCluster
+from kq.deploy.waiting import wait_for
 from tests.kafka.wire import call
+from tests.system.groups import agreed_leaders
 from tests.system.test_operate import scrape, total
 
 pytestmark = pytest.mark.system
@@ -200,3 +205,63 @@ def test_list_offsets_reports_and_checks_the_leader_epoch(kafka_cluster: LocalCl
     earliest = list_offsets(-2, -1)
     assert (earliest.error_code, earliest.offset, earliest.leader_epoch) == (0, 0, epoch)
     assert list_offsets(-1, epoch - 1).error_code == FENCED_LEADER_EPOCH
+
+
+def test_each_raft_groups_partitions_carry_that_groups_term(tmp_path: Path) -> None:
+    """With two worker processes a node (two Raft groups), each partition reports its own group's
+    term, a consumer reads every partition through both groups' processes without a fencing error, and
+    each partition's leader answers OffsetForLeaderEpoch for its current epoch with its log end."""
+    topic, partitions, count = "epochs-groups", 4, 40
+    with LocalCluster(tmp_path / "cluster", processes=2) as cluster:
+        wait_for(lambda: agreed_leaders(cluster, list(cluster.nodes)), "every group's leader", WAIT_S)
+        admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(WAIT_S)
+        producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "enable.idempotence": True})
+        for value in range(count):
+            producer.produce(topic, f"{value:04d}".encode(), partition=value % partitions)
+        assert producer.flush(WAIT_S) == 0
+        request = MetadataRequest(
+            topics=(MetadataRequestTopic(name=TopicName(topic)),),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        metadata = call(cluster.kafka_bootstrap.split(",")[0], request)
+        brokers = {broker.node_id: f"{broker.host}:{broker.port}" for broker in metadata.brokers}
+        answers = metadata.topics[0].partitions
+        assert all(partition.leader_epoch > 0 for partition in answers)
+        assert len({partition.leader_id for partition in answers}) == 2, "both groups hold partitions"
+
+        consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "epochs-groups"})
+        consumer.assign([TopicPartition(topic, partition, 0) for partition in range(partitions)])
+        read: list[Any] = []
+        try:
+            _consume(consumer, count, read)
+        finally:
+            consumer.close()
+        assert sorted(message.value() for message in read) == [f"{v:04d}".encode() for v in range(count)]
+        for message in read:
+            assert message.leader_epoch() == answers[message.partition()].leader_epoch
+
+        for partition in answers:
+            ask = OffsetForLeaderEpochRequest(
+                replica_id=BrokerId(-1),
+                topics=(
+                    OffsetForLeaderTopic(
+                        topic=TopicName(topic),
+                        partitions=(
+                            OffsetForLeaderPartition(
+                                partition=partition.partition_index,
+                                current_leader_epoch=partition.leader_epoch,
+                                leader_epoch=partition.leader_epoch,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            found = call(brokers[partition.leader_id], ask).topics[0].partitions[0]
+            assert (found.error_code, found.leader_epoch, found.end_offset) == (
+                0,
+                partition.leader_epoch,
+                count // partitions,
+            )
