@@ -26,10 +26,15 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
     UserName,
 )
 from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from kio.schema.types import TopicName
-from kio.static.primitive import i8
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32
 
 from kq.client import KqClient
 from kq.client.security import acl
@@ -369,7 +374,8 @@ def test_acl_and_scram_apis_need_the_cluster_and_a_kafka_set_password_logs_in(se
     """mallory (no cluster ACL) is refused CLUSTER_AUTHORIZATION_FAILED by DescribeAcls, CreateAcls,
     DeleteAcls and both SCRAM APIs, and changes nothing; a user with ALTER on the cluster sets frank's
     password through AlterUserScramCredentials (a salted password: the password never travels), and
-    frank then logs in with SCRAM-SHA-512 over the Kafka listener."""
+    frank then logs in with SCRAM-SHA-512 over the Kafka listener. OffsetForLeaderEpoch of a topic
+    mallory may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED for it alone."""
     from confluent_kafka.admin._acl import AclBinding, AclBindingFilter, AclOperation, AclPermissionType
     from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
     from confluent_kafka.admin._scram import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
@@ -420,6 +426,16 @@ def test_acl_and_scram_apis_need_the_cluster_and_a_kafka_set_password_logs_in(se
         sock.sendall(request_frame(DescribeUserScramCredentialsRequest(users=(UserName(name=ALICE),))))
         _, scram = decode_response(read_frame(sock), 50, 0)
         assert scram.error_code == denied and [r.error_code for r in scram.results] == [denied]
+        # OffsetForLeaderEpoch needs DESCRIBE on each topic: mallory has it on TOPIC only.
+        sock.sendall(request_frame(OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=tuple(
+            OffsetForLeaderTopic(topic=TopicName(name), partitions=(
+                OffsetForLeaderPartition(partition=i32(0), leader_epoch=i32(1)),
+            ))
+            for name in (TOPIC, "sasl-plain")
+        ))))  # fmt: skip
+        _, epochs = decode_response(read_frame(sock), 23, 4)
+        codes = {topic.topic: topic.partitions[0].error_code for topic in epochs.topics}
+        assert codes["sasl-plain"] == 29 and codes[TOPIC] != 29
 
     keeper = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-512", "keeper", "keeper-password-1"))
     frank = UserScramCredentialUpsertion(
