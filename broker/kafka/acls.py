@@ -323,9 +323,10 @@ class AclApis(KafkaBase):
         """AddAcls or RemoveAcls on group 0's leader; (Kafka code, message) when it failed."""
         request = (kq_pb2.AddAclsRequest if method == "AddAcls" else kq_pb2.RemoveAclsRequest)(acls=acls)
         try:
-            await self._on_leader(method, request)
+            response = await self._on_leader(method, request)
         except KqError as error:
             return kafka_code(error, NOT_CONTROLLER), str(error)
+        await self._security_seen(response.index)
         return None
 
 

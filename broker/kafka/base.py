@@ -25,6 +25,7 @@ from kq.broker.service import BrokerService
 from kq.broker.service_base import ServiceBase
 from kq.broker.workers import shifted
 from kq.proto.errors import ErrorCode, spec_of
+from kq.proto.limits import CATCH_UP_WAIT_S
 from kq.raft.placement import METADATA_GROUP
 from kq.raft.validation import topic_name_problem
 
@@ -308,6 +309,14 @@ class KafkaBase(ServiceBase):
         principal = connection.principal
         needed = access(api_key, resource_type, name)
         return principal is not None and self._security.allowed(principal, needed)
+
+    async def _security_seen(self, index: int) -> None:
+        """Read-your-writes on this node: waits (at most CATCH_UP_WAIT_S) until this process applied
+        the leader's security entry, so a DescribeAcls, DeleteAcls or
+        DescribeUserScramCredentials that follows sees the change.
+        Only group 0's processes hold the security view's source; the others answer at once."""
+        if self._groups.group == METADATA_GROUP:
+            await self._in_reads(self._notifier.wait_until, index, CATCH_UP_WAIT_S)
 
     async def _on_leader(self, method: str, request: Any) -> Any:
         """BrokerService's `method` (a write to the cluster's state: group 0's) here when this process

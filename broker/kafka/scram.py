@@ -187,6 +187,7 @@ class ScramApis(KafkaBase):
         except KqError as error:
             failed: Outcome = (kafka_code(error, NOT_CONTROLLER), str(error))
             return dict.fromkeys(users, failed)
+        await self._security_seen(response.index)
         outcomes: dict[str, Outcome] = {}
         for result in response.results:
             code = ErrorCode(result.error_code)
