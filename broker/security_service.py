@@ -78,6 +78,7 @@ class SecurityRpcs(ServiceBase):
                     name=name,
                     mechanisms=[credential.mechanism for credential in user.credentials],
                     tokens=tokens.get(name, 0),
+                    iterations=[credential.iterations for credential in user.credentials],
                 )
                 for name, user in sorted(state.users.items())
             ]

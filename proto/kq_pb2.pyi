@@ -2761,20 +2761,26 @@ class UserInfo(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     MECHANISMS_FIELD_NUMBER: _builtins.int
     TOKENS_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     tokens: _builtins.int
     @_builtins.property
     def mechanisms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def iterations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Each mechanism's SCRAM iteration count, in the same order."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         mechanisms: _abc.Iterable[_builtins.str] | None = ...,
         tokens: _builtins.int = ...,
+        iterations: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanisms", b"mechanisms", "name", b"name", "tokens", b"tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanisms", b"mechanisms", "name", b"name", "tokens", b"tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,9 +18,11 @@ AccessControlEntryFilter: a filter with an UNKNOWN enum is INVALID_REQUEST; one 
 cannot hold simply matches nothing.
 
 DescribeAcls needs DESCRIBE on the cluster, CreateAcls and DeleteAcls ALTER on it
-(CLUSTER_AUTHORIZATION_FAILED otherwise), as Kafka documents. Reads answer from this node's view;
-writes are AddAcls and RemoveAcls on group 0's leader (forwarded there from any node), at most
-ACLS_PER_REQUEST_MAX ACLs per proposal.
+(CLUSTER_AUTHORIZATION_FAILED otherwise), as Kafka documents. Reads answer from group 0's view: this
+process's in group 0's processes, group 0's leader's (ListAcls) from another group's process, whose
+store holds no security rows. Writes are AddAcls and RemoveAcls on group 0's leader (forwarded there
+from any node), at most ACLS_PER_REQUEST_MAX ACLs per proposal, answered once this process's view
+holds them when it is one of group 0's (read-your-writes).
 """
 
 from __future__ import annotations
@@ -234,8 +236,13 @@ class AclApis(KafkaBase):
         problem = acl_filter.problem()
         if problem is not None:
             return build(module.DescribeAclsResponse, error_code=INVALID_REQUEST, error_message=problem)
+        try:
+            acls, _ = await self._security_view()
+        except KqError as error:
+            code = kafka_code(error, NOT_CONTROLLER)
+            return build(module.DescribeAclsResponse, error_code=code, error_message=str(error))
         by_resource: dict[tuple[int, str, int], list[Binding]] = {}
-        for _acl, binding in matching(self._security.state.acls, acl_filter):
+        for _acl, binding in matching(acls, acl_filter):
             key = (binding.resource_type, binding.resource_name, binding.pattern_type)
             by_resource.setdefault(key, []).append(binding)
         resources = tuple(
@@ -295,7 +302,15 @@ class AclApis(KafkaBase):
             denied = build(module.DeleteAclsFilterResult, error_code=CLUSTER_AUTHORIZATION_FAILED)
             return build(module.DeleteAclsResponse, filter_results=tuple(denied for _ in filters))
         results = []
-        acls = self._security.state.acls
+        try:
+            acls, _ = await self._security_view()
+        except KqError as error:
+            failed = build(
+                module.DeleteAclsFilterResult,
+                error_code=kafka_code(error, NOT_CONTROLLER),
+                error_message=str(error),
+            )
+            return build(module.DeleteAclsResponse, filter_results=tuple(failed for _ in filters))
         for body in filters:
             acl_filter = AclFilter.of(body)
             problem = acl_filter.problem()

@@ -24,6 +24,7 @@ from kq.broker.membership import MembershipView
 from kq.broker.service import BrokerService
 from kq.broker.service_base import ServiceBase
 from kq.broker.workers import shifted
+from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode, spec_of
 from kq.proto.limits import CATCH_UP_WAIT_S
 from kq.raft.placement import METADATA_GROUP
@@ -317,6 +318,24 @@ class KafkaBase(ServiceBase):
         Only group 0's processes hold the security view's source; the others answer at once."""
         if self._groups.group == METADATA_GROUP:
             await self._in_reads(self._notifier.wait_until, index, CATCH_UP_WAIT_S)
+
+    async def _security_view(self) -> tuple[list[kq_pb2.Acl], dict[str, list[tuple[str, int]]]]:
+        """The cluster's ACLs, and each user's (SCRAM mechanism, iterations): this process's view in
+        group 0's processes; asked of group 0's leader (ListAcls, ListUsers) from another group's
+        process, whose store holds no security rows."""
+        if self._groups.group == METADATA_GROUP:
+            state = self._security.state
+            users = {
+                name: [(credential.mechanism, credential.iterations) for credential in user.credentials]
+                for name, user in state.users.items()
+            }
+            return list(state.acls), users
+        acls = await self._on_leader("ListAcls", kq_pb2.ListAclsRequest())
+        listed = await self._on_leader("ListUsers", kq_pb2.ListUsersRequest())
+        users = {
+            user.name: list(zip(user.mechanisms, user.iterations, strict=False)) for user in listed.users
+        }
+        return list(acls.acls), users
 
     async def _on_leader(self, method: str, request: Any) -> Any:
         """BrokerService's `method` (a write to the cluster's state: group 0's) here when this process

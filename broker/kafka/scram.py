@@ -1,8 +1,9 @@
 """Kafka's DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554) over kq's users.
 
-kq's users are SCRAM credentials replicated in group 0 (raft/auth.py); these APIs read them from this
-node's view and change them with one AlterScram command on group 0's leader (forwarded there from
-any node), so concurrent changes of different mechanisms never lose one another. The client sends
+kq's users are SCRAM credentials replicated in group 0 (raft/auth.py); these APIs read them from group
+0's view (this process's, or group 0's leader's ListUsers from another group's process) and change
+them with one AlterScram command on group 0's leader (forwarded there from any node), so concurrent
+changes of different mechanisms never lose one another. The client sends
 the salted password (Hi(password, salt, iterations)); the edge derives the stored and server keys
 from it, so neither the password nor the salted password is proposed or stored.
 
@@ -88,7 +89,6 @@ class ScramApis(KafkaBase):
         """Each named user's mechanisms and iterations (null or empty: every user's); without DESCRIBE
         on the cluster, the top-level error and each named user's, as Kafka's getErrorResponse."""
         module = response_module(DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version)
-        users = self._security.state.users
         named = [user.name for user in request.body.users or ()]
         results = []
         if not self._permitted(connection, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, CLUSTER, CLUSTER_RESOURCE):
@@ -100,6 +100,13 @@ class ScramApis(KafkaBase):
                 error_message=message,
                 results=denied,
             )
+        try:
+            _, users = await self._security_view()
+        except KqError as error:
+            code = kafka_code(error, NOT_CONTROLLER)
+            return build(
+                module.DescribeUserScramCredentialsResponse, error_code=code, error_message=str(error)
+            )
         if not named:
             named = sorted(users)
         counts = Counter(named)
@@ -108,19 +115,15 @@ class ScramApis(KafkaBase):
                 message = "Cannot describe SCRAM credentials for the same user twice in a single request"
                 results.append(_described(module, name, DUPLICATE_RESOURCE, message, ()))
                 continue
-            user = users.get(name)
-            if user is None:
+            credentials = users.get(name)
+            if credentials is None:
                 message = "Attempt to describe a user credential that does not exist"
                 results.append(_described(module, name, RESOURCE_NOT_FOUND, message, ()))
                 continue
             infos = tuple(
-                build(
-                    module.CredentialInfo,
-                    mechanism=MECHANISM_CODES[credential.mechanism],
-                    iterations=credential.iterations,
-                )
-                for credential in user.credentials
-                if credential.mechanism in MECHANISM_CODES
+                build(module.CredentialInfo, mechanism=MECHANISM_CODES[mechanism], iterations=iterations)
+                for mechanism, iterations in credentials
+                if mechanism in MECHANISM_CODES
             )
             results.append(_described(module, name, NONE, None, infos))
         return build(module.DescribeUserScramCredentialsResponse, error_code=NONE, results=tuple(results))

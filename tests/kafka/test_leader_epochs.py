@@ -21,7 +21,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
+from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 from confluent_kafka.cimpl import NewTopic
+from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.offset_for_leader_epoch.v4.request import (
@@ -210,7 +213,9 @@ def test_list_offsets_reports_and_checks_the_leader_epoch(kafka_cluster: LocalCl
 def test_each_raft_groups_partitions_carry_that_groups_term(tmp_path: Path) -> None:
     """With two worker processes a node (two Raft groups), each partition reports its own group's
     term, a consumer reads every partition through both groups' processes without a fencing error, and
-    each partition's leader answers OffsetForLeaderEpoch for its current epoch with its log end."""
+    each partition's leader answers OffsetForLeaderEpoch for its current epoch with its log end. An
+    ACL created through Kafka is described by every broker, the processes of group 1 included (they
+    ask group 0's leader: their own stores hold no security rows)."""
     topic, partitions, count = "epochs-groups", 4, 40
     with LocalCluster(tmp_path / "cluster", processes=2) as cluster:
         wait_for(lambda: agreed_leaders(cluster, list(cluster.nodes)), "every group's leader", WAIT_S)
@@ -265,3 +270,20 @@ def test_each_raft_groups_partitions_carry_that_groups_term(tmp_path: Path) -> N
                 partition.leader_epoch,
                 count // partitions,
             )
+
+        binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:gus", "*",
+                             AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
+        assert admin.create_acls([binding])[binding].result(WAIT_S) is None
+        describe = DescribeAclsRequest(
+            resource_type_filter=i8(1), resource_name_filter=None, pattern_type_filter=i8(1),
+            principal_filter="User:gus", host_filter=None, operation=i8(1), permission_type=i8(1),
+        )  # fmt: skip
+
+        def described_everywhere() -> bool:
+            answers = [call(address, describe) for address in brokers.values()]
+            return all(
+                a.error_code == 0 and [r.resource_name for r in a.resources] == [topic] for a in answers
+            )
+
+        assert len(brokers) == 6  # Three nodes, two processes each.
+        _until(described_everywhere, "every broker to describe the ACL")
