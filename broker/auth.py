@@ -360,6 +360,7 @@ REQUIREMENTS: dict[str, Callable[[Any], list[Access]]] = {
     "RemoveNode": _cluster(ALTER),
     "PutUser": _cluster(ALTER),
     "DeleteUser": _cluster(ALTER),
+    "AlterScramCredentials": _cluster(ALTER),
     "ListUsers": _cluster(DESCRIBE),
     "CreateToken": _own_user(ALTER, empty_is_own=True),
     "RevokeToken": _cluster(ALTER),  # A user's own token too: revoking needs no secret, so it is guarded.

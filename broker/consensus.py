@@ -59,6 +59,9 @@ class Consensus(Protocol):
     def status(self) -> ConsensusStatus:
         """A snapshot of this node's Raft state."""
 
+    def term(self) -> int:
+        """This replica's current Raft term (cheap: the Kafka leader epoch of its partitions)."""
+
 
 class PySyncObjConsensus:
     """Consensus over a RaftNode, mapping Raft addresses to members (broker/membership.py)."""
@@ -83,6 +86,10 @@ class PySyncObjConsensus:
         """The known leader's gRPC address."""
         leader = self._leader()
         return None if leader is None else leader.grpc_address
+
+    def term(self) -> int:
+        """PySyncObj's current term."""
+        return self._node.current_term()
 
     def status(self) -> ConsensusStatus:
         """Reads PySyncObj's status dictionary."""

@@ -160,7 +160,7 @@ class BrokerNode:
             if config.processes > 1
             else None
         )
-        self.batcher = Batcher(self.consensus, wall_clock_ms)
+        self.batcher = Batcher(self.consensus, wall_clock_ms, self.consensus.term)
         self.coordinator = GroupCoordinator(self.store, self.consensus, wall_clock_ms)
         self.transactions = TransactionCoordinator(
             self.store, self.consensus, self.groups, config.peer_credentials, config.node_metadata
@@ -258,10 +258,12 @@ class BrokerNode:
         self.http_port = 0  # Bound by start() when there is an HTTP address.
 
     def _on_applied(self, index: int, result: ApplyResult | None) -> None:
-        """Each applied entry (tick thread): wakes its waiters; a member command refreshes the view."""
+        """Each applied entry (tick thread): wakes its waiters; a member command refreshes the view. A
+        security entry rebuilds this node's security view first, so a waiter woken by its index (a
+        Kafka ACL change forwarded to the leader: broker/kafka/acls.py) reads the new view."""
+        self.security.on_applied(result)
         self.notifier.notify(index, result)
         self.membership.on_applied(result)
-        self.security.on_applied(result)
 
     def start(self) -> None:
         """Starts every thread of the node (the threads table of DESIGN.md); SystemExit if the gRPC

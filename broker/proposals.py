@@ -43,6 +43,7 @@ from kq.proto.limits import (
     ENTRY_BYTES_MAX,
     ENTRY_OVERHEAD_BYTES,
     ENTRY_WORK_MAX,
+    LEADER_EPOCH_MAX,
     LEADERSHIP_CHECK_S,
     PROPOSAL_TIMEOUT_S,
     PROPOSALS_IN_FLIGHT_MAX,
@@ -179,9 +180,14 @@ class _Pending:
 class Batcher:
     """Groups produce requests into Raft entries on the leader."""
 
-    def __init__(self, consensus: Consensus, clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, consensus: Consensus, clock_ms: Callable[[], int], term: Callable[[], int] = lambda: 0
+    ) -> None:
         self._consensus = consensus
         self._clock_ms = clock_ms
+        # The leader's Raft term, read as each entry is built: the Kafka leader epoch of its batches
+        # (raft/epochs.py; 0: none, as the in-process tests' fakes have no term).
+        self._term = term
         self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=BATCHER_QUEUE_MAX)
         self._in_flight: dict[int, float] = {}  # Proposal number -> monotonic deadline.
         self._queued = 0  # Requests put in the queue and not proposed yet (the carry included).
@@ -282,7 +288,8 @@ class Batcher:
         submitter's that found nothing ahead of it. Holds `_in_flight_changed` from taking the slot to
         the hand-off, so entries reach the consensus in the order their requests were submitted; the
         entry is built and encoded before (queued requests still count in `_queued` meanwhile)."""
-        command = commands.append(self._clock_ms(), [pending.append for pending in batch])
+        epoch = min(self._term(), LEADER_EPOCH_MAX)
+        command = commands.append(self._clock_ms(), [pending.append for pending in batch], epoch)
         try:  # Each append passed append_problem at the edge; the envelope is checked like every command.
             check_command(command)
         except InvalidArgumentError as error:

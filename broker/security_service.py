@@ -46,6 +46,17 @@ class SecurityRpcs(ServiceBase):
         result = self._propose_auth(commands.put_user(request.name, request.credentials), request.name)
         return kq_pb2.PutUserResponse(index=self._store.applied_index(), created=result.created)
 
+    def AlterScramCredentials(
+        self, request: kq_pb2.AlterScramCredentialsRequest, context: grpc.ServicerContext
+    ) -> kq_pb2.AlterScramCredentialsResponse:
+        """Sets or removes one SCRAM mechanism's credential per user (Kafka's AlterUserScramCredentials);
+        each user's outcome is in the answer, not an error of the call."""
+        result = self._propose_auth(commands.alter_scram(request.upsertions, request.deletions), "SCRAM")
+        return kq_pb2.AlterScramCredentialsResponse(
+            index=self._store.applied_index(),
+            results=[kq_pb2.ScramUserResult(user=user, error_code=code) for user, code in result.users],
+        )
+
     def DeleteUser(
         self, request: kq_pb2.DeleteUserRequest, context: grpc.ServicerContext
     ) -> kq_pb2.DeleteUserResponse:
@@ -67,6 +78,7 @@ class SecurityRpcs(ServiceBase):
                     name=name,
                     mechanisms=[credential.mechanism for credential in user.credentials],
                     tokens=tokens.get(name, 0),
+                    iterations=[credential.iterations for credential in user.credentials],
                 )
                 for name, user in sorted(state.users.items())
             ]

@@ -165,7 +165,10 @@ class TransactionRpcs(ServiceBase):
         """The coordinator's markers for this process's group (on its leader): control batches in the
         partitions the producer's transaction wrote to here."""
         self._require_leader(request.group)
-        result = propose_and_wait(self._consensus, commands.transaction(request.marker), PROPOSAL_TIMEOUT_S)
+        marker = kq_pb2.TransactionMarkerCommand()
+        marker.CopyFrom(request.marker)
+        marker.leader_epoch = self._consensus.term()  # This group's: the markers' partitionLeaderEpoch.
+        result = propose_and_wait(self._consensus, commands.transaction(marker), PROPOSAL_TIMEOUT_S)
         assert isinstance(result, TransactionResult), f"a marker answered {result!r}"
         return kq_pb2.WriteTxnMarkersResponse(written=result.written)
 

@@ -149,6 +149,7 @@ class TransactionFinisher:
 
     def _write(self, group: int, marker: kq_pb2.TransactionMarkerCommand) -> None:
         if group == self._groups.group:
+            marker.leader_epoch = self._consensus.term()
             result = propose_and_wait(self._consensus, commands.transaction(marker), PROPOSAL_TIMEOUT_S)
             assert isinstance(result, TransactionResult), f"a marker answered {result!r}"
             return
@@ -228,6 +229,7 @@ class TransactionDriver(BackgroundThread):
                 commit=False,
                 partitions=[kq_pb2.TxnPartition(topic=names[topic_id], partition=partition)],
                 timestamp_ms=now_ms,
+                leader_epoch=self._consensus.term(),
             )
             propose_and_wait(self._consensus, commands.transaction(marker), PROPOSAL_TIMEOUT_S)
             logger.warning(

@@ -343,6 +343,7 @@ class Command(_message.Message):
     OFFSET_DELETE_FIELD_NUMBER: _builtins.int
     GROW_PARTITIONS_FIELD_NUMBER: _builtins.int
     CONSUMER_HEARTBEAT_FIELD_NUMBER: _builtins.int
+    ALTER_SCRAM_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -413,6 +414,8 @@ class Command(_message.Message):
     def grow_partitions(self) -> Global___GrowPartitionsCommand: ...
     @_builtins.property
     def consumer_heartbeat(self) -> Global___ConsumerHeartbeatCommand: ...
+    @_builtins.property
+    def alter_scram(self) -> Global___AlterScramCommand: ...
     def __init__(
         self,
         *,
@@ -449,12 +452,13 @@ class Command(_message.Message):
         offset_delete: Global___OffsetDeleteCommand | None = ...,
         grow_partitions: Global___GrowPartitionsCommand | None = ...,
         consumer_heartbeat: Global___ConsumerHeartbeatCommand | None = ...,
+        alter_scram: Global___AlterScramCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "offset_delete", "grow_partitions", "consumer_heartbeat"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "offset_delete", "grow_partitions", "consumer_heartbeat", "alter_scram"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -689,11 +693,14 @@ class TransactionMarkerCommand(_message.Message):
     GROUPS_FIELD_NUMBER: _builtins.int
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     producer_id: _builtins.int
     producer_epoch: _builtins.int
     commit: _builtins.bool
     timestamp_ms: _builtins.int
     coordinator_epoch: _builtins.int
+    leader_epoch: _builtins.int
+    """The proposing leader's Raft term: the markers' partitionLeaderEpoch, as an append's (0: none)."""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnPartition]: ...
     @_builtins.property
@@ -708,10 +715,11 @@ class TransactionMarkerCommand(_message.Message):
         groups: _abc.Iterable[_builtins.str] | None = ...,
         timestamp_ms: _builtins.int = ...,
         coordinator_epoch: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "coordinator_epoch", b"coordinator_epoch", "groups", b"groups", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "coordinator_epoch", b"coordinator_epoch", "groups", b"groups", "leader_epoch", b"leader_epoch", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1131,6 +1139,79 @@ class DeleteUserCommand(_message.Message):
 Global___DeleteUserCommand: _TypeAlias = DeleteUserCommand  # noqa: Y015
 
 @_typing.final
+class ScramUpsertion(_message.Message):
+    """Kafka's AlterUserScramCredentials: per user, one mechanism's credential set (the user is created
+    when new) or removed (the user, and its tokens, go with its last credential). Each user once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    @_builtins.property
+    def credential(self) -> Global___ScramCredential: ...
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        credential: Global___ScramCredential | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential", b"credential", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramUpsertion: _TypeAlias = ScramUpsertion  # noqa: Y015
+
+@_typing.final
+class ScramDeletion(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    MECHANISM_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    mechanism: _builtins.str
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        mechanism: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramDeletion: _TypeAlias = ScramDeletion  # noqa: Y015
+
+@_typing.final
+class AlterScramCommand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPSERTIONS_FIELD_NUMBER: _builtins.int
+    DELETIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def upsertions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramUpsertion]: ...
+    @_builtins.property
+    def deletions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramDeletion]: ...
+    def __init__(
+        self,
+        *,
+        upsertions: _abc.Iterable[Global___ScramUpsertion] | None = ...,
+        deletions: _abc.Iterable[Global___ScramDeletion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletions", b"deletions", "upsertions", b"upsertions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterScramCommand: _TypeAlias = AlterScramCommand  # noqa: Y015
+
+@_typing.final
 class Token(_message.Message):
     """A bearer token of a user: only SHA-256 of its secret is kept (the secret is shown once, to its creator)."""
 
@@ -1295,9 +1376,16 @@ class AppendCommand(_message.Message):
 
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     APPENDS_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     timestamp_ms: _builtins.int
     """The leader's clock when the entry was proposed. Stored batches keep the timestamps their producer
     wrote (CreateTime, or a LogAppendTime batch's maxTimestamp), so apply reads nothing from it today.
+    """
+    leader_epoch: _builtins.int
+    """The proposing leader's Raft term: the Kafka leader epoch (KIP-101) apply stamps in each batch's
+    partitionLeaderEpoch, and records in the partition's epoch map when it rises there. 0: an entry
+    proposed before kq had leader epochs; its batches keep what their producer sent (-1, Kafka's
+    "none"), and no epoch is recorded. (Field 40: this branch's range, clear of other changes.)
     """
     @_builtins.property
     def appends(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionAppend]: ...
@@ -1306,10 +1394,11 @@ class AppendCommand(_message.Message):
         *,
         timestamp_ms: _builtins.int = ...,
         appends: _abc.Iterable[Global___PartitionAppend] | None = ...,
+        leader_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["appends", b"appends", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["appends", b"appends", "leader_epoch", b"leader_epoch", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3214,6 +3303,79 @@ class PutUserResponse(_message.Message):
 Global___PutUserResponse: _TypeAlias = PutUserResponse  # noqa: Y015
 
 @_typing.final
+class AlterScramCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPSERTIONS_FIELD_NUMBER: _builtins.int
+    DELETIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def upsertions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramUpsertion]: ...
+    @_builtins.property
+    def deletions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramDeletion]: ...
+    def __init__(
+        self,
+        *,
+        upsertions: _abc.Iterable[Global___ScramUpsertion] | None = ...,
+        deletions: _abc.Iterable[Global___ScramDeletion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletions", b"deletions", "upsertions", b"upsertions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterScramCredentialsRequest: _TypeAlias = AlterScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class ScramUserResult(_message.Message):
+    """One user's outcome: 0, or an ErrorCode (UNKNOWN_USER: a credential to delete is not there)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    error_code: _builtins.int
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        error_code: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScramUserResult: _TypeAlias = ScramUserResult  # noqa: Y015
+
+@_typing.final
+class AlterScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScramUserResult]:
+        """By user name."""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        results: _abc.Iterable[Global___ScramUserResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterScramCredentialsResponse: _TypeAlias = AlterScramCredentialsResponse  # noqa: Y015
+
+@_typing.final
 class DeleteUserRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -3273,20 +3435,26 @@ class UserInfo(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     MECHANISMS_FIELD_NUMBER: _builtins.int
     TOKENS_FIELD_NUMBER: _builtins.int
+    ITERATIONS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     tokens: _builtins.int
     @_builtins.property
     def mechanisms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def iterations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Each mechanism's SCRAM iteration count, in the same order."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         mechanisms: _abc.Iterable[_builtins.str] | None = ...,
         tokens: _builtins.int = ...,
+        iterations: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanisms", b"mechanisms", "name", b"name", "tokens", b"tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanisms", b"mechanisms", "name", b"name", "tokens", b"tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

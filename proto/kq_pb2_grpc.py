@@ -174,6 +174,11 @@ class BrokerStub:
                 request_serializer=kq_dot_proto_dot_kq__pb2.DeleteUserRequest.SerializeToString,
                 response_deserializer=kq_dot_proto_dot_kq__pb2.DeleteUserResponse.FromString,
                 _registered_method=True)
+        self.AlterScramCredentials = channel.unary_unary(
+                '/kq.v1.Broker/AlterScramCredentials',
+                request_serializer=kq_dot_proto_dot_kq__pb2.AlterScramCredentialsRequest.SerializeToString,
+                response_deserializer=kq_dot_proto_dot_kq__pb2.AlterScramCredentialsResponse.FromString,
+                _registered_method=True)
         self.ListUsers = channel.unary_unary(
                 '/kq.v1.Broker/ListUsers',
                 request_serializer=kq_dot_proto_dot_kq__pb2.ListUsersRequest.SerializeToString,
@@ -423,6 +428,12 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListUsers(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -651,6 +662,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteUser,
                     request_deserializer=kq_dot_proto_dot_kq__pb2.DeleteUserRequest.FromString,
                     response_serializer=kq_dot_proto_dot_kq__pb2.DeleteUserResponse.SerializeToString,
+            ),
+            'AlterScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterScramCredentials,
+                    request_deserializer=kq_dot_proto_dot_kq__pb2.AlterScramCredentialsRequest.FromString,
+                    response_serializer=kq_dot_proto_dot_kq__pb2.AlterScramCredentialsResponse.SerializeToString,
             ),
             'ListUsers': grpc.unary_unary_rpc_method_handler(
                     servicer.ListUsers,
@@ -1479,6 +1495,33 @@ class Broker:
             '/kq.v1.Broker/DeleteUser',
             kq_dot_proto_dot_kq__pb2.DeleteUserRequest.SerializeToString,
             kq_dot_proto_dot_kq__pb2.DeleteUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kq.v1.Broker/AlterScramCredentials',
+            kq_dot_proto_dot_kq__pb2.AlterScramCredentialsRequest.SerializeToString,
+            kq_dot_proto_dot_kq__pb2.AlterScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,6 +70,7 @@ class BrokerStub:
     RemoveNode: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RemoveNodeRequest, _kq_pb2.RemoveNodeResponse]
     PutUser: _grpc.UnaryUnaryMultiCallable[_kq_pb2.PutUserRequest, _kq_pb2.PutUserResponse]
     DeleteUser: _grpc.UnaryUnaryMultiCallable[_kq_pb2.DeleteUserRequest, _kq_pb2.DeleteUserResponse]
+    AlterScramCredentials: _grpc.UnaryUnaryMultiCallable[_kq_pb2.AlterScramCredentialsRequest, _kq_pb2.AlterScramCredentialsResponse]
     ListUsers: _grpc.UnaryUnaryMultiCallable[_kq_pb2.ListUsersRequest, _kq_pb2.ListUsersResponse]
     CreateToken: _grpc.UnaryUnaryMultiCallable[_kq_pb2.CreateTokenRequest, _kq_pb2.CreateTokenResponse]
     RevokeToken: _grpc.UnaryUnaryMultiCallable[_kq_pb2.RevokeTokenRequest, _kq_pb2.RevokeTokenResponse]
@@ -126,6 +127,7 @@ class BrokerAsyncStub(BrokerStub):
     RemoveNode: _aio.UnaryUnaryMultiCallable[_kq_pb2.RemoveNodeRequest, _kq_pb2.RemoveNodeResponse]  # type: ignore[assignment]
     PutUser: _aio.UnaryUnaryMultiCallable[_kq_pb2.PutUserRequest, _kq_pb2.PutUserResponse]  # type: ignore[assignment]
     DeleteUser: _aio.UnaryUnaryMultiCallable[_kq_pb2.DeleteUserRequest, _kq_pb2.DeleteUserResponse]  # type: ignore[assignment]
+    AlterScramCredentials: _aio.UnaryUnaryMultiCallable[_kq_pb2.AlterScramCredentialsRequest, _kq_pb2.AlterScramCredentialsResponse]  # type: ignore[assignment]
     ListUsers: _aio.UnaryUnaryMultiCallable[_kq_pb2.ListUsersRequest, _kq_pb2.ListUsersResponse]  # type: ignore[assignment]
     CreateToken: _aio.UnaryUnaryMultiCallable[_kq_pb2.CreateTokenRequest, _kq_pb2.CreateTokenResponse]  # type: ignore[assignment]
     RevokeToken: _aio.UnaryUnaryMultiCallable[_kq_pb2.RevokeTokenRequest, _kq_pb2.RevokeTokenResponse]  # type: ignore[assignment]
@@ -347,6 +349,13 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         request: _kq_pb2.DeleteUserRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kq_pb2.DeleteUserResponse, _abc.Awaitable[_kq_pb2.DeleteUserResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AlterScramCredentials(
+        self,
+        request: _kq_pb2.AlterScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kq_pb2.AlterScramCredentialsResponse, _abc.Awaitable[_kq_pb2.AlterScramCredentialsResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListUsers(

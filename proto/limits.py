@@ -234,6 +234,10 @@ MEMBERSHIP_CHANGE_TIMEOUT_S = 15.0  # An add or remove not committed by then is 
 MEMBER_PROBE_TIMEOUT_S = 2.0  # The leader asks a node it is about to add whether it is up.
 MEMBER_JOIN_WAIT_S = 10.0  # With worker processes: the new node's workers of other groups start answering.
 
+# Kafka leader epochs (raft/epochs.py): a group's Raft term, stamped in each appended batch; Kafka's are
+# int32. A partition keeps at most storage's LEADER_EPOCHS_PER_PARTITION_MAX epoch rows.
+LEADER_EPOCH_MAX = 2**31 - 1
+
 # Security: users, tokens and ACLs (raft/auth.py, broker/auth.py), checked at the edge and in apply.
 USERS_MAX = 10_000
 TOKENS_MAX = 10_000
@@ -249,6 +253,11 @@ SCRAM_SALT_BYTES_MAX = 64
 # PBKDF2 with it for every login.
 SCRAM_ITERATIONS_MIN = 4_096
 SCRAM_ITERATIONS_MAX = 100_000
+# Kafka's own bounds on an AlterUserScramCredentials upsertion (ScramMechanism's min and max
+# iterations): within kq's, and what the Kafka edge answers UNACCEPTABLE_CREDENTIAL outside of.
+KAFKA_SCRAM_ITERATIONS_MIN = 4_096
+KAFKA_SCRAM_ITERATIONS_MAX = 16_384
+SCRAM_ALTERATIONS_MAX = 100  # Users one AlterScram command (AlterUserScramCredentials) changes.
 AUTH_DENIAL_LOG_INTERVAL_S = 60.0  # One log line per (principal, resource) denied, per minute.
 AUTH_DENIAL_KEYS_MAX = 10_000  # (principal, resource) pairs the denial log remembers.
 

@@ -18,6 +18,8 @@ allow DESCRIBE too.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
     ACLS_MAX,
     ACLS_PER_REQUEST_MAX,
+    SCRAM_ALTERATIONS_MAX,
     SCRAM_ITERATIONS_MAX,
     SCRAM_ITERATIONS_MIN,
     SCRAM_SALT_BYTES_MAX,
@@ -74,6 +77,7 @@ class AuthResult:
     error: ErrorCode
     created: bool = False  # PutUser: a new user (False: an existing one's credentials replaced).
     removed: int = 0  # RemoveAcls: how many were there.
+    users: tuple[tuple[str, ErrorCode], ...] = ()  # AlterScram: each user's outcome, by name.
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -117,6 +121,14 @@ def credentials_problem(credentials: Iterable[kq_pb2.ScramCredential]) -> str | 
     if not seen:
         return "a user has credentials for at least one mechanism"
     return None
+
+
+def keys_of_salted_password(mechanism: str, salted_password: bytes) -> tuple[bytes, bytes]:
+    """(StoredKey, ServerKey) from SaltedPassword (RFC 5802): what Kafka's AlterUserScramCredentials
+    sends, so the password itself never travels."""
+    digest = getattr(hashlib, mechanism.removeprefix("SCRAM-").replace("-", "").lower())
+    client_key = hmac.new(salted_password, b"Client Key", digest).digest()
+    return digest(client_key).digest(), hmac.new(salted_password, b"Server Key", digest).digest()
 
 
 def token_problem(token: kq_pb2.Token) -> str | None:
@@ -178,6 +190,30 @@ def acls_problem(acls: Iterable[kq_pb2.Acl]) -> str | None:
     return None
 
 
+def alter_scram_problem(alter: kq_pb2.AlterScramCommand) -> str | None:
+    """Why an AlterScram command is refused: no user or too many, a user twice, a bad name, credential
+    or mechanism."""
+    users = [upsertion.user for upsertion in alter.upsertions] + [
+        deletion.user for deletion in alter.deletions
+    ]
+    if not 0 < len(users) <= SCRAM_ALTERATIONS_MAX:
+        return f"a request changes 1 to {SCRAM_ALTERATIONS_MAX} users' credentials"
+    if len(set(users)) != len(users):
+        return "a user's credentials are changed once per request"
+    for user in users:
+        problem = user_name_problem(user)
+        if problem is not None:
+            return problem
+    for upsertion in alter.upsertions:
+        problem = credentials_problem([upsertion.credential])
+        if problem is not None:
+            return problem
+    for deletion in alter.deletions:
+        if deletion.mechanism not in SCRAM_MECHANISMS:
+            return f"a mechanism is one of {', '.join(SCRAM_MECHANISMS)}, got {deletion.mechanism[:40]!r}"
+    return None
+
+
 def auth_command_problem(command: kq_pb2.Command) -> str | None:
     """Why a security command must not be applied (raft/validation.py `command_problem` calls it)."""
     kind = command.WhichOneof("kind")
@@ -195,11 +231,13 @@ def auth_command_problem(command: kq_pb2.Command) -> str | None:
         return acls_problem(command.add_acls.acls)
     if kind == "remove_acls":
         return acls_problem(command.remove_acls.acls)
+    if kind == "alter_scram":
+        return alter_scram_problem(command.alter_scram)
     return f"not a security command: {kind}"
 
 
 AUTH_COMMAND_KINDS = frozenset(
-    {"put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls"}
+    {"put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "alter_scram"}
 )
 
 
@@ -223,13 +261,11 @@ def apply_auth(writer: StoreWriter, command: kq_pb2.Command) -> AuthResult:
         writer.put_security_row(b"users", user_key, command.put_user.SerializeToString(deterministic=True))
         return AuthResult(ErrorCode.OK, created=not exists)
     if kind == "delete_user":
-        user = command.delete_user.name
-        if not writer.delete_security_row(b"users", user.encode()):
+        if not _delete_user(writer, command.delete_user.name):
             return AuthResult(ErrorCode.UNKNOWN_USER)
-        for token_id, raw in writer.security_rows(b"tokens"):
-            if kq_pb2.Token.FromString(raw).user == user:
-                writer.delete_security_row(b"tokens", token_id)
         return AuthResult(ErrorCode.OK)
+    if kind == "alter_scram":
+        return _apply_alter_scram(writer, command.alter_scram)
     if kind == "put_token":
         token = command.put_token.token
         if writer.security_row(b"users", token.user.encode()) is None:
@@ -256,6 +292,52 @@ def apply_auth(writer: StoreWriter, command: kq_pb2.Command) -> AuthResult:
         removed = sum(writer.delete_security_row(b"acls", key) for key in sorted(keys))
         return AuthResult(ErrorCode.OK, removed=removed)
     raise ValueError(f"not a security command: {kind}")
+
+
+def _delete_user(writer: StoreWriter, user: str) -> bool:
+    """Deletes a user and its tokens; whether it existed."""
+    if not writer.delete_security_row(b"users", user.encode()):
+        return False
+    for token_id, raw in writer.security_rows(b"tokens"):
+        if kq_pb2.Token.FromString(raw).user == user:
+            writer.delete_security_row(b"tokens", token_id)
+    return True
+
+
+def _apply_alter_scram(writer: StoreWriter, alter: kq_pb2.AlterScramCommand) -> AuthResult:
+    """Each user's one change, by user name: an upsertion replaces (or adds) its mechanism's credential,
+    creating the user when new; a deletion removes it (UNKNOWN_USER when not there), and the user with
+    its last credential."""
+    outcomes: list[tuple[str, ErrorCode]] = []
+    changes: list[tuple[str, kq_pb2.ScramCredential | None, str]]
+    changes = [(u.user, u.credential, "") for u in alter.upsertions]
+    changes += [(d.user, None, d.mechanism) for d in alter.deletions]
+    for user, credential, mechanism in sorted(changes, key=lambda change: change[0]):
+        raw = writer.security_row(b"users", user.encode())
+        current = kq_pb2.PutUserCommand.FromString(raw) if raw is not None else None
+        if credential is None:
+            kept = [c for c in current.credentials if c.mechanism != mechanism] if current else []
+            if current is None or len(kept) == len(current.credentials):
+                outcomes.append((user, ErrorCode.UNKNOWN_USER))
+                continue
+            if not kept:
+                _delete_user(writer, user)
+            else:
+                _put_user(writer, user, kept)
+            outcomes.append((user, ErrorCode.OK))
+            continue
+        if current is None and writer.security_count(b"users") >= USERS_MAX:
+            outcomes.append((user, ErrorCode.SECURITY_LIMIT_REACHED))
+            continue
+        others = [c for c in current.credentials if c.mechanism != credential.mechanism] if current else []
+        _put_user(writer, user, sorted([*others, credential], key=lambda c: c.mechanism))
+        outcomes.append((user, ErrorCode.OK))
+    return AuthResult(ErrorCode.OK, users=tuple(outcomes))
+
+
+def _put_user(writer: StoreWriter, user: str, credentials: Iterable[kq_pb2.ScramCredential]) -> None:
+    put = kq_pb2.PutUserCommand(name=user, credentials=credentials)
+    writer.put_security_row(b"users", user.encode(), put.SerializeToString(deterministic=True))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -114,7 +114,9 @@ def register_producer(registered_ms: int) -> kq_pb2.Command:
     )
 
 
-def append(timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend]) -> kq_pb2.Command:
+def append(
+    timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend], leader_epoch: int = 0
+) -> kq_pb2.Command:
     """Command appending several produce requests' records in one entry (group commit).
 
     Built in place: passing the appends to the messages' constructors copied each twice through a
@@ -122,6 +124,7 @@ def append(timestamp_ms: int, appends: Sequence[kq_pb2.PartitionAppend]) -> kq_p
     command = kq_pb2.Command(version=COMMAND_VERSION)
     command.append.SetInParent()  # The oneof's case even for a timestamp of 0 and no appends.
     command.append.timestamp_ms = timestamp_ms
+    command.append.leader_epoch = leader_epoch
     command.append.appends.extend(appends)
     return command
 
@@ -296,6 +299,16 @@ def put_token(token: kq_pb2.Token) -> kq_pb2.Command:
 def delete_token(token_id: str) -> kq_pb2.Command:
     """Command revoking a token."""
     return kq_pb2.Command(version=COMMAND_VERSION, delete_token=kq_pb2.DeleteTokenCommand(token_id=token_id))
+
+
+def alter_scram(
+    upsertions: Sequence[kq_pb2.ScramUpsertion], deletions: Sequence[kq_pb2.ScramDeletion]
+) -> kq_pb2.Command:
+    """Command setting or removing users' SCRAM credentials, one mechanism per user."""
+    return kq_pb2.Command(
+        version=COMMAND_VERSION,
+        alter_scram=kq_pb2.AlterScramCommand(upsertions=upsertions, deletions=deletions),
+    )
 
 
 def add_acls(acls: Sequence[kq_pb2.Acl]) -> kq_pb2.Command:

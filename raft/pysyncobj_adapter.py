@@ -29,7 +29,8 @@ as Python mangles it):
   replaces the one PySyncObj would open from `journalFile` (kq passes None, so PySyncObj builds an
   in-memory one), and the three values PySyncObj's constructor reads from its journal are read again
   from kq's, as that constructor does. PySyncObj's `FileJournal` never syncs and rewrites itself in
-  place; kq's syncs in `--durability=fsync` (DESIGN.md, "Durability").
+  place; kq's syncs in `--durability=fsync` (DESIGN.md, "Durability"). `_SyncObj__raftCurrentTerm`
+  is also read (`current_term`): the term a leader's batcher stamps as the Kafka leader epoch.
 - `_SyncObj__sendNextNodeIdx`, overridden: a follower's answer to AppendEntries; a successful one
   (which tells the leader the follower holds the entries) first flushes the journal (`sync_journal`).
 - `_SyncObj__sendAppendEntries`, overridden; `_SyncObj__newAppendEntriesTime`,
@@ -246,6 +247,10 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         self._journal = journal
         self._install_journal(journal)
         self.addOnTickCallback(self.sync_journal)  # Group commit: what this tick added, once.
+
+    def current_term(self) -> int:
+        """This replica's current Raft term (any thread: one attribute read)."""
+        return int(self._SyncObj__raftCurrentTerm)
 
     def _install_journal(self, journal: RaftJournal) -> None:
         """Puts `journal` in PySyncObj's log slot and restores what PySyncObj's constructor reads from

@@ -352,7 +352,9 @@ def _apply_append(
     meter = WorkMeter(ENTRY_WORK_MAX)
     configs: dict[int, TopicConfig] = {}  # By topic id: an append entry changes no config.
     appends = tuple(
-        _apply_partition_append(writer, a, meter, command.timestamp_ms, configs, allocates_producer_ids)
+        _apply_partition_append(
+            writer, a, meter, (command.timestamp_ms, command.leader_epoch), configs, allocates_producer_ids
+        )
         for a in command.appends
     )
     return AppendResult(appends, index, tuple((a.topic, a.partition) for a in command.appends))
@@ -362,12 +364,14 @@ def _apply_partition_append(
     writer: StoreWriter,
     append: kq_pb2.PartitionAppend,
     meter: WorkMeter,
-    timestamp_ms: int,
+    stamps: tuple[int, int],
     configs: dict[int, TopicConfig],
     allocates_producer_ids: bool,
 ) -> PartitionAppendResult:
     """One produce request: checked, its topic's applied configs kept (max.message.bytes, and
-    LogAppendTime stamping the entry's leader clock), deduplicated, stored."""
+    LogAppendTime stamping the entry's leader clock), deduplicated, stored with the entry's leader
+    epoch (`stamps`: the entry's leader clock and epoch, both chosen by the proposer)."""
+    timestamp_ms, leader_epoch = stamps
     records = append.records  # Read once: each read of the field copies the batch.
     problem = append_problem(append, meter, records=records)  # The very check the edge ran: never an assert.
     if problem is not None:
@@ -395,7 +399,7 @@ def _apply_partition_append(
             return verdict
     if config.log_append_time:
         records = with_log_append_time(records, timestamp_ms)
-    base_offset = writer.append(topic.topic_id, append.partition, records)
+    base_offset = writer.append(topic.topic_id, append.partition, records, leader_epoch)
     if idempotent:
         remembered = ProducerAppend(header.base_sequence, header.record_count, base_offset)
         writer.remember_producer_append(

@@ -314,7 +314,7 @@ def _marker(writer: StoreWriter, command: kq_pb2.TransactionMarkerCommand) -> Tr
             command.coordinator_epoch,
             command.timestamp_ms,
         )
-        marker_offset = writer.append(topic.topic_id, named.partition, batch)
+        marker_offset = writer.append(topic.topic_id, named.partition, batch, command.leader_epoch)
         writer.close_transaction(topic.topic_id, named.partition, command.producer_id)
         writer.fence_producer(command.producer_id, topic.topic_id, named.partition, command.producer_epoch)
         if not command.commit:

@@ -39,6 +39,7 @@ from kq.proto.limits import (
     HEADER_NAME_BYTES_MAX,
     HEADERS_PER_RECORD_MAX,
     HOST_LENGTH_MAX,
+    LEADER_EPOCH_MAX,
     MEMBER_ASSIGNMENT_BYTES_MAX,
     MEMBER_ID_LENGTH_MAX,
     MEMBER_METADATA_BYTES_MAX,
@@ -475,6 +476,8 @@ def _append_command_problem(command: kq_pb2.AppendCommand) -> str | None:
     """The envelope of an append entry; each PartitionAppend is checked on its own (append_problem)."""
     if not 0 < len(command.appends) <= APPENDS_PER_ENTRY_MAX:
         return f"an append entry carries 1 to {APPENDS_PER_ENTRY_MAX} produce requests"
+    if command.leader_epoch > LEADER_EPOCH_MAX:
+        return f"a leader epoch is at most {LEADER_EPOCH_MAX} (Kafka's int32)"
     return None
 
 

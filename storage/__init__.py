@@ -15,7 +15,9 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                 value: log_start_offset u64 | log_end_offset u64 | size_bytes u64           (24 bytes)
     records     key: topic_id u64 | partition u32 | base_offset u64                         (20 bytes)
                 value: one appended batch: Kafka's RecordBatch v2 exactly as the producer sent it,
-                       its baseOffset (bytes 0-7) stamped to the key's base_offset, nothing added;
+                       its baseOffset (bytes 0-7) stamped to the key's base_offset and (appended by an
+                       entry with a leader epoch) its partitionLeaderEpoch (bytes 12-15) to that epoch,
+                       neither under its CRC, nothing added;
                        it carries its record count and its own CRC32C, verified on every read
                        (storage/records.py; the whole layout in proto/records.py). The batch holds
                        offsets base_offset .. base_offset + lastOffsetDelta. Only its first
@@ -62,6 +64,17 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                        found in one seek (ListOffsets MAX_TIMESTAMP; rows of batches a bounded trim
                        left below the log start are skipped). A store written before the index
                        existed gets it built at open, from the batches alone
+
+    leader_epochs
+                key: topic_id u64 | partition u32 | leader_epoch u32                        (16 bytes)
+                value: start_offset u64                                                       (8 bytes)
+                       Kafka's leader-epoch cache (KIP-101): a row for each epoch (the proposing
+                       leader's Raft term, raft/epochs.py) in which a batch was appended to the
+                       partition, at that batch's base offset. Only rises are written, at most
+                       LEADER_EPOCHS_PER_PARTITION_MAX (the oldest goes); a trim deletes the rows wholly
+                       below the log start, and a topic's go with its purge. A store written before
+                       leader epochs has none: its batches keep the partitionLeaderEpoch their producer
+                       sent (-1), and its partitions answer OffsetForLeaderEpoch from the log end
 
     purges      key: topic_id u64                                                           (8 bytes)
                 value: empty

@@ -31,6 +31,8 @@ from kq.storage.errors import CorruptRecordError
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # baseOffset .. recordsCount, as in proto/records.py.
 _BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")  # partitionLeaderEpoch, after baseOffset and batchLength.
+_LEADER_EPOCH_AT = 12
 _RECORD_COUNT = struct.Struct(">i")
 HEADER_BYTES = _HEADER.size  # 61
 _RECORD_COUNT_AT = 57
@@ -93,9 +95,22 @@ def stored_length_of(batch: bytes | memoryview) -> int:
     return _LENGTH_PREFIX_BYTES + int(_BATCH_LENGTH.unpack_from(batch, _BATCH_LENGTH_AT)[0])
 
 
-def stamp_base_offset(batch: bytes | memoryview, base_offset: int) -> bytes:
-    """The stored value of `batch` (or of its first piece) at `base_offset`: only its first 8 bytes change."""
-    return _BASE_OFFSET.pack(base_offset) + batch[_BASE_OFFSET.size :]
+def stamp_base_offset(batch: bytes | memoryview, base_offset: int, leader_epoch: int | None = None) -> bytes:
+    """The stored value of `batch` (or of its first piece) at `base_offset`: only its first 8 bytes
+    change, and with `leader_epoch` its partitionLeaderEpoch (bytes 12-15) too; neither is under the CRC."""
+    if leader_epoch is None:
+        return _BASE_OFFSET.pack(base_offset) + batch[_BASE_OFFSET.size :]
+    return (
+        _BASE_OFFSET.pack(base_offset)
+        + batch[_BASE_OFFSET.size : _LEADER_EPOCH_AT]
+        + _LEADER_EPOCH.pack(leader_epoch)
+        + batch[_LEADER_EPOCH_AT + _LEADER_EPOCH.size :]
+    )
+
+
+def leader_epoch_of(batch: bytes | memoryview) -> int:
+    """A stored batch's partitionLeaderEpoch (-1: none, as producers send it), from its v2 header."""
+    return int(_LEADER_EPOCH.unpack_from(batch, _LEADER_EPOCH_AT)[0])
 
 
 def decode_batch(raw: bytes | memoryview, expected_base_offset: int) -> StoredBatch:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -34,6 +35,7 @@ from kq.storage.usage import StoreUsage, measure
 
 MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as data arrives.
 MAX_DATABASES = 40  # The named databases below, with room to add some.
+LEADER_EPOCHS_PER_PARTITION_MAX = 1_000  # `leader_epochs` rows a partition keeps: the newest.
 MAX_READERS = 512  # gRPC worker threads and long-polls each hold a reader slot while they read.
 COPY_BATCH_ROWS = 1_000  # Rows per write transaction of a store copy; a stop is noticed between batches.
 COPY_BATCH_BYTES = 16 * 1024 * 1024
@@ -56,6 +58,8 @@ _PRODUCER_KEY = struct.Struct(">QIQ")  # topic_id, partition, producer_id: a top
 _OLD_PRODUCER_KEY = struct.Struct(">QQI")  # producer_id, topic_id, partition: layout 1.
 _PRODUCER_EPOCH = struct.Struct(">HB")  # epoch, count of the appends that follow
 _PRODUCER_APPEND = struct.Struct(">IIQ")  # first sequence, record count, base offset
+_LEADER_EPOCH_KEY = struct.Struct(">QII")  # topic_id, partition, leader epoch
+_EPOCH_MAX = 2**32 - 1
 
 _APPLIED_INDEX = b"applied_index"
 _NEXT_TOPIC_ID = b"next_topic_id"
@@ -84,6 +88,7 @@ DATABASE_NAMES = (
     b"topic_groups",
     *TRANSACTION_TABLES,
     b"offset_metadata",
+    b"leader_epochs",
 )
 SECURITY_TABLES = (b"users", b"tokens", b"acls")  # raft/auth.py's rows: name, token id, encoded Acl -> value.
 _GROUP_NAME_LENGTH = struct.Struct(">H")
@@ -420,6 +425,7 @@ class StoreReader(TransactionReads):
         self._pieces = databases[b"record_pieces"]
         self._offset_topics = databases[b"offset_topics"]
         self._members = databases[b"members"]
+        self._leader_epochs = databases[b"leader_epochs"]
         self._security = {name: databases[name] for name in SECURITY_TABLES}
         self._txn_tables = {name: databases[name] for name in TRANSACTION_TABLES}
         self._offset_metadata = databases[b"offset_metadata"]
@@ -489,6 +495,34 @@ class StoreReader(TransactionReads):
         """The partition's offsets, or None when it does not exist."""
         raw = self._transaction.get(_PARTITION_KEY.pack(topic_id, partition), db=self._partitions)
         return None if raw is None else PartitionState(*_PARTITION_STATE.unpack(raw))
+
+    def leader_epochs(self, topic_id: int, partition: int) -> list[tuple[int, int]]:
+        """The partition's (leader epoch, start offset) rows, oldest first: each epoch in which a batch
+        was appended, and the offset of its first batch (at most LEADER_EPOCHS_PER_PARTITION_MAX)."""
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        cursor = self._transaction.cursor(db=self._leader_epochs)
+        epochs: list[tuple[int, int]] = []
+        if cursor.set_range(prefix):
+            while bytes(cursor.key()[: len(prefix)]) == prefix:
+                epochs.append((_LEADER_EPOCH_KEY.unpack(cursor.key())[2], _U64.unpack(cursor.value())[0]))
+                if not cursor.next():
+                    break
+        return epochs
+
+    def latest_leader_epoch(self, topic_id: int, partition: int) -> int | None:
+        """The partition's newest `leader_epochs` row's epoch; None: no batch was stamped with one."""
+        cursor = self._transaction.cursor(db=self._leader_epochs)
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        if cursor.set_range(_LEADER_EPOCH_KEY.pack(topic_id, partition, _EPOCH_MAX)):
+            if bytes(cursor.key()[: len(prefix)]) == prefix:  # The epoch 2**32 - 1 itself.
+                return int(_LEADER_EPOCH_KEY.unpack(cursor.key())[2])
+            if not cursor.prev():
+                return None
+        elif not cursor.last():
+            return None
+        if bytes(cursor.key()[: len(prefix)]) != prefix:
+            return None
+        return int(_LEADER_EPOCH_KEY.unpack(cursor.key())[2])
 
     def oldest_batches(self, topic_id: int, partition: int, count_max: int) -> Iterator[BatchSpan]:
         """The partition's first `count_max` stored batches, oldest first, read lazily (headers only;
@@ -717,14 +751,21 @@ class StoreWriter(StoreReader, TransactionWrites):
         super().__init__(transaction, databases)
         self._piece_bytes = piece_bytes
 
-    def _put_batch(self, record_key: bytes, value: bytes, base_offset: int | None = None) -> None:
+    def _put_batch(
+        self, record_key: bytes, value: bytes, base_offset: int | None = None, leader_epoch: int | None = None
+    ) -> None:
         """Stores a batch under `record_key`: its first `piece_bytes` in `records`, the rest in
         `record_pieces`, one page-sized piece per value, so that every value that LMDB keeps on
         overflow pages takes exactly one page and any page a trim frees fits any later piece.
-        `base_offset`: stamped into the first piece as it is stored (the batch itself is not copied)."""
+        `base_offset` (and `leader_epoch`): stamped into the first piece as it is stored (the batch
+        itself is not copied)."""
         view = memoryview(value)
         piece = self._piece_bytes
-        head = view[:piece] if base_offset is None else stamp_base_offset(view[:piece], base_offset)
+        head = (
+            view[:piece]
+            if base_offset is None
+            else stamp_base_offset(view[:piece], base_offset, leader_epoch)
+        )
         self._transaction.put(record_key, head, db=self._records)
         for index, start in enumerate(range(piece, len(value), piece), start=1):
             piece_key = record_key + _PIECE_INDEX.pack(index)
@@ -847,6 +888,7 @@ class StoreWriter(StoreReader, TransactionWrites):
             (self._producers, None),
             (self._txn_tables[b"txn_open"], None),
             (self._txn_tables[b"txn_aborted"], None),
+            (self._leader_epochs, None),
             (self._offset_topics, self._delete_committed_offset),
         ):
             if not self._delete_topic_rows(database, prefix, budget, delete_one):
@@ -893,12 +935,15 @@ class StoreWriter(StoreReader, TransactionWrites):
             db=self._partitions,
         )
 
-    def append(self, topic_id: int, partition: int, batch: bytes) -> int:
+    def append(self, topic_id: int, partition: int, batch: bytes, leader_epoch: int = 0) -> int:
         """Appends a RecordBatch v2 at the partition's end, its base offset stamped; returns that offset.
 
         The base offset is the partition's log end: a pure function of the store's state, so every
         replica stamps the same one. `batch` passed proto/records.py `check_batch` (apply runs it
-        first), so its header's record count is at least one.
+        first), so its header's record count is at least one. A `leader_epoch` (the proposer's Raft
+        term; 0: none) is stamped as its partitionLeaderEpoch, raised to the partition's newest
+        epoch if lower (a term read just before a re-election), so a partition's epochs never go
+        down; a rise is recorded in `leader_epochs`.
         """
         state = self.partition(topic_id, partition)
         assert state is not None, "append to a partition that does not exist"
@@ -907,7 +952,8 @@ class StoreWriter(StoreReader, TransactionWrites):
         assert 0 < record_count == offset_span_of(batch), "apply appends only checked batches"
         record_key = _RECORD_KEY.pack(topic_id, partition, base_offset)
         assert self._transaction.get(record_key, db=self._records) is None, "an offset was already taken"
-        self._put_batch(record_key, batch, base_offset)  # Stored as `stamp_base_offset` would make it.
+        epoch = self._stamped_epoch(topic_id, partition, leader_epoch, base_offset) if leader_epoch else None
+        self._put_batch(record_key, batch, base_offset, epoch)  # Stored as `stamp_base_offset` makes it.
         timestamp_key = _timestamp_key(record_key, batch)  # The header's maxTimestamp: not stamped.
         if timestamp_key is not None:
             self._transaction.put(timestamp_key, b"", db=self._timestamps)
@@ -917,6 +963,31 @@ class StoreWriter(StoreReader, TransactionWrites):
             PartitionState(state.log_start_offset, base_offset + record_count, state.size_bytes + len(batch)),
         )
         return base_offset
+
+    def _stamped_epoch(self, topic_id: int, partition: int, leader_epoch: int, base_offset: int) -> int:
+        """The epoch a batch appended at `base_offset` carries; records a new one (dropping the oldest
+        row past LEADER_EPOCHS_PER_PARTITION_MAX: its range then reads as its successor's start)."""
+        latest = self.latest_leader_epoch(topic_id, partition)
+        if latest is not None and leader_epoch <= latest:
+            return latest
+        key = _LEADER_EPOCH_KEY.pack(topic_id, partition, leader_epoch)
+        self._transaction.put(key, _U64.pack(base_offset), db=self._leader_epochs)
+        epochs = self.leader_epochs(topic_id, partition)
+        for old_epoch, _ in epochs[: max(0, len(epochs) - LEADER_EPOCHS_PER_PARTITION_MAX)]:
+            self._delete_leader_epoch(topic_id, partition, old_epoch)
+        return leader_epoch
+
+    def _trim_leader_epochs(self, topic_id: int, partition: int, log_start: int) -> None:
+        """Deletes the epochs wholly below the log start: those whose successor starts at or below it
+        (the one covering the log start stays), as Kafka trims its leader-epoch cache."""
+        epochs = self.leader_epochs(topic_id, partition)
+        for (epoch, _), (_, next_start) in itertools.pairwise(epochs):
+            if next_start > log_start:
+                break
+            self._delete_leader_epoch(topic_id, partition, epoch)
+
+    def _delete_leader_epoch(self, topic_id: int, partition: int, epoch: int) -> None:
+        self._transaction.delete(_LEADER_EPOCH_KEY.pack(topic_id, partition, epoch), db=self._leader_epochs)
 
     def trim(self, topic_id: int, partition: int, before_offset: int, batches_max: int) -> int:
         """Moves the log start up to `before_offset` (never down), deleting at most `batches_max` of the
@@ -949,6 +1020,7 @@ class StoreWriter(StoreReader, TransactionWrites):
             PartitionState(log_start, state.log_end_offset, state.size_bytes - freed_bytes),
         )
         self.trim_aborted_transactions(topic_id, partition, log_start, batches_max)
+        self._trim_leader_epochs(topic_id, partition, log_start)
         return log_start
 
     def rewrite_batch(self, topic_id: int, partition: int, base_offset: int, value: bytes | None) -> int:

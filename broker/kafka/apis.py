@@ -21,13 +21,15 @@ from typing import Any
 
 from kq.broker.auth import Principal
 from kq.broker.edge import RateLimitedLog
+from kq.broker.kafka.acls import AclApis
 from kq.broker.kafka.admin import AdminApis
-from kq.broker.kafka.authorize import DENIED_CODE, OPEN_APIS, WHOLE, ApiKey, access
+from kq.broker.kafka.authorize import DENIED_CODE, DENIED_MESSAGE, OPEN_APIS, WHOLE, ApiKey, access
 from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster_admin import ClusterAdminApis
 from kq.broker.kafka.configs import ConfigApis
 from kq.broker.kafka.consumer_groups import ConsumerGroupApis
+from kq.broker.kafka.epochs import EpochApis
 from kq.broker.kafka.fetch import FetchApis
 from kq.broker.kafka.framing import (
     FrameError,
@@ -42,6 +44,7 @@ from kq.broker.kafka.group_admin import GroupAdminApis
 from kq.broker.kafka.listener import CloseConnectionError, Connection
 from kq.broker.kafka.produce import ProduceApis
 from kq.broker.kafka.sasl import Answer, SaslSession, SaslState
+from kq.broker.kafka.scram import ScramApis
 from kq.broker.kafka.transactions import TransactionAdminApis, TransactionApis
 from kq.broker.metrics import KAFKA_REQUEST_LATENCY, observe_latency
 from kq.proto.limits import LOG_INTERVAL_S
@@ -64,6 +67,9 @@ class KafkaApis(
     AdminApis,
     TransactionApis,
     TransactionAdminApis,
+    AclApis,
+    ScramApis,
+    EpochApis,
 ):
     """Every Kafka API kq serves, over the node's one broker layer."""
 
@@ -98,6 +104,10 @@ class KafkaApis(
             ApiKey.DESCRIBE_PRODUCERS: (0, 0, self.describe_producers),
             ApiKey.DESCRIBE_TRANSACTIONS: (0, 0, self.describe_transactions),
             ApiKey.LIST_TRANSACTIONS: (0, 1, self.list_transactions),
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4, self.offset_for_leader_epoch),
+            ApiKey.DESCRIBE_ACLS: (1, 3, self.describe_acls),
+            ApiKey.CREATE_ACLS: (1, 3, self.create_acls),
+            ApiKey.DELETE_ACLS: (1, 3, self.delete_acls),
             32: (0, 4, self.describe_configs),
             33: (0, 2, self.alter_configs),
             # Not v5: kafka-python takes DescribeLogDirs v5 for a Kafka 4.3 broker and then expects
@@ -109,6 +119,8 @@ class KafkaApis(
             ApiKey.ELECT_LEADERS: (0, 2, self.elect_leaders),
             44: (0, 1, self.incremental_alter_configs),
             ApiKey.OFFSET_DELETE: (0, 0, self.offset_delete),
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0, self.describe_user_scram_credentials),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0, self.alter_user_scram_credentials),
             60: (0, 1, self.describe_cluster),
             ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1, self.consumer_group_heartbeat),
             ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1, self.consumer_group_describe),
@@ -191,7 +203,7 @@ class KafkaApis(
         if self._security.denied(connection.principal, [needed]) is None:
             return None
         cls = response_schema(request.api_key, request.api_version)
-        return build(cls, error_code=DENIED_CODE[resource_type])
+        return build(cls, error_code=DENIED_CODE[resource_type], error_message=DENIED_MESSAGE[resource_type])
 
     # SASL (sasl.py) ------------------------------------------------------------------------------
 

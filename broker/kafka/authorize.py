@@ -13,6 +13,10 @@ Kafka does. Metadata omits topics the principal may not DESCRIBE when it lists a
 answers 29 for those it names; auto-creating a topic needs CreateTopics' CREATE. ListGroups lists every
 group to a principal with DESCRIBE on the cluster, else only the groups it may DESCRIBE.
 
+The ACL and SCRAM credential APIs need DESCRIBE on the cluster to read and ALTER to change, as Kafka
+documents (DescribeAcls checked whole; the others answer CLUSTER_AUTHORIZATION_FAILED in each slot);
+OffsetForLeaderEpoch needs DESCRIBE on each topic, as Kafka asks of consumers.
+
 Where kq's operations differ from Kafka's: kq has no DESCRIBE_CONFIGS, ALTER_CONFIGS or
 IDEMPOTENT_WRITE operations, so the config APIs need DESCRIBE and ALTER, on the topic or (a broker
 resource) on the cluster; InitProducerId (an idempotent producer's id) needs WRITE on the cluster or
@@ -70,6 +74,10 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
@@ -86,6 +94,8 @@ class ApiKey(enum.IntEnum):
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
@@ -143,6 +153,12 @@ ACLS: dict[ApiKey, dict[int, Need]] = {
     # KIP-848: READ on the group; DESCRIBE on each topic subscribed by name (Kafka 4's check).
     ApiKey.CONSUMER_GROUP_HEARTBEAT: {GROUP: Need(READ), TOPIC: Need(DESCRIBE)},
     ApiKey.CONSUMER_GROUP_DESCRIBE: {GROUP: Need(DESCRIBE)},
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: {TOPIC: Need(DESCRIBE)},
+    ApiKey.DESCRIBE_ACLS: {CLUSTER: Need(DESCRIBE)},
+    ApiKey.CREATE_ACLS: {CLUSTER: Need(ALTER)},
+    ApiKey.DELETE_ACLS: {CLUSTER: Need(ALTER)},
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {CLUSTER: Need(DESCRIBE)},
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {CLUSTER: Need(ALTER)},
 }
 
 OPEN_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -173,6 +189,7 @@ WHOLE: dict[ApiKey, Callable[[Any], tuple[int, str] | None]] = {
     ApiKey.FIND_COORDINATOR: _coordinator_key,
     ApiKey.DESCRIBE_CLUSTER: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
     ApiKey.END_TXN: _transactional_id,
+    ApiKey.DESCRIBE_ACLS: lambda _body: (CLUSTER, CLUSTER_RESOURCE),
 }
 
 DENIED_CODE: dict[int, int] = {
@@ -180,6 +197,13 @@ DENIED_CODE: dict[int, int] = {
     GROUP: GROUP_AUTHORIZATION_FAILED,
     CLUSTER: CLUSTER_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+# Kafka's messages of those errors (Errors.java), sent where a response has a message: librdkafka
+# 2.16 crashes reading a DescribeUserScramCredentials error without one.
+DENIED_MESSAGE: dict[int, str] = {
+    TOPIC: "Topic authorization failed.",
+    GROUP: "Group authorization failed.",
+    CLUSTER: "Cluster authorization failed.",
 }
 
 

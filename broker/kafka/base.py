@@ -24,8 +24,11 @@ from kq.broker.membership import MembershipView
 from kq.broker.service import BrokerService
 from kq.broker.service_base import ServiceBase
 from kq.broker.workers import shifted
+from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode, spec_of
+from kq.proto.limits import CATCH_UP_WAIT_S
 from kq.raft.placement import METADATA_GROUP
+from kq.raft.validation import topic_name_problem
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +66,8 @@ INVALID_REQUEST = 42
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 SASL_AUTHENTICATION_FAILED = 58
 UNSUPPORTED_COMPRESSION_TYPE = 76
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
 MEMBER_ID_REQUIRED = 79
 INVALID_RECORD = 87
 
@@ -262,6 +267,33 @@ class KafkaBase(ServiceBase):
             if broker.node_id == self._node.node_id or connected.get(broker.node_id, False)
         )
 
+    # Leader epochs (raft/epochs.py) ------------------------------------------------------------------
+
+    def _leader_epoch(self, group: int) -> int:
+        """`group`'s current Kafka leader epoch: its Raft term as this process knows it (-1: none yet)."""
+        term = self._consensus.term() if group == self._groups.group else self._groups.leader(group).term
+        return term if term > 0 else -1
+
+    def _fenced(self, wanted: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int], int]:
+        """Kafka's check of the current leader epochs a client sends (Fetch, ListOffsets,
+        OffsetForLeaderEpoch): for each (topic, partition, epoch) this process's group holds, with an
+        epoch given (not -1), FENCED_LEADER_EPOCH when it is older than the group's, UNKNOWN_LEADER_EPOCH
+        when newer (the client's metadata is ahead of this replica). On the read pool."""
+        given = [(topic, partition, epoch) for topic, partition, epoch in wanted if epoch >= 0]
+        if not given:
+            return {}
+        current = self._leader_epoch(self._groups.group)
+        fenced: dict[tuple[str, int], int] = {}
+        with self._store.read() as reader:
+            for name, partition, epoch in given:
+                topic = None if topic_name_problem(name) else reader.topic(name)
+                if topic is None or self._groups.group_of(topic, partition) != self._groups.group:
+                    continue  # Unknown here, or another group's: the read answers that.
+                if epoch != current:
+                    code = FENCED_LEADER_EPOCH if epoch < current else UNKNOWN_LEADER_EPOCH
+                    fenced[(name, partition)] = code
+        return fenced
+
     # Authorization (broker/kafka/authorize.py) -------------------------------------------------------
 
     def _permitted(self, connection: Connection, api_key: ApiKey, resource_type: int, name: str) -> bool:
@@ -286,6 +318,32 @@ class KafkaBase(ServiceBase):
         principal = connection.principal
         needed = access(api_key, resource_type, name)
         return principal is not None and self._security.allowed(principal, needed)
+
+    async def _security_seen(self, index: int) -> None:
+        """Read-your-writes on this node: waits (at most CATCH_UP_WAIT_S) until this process applied
+        the leader's security entry, so a DescribeAcls, DeleteAcls or
+        DescribeUserScramCredentials that follows sees the change.
+        Only group 0's processes hold the security view's source; the others answer at once."""
+        if self._groups.group == METADATA_GROUP:
+            await self._in_reads(self._notifier.wait_until, index, CATCH_UP_WAIT_S)
+
+    async def _security_view(self) -> tuple[list[kq_pb2.Acl], dict[str, list[tuple[str, int]]]]:
+        """The cluster's ACLs, and each user's (SCRAM mechanism, iterations): this process's view in
+        group 0's processes; asked of group 0's leader (ListAcls, ListUsers) from another group's
+        process, whose store holds no security rows."""
+        if self._groups.group == METADATA_GROUP:
+            state = self._security.state
+            users = {
+                name: [(credential.mechanism, credential.iterations) for credential in user.credentials]
+                for name, user in state.users.items()
+            }
+            return list(state.acls), users
+        acls = await self._on_leader("ListAcls", kq_pb2.ListAclsRequest())
+        listed = await self._on_leader("ListUsers", kq_pb2.ListUsersRequest())
+        users = {
+            user.name: list(zip(user.mechanisms, user.iterations, strict=False)) for user in listed.users
+        }
+        return list(acls.acls), users
 
     async def _on_leader(self, method: str, request: Any) -> Any:
         """BrokerService's `method` (a write to the cluster's state: group 0's) here when this process

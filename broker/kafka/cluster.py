@@ -78,6 +78,7 @@ class ClusterApis(KafkaBase):
         topics = await self._in_reads(self._topics_for_metadata, names)
         leaders = {group: self._leader_broker(group) for group in range(self._groups.count)}
         live = {group: self._live_broker_ids(group) for group in range(self._groups.count)}
+        epochs = {group: self._leader_epoch(group) for group in range(self._groups.count)}
         answers = []
         for name, found in topics:
             topic, code = found, NONE
@@ -96,7 +97,7 @@ class ClusterApis(KafkaBase):
                     if name is not None and topic_name_problem(name)
                     else UNKNOWN_TOPIC_OR_PARTITION
                 )
-            answers.append(self._topic_metadata(module, name or "", topic, code, leaders, live))
+            answers.append(self._topic_metadata(module, name or "", topic, code, leaders, live, epochs))
         controller = leaders[METADATA_GROUP]
         return build(
             module.MetadataResponse,
@@ -151,9 +152,10 @@ class ClusterApis(KafkaBase):
         code: int,
         leaders: Mapping[int, KafkaBrokerInfo | None],
         live: Mapping[int, tuple[int, ...]],
+        epochs: Mapping[int, int],
     ) -> Any:
         """A topic's metadata: each partition's leader is its group's (raft/placement.py), its
-        replicas that group's brokers."""
+        replicas that group's brokers, its leader epoch that group's Raft term (raft/epochs.py)."""
         if topic is None:
             return build(
                 module.MetadataResponseTopic,
@@ -175,7 +177,7 @@ class ClusterApis(KafkaBase):
                     error_code=NONE if leader else LEADER_NOT_AVAILABLE,
                     partition_index=index,
                     leader_id=leader.broker_id if leader else -1,
-                    leader_epoch=-1,
+                    leader_epoch=epochs[group],
                     replica_nodes=replicas[group],
                     isr_nodes=live[group],
                     offline_replicas=tuple(r for r in replicas[group] if r not in live[group]),

@@ -55,6 +55,7 @@ from kq.proto.limits import (
     TXN_ABORTED_PER_FETCH_MAX,
     TXN_OPEN_PER_PARTITION_MAX,
 )
+from kq.raft.epochs import epoch_at
 from kq.raft.validation import topic_name_problem
 from kq.storage import StoreReader, TopicMeta
 
@@ -111,6 +112,15 @@ class FetchApis(KafkaBase):
         refused = self._refused(connection, ApiKey.FETCH, TOPIC, [topic for topic, _, _, _ in wanted])
         denied = [PartitionRead(t, p, TOPIC_AUTHORIZATION_FAILED) for t, p, _, _ in wanted if t in refused]
         wanted = [entry for entry in wanted if entry[0] not in refused]
+        epochs = [
+            (topic.topic, partition.partition, getattr(partition, "current_leader_epoch", -1))
+            for topic in body.topics
+            for partition in topic.partitions
+            if topic.topic not in refused
+        ]
+        fenced = await self._in_reads(self._fenced, epochs)  # Fetch v9+ (KIP-320).
+        denied += [PartitionRead(t, p, code) for (t, p), code in fenced.items()]
+        wanted = [entry for entry in wanted if (entry[0], entry[1]) not in fenced]
         max_bytes = min(body.max_bytes if body.max_bytes > 0 else FETCH_BYTES_MAX, FETCH_BYTES_MAX)
         wait_ms = min(max(int(body.max_wait.total_seconds() * 1000), 0), FETCH_WAIT_MS_MAX)
         rack = str(getattr(body, "rack_id", "") or "")  # Fetch v11+: the consumer's client.rack.
@@ -284,21 +294,31 @@ class FetchApis(KafkaBase):
         """Each partition's earliest or latest offset, the record with the largest timestamp (-3), or
         the first offset at or after a timestamp."""
         module = response_module(LIST_OFFSETS, request.api_version)
-        wanted = [
+        given = [
             (topic.name, partition.partition_index, partition.timestamp)
             for topic in request.body.topics
             for partition in topic.partitions
         ]
-        if len(wanted) > KAFKA_PARTITIONS_PER_REQUEST_MAX:
-            wanted = []
+        wanted = given if len(given) <= KAFKA_PARTITIONS_PER_REQUEST_MAX else []
         refused = self._refused(connection, ApiKey.LIST_OFFSETS, TOPIC, [topic for topic, _, _ in wanted])
+        epochs = [
+            (topic.name, partition.partition_index, getattr(partition, "current_leader_epoch", -1))
+            for topic in request.body.topics
+            for partition in topic.partitions
+            if topic.name not in refused
+        ]
+        fenced = await self._in_reads(self._fenced, epochs if wanted else [])  # ListOffsets v4+ (KIP-320).
+        asked = [w for w in wanted if w[0] not in refused and (w[0], w[1]) not in fenced]
         committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
-        allowed = [w for w in wanted if w[0] not in refused]
-        found = iter(await self._in_reads(self._list_offsets, allowed, committed))
+        found = iter(await self._in_reads(self._list_offsets, asked, committed))
         by_topic: dict[str, list[Any]] = {}
         for topic, partition, _ in wanted:
-            denied = (TOPIC_AUTHORIZATION_FAILED, -1, -1)
-            code, timestamp, offset = denied if topic in refused else next(found)
+            if topic in refused:
+                code, timestamp, offset, epoch = TOPIC_AUTHORIZATION_FAILED, -1, -1, -1
+            elif (topic, partition) in fenced:
+                code, timestamp, offset, epoch = fenced[(topic, partition)], -1, -1, -1
+            else:
+                code, timestamp, offset, epoch = next(found)
             by_topic.setdefault(topic, []).append(
                 build(
                     module.ListOffsetsPartitionResponse,
@@ -306,7 +326,7 @@ class FetchApis(KafkaBase):
                     error_code=code,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=-1,
+                    leader_epoch=epoch,
                 )
             )
         topics = tuple(
@@ -317,38 +337,62 @@ class FetchApis(KafkaBase):
 
     def _list_offsets(
         self, wanted: list[tuple[str, int, int]], committed: bool = False
-    ) -> list[tuple[int, int, int]]:
-        """(error code, timestamp, offset) per wanted (topic, partition, timestamp); `committed`
-        (read_committed): LATEST is the last stable offset."""
-        answers = []
+    ) -> list[tuple[int, int, int, int]]:
+        """(error code, timestamp, offset, leader epoch) per wanted (topic, partition, timestamp): the
+        epoch of the batch holding the offset found (Kafka's), the current one for the log end;
+        `committed` (read_committed): LATEST is the last stable offset."""
         with self._store.read() as reader:
-            for topic_name, partition, timestamp in wanted:
-                topic = None if topic_name_problem(topic_name) else reader.topic(topic_name)
-                state = None if topic is None else reader.partition(topic.topic_id, partition)
-                if topic is None or state is None:
-                    answers.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
-                elif not self._holds(topic, partition):
-                    answers.append((NOT_LEADER_OR_FOLLOWER, -1, -1))
-                elif timestamp == EARLIEST:
-                    answers.append((NONE, -1, state.log_start_offset))
-                elif timestamp == LATEST and committed:
-                    stable = reader.last_stable_offset(
-                        topic.topic_id, partition, state.log_end_offset, TXN_OPEN_PER_PARTITION_MAX
-                    )
-                    answers.append((NONE, -1, stable))
-                elif timestamp == LATEST:
-                    answers.append((NONE, -1, state.log_end_offset))
-                elif timestamp == MAX_TIMESTAMP:
-                    found = max_timestamp_offset(reader, topic.topic_id, partition, state.log_start_offset)
-                    answers.append((NONE, *found))
-                elif timestamp < 0:
-                    answers.append((INVALID_REQUEST, -1, -1))
-                else:
-                    found_at = first_offset_at(
-                        reader, topic.topic_id, partition, state.log_start_offset, timestamp
-                    )
-                    # Kafka answers the found record's own timestamp, and -1/-1 when none is that late.
-                    answers.append((NONE, -1, -1) if found_at is None else (NONE, found_at[1], found_at[0]))
+            return [
+                self._with_epoch(reader, topic, partition, answer)
+                for (topic, partition, _), answer in zip(
+                    wanted, self._offsets_found(reader, wanted, committed), strict=True
+                )
+            ]
+
+    def _with_epoch(
+        self, reader: StoreReader, topic_name: str, partition: int, answer: tuple[int, int, int]
+    ) -> tuple[int, int, int, int]:
+        code, timestamp, offset = answer
+        topic = reader.topic(topic_name) if code == NONE and offset >= 0 else None
+        if topic is None:
+            return code, timestamp, offset, -1
+        state = reader.partition(topic.topic_id, partition)
+        if state is not None and offset >= state.log_end_offset:
+            return code, timestamp, offset, self._leader_epoch(self._groups.group)
+        return code, timestamp, offset, epoch_at(reader.leader_epochs(topic.topic_id, partition), offset)
+
+    def _offsets_found(
+        self, reader: StoreReader, wanted: list[tuple[str, int, int]], committed: bool = False
+    ) -> list[tuple[int, int, int]]:
+        """(error code, timestamp, offset) per wanted (topic, partition, timestamp)."""
+        answers = []
+        for topic_name, partition, timestamp in wanted:
+            topic = None if topic_name_problem(topic_name) else reader.topic(topic_name)
+            state = None if topic is None else reader.partition(topic.topic_id, partition)
+            if topic is None or state is None:
+                answers.append((UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+            elif not self._holds(topic, partition):
+                answers.append((NOT_LEADER_OR_FOLLOWER, -1, -1))
+            elif timestamp == EARLIEST:
+                answers.append((NONE, -1, state.log_start_offset))
+            elif timestamp == LATEST and committed:
+                stable = reader.last_stable_offset(
+                    topic.topic_id, partition, state.log_end_offset, TXN_OPEN_PER_PARTITION_MAX
+                )
+                answers.append((NONE, -1, stable))
+            elif timestamp == LATEST:
+                answers.append((NONE, -1, state.log_end_offset))
+            elif timestamp == MAX_TIMESTAMP:
+                found = max_timestamp_offset(reader, topic.topic_id, partition, state.log_start_offset)
+                answers.append((NONE, *found))
+            elif timestamp < 0:
+                answers.append((INVALID_REQUEST, -1, -1))
+            else:
+                found_at = first_offset_at(
+                    reader, topic.topic_id, partition, state.log_start_offset, timestamp
+                )
+                # Kafka answers the found record's own timestamp, and -1/-1 when none is that late.
+                answers.append((NONE, -1, -1) if found_at is None else (NONE, found_at[1], found_at[0]))
         return answers
 
 

@@ -39,6 +39,10 @@ class FakeConsensus:
         """As set by the test."""
         return self.leader_address
 
+    def term(self) -> int:
+        """Term 1, as `status` says."""
+        return 1
+
     def status(self) -> ConsensusStatus:
         """A one-node cluster."""
         index = self.store.applied_index()

@@ -53,6 +53,9 @@ class HeldConsensus:
     def status(self) -> ConsensusStatus:
         return ConsensusStatus("leader", "1", "", 1, 0, 0, {}, True, 0)
 
+    def term(self) -> int:
+        return 1
+
 
 def appends_in(data: bytes) -> int:
     return len(commands.decode(data).append.appends)

@@ -359,6 +359,21 @@ CASES = [
         _E.INVALID_REQUEST,
     ),
     Case("ListAcls", kq_pb2.ListAclsRequest(), _S.PERMISSION_DENIED, _E.PERMISSION_DENIED, as_bob),
+    Case(
+        "AlterScramCredentials",
+        kq_pb2.AlterScramCredentialsRequest(),
+        _S.INVALID_ARGUMENT,
+        _E.INVALID_REQUEST,
+    ),
+    Case(
+        "AlterScramCredentials",
+        kq_pb2.AlterScramCredentialsRequest(
+            deletions=[kq_pb2.ScramDeletion(user="bob", mechanism="SCRAM-SHA-256")]
+        ),
+        _S.PERMISSION_DENIED,
+        _E.PERMISSION_DENIED,
+        as_bob,
+    ),
     Case("WhoAmI", kq_pb2.WhoAmIRequest(), _S.UNAUTHENTICATED, _E.UNAUTHENTICATED, unauthenticated),
     Case(
         "InitTransaction",

@@ -20,10 +20,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
+from kio.schema.describe_acls.v1.request import DescribeAclsRequest
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
 from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from kio.schema.types import TopicName
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32
 
 from kq.client import KqClient
 from kq.client.security import acl
@@ -420,3 +431,84 @@ def test_metadata_lists_only_the_topics_a_user_may_describe(secure: LocalCluster
         assert [(topic.name, topic.error_code) for topic in answer.topics] == [("sasl-mallory-new", 29)]
     with KqClient(secure.bootstrap, tls=secure.tls) as admin:
         assert "sasl-mallory-new" not in [topic.name for topic in admin.list_topics()]
+
+
+def test_acl_and_scram_apis_need_the_cluster_and_a_kafka_set_password_logs_in(secure: LocalCluster) -> None:
+    """mallory (no cluster ACL) is refused CLUSTER_AUTHORIZATION_FAILED by DescribeAcls, CreateAcls,
+    DeleteAcls and both SCRAM APIs, and changes nothing; a user with ALTER on the cluster sets frank's
+    password through AlterUserScramCredentials (a salted password: the password never travels), and
+    frank then logs in with SCRAM-SHA-512 over the Kafka listener. OffsetForLeaderEpoch of a topic
+    mallory may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED for it alone."""
+    from confluent_kafka.admin._acl import AclBinding, AclBindingFilter, AclOperation, AclPermissionType
+    from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+    from confluent_kafka.admin._scram import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        admin.put_user("keeper", "keeper-password-1")
+        admin.add_acls([acl("User:keeper", "alter", "cluster")])
+        secure.wait_applied(admin.index_seen, list(secure.nodes))
+        acls_before = admin.list_acls()
+    denied = confluent.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    mallory = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-256", MALLORY, MALLORY_PASSWORD))
+    binding = AclBinding(ResourceType.TOPIC, TOPIC, ResourcePatternType.LITERAL, f"User:{MALLORY}", "*",
+                         AclOperation.ALL, AclPermissionType.ALLOW)  # fmt: skip
+    every: Any = None
+    everything = AclBindingFilter(ResourceType.ANY, every, ResourcePatternType.ANY, every, every,
+                                  AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+    upsertion = UserScramCredentialUpsertion(
+        MALLORY, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"taken-over", b"s" * 16
+    )
+    attempts: list[Callable[[], Any]] = [
+        lambda: mallory.create_acls([binding], request_timeout=WAIT_S)[binding].result(WAIT_S),
+        lambda: mallory.delete_acls([everything], request_timeout=WAIT_S)[everything].result(WAIT_S),
+        lambda: mallory.alter_user_scram_credentials([upsertion], request_timeout=WAIT_S)[MALLORY].result(
+            WAIT_S
+        ),
+    ]
+    for attempt in attempts:
+        with pytest.raises(confluent.KafkaException) as refused:
+            attempt()
+        assert refused.value.args[0].code() == denied
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        assert admin.list_acls() == acls_before
+    # For a top-level error librdkafka's describe_acls answers an empty list, and its
+    # describe_user_scram_credentials aborts the process: the raw answers say it.
+    with _tls_socket(secure) as sock:
+        sock.sendall(_with_version(request_frame(SaslHandshakeRequest(mechanism="PLAIN")), 0))
+        read_frame(sock)
+        token = f"\0{MALLORY}\0{MALLORY_PASSWORD}".encode()
+        sock.sendall(struct.pack(">i", len(token)) + token)
+        assert read_frame(sock) == b""
+        any_code = i8(1)
+        sock.sendall(request_frame(DescribeAclsRequest(
+            resource_type_filter=any_code, resource_name_filter=None, pattern_type_filter=any_code,
+            principal_filter=None, host_filter=None, operation=any_code, permission_type=any_code,
+        )))  # fmt: skip
+        _, described = decode_response(read_frame(sock), 29, 1)
+        assert described.error_code == denied and described.resources == ()
+        sock.sendall(request_frame(DescribeUserScramCredentialsRequest(users=(UserName(name=ALICE),))))
+        _, scram = decode_response(read_frame(sock), 50, 0)
+        assert scram.error_code == denied and [r.error_code for r in scram.results] == [denied]
+        # OffsetForLeaderEpoch needs DESCRIBE on each topic: mallory has it on TOPIC only.
+        sock.sendall(request_frame(OffsetForLeaderEpochRequest(replica_id=BrokerId(-1), topics=tuple(
+            OffsetForLeaderTopic(topic=TopicName(name), partitions=(
+                OffsetForLeaderPartition(partition=i32(0), leader_epoch=i32(1)),
+            ))
+            for name in (TOPIC, "sasl-plain")
+        ))))  # fmt: skip
+        _, epochs = decode_response(read_frame(sock), 23, 4)
+        codes = {topic.topic: topic.partitions[0].error_code for topic in epochs.topics}
+        assert codes["sasl-plain"] == 29 and codes[TOPIC] != 29
+
+    keeper = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-512", "keeper", "keeper-password-1"))
+    frank = UserScramCredentialUpsertion(
+        "frank", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"frank-password-1", b"f" * 16
+    )
+    assert (
+        keeper.alter_user_scram_credentials([frank], request_timeout=WAIT_S)["frank"].result(WAIT_S) is None
+    )
+    with KqClient(secure.bootstrap, tls=secure.tls) as admin:
+        _until(lambda: "frank" in {user.name for user in admin.list_users()}, "frank")
+        secure.wait_applied(admin.index_seen, list(secure.nodes))
+    login = confluent_admin.AdminClient(_sasl(secure, "SCRAM-SHA-512", "frank", "frank-password-1"))
+    assert login.list_topics(timeout=WAIT_S).brokers  # Authenticated: Metadata is answered.

@@ -70,6 +70,40 @@ def test_a_user_is_created_replaced_and_deleted_with_its_tokens(store: Store) ->
     assert log(commands.delete_token("0123456789abcdef")) == AuthResult(ErrorCode.UNKNOWN_TOKEN)
 
 
+def test_alter_scram_sets_and_removes_one_mechanism_per_user(store: Store) -> None:
+    """AlterScram (Kafka's AlterUserScramCredentials) creates a user, adds and replaces one mechanism
+    without touching the other, answers UNKNOWN_USER for a credential that is not there, and deletes
+    the user (and its tokens) with its last credential."""
+    log = Log(store)
+    sha256, sha512 = scram_credential("SCRAM-SHA-256", "pw"), scram_credential("SCRAM-SHA-512", "pw")
+
+    def upsert(user: str, credential: kq_pb2.ScramCredential) -> kq_pb2.ScramUpsertion:
+        return kq_pb2.ScramUpsertion(user=user, credential=credential)
+
+    def delete(user: str, mechanism: str) -> kq_pb2.ScramDeletion:
+        return kq_pb2.ScramDeletion(user=user, mechanism=mechanism)
+
+    result = log(commands.alter_scram([upsert("erin", sha256)], [delete("frank", "SCRAM-SHA-256")]))
+    assert result == AuthResult(
+        ErrorCode.OK, users=(("erin", ErrorCode.OK), ("frank", ErrorCode.UNKNOWN_USER))
+    )
+    assert log(commands.alter_scram([upsert("erin", sha512)], [])) == AuthResult(
+        ErrorCode.OK, users=(("erin", ErrorCode.OK),)
+    )
+    state = log.state()
+    assert state.credential("erin", "SCRAM-SHA-256") == sha256
+    assert state.credential("erin", "SCRAM-SHA-512") == sha512
+    assert log(commands.put_token(token(user="erin"))) == AuthResult(ErrorCode.OK, created=True)
+    log(commands.alter_scram([], [delete("erin", "SCRAM-SHA-256")]))
+    assert log.state().credential("erin", "SCRAM-SHA-256") is None and "erin" in log.state().users
+    log(commands.alter_scram([], [delete("erin", "SCRAM-SHA-512")]))
+    assert log.state().users == {} and log.state().tokens == {}
+    assert "once per request" in (
+        auth_command_problem(commands.alter_scram([upsert("x", sha256)], [delete("x", "SCRAM-SHA-512")]))
+        or ""
+    )
+
+
 def test_acls_are_a_set_and_removal_counts_what_was_there(store: Store) -> None:
     log = Log(store)
     rule = acl("User:alice", "read", "topic", "t")

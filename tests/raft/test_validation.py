@@ -173,7 +173,21 @@ def hostile_acls(draw: st.DrawFn) -> kq_pb2.Acl:
 @st.composite
 def security_commands(draw: st.DrawFn) -> kq_pb2.Command:
     """Users, tokens and ACLs (raft/auth.py), hostile and plausible."""
-    kind = draw(st.sampled_from(["put_user", "delete_user", "put_token", "delete_token", "add", "remove"]))
+    kinds = ["put_user", "delete_user", "put_token", "delete_token", "add", "remove", "alter_scram"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "alter_scram":
+        upsertions = [
+            kq_pb2.ScramUpsertion(user=draw(user_names), credential=draw(scram_credentials()))
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+        deletions = [
+            kq_pb2.ScramDeletion(
+                user=draw(user_names),
+                mechanism=draw(st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512", "X"])),
+            )
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+        return commands.alter_scram(upsertions, deletions)
     if kind == "put_user":
         return commands.put_user(draw(user_names), draw(st.lists(scram_credentials(), max_size=3)))
     if kind == "delete_user":
@@ -339,7 +353,8 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         appends = []
         for _ in range(draw(st.integers(0, 3))):
             appends.append(commands.partition_append(draw(names), draw(st.integers(0, 3)), draw(batches())))
-        return commands.append(1, appends)
+        epoch = draw(st.sampled_from([0, 0, 1, 2, 7, 2**31 - 1, 2**31, 2**32 - 1]))  # Hostile ones too.
+        return commands.append(1, appends, epoch)
     if kind == "trim":
         topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
         return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)), topic_id)

@@ -73,6 +73,9 @@ RPCS: dict[str, RpcSpec] = {
     "CreatePartitions": RpcSpec(kq_pb2.CreatePartitionsRequest, kq_pb2.CreatePartitionsResponse, True),
     "PutUser": RpcSpec(kq_pb2.PutUserRequest, kq_pb2.PutUserResponse, True),
     "DeleteUser": RpcSpec(kq_pb2.DeleteUserRequest, kq_pb2.DeleteUserResponse, True),
+    "AlterScramCredentials": RpcSpec(
+        kq_pb2.AlterScramCredentialsRequest, kq_pb2.AlterScramCredentialsResponse, True
+    ),
     "ListUsers": RpcSpec(kq_pb2.ListUsersRequest, kq_pb2.ListUsersResponse, False),
     "CreateToken": RpcSpec(kq_pb2.CreateTokenRequest, kq_pb2.CreateTokenResponse, True),
     "RevokeToken": RpcSpec(kq_pb2.RevokeTokenRequest, kq_pb2.RevokeTokenResponse, True),
@@ -360,6 +363,17 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
         name=_user(h), credentials=[_scram(h) for _ in range(h.rng.choice([1, 2, 0, 3]))]
     ),
     "DeleteUser": lambda h: kq_pb2.DeleteUserRequest(name=_user(h)),
+    "AlterScramCredentials": lambda h: kq_pb2.AlterScramCredentialsRequest(
+        upsertions=[
+            kq_pb2.ScramUpsertion(user=_user(h), credential=_scram(h)) for _ in range(h.rng.choice([0, 1, 2]))
+        ],
+        deletions=[
+            kq_pb2.ScramDeletion(
+                user=_user(h), mechanism=h.rng.choice(["SCRAM-SHA-256", "SCRAM-SHA-512", h.text()])
+            )
+            for _ in range(h.rng.choice([0, 1, 2]))
+        ],
+    ),
     "ListUsers": lambda h: kq_pb2.ListUsersRequest(),
     "CreateToken": lambda h: kq_pb2.CreateTokenRequest(
         user=_user(h), ttl_s=h.u64(), description=h.rng.choice(["", "fuzz", h.text()])

@@ -158,6 +158,15 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
     # Users, tokens and ACLs: a user the cases create, delete, hold tokens of and grant to.
     "PutUser": lambda h: kq_pb2.PutUserRequest(name="fz-user", credentials=[_FUZZ_CREDENTIAL]),
     "DeleteUser": lambda h: kq_pb2.DeleteUserRequest(name="fz-user"),
+    "AlterScramCredentials": lambda h: (
+        kq_pb2.AlterScramCredentialsRequest(
+            upsertions=[kq_pb2.ScramUpsertion(user="fz-user", credential=_FUZZ_CREDENTIAL)]
+        )
+        if h.rng.random() < 0.5
+        else kq_pb2.AlterScramCredentialsRequest(
+            deletions=[kq_pb2.ScramDeletion(user="fz-user", mechanism="SCRAM-SHA-512")]
+        )
+    ),
     "ListUsers": lambda h: kq_pb2.ListUsersRequest(),
     "CreateToken": lambda h: kq_pb2.CreateTokenRequest(user="fz-user", ttl_s=h.rng.choice([0, 60])),
     "RevokeToken": lambda h: kq_pb2.RevokeTokenRequest(token_id="0123456789abcdef"),
