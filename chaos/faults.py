@@ -189,3 +189,27 @@ def random_fault(context: ScenarioContext) -> None:
     step = context.rng.choice(steps)
     logger.info("mixed: drew %s", step.__name__)
     step(context)
+
+
+def partition_leader_kill(context: ScenarioContext) -> None:
+    """`kill -9` of a node leading a Raft group of partitions other than group 0 (with worker processes:
+    not group 0's leader, whose kill `leader_kill` is); in a cluster of one group, of the leader."""
+    leader = context.steady_leader()
+    statuses = [status for status in context.cluster.statuses().values() if status is not None]
+    leaders = next((s.group_leaders for s in statuses if len(s.group_leaders) > 1), ())
+    others = sorted({info.leader_id for info in leaders if info.leader_id not in ("", leader)})
+    victim = context.rng.choice(others) if others else leader
+    event = context.fault("partition-leader-kill", [victim], leader_fault=True)
+    context.kill(victim)
+    context.wait_resumed(event)
+    context.heal(event, lambda: context.start(victim))
+    context.wait_healthy()
+
+
+def exactly_once_fault(context: ScenarioContext) -> None:
+    """The exactly-once scenario's faults in turn: a kill of group 0's leader (the transaction and
+    group coordinator), a kill of a partition group's leader, a pause of group 0's leader."""
+    steps = (leader_kill, partition_leader_kill, leader_pause)
+    step = steps[len(context.faults) % len(steps)]
+    logger.info("exactly-once: %s", step.__name__)
+    step(context)

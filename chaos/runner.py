@@ -31,8 +31,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
 from kq.chaos.checker import Anomaly, CheckResult, check
 from kq.chaos.context import HEALTHY_TIMEOUT_S, STEADY_ACKS, FaultEvent, LivenessError, ScenarioContext
+from kq.chaos.exactly_once import INPUT_TOPIC, OUTPUT_TOPIC, ExactlyOnce
+from kq.chaos.exactly_once_check import check_exactly_once
 from kq.chaos.gaps import Lifecycle
 from kq.chaos.group_members import group_member_specs
 from kq.chaos.history import History
@@ -55,6 +59,12 @@ SECURE_NODE_ARGS = ("--auth", "--super-user", "User:admin")
 SCENARIO_BASE_BUDGET_S = 180.0  # Start, warm-up, healing, convergence and reading, at most.
 ROUND_BUDGET_S = 120.0  # One fault round, at most; a run normally needs a small fraction of it.
 GROUP_HISTORY_FILE = "group-history.json"
+EXACTLY_ONCE_SUMMARY = (
+    "eos_input_records",
+    "eos_inputs_written_once",
+    "eos_transactions_committed",
+    "eos_offset_polls",
+)
 # Moderate compaction, so snapshots are taken (and sent to restarted nodes) during every scenario.
 DEFAULT_NODE_ARGS = ("--compaction-min-entries", "1000")
 
@@ -102,6 +112,9 @@ def run_scenario(scenario: Scenario, settings: RunSettings) -> ScenarioReport:
     report = ScenarioReport(scenario.name, settings.nodes, settings.seed)
     if scenario.needs_netns and (reason := unavailable_reason()) is not None:
         report.verdict, report.reason = "SKIPPED", f"skipped: {reason}"
+        return report
+    if scenario.exactly_once and settings.secure:
+        report.verdict, report.reason = "SKIPPED", "skipped: the exactly-once workers speak plain-text Kafka"
         return report
     started_s = time.monotonic()
     base_dir = settings.work_dir / scenario.name
@@ -203,6 +216,9 @@ def _run_on_cluster(
 ) -> CheckResult:
     with KqClient(cluster.bootstrap, tls=cluster.tls) as admin:
         admin.create_topic(TOPIC, settings.partitions, dict(scenario.topic_configs))
+        if scenario.exactly_once:
+            admin.create_topic(INPUT_TOPIC, settings.partitions)
+            admin.create_topic(OUTPUT_TOPIC, settings.partitions)
         created_index = admin.index_seen
     # Every node knows the topic before the load starts: a consumer pinned to a follower, or a member
     # joining through one, would otherwise be told the topic does not exist (not retriable).
@@ -227,19 +243,28 @@ def _run_on_cluster(
         cluster, lab, history, TOPIC, settings.partitions, rng, time.monotonic() + budget_s, workload.follow
     )
     failures: list[Anomaly] = []
+    exactly_once = (
+        ExactlyOnce(cluster.kafka_bootstrap, settings.partitions) if scenario.exactly_once else None
+    )
     history.origin_s = time.monotonic()
     workload.start()
     try:
+        if exactly_once is not None:
+            exactly_once.start(history.origin_s)
         _run_rounds(context, rounds, failures)
-        _finish(context, workload, scenario, failures)
+        _finish(context, workload, scenario, failures, exactly_once)
     finally:
         workload.stop_producers()
+        if exactly_once is not None:
+            exactly_once.stop()
         _stop_probes(context)
         workload.stop_consumers()
         workload.stop_group_members()
         report.faults, report.origin_s = context.faults, history.origin_s
         report.notes += context.notes
     result = _read_and_check(cluster, history, failures, workload.groups(), scenario.lifecycle(), report)
+    if exactly_once is not None:
+        _check_exactly_once(exactly_once, result, report)
     if not result.ok:  # Kept with the node logs: the commits and join reads behind a group anomaly.
         (cluster.base_dir / GROUP_HISTORY_FILE).write_text(json.dumps(history.group_excerpt(), indent=1))
     return result
@@ -258,11 +283,15 @@ def _run_rounds(context: ScenarioContext, rounds: list[tuple[Step, int]], failur
 
 
 def _finish(
-    context: ScenarioContext, workload: Workload, scenario: Scenario, failures: list[Anomaly]
+    context: ScenarioContext,
+    workload: Workload,
+    scenario: Scenario,
+    failures: list[Anomaly],
+    exactly_once: ExactlyOnce | None = None,
 ) -> None:
     """Heals every fault, checks writes resume, stops the load and waits for convergence (twice: after
     the producers stop, and after the groups caught up and their members left). The scenario's final
-    topic configs are set once the producers stopped."""
+    topic configs are set once the producers stopped; the exactly-once workers finish the input then."""
     try:
         context.heal_everything()
         context.wait_healthy()
@@ -275,6 +304,8 @@ def _finish(
     if not _converge(context, failures, "nodes did not converge"):
         return
     _set_final_configs(context, scenario, failures)
+    if exactly_once is not None:
+        failures.extend(Anomaly("liveness", f"exactly-once: {problem}") for problem in exactly_once.finish())
     workload.settle_group_members()
     for group in workload.groups():
         started_s = time.monotonic()
@@ -366,6 +397,28 @@ def _read_and_check(
     for failure in failures:
         result.add(failure)
     return result
+
+
+def _check_exactly_once(exactly_once: ExactlyOnce, result: CheckResult, report: ScenarioReport) -> None:
+    """Reads the exactly-once workers' input and output back and checks them into `result`."""
+    try:
+        final = exactly_once.read_final()
+    except KafkaException as error:
+        result.add(Anomaly("unreadable", f"exactly-once topics not read after healing: {error}"))
+        return
+    check_exactly_once(exactly_once.history, final, INPUT_TOPIC, result)
+    counts = result.counts
+    others = ", ".join(
+        f"{name.removeprefix('eos_')} {count}"
+        for name, count in sorted(counts.items())
+        if name.startswith("eos_") and name not in EXACTLY_ONCE_SUMMARY
+    )
+    report.notes.append(
+        f"exactly-once: {counts['eos_input_records']} input records, "
+        f"{counts['eos_inputs_written_once']} of them in the read_committed output exactly once; "
+        f"{counts['eos_transactions_committed']} transactions committed, "
+        f"{counts['eos_offset_polls']} offset polls; {others}"
+    )
 
 
 def _keep_or_remove(base_dir: Path, report: ScenarioReport, keep: bool) -> None:

@@ -30,6 +30,8 @@ class Scenario:
     topic_configs: tuple[tuple[str, str], ...] = ()  # The chaos topic's configs, by Kafka's names.
     final_configs: tuple[tuple[str, str], ...] = ()  # Set once the load is over, before the final read.
     workload: WorkloadShape = DEFAULT_SHAPE
+    # Transactional consume-transform-produce workers run beside the load (`chaos.exactly_once`).
+    exactly_once: bool = False
 
     def rounds(self, override: int | None) -> list[tuple[Step, int]]:
         """The steps with their round counts (`override` replaces every count)."""
@@ -158,6 +160,14 @@ SCENARIOS: dict[str, Scenario] = {
             workload=COMPACTION_WORKLOAD,
         ),
         Scenario(
+            "exactly-once",
+            "transactional consume-transform-produce workers (confluent-kafka, send_offsets_to_transaction) "
+            "while group 0's leader and partition groups' leaders are killed and group 0's leader paused: "
+            "every input record in the read_committed output once, in order, committed offsets never back",
+            ((faults.exactly_once_fault, 12),),
+            exactly_once=True,
+        ),
+        Scenario(
             "membership",
             "add a node, then remove an old one, each while the leader is killed (kill -9) mid-change; "
             "every round ends at the starting size",
@@ -179,4 +189,5 @@ FULL_SET = (
     "compaction-leader-kill",
     "disk-full",
     "membership",
+    "exactly-once",
 )
