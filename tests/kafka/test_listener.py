@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 from collections.abc import Iterator
@@ -244,3 +245,12 @@ def test_node_refuses_a_kafka_listener_without_integer_ids(tmp_path: Path) -> No
     )
     assert result.returncode != 0
     assert "node ids must be integers" in result.stderr
+
+
+def test_the_readme_table_lists_every_served_api_with_its_versions() -> None:
+    """README's Kafka table (key | API | versions) is exactly EXPECTED_VERSIONS: what ApiVersions
+    advertises (checked above against a node), so the README can't fall behind a new API."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| (\d+)(?:\u2013(\d+))? \|", readme, re.MULTILINE)
+    listed = {int(key): (int(low), int(high or low)) for key, _, low, high in rows}
+    assert listed == EXPECTED_VERSIONS
