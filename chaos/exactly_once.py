@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
@@ -58,14 +59,41 @@ FEED_RATE_PER_S = 50.0  # Then this many input records a second, until the load 
 KEYS = 16
 BATCH_RECORDS_MAX = 20  # Input records per transaction, at most: many transactions meet the faults.
 POLL_TIMEOUT_S = 0.2
-CALL_TIMEOUT_S = 30.0  # One transactional call (init, send offsets, commit, abort), one committed().
+CALL_TIMEOUT_S = 15.0  # One transactional call (init, send offsets, commit, abort), one committed().
 CALL_TRIES = 4  # A retriable error of a commit or an abort: tried again this often, then recreated.
-TRANSACTION_TIMEOUT_MS = 60_000
+# A worker stuck longer than its transaction's timeout has it aborted by the coordinator, its producer
+# fenced, before its partitions move to the other worker (a consumer that stops polling leaves the
+# group after max.poll.interval.ms): kq does not yet check the consumer's generation in
+# TxnOffsetCommit (KIP-447, DESIGN.md "Transactions"), so a zombie's transaction must end first.
+TRANSACTION_TIMEOUT_MS = 20_000
+MAX_POLL_INTERVAL_MS = 40_000
 SESSION_TIMEOUT_MS = 10_000
+CALL_OVERDUE_S = 2 * CALL_TIMEOUT_S  # A client call still running this long ignored its timeout.
 OFFSET_POLL_S = 0.5
 CATCH_UP_TIMEOUT_S = 120.0  # After the load: the workers' backlog of a long fault, and a rebalance.
 READ_TIMEOUT_S = 60.0
+CLIENT_LOG_FILE = "eos-clients.log"  # librdkafka's transaction (eos) and consumer-group debug lines.
+CLIENT_DEBUG = "eos,cgrp"
 JOIN_TIMEOUT_S = 2 * CALL_TIMEOUT_S * CALL_TRIES + 10.0  # A worker finishing its transaction.
+
+
+def client_logger(directory: Path | None) -> logging.Logger | None:
+    """A logger writing the workers' librdkafka debug lines to CLIENT_LOG_FILE in `directory` (kept
+    with the node logs of a failed run: what a stuck transactional call was waiting for)."""
+    if directory is None:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    client_log = logging.getLogger(f"kq.chaos.rdkafka.{directory}")
+    client_log.propagate = False
+    client_log.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(directory / CLIENT_LOG_FILE)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
+    client_log.addHandler(handler)
+    return client_log
+
+
+def _debugged(config: dict[str, Any], client_log: logging.Logger | None) -> dict[str, Any]:
+    return config if client_log is None else {**config, "debug": CLIENT_DEBUG, "logger": client_log}
 
 
 def _count(history: ExactlyOnceHistory, name: str) -> None:
@@ -151,8 +179,12 @@ class Worker(threading.Thread):
     """One transactional consume-transform-produce loop: a consumer of the group, a producer of its own
     transactional id (recreated when fenced)."""
 
-    def __init__(self, number: int, bootstrap: str, history: ExactlyOnceHistory) -> None:
+    def __init__(
+        self, number: int, bootstrap: str, history: ExactlyOnceHistory, client_log: logging.Logger | None
+    ) -> None:
         super().__init__(name=f"eos-worker-{number}", daemon=True)
+        self._client_log = client_log
+        self.call: tuple[str, float] | None = None  # The client call in progress and when it began.
         self.worker = f"w{number}"
         self._transactional_id = f"eos-{number}"
         self._servers = bootstrap
@@ -163,19 +195,38 @@ class Worker(threading.Thread):
         """Stops after the current transaction."""
         self._stopping.set()
 
+    def _call(self, name: str, call: Callable[..., Any], *args: Any) -> Any:
+        """`call(*args)`, noted in `self.call` while it runs (a call stuck past its timeout shows)."""
+        self.call = (name, time.monotonic())
+        try:
+            return call(*args)
+        finally:
+            self.call = None
+
+    def overdue(self, now_s: float) -> str | None:
+        """The call this worker is stuck in, if it ran past CALL_OVERDUE_S."""
+        call = self.call
+        if call is None or now_s - call[1] < CALL_OVERDUE_S:
+            return None
+        return f"{self.worker} in {call[0]} for {now_s - call[1]:.0f} s"
+
     def _consumer(self) -> Consumer:
         consumer = Consumer(
-            {
-                "bootstrap.servers": self._servers,
-                "group.id": GROUP,
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "session.timeout.ms": SESSION_TIMEOUT_MS,
-                "heartbeat.interval.ms": 1_000,
-                "partition.assignment.strategy": "range",
-            }
+            _debugged(
+                {
+                    "bootstrap.servers": self._servers,
+                    "group.id": GROUP,
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                    "session.timeout.ms": SESSION_TIMEOUT_MS,
+                    "heartbeat.interval.ms": 1_000,
+                    "partition.assignment.strategy": "range",
+                    "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
+                },
+                self._client_log,
+            )
         )
         consumer.subscribe([INPUT_TOPIC])
         return consumer
@@ -183,16 +234,19 @@ class Worker(threading.Thread):
     def _producer(self) -> Producer | None:
         """A producer whose init_transactions succeeded (None: not this time; the loop tries again)."""
         producer = Producer(
-            {
-                "bootstrap.servers": self._servers,
-                "transactional.id": self._transactional_id,
-                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
-            }
+            _debugged(
+                {
+                    "bootstrap.servers": self._servers,
+                    "transactional.id": self._transactional_id,
+                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                    "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                },
+                self._client_log,
+            )
         )
         for _ in range(CALL_TRIES):
             try:
-                producer.init_transactions(CALL_TIMEOUT_S)
+                self._call("init_transactions", producer.init_transactions, CALL_TIMEOUT_S)
                 return producer
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
@@ -225,7 +279,7 @@ class Worker(threading.Thread):
 
     def _poll(self, consumer: Consumer) -> list[Message]:
         records = []
-        for message in consumer.consume(BATCH_RECORDS_MAX, POLL_TIMEOUT_S):
+        for message in self._call("consume", consumer.consume, BATCH_RECORDS_MAX, POLL_TIMEOUT_S):
             error = message.error()
             if error is None:
                 records.append(message)
@@ -237,7 +291,7 @@ class Worker(threading.Thread):
         """One transaction of the batch: its output records and its input offsets."""
         next_offsets: dict[int, int] = {}
         try:
-            producer.begin_transaction()
+            self._call("begin_transaction", producer.begin_transaction)
             for message in records:
                 partition, offset, value = message.partition(), message.offset(), message.value()
                 assert partition is not None and offset is not None and value is not None
@@ -245,15 +299,22 @@ class Worker(threading.Thread):
                 self._produce(producer, output, message.key(), partition)
                 next_offsets[partition] = max(next_offsets.get(partition, 0), offset + 1)
             offsets = [TopicPartition(INPUT_TOPIC, p, o) for p, o in sorted(next_offsets.items())]
-            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
-            self._retried(producer.commit_transaction, "commit")
+            metadata = consumer.consumer_group_metadata()
+            self._call(
+                "send_offsets_to_transaction",
+                producer.send_offsets_to_transaction,
+                offsets,
+                metadata,
+                CALL_TIMEOUT_S,
+            )
+            self._retried(producer.commit_transaction, "commit_transaction")
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             _count(self._history, f"transaction_{_error_name(error)}")
             if error.fatal():
                 return Outcome.FATAL
             try:
-                self._retried(producer.abort_transaction, "abort")
+                self._retried(producer.abort_transaction, "abort_transaction")
             except KafkaException:
                 return Outcome.FATAL
             return Outcome.ABORTED
@@ -275,7 +336,7 @@ class Worker(threading.Thread):
         """`call` (commit or abort), again after a retriable error, CALL_TRIES times at most."""
         for attempt in range(CALL_TRIES):
             try:
-                call(CALL_TIMEOUT_S)
+                self._call(what, call, CALL_TIMEOUT_S)
                 return
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
@@ -289,7 +350,7 @@ class Worker(threading.Thread):
         try:
             assignment = consumer.assignment()
             if assignment:
-                for position in consumer.committed(assignment, CALL_TIMEOUT_S):
+                for position in self._call("committed", consumer.committed, assignment, CALL_TIMEOUT_S):
                     offset = position.offset if position.offset >= 0 else OFFSET_BEGINNING
                     consumer.seek(TopicPartition(position.topic, position.partition, offset))
             return consumer
@@ -350,13 +411,16 @@ class OffsetWatcher(threading.Thread):
 class ExactlyOnce:
     """The feeder, the workers and the watcher of one run."""
 
-    def __init__(self, bootstrap: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, partitions: int, log_dir: Path | None = None) -> None:
+        """`log_dir`: where the workers' librdkafka debug lines go (None: nowhere)."""
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.history = ExactlyOnceHistory()
         self.feeder = Feeder(bootstrap, partitions, self.history)
-        self.workers = [Worker(number, bootstrap, self.history) for number in range(WORKERS)]
+        client_log = client_logger(log_dir)
+        self.workers = [Worker(number, bootstrap, self.history, client_log) for number in range(WORKERS)]
         self.watcher = OffsetWatcher(bootstrap, partitions, self.history)
+        self._stopped = False
 
     def start(self, origin_s: float) -> None:
         """Starts the feeder, then (once the backlog is written) the workers and the watcher."""
@@ -384,6 +448,10 @@ class ExactlyOnce:
                 f"the workers did not commit the whole input within {CATCH_UP_TIMEOUT_S:.0f} s: "
                 f"committed {committed}, input ends {ends}"
             )
+        now_s = time.monotonic()
+        stuck = [where for worker in self.workers if (where := worker.overdue(now_s)) is not None]
+        if stuck:
+            problems.append(f"client calls past their {CALL_TIMEOUT_S:.0f} s timeout: {'; '.join(stuck)}")
         return problems + self.stop()
 
     def stop_feeder(self) -> list[str]:
@@ -399,7 +467,9 @@ class ExactlyOnce:
         threads: list[Worker | OffsetWatcher] = [*self.workers, self.watcher]
         for thread in threads:
             thread.stop()
-        deadline_s = time.monotonic() + JOIN_TIMEOUT_S
+        # Once only: a thread stuck in a client call is left (a daemon) after the first stop.
+        deadline_s = time.monotonic() + (0.0 if self._stopped else JOIN_TIMEOUT_S)
+        self._stopped = True
         for thread in threads:
             if thread.is_alive():
                 thread.join(max(0.0, deadline_s - time.monotonic()))

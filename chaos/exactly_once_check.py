@@ -7,8 +7,9 @@ the output partition of the same number, whose value names its source (`transfor
 the batch's input offsets to the group (`send_offsets_to_transaction`). Read at the end with a
 read_committed consumer, the output must hold
 
-  - every input record exactly once: no input record missing (`eos-lost`), none twice
-    (`eos-duplicate`);
+  - every input record exactly once: none missing below the group's final committed offset of its
+    partition (`eos-lost`; those above it were never processed, which `eos-final-offsets` reports),
+    none twice (`eos-duplicate`);
   - only records made from an input record (`eos-phantom`: a source that is not in the input, or a
     value that is not the transform of the input record there), in the output partition of their
     input partition (`eos-misplaced`);
@@ -120,9 +121,13 @@ def check_exactly_once(
     result = result if result is not None else CheckResult()
     inputs = {(r.partition, r.offset): r for records in final.input_records.values() for r in records}
     seen = _check_output(result, final, inputs, input_topic)
+    unprocessed = 0
     for (partition, offset), record in sorted(inputs.items()):
         places = seen.get((partition, offset), [])
-        if not places:
+        committed = final.final_committed.get(partition)
+        if not places and (committed is None or offset >= committed):
+            unprocessed += 1  # Never committed: the workers did not get to it (`eos-final-offsets`).
+        elif not places:
             result.add(
                 Anomaly("eos-lost", f"input record {record.value!r} is in no output", partition, (offset,))
             )
@@ -160,6 +165,7 @@ def check_exactly_once(
                 )
             )
     result.counts.update(_counts(history, final, seen))
+    result.counts["eos_inputs_unprocessed"] = unprocessed
     return result
 
 

@@ -244,7 +244,9 @@ def _run_on_cluster(
     )
     failures: list[Anomaly] = []
     exactly_once = (
-        ExactlyOnce(cluster.kafka_bootstrap, settings.partitions) if scenario.exactly_once else None
+        ExactlyOnce(cluster.kafka_bootstrap, settings.partitions, cluster.base_dir)
+        if scenario.exactly_once
+        else None
     )
     history.origin_s = time.monotonic()
     workload.start()

@@ -158,3 +158,12 @@ def test_final_committed_offsets_short_of_the_input_end_are_reported() -> None:
     """Partition 1 committed to 2 of 3, partition 0 never committed."""
     result = check_exactly_once(history(), final(committed={0: None, 1: 2}), TOPIC)
     assert kinds(result) == {"eos-final-offsets": 2}
+
+
+def test_records_the_workers_never_committed_are_unprocessed_not_lost() -> None:
+    """The workers stopped short (committed 1 of partition 1's 3 records): the two records beyond the
+    committed offset, missing from the output, are counted as unprocessed; one below it is lost."""
+    output = {0: outputs(0, [(0, o) for o in range(3)]), 1: []}
+    result = check_exactly_once(history(), final(output, committed={0: 3, 1: 1}), TOPIC)
+    assert kinds(result) == {"eos-final-offsets": 1, "eos-lost": 1}
+    assert result.counts["eos_inputs_unprocessed"] == 2
