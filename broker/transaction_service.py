@@ -13,7 +13,7 @@ import logging
 
 import grpc
 
-from kq.broker.errors import KqError, error_for_code
+from kq.broker.errors import InvalidArgumentError, KqError, error_for_code
 from kq.broker.proposals import propose_and_wait, wall_clock_ms
 from kq.broker.service_base import ServiceBase
 from kq.broker.txn_coordinator import TransactionFinisher
@@ -164,6 +164,8 @@ class TransactionRpcs(ServiceBase):
     ) -> kq_pb2.WriteTxnMarkersResponse:
         """The coordinator's markers for this process's group (on its leader): control batches in the
         partitions the producer's transaction wrote to here."""
+        if request.group >= self._groups.count:
+            raise InvalidArgumentError(f"no Raft group {request.group}: the cluster has {self._groups.count}")
         self._require_leader(request.group)
         marker = kq_pb2.TransactionMarkerCommand()
         marker.CopyFrom(request.marker)

@@ -84,6 +84,12 @@ RPCS: dict[str, RpcSpec] = {
     "RemoveAcls": RpcSpec(kq_pb2.RemoveAclsRequest, kq_pb2.RemoveAclsResponse, True),
     "ListAcls": RpcSpec(kq_pb2.ListAclsRequest, kq_pb2.ListAclsResponse, False),
     "WhoAmI": RpcSpec(kq_pb2.WhoAmIRequest, kq_pb2.WhoAmIResponse, False),
+    "InitTransaction": RpcSpec(kq_pb2.InitTransactionRequest, kq_pb2.TransactionResponse, True),
+    "AddToTransaction": RpcSpec(kq_pb2.AddToTransactionRequest, kq_pb2.TransactionResponse, True),
+    "EndTransaction": RpcSpec(kq_pb2.EndTransactionRequest, kq_pb2.TransactionResponse, True),
+    "TxnCommitOffsets": RpcSpec(kq_pb2.TxnCommitOffsetsRequest, kq_pb2.TransactionResponse, True),
+    "WriteTxnMarkers": RpcSpec(kq_pb2.WriteTxnMarkersRequest, kq_pb2.WriteTxnMarkersResponse, True),
+    "ListTransactions": RpcSpec(kq_pb2.ListTransactionsRequest, kq_pb2.ListTransactionsResponse, False),
 }
 assert set(RPCS) == {m.name for m in kq_pb2.DESCRIPTOR.services_by_name["Broker"].methods}, "fuzz every RPC"
 
@@ -324,6 +330,17 @@ def _acls(h: Hostile) -> list[kq_pb2.Acl]:
     ]
 
 
+def _transactional_id(h: Hostile) -> str:
+    return h.rng.choice(["fz-tx", "", "x" * 256, h.text()])
+
+
+def _txn_partitions(h: Hostile) -> list[kq_pb2.TxnPartition]:
+    return [
+        kq_pb2.TxnPartition(topic=h.topic(), partition=h.partition())
+        for _ in range(h.rng.choice([0, 1, 3, 1_001]))
+    ]
+
+
 BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "CreateTopic": _create_topic,
     "DeleteTopic": _delete_topic,
@@ -386,6 +403,44 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
     "RemoveAcls": lambda h: kq_pb2.RemoveAclsRequest(acls=_acls(h)),
     "ListAcls": lambda h: kq_pb2.ListAclsRequest(principal=h.rng.choice(["", "User:fz-user", h.text()])),
     "WhoAmI": lambda h: kq_pb2.WhoAmIRequest(),
+    "InitTransaction": lambda h: kq_pb2.InitTransactionRequest(
+        transactional_id=_transactional_id(h), timeout_ms=h.rng.choice([0, 999, 60_000, 900_001, h.u32()])
+    ),
+    "AddToTransaction": lambda h: kq_pb2.AddToTransactionRequest(
+        transactional_id=_transactional_id(h),
+        producer_id=h.u64(),
+        producer_epoch=h.u32(),
+        partitions=_txn_partitions(h),
+        groups=[h.group() for _ in range(h.rng.choice([0, 1, 17]))],
+    ),
+    "EndTransaction": lambda h: kq_pb2.EndTransactionRequest(
+        transactional_id=_transactional_id(h),
+        producer_id=h.u64(),
+        producer_epoch=h.u32(),
+        commit=h.chance(0.5),
+    ),
+    "TxnCommitOffsets": lambda h: kq_pb2.TxnCommitOffsetsRequest(
+        transactional_id=_transactional_id(h),
+        producer_id=h.u64(),
+        producer_epoch=h.u32(),
+        group=h.group(),
+        offsets=[
+            kq_pb2.OffsetEntry(topic=h.topic(), partition=h.partition(), offset=h.offset(), metadata=h.text())
+            for _ in range(h.rng.choice([0, 1, 3]))
+        ],
+    ),
+    "WriteTxnMarkers": lambda h: kq_pb2.WriteTxnMarkersRequest(
+        group=h.rng.choice([0, 1, h.u32()]),
+        marker=kq_pb2.TransactionMarkerCommand(
+            producer_id=h.u64(),
+            producer_epoch=h.u32(),
+            commit=h.chance(0.5),
+            partitions=_txn_partitions(h),
+            groups=[h.group()],
+            timestamp_ms=h.i64(),
+        ),
+    ),
+    "ListTransactions": lambda h: kq_pb2.ListTransactionsRequest(transactional_id=_transactional_id(h)),
 }
 assert set(BUILDERS) == set(RPCS), "every RPC has a builder"
 

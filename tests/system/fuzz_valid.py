@@ -175,6 +175,42 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
     "RemoveAcls": lambda h: kq_pb2.RemoveAclsRequest(acls=[_fuzz_acl(h)]),
     "ListAcls": lambda h: kq_pb2.ListAclsRequest(),
     "WhoAmI": lambda h: kq_pb2.WhoAmIRequest(),
+    # A transactional id the cases initialize, add to, commit offsets for and end (with the epochs and
+    # producer ids they guess: most are fenced or unknown, some go through).
+    "InitTransaction": lambda h: kq_pb2.InitTransactionRequest(transactional_id="fz-tx", timeout_ms=60_000),
+    "AddToTransaction": lambda h: kq_pb2.AddToTransactionRequest(
+        transactional_id="fz-tx",
+        producer_id=h.rng.choice([1, 2, 3]),
+        producer_epoch=h.rng.choice([0, 1]),
+        partitions=[kq_pb2.TxnPartition(topic=h.rng.choice(["fz-a", "fz-b"]), partition=0)],
+        groups=[h.rng.choice(GROUPS)] if h.chance(0.5) else [],
+    ),
+    "EndTransaction": lambda h: kq_pb2.EndTransactionRequest(
+        transactional_id="fz-tx",
+        producer_id=h.rng.choice([1, 2, 3]),
+        producer_epoch=h.rng.choice([0, 1]),
+        commit=h.chance(0.5),
+    ),
+    "TxnCommitOffsets": lambda h: kq_pb2.TxnCommitOffsetsRequest(
+        transactional_id="fz-tx",
+        producer_id=h.rng.choice([1, 2, 3]),
+        producer_epoch=h.rng.choice([0, 1]),
+        group=h.rng.choice(GROUPS),
+        offsets=[kq_pb2.OffsetEntry(topic="fz-a", partition=0, offset=1, metadata="fz")],
+    ),
+    "WriteTxnMarkers": lambda h: kq_pb2.WriteTxnMarkersRequest(
+        group=0,
+        marker=kq_pb2.TransactionMarkerCommand(
+            producer_id=h.rng.choice([1, 2, 3]),
+            producer_epoch=h.rng.choice([0, 1]),
+            commit=h.chance(0.5),
+            partitions=[kq_pb2.TxnPartition(topic="fz-a", partition=0)],
+            timestamp_ms=1,
+        ),
+    ),
+    "ListTransactions": lambda h: kq_pb2.ListTransactionsRequest(
+        transactional_id=h.rng.choice(["", "fz-tx"])
+    ),
 }
 
 
