@@ -364,18 +364,27 @@ class Worker(threading.Thread):
 class OffsetWatcher(threading.Thread):
     """Polls the group's committed input offsets, as a worker taking a partition over reads them."""
 
-    def __init__(self, bootstrap: str, partitions: int, history: ExactlyOnceHistory) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        partitions: int,
+        history: ExactlyOnceHistory,
+        client_log: logging.Logger | None = None,
+    ) -> None:
         super().__init__(name="eos-offset-watcher", daemon=True)
         self._history = history
         self._partitions = partitions
         self._stopping = threading.Event()
         self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": GROUP,
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-            }
+            _debugged(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": GROUP,
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                },
+                client_log,
+            )
         )
 
     def stop(self) -> None:
@@ -419,7 +428,7 @@ class ExactlyOnce:
         self.feeder = Feeder(bootstrap, partitions, self.history)
         client_log = client_logger(log_dir)
         self.workers = [Worker(number, bootstrap, self.history, client_log) for number in range(WORKERS)]
-        self.watcher = OffsetWatcher(bootstrap, partitions, self.history)
+        self.watcher = OffsetWatcher(bootstrap, partitions, self.history, client_log)
         self._stopped = False
 
     def start(self, origin_s: float) -> None:

@@ -85,6 +85,28 @@ class ExactlyOnceHistory:
     counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     origin_s: float = 0.0
 
+    def excerpt(self) -> dict[str, object]:
+        """The commits and polls as JSON-ready data, times from the start, for failed runs."""
+
+        def relative(at_s: float) -> float:
+            return round(at_s - self.origin_s, 3)
+
+        return {
+            "commits": [
+                {"worker": c.worker, "offsets": dict(c.offsets), "acked_s": relative(c.acked_s)}
+                for c in self.commits
+            ],
+            "polls": [
+                {
+                    "offsets": dict(p.offsets),
+                    "requested_s": relative(p.requested_s),
+                    "observed_s": relative(p.observed_s),
+                }
+                for p in self.polls
+            ],
+            "counters": dict(self.counters),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class ExactlyOnceFinal:
@@ -286,7 +308,8 @@ def _check_polls(result: CheckResult, history: ExactlyOnceHistory) -> None:
                 result.add(
                     Anomaly(
                         "eos-stale-offset",
-                        f"committed offset read as {committed} at t={at_s:.3f} s, after a commit of "
+                        f"committed offset read as {committed} at t={at_s:.3f} s (answered at "
+                        f"t={poll.observed_s - history.origin_s:.3f} s), after a commit of "
                         f"{acked[partition]} was acknowledged",
                         partition,
                         (value, acked[partition]),

@@ -59,6 +59,7 @@ SECURE_NODE_ARGS = ("--auth", "--super-user", "User:admin")
 SCENARIO_BASE_BUDGET_S = 180.0  # Start, warm-up, healing, convergence and reading, at most.
 ROUND_BUDGET_S = 120.0  # One fault round, at most; a run normally needs a small fraction of it.
 GROUP_HISTORY_FILE = "group-history.json"
+EXACTLY_ONCE_HISTORY_FILE = "eos-history.json"
 EXACTLY_ONCE_SUMMARY = (
     "eos_input_records",
     "eos_inputs_written_once",
@@ -266,7 +267,7 @@ def _run_on_cluster(
         report.notes += context.notes
     result = _read_and_check(cluster, history, failures, workload.groups(), scenario.lifecycle(), report)
     if exactly_once is not None:
-        _check_exactly_once(exactly_once, result, report)
+        _check_exactly_once(exactly_once, result, report, cluster.base_dir)
     if not result.ok:  # Kept with the node logs: the commits and join reads behind a group anomaly.
         (cluster.base_dir / GROUP_HISTORY_FILE).write_text(json.dumps(history.group_excerpt(), indent=1))
     return result
@@ -401,7 +402,9 @@ def _read_and_check(
     return result
 
 
-def _check_exactly_once(exactly_once: ExactlyOnce, result: CheckResult, report: ScenarioReport) -> None:
+def _check_exactly_once(
+    exactly_once: ExactlyOnce, result: CheckResult, report: ScenarioReport, exactly_once_dir: Path
+) -> None:
     """Reads the exactly-once workers' input and output back and checks them into `result`."""
     try:
         final = exactly_once.read_final()
@@ -409,6 +412,10 @@ def _check_exactly_once(exactly_once: ExactlyOnce, result: CheckResult, report: 
         result.add(Anomaly("unreadable", f"exactly-once topics not read after healing: {error}"))
         return
     check_exactly_once(exactly_once.history, final, INPUT_TOPIC, result)
+    if not result.ok:  # Kept with the node logs: every acknowledged commit and every offset poll.
+        (exactly_once_dir / EXACTLY_ONCE_HISTORY_FILE).write_text(
+            json.dumps(exactly_once.history.excerpt(), indent=1)
+        )
     counts = result.counts
     others = ", ".join(
         f"{name.removeprefix('eos_')} {count}"

@@ -167,3 +167,18 @@ def test_records_the_workers_never_committed_are_unprocessed_not_lost() -> None:
     result = check_exactly_once(history(), final(output, committed={0: 3, 1: 1}), TOPIC)
     assert kinds(result) == {"eos-final-offsets": 1, "eos-lost": 1}
     assert result.counts["eos_inputs_unprocessed"] == 2
+
+
+def test_the_history_excerpt_gives_times_from_the_start() -> None:
+    """What a failed run keeps (eos-history.json): commits and polls, times relative to the origin."""
+    recorded = history()
+    recorded.origin_s = 1.0
+    excerpt = recorded.excerpt()
+    assert excerpt["commits"] == [
+        {"worker": "w0", "offsets": {0: 2}, "acked_s": 0.0},
+        {"worker": "w1", "offsets": {0: 3, 1: 3}, "acked_s": 1.0},
+    ]
+    assert excerpt["polls"] == [
+        {"offsets": {0: 2, 1: None}, "requested_s": 0.5, "observed_s": 0.6},
+        {"offsets": {0: 3, 1: 3}, "requested_s": 1.5, "observed_s": 1.6},
+    ]
