@@ -74,6 +74,7 @@ CATCH_UP_TIMEOUT_S = 120.0  # After the load: the workers' backlog of a long fau
 READ_TIMEOUT_S = 60.0
 CLIENT_LOG_FILE = "eos-clients.log"  # librdkafka's transaction (eos) and consumer-group debug lines.
 CLIENT_DEBUG = "eos,cgrp"
+CONSUMER_DEBUG = "cgrp,fetch"  # The workers' consumers: their fetches too (what offsets came back).
 JOIN_TIMEOUT_S = 2 * CALL_TIMEOUT_S * CALL_TRIES + 10.0  # A worker finishing its transaction.
 
 
@@ -92,8 +93,10 @@ def client_logger(directory: Path | None) -> logging.Logger | None:
     return client_log
 
 
-def _debugged(config: dict[str, Any], client_log: logging.Logger | None) -> dict[str, Any]:
-    return config if client_log is None else {**config, "debug": CLIENT_DEBUG, "logger": client_log}
+def _debugged(
+    config: dict[str, Any], client_log: logging.Logger | None, debug: str = CLIENT_DEBUG
+) -> dict[str, Any]:
+    return config if client_log is None else {**config, "debug": debug, "logger": client_log}
 
 
 def _count(history: ExactlyOnceHistory, name: str) -> None:
@@ -226,6 +229,7 @@ class Worker(threading.Thread):
                     "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
                 },
                 self._client_log,
+                CONSUMER_DEBUG,
             )
         )
         consumer.subscribe([INPUT_TOPIC])
