@@ -140,30 +140,37 @@ class Feeder(threading.Thread):
             self.failed += 1
             _count(self._history, f"feeder_{_error_name(error)}")
 
-    def _send(self, producer: Producer) -> None:
+    def _send(self, producer: Producer) -> Producer:
+        """Sends the next record; returns the producer to go on with (a new one after a fatal error:
+        the record is then not sent, and the input simply lacks it)."""
         partition = self.sent % self._partitions
         key = f"key-{self.sent % KEYS}".encode()
         value = f"in-{self.sent}".encode()
+        self.sent += 1
         while True:
             try:
                 producer.produce(INPUT_TOPIC, value, key, partition=partition, on_delivery=self._delivered)
                 break
             except BufferError:
                 producer.poll(0.1)
-        self.sent += 1
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                _count(self._history, f"feeder_{_error_name(error)}")
+                return self._producer() if error.fatal() else producer
         producer.poll(0)
+        return producer
 
     def run(self) -> None:
         producer = self._producer()
         for _ in range(SEED_RECORDS):
-            self._send(producer)
+            producer = self._send(producer)
         producer.flush(CALL_TIMEOUT_S)
         self.seeded.set()
         interval_s = 1.0 / FEED_RATE_PER_S
         next_s = time.monotonic()
         while not self._stopping.wait(max(0.0, next_s - time.monotonic())):
             next_s = max(next_s + interval_s, time.monotonic())
-            self._send(producer)
+            producer = self._send(producer)
         left = producer.flush(READ_TIMEOUT_S)
         if left:
             _count(self._history, "feeder_unflushed")
@@ -283,7 +290,12 @@ class Worker(threading.Thread):
 
     def _poll(self, consumer: Consumer) -> list[Message]:
         records = []
-        for message in self._call("consume", consumer.consume, BATCH_RECORDS_MAX, POLL_TIMEOUT_S):
+        try:
+            messages = self._call("consume", consumer.consume, BATCH_RECORDS_MAX, POLL_TIMEOUT_S)
+        except KafkaException as exc:
+            _count(self._history, f"consume_{_error_name(exc.args[0])}")
+            return []
+        for message in messages:
             error = message.error()
             if error is None:
                 records.append(message)
