@@ -74,6 +74,8 @@ from kq.proto.limits import (
     REBALANCE_TIMEOUT_MS_MIN,
     SESSION_TIMEOUT_MS_MAX,
     SESSION_TIMEOUT_MS_MIN,
+    TRANSACTIONAL_IDS_MAX,
+    TXN_PENDING_OFFSETS_MAX,
     WAIT_RECHECK_S,
 )
 from kq.raft import commands
@@ -125,6 +127,9 @@ def _metadata(member: kq_pb2.GroupMember, protocol: str) -> bytes:
 
 
 OFFSET_METADATA_TOO_LARGE = 12  # Kafka's code for a metadata string over offset.metadata.max.bytes.
+UNSTABLE_OFFSET_COMMIT = 88  # Kafka's: an open transaction holds an offset of the partition (retriable).
+OPEN_PHASES = (kq_pb2.TXN_ONGOING, kq_pb2.TXN_PREPARE_COMMIT, kq_pb2.TXN_PREPARE_ABORT)
+
 
 class GroupApis(KafkaBase):
     """Kafka's consumer-group and offset APIs (see the module)."""
@@ -555,7 +560,14 @@ class GroupApis(KafkaBase):
         module = response_module(OFFSET_FETCH, request.api_version)
         if request.api_version < 8:
             code, topics = await self._fetched(
-                module, connection, body.group_id, body.topics, None, -1, v8=False
+                module,
+                connection,
+                body.group_id,
+                body.topics,
+                None,
+                -1,
+                v8=False,
+                stable=bool(getattr(body, "require_stable", False)),
             )
             return build(module.OffsetFetchResponse, throttle_time=0, topics=topics, error_code=code)
         groups = []
@@ -568,6 +580,7 @@ class GroupApis(KafkaBase):
                 getattr(group, "member_id", None),
                 getattr(group, "member_epoch", -1),
                 v8=True,
+                stable=bool(body.require_stable),
             )
             answer = build(
                 module.OffsetFetchResponseGroup, group_id=group.group_id, topics=topics, error_code=code
@@ -584,8 +597,12 @@ class GroupApis(KafkaBase):
         member_id: str | None,
         member_epoch: int,
         v8: bool,
+        stable: bool = False,
     ) -> tuple[int, tuple[Any, ...]]:
-        """One group's error code and committed offsets, as OffsetFetch answers them."""
+        """One group's error code and committed offsets, as OffsetFetch answers them. `stable`
+        (require_stable, KIP-447, v7+: a read_committed consumer asks it): a partition whose offset an
+        open transaction has committed and not yet marked answers UNSTABLE_OFFSET_COMMIT (retriable),
+        as Kafka does, instead of the offset before the transaction."""
         code = self._coordinator_code(group)
         if code == NONE and topic_name_problem(group, "group"):
             code = INVALID_GROUP_ID
@@ -594,8 +611,11 @@ class GroupApis(KafkaBase):
         if code == NONE and (member_id or member_epoch >= 0):
             code = consumer_fetch_code(await self._group(group), member_id, member_epoch)
         committed: dict[tuple[str, int], tuple[int, OffsetDetails]] = {}
+        unstable: frozenset[tuple[str, int]] = frozenset()
         if code == NONE:
             committed = await self._in_reads(self._committed, group)
+            if stable:
+                unstable = await self._in_reads(self._pending_partitions, group)
         refused: frozenset[str] = frozenset()
         if asked is None:  # All of the group's: those of topics the principal may not DESCRIBE left out.
             wanted: dict[str, list[int]] = {}
@@ -619,14 +639,27 @@ class GroupApis(KafkaBase):
                         committed_offset=-1 if name in refused else found[0],
                         committed_leader_epoch=found[1].leader_epoch,
                         metadata=found[1].metadata,
-                        error_code=(TOPIC_AUTHORIZATION_FAILED if name in refused else NONE)
+                        error_code=(
+                            TOPIC_AUTHORIZATION_FAILED
+                            if name in refused
+                            else UNSTABLE_OFFSET_COMMIT
+                            if (name, partition) in unstable
+                            else NONE
+                        )
                         if v8
-                        else code or (TOPIC_AUTHORIZATION_FAILED if name in refused else NONE),
+                        else code
+                        or (
+                            TOPIC_AUTHORIZATION_FAILED
+                            if name in refused
+                            else UNSTABLE_OFFSET_COMMIT
+                            if (name, partition) in unstable
+                            else NONE
+                        ),
                     )
                     for partition in partitions
                     for found in [
                         (-1, NO_OFFSET_DETAILS)
-                        if name in refused
+                        if name in refused or (name, partition) in unstable
                         else committed.get((name, partition), (-1, NO_OFFSET_DETAILS))
                     ]
                 ),
@@ -634,6 +667,21 @@ class GroupApis(KafkaBase):
             for name, partitions in wanted.items()
         )
         return code, topics
+
+    def _pending_partitions(self, group: str) -> frozenset[tuple[str, int]]:
+        """The group's partitions whose offsets an open (ONGOING or prepared) transaction committed and
+        its marker has not applied yet (raft/transactions.py), from this process's store."""
+        pending: set[tuple[str, int]] = set()
+        with self._store.read() as reader:
+            names = {topic.topic_id: topic.name for topic in reader.topics()}
+            for _, raw in reader.transaction_states(TRANSACTIONAL_IDS_MAX):
+                state = kq_pb2.TransactionState.FromString(raw)
+                if state.phase not in OPEN_PHASES or group not in state.groups:
+                    continue
+                for row in reader.pending_offsets(state.producer_id, TXN_PENDING_OFFSETS_MAX):
+                    if row.group == group and row.topic_id in names:
+                        pending.add((names[row.topic_id], row.partition))
+        return frozenset(pending)
 
     def _committed(self, group: str) -> dict[tuple[str, int], tuple[int, OffsetDetails]]:
         """The group's committed offsets with their metadata and leader epochs, by (topic, partition)."""

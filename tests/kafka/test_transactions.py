@@ -19,7 +19,8 @@ from kio.schema.describe_producers.v0.request import DescribeProducersRequest
 from kio.schema.describe_producers.v0.request import TopicRequest as DescribeProducersTopic
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
-from kio.schema.types import TopicName, TransactionalId
+from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
+from kio.schema.types import GroupId, TopicName, TransactionalId
 from kio.static.primitive import i32
 
 from kq.cli.main import kq
@@ -265,3 +266,37 @@ def test_transactions_and_producers_are_described_as_kafka_transactions_sh_asks(
     assert rows[transactional_id]["state"] == "CompleteCommit"
     unknown_id = CliRunner().invoke(kq, [*bootstrap, "transactions", "describe", "nobody"])
     assert unknown_id.exit_code != 0 and "unknown transactional id nobody" in unknown_id.output
+
+
+def test_require_stable_answers_unstable_while_a_transaction_holds_the_offset(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """OffsetFetch with require_stable (what a read_committed consumer sends) answers
+    UNSTABLE_OFFSET_COMMIT for a partition whose offset an open transaction committed, and the offset
+    once the transaction commits; without require_stable the offset before the transaction."""
+    source = _topic(kafka_cluster, 1)
+    group = f"stable-{uuid.uuid4().hex[:6]}"
+    producer = _producer(kafka_cluster, f"stable-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(30)
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.kafka_bootstrap, "group.id": group})
+    leader = kafka_cluster.nodes[kafka_cluster.wait_ready()].kafka_address
+
+    def fetched(stable: bool) -> tuple[int, int]:
+        request = OffsetFetchRequest(
+            group_id=GroupId(group),
+            topics=(OffsetFetchRequestTopic(name=TopicName(source), partition_indexes=(i32(0),)),),
+            require_stable=stable,
+        )
+        partition = call(leader, request).topics[0].partitions[0]
+        return int(partition.error_code), int(partition.committed_offset)
+
+    producer.begin_transaction()
+    producer.produce(source, b"x", partition=0)
+    producer.send_offsets_to_transaction(
+        [TopicPartition(source, 0, 4)], consumer.consumer_group_metadata(), 30
+    )
+    assert fetched(stable=True) == (88, -1)
+    assert fetched(stable=False) == (0, -1)
+    producer.commit_transaction(30)
+    assert fetched(stable=True) == (0, 4)
+    consumer.close()
