@@ -43,6 +43,17 @@ class TransactionRpcs(ServiceBase):
             raise error
         return result
 
+    def _propose_finishing(self, command: kq_pb2.Command, transactional_id: str) -> TransactionResult:
+        """`_propose_transaction`, and when the id's previous transaction is still being finished
+        (CONCURRENT_TRANSACTIONS: prepared, or an older instance's just aborted), finishes it here and
+        proposes once more, so the client need not wait for the driver's next round."""
+        try:
+            return self._propose_transaction(command, transactional_id)
+        except KqError as error:
+            if error.code != ErrorCode.CONCURRENT_TRANSACTIONS or not self._finish(transactional_id):
+                raise
+            return self._propose_transaction(command, transactional_id)
+
     def _finish(self, transactional_id: str) -> bool:
         """Finishes the id's transaction when it is prepared (markers, completion); whether it is no
         longer prepared. A failure is left to the driver."""
@@ -79,13 +90,7 @@ class TransactionRpcs(ServiceBase):
         init = kq_pb2.InitTransactionCommand(
             transactional_id=request.transactional_id, timeout_ms=request.timeout_ms, now_ms=wall_clock_ms()
         )
-        try:
-            result = self._propose_transaction(commands.transaction(init), request.transactional_id)
-        except KqError as error:
-            if error.code != ErrorCode.CONCURRENT_TRANSACTIONS or not self._finish(request.transactional_id):
-                raise
-            init.now_ms = wall_clock_ms()
-            result = self._propose_transaction(commands.transaction(init), request.transactional_id)
+        result = self._propose_finishing(commands.transaction(init), request.transactional_id)
         return kq_pb2.TransactionResponse(
             producer_id=result.producer_id, producer_epoch=result.producer_epoch
         )
@@ -103,14 +108,7 @@ class TransactionRpcs(ServiceBase):
             groups=request.groups,
             now_ms=wall_clock_ms(),
         )
-        command = commands.transaction(add)
-        try:
-            result = self._propose_transaction(command, request.transactional_id)
-        except KqError as error:
-            # The previous transaction of the id is being finished: finish it here, then once more.
-            if error.code != ErrorCode.CONCURRENT_TRANSACTIONS or not self._finish(request.transactional_id):
-                raise
-            result = self._propose_transaction(command, request.transactional_id)
+        result = self._propose_finishing(commands.transaction(add), request.transactional_id)
         return kq_pb2.TransactionResponse(
             producer_id=result.producer_id, producer_epoch=result.producer_epoch
         )
