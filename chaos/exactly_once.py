@@ -460,7 +460,10 @@ class ExactlyOnce:
         """Stops the feeder, waits until the group committed the whole input, stops everything;
         returns what went wrong (liveness)."""
         problems = self.stop_feeder()
-        ends = log_ends(self.bootstrap, INPUT_TOPIC, self.partitions)
+        try:
+            ends = log_ends(self.bootstrap, INPUT_TOPIC, self.partitions)
+        except KafkaException as error:
+            return [*problems, f"the input's log ends not read: {error}", *self.stop()]
         deadline_s = time.monotonic() + CATCH_UP_TIMEOUT_S
         committed: dict[int, int | None] | None = None
         while time.monotonic() < deadline_s:
@@ -560,12 +563,23 @@ def read_topic(
 
 
 def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """Each partition's log end (high-water mark) of `topic`."""
+    """Each partition's log end (high-water mark) of `topic`. A new consumer may not know the
+    partitions yet (UNKNOWN_PARTITION until its metadata arrives): asked again until READ_TIMEOUT_S,
+    after which the last error is raised."""
     reader = _reader(bootstrap, "read_uncommitted")
+    deadline_s = time.monotonic() + READ_TIMEOUT_S
+    ends: dict[int, int] = {}
     try:
-        return {
-            p: int(reader.get_watermark_offsets(TopicPartition(topic, p), CALL_TIMEOUT_S)[1])
-            for p in range(partitions)
-        }
+        while len(ends) < partitions:
+            partition = len(ends)
+            try:
+                watermarks = reader.get_watermark_offsets(TopicPartition(topic, partition), CALL_TIMEOUT_S)
+            except KafkaException:
+                if time.monotonic() >= deadline_s:
+                    raise
+                time.sleep(OFFSET_POLL_S)
+                continue
+            ends[partition] = int(watermarks[1])
+        return ends
     finally:
         reader.close()

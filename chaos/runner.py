@@ -131,7 +131,7 @@ def run_scenario(scenario: Scenario, settings: RunSettings) -> ScenarioReport:
     result = CheckResult()
     try:
         result = _run_in_lab(scenario, settings, base_dir, lab, report)
-    except (NetnsError, RuntimeError, TimeoutError, KqClientError, OSError) as error:
+    except (NetnsError, RuntimeError, TimeoutError, KqClientError, KafkaException, OSError) as error:
         logger.exception("scenario %s could not run", scenario.name)
         result.add(Anomaly("error", f"{type(error).__name__}: {error}"))
     finally:
