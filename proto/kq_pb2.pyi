@@ -340,6 +340,7 @@ class Command(_message.Message):
     COMPLETE_TRANSACTION_FIELD_NUMBER: _builtins.int
     TRANSACTION_MARKER_FIELD_NUMBER: _builtins.int
     TXN_COMMIT_OFFSETS_FIELD_NUMBER: _builtins.int
+    BARRIER_FIELD_NUMBER: _builtins.int
     OFFSET_DELETE_FIELD_NUMBER: _builtins.int
     GROW_PARTITIONS_FIELD_NUMBER: _builtins.int
     CONSUMER_HEARTBEAT_FIELD_NUMBER: _builtins.int
@@ -409,6 +410,12 @@ class Command(_message.Message):
     @_builtins.property
     def txn_commit_offsets(self) -> Global___TxnCommitOffsetsCommand: ...
     @_builtins.property
+    def barrier(self) -> Global___BarrierCommand:
+        """A no-op a leader commits before a read that must see every earlier commit (a read barrier:
+        a deposed leader cannot commit it, so it cannot answer from a stale store).
+        """
+
+    @_builtins.property
     def offset_delete(self) -> Global___OffsetDeleteCommand: ...
     @_builtins.property
     def grow_partitions(self) -> Global___GrowPartitionsCommand: ...
@@ -449,20 +456,43 @@ class Command(_message.Message):
         complete_transaction: Global___CompleteTransactionCommand | None = ...,
         transaction_marker: Global___TransactionMarkerCommand | None = ...,
         txn_commit_offsets: Global___TxnCommitOffsetsCommand | None = ...,
+        barrier: Global___BarrierCommand | None = ...,
         offset_delete: Global___OffsetDeleteCommand | None = ...,
         grow_partitions: Global___GrowPartitionsCommand | None = ...,
         consumer_heartbeat: Global___ConsumerHeartbeatCommand | None = ...,
         alter_scram: Global___AlterScramCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "barrier", b"barrier", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "barrier", b"barrier", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "offset_delete", "grow_partitions", "consumer_heartbeat", "alter_scram"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "barrier", "offset_delete", "grow_partitions", "consumer_heartbeat", "alter_scram"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___Command: _TypeAlias = Command  # noqa: Y015
+
+@_typing.final
+class BarrierCommand(_message.Message):
+    """No effect: committed in the proposer's term, it proves that proposer led when it was (see Command)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPOSED_MS_FIELD_NUMBER: _builtins.int
+    proposed_ms: _builtins.int
+    """The proposer's clock (for logs; apply ignores it)."""
+    def __init__(
+        self,
+        *,
+        proposed_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["proposed_ms", b"proposed_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BarrierCommand: _TypeAlias = BarrierCommand  # noqa: Y015
 
 @_typing.final
 class TxnPartition(_message.Message):

@@ -321,6 +321,11 @@ def remove_acls(acls: Sequence[kq_pb2.Acl]) -> kq_pb2.Command:
     return kq_pb2.Command(version=COMMAND_VERSION, remove_acls=kq_pb2.RemoveAclsCommand(acls=acls))
 
 
+def barrier(proposed_ms: int) -> kq_pb2.Command:
+    """A no-op entry a leader commits before a read that must not be stale (BarrierCommand)."""
+    return kq_pb2.Command(version=COMMAND_VERSION, barrier=kq_pb2.BarrierCommand(proposed_ms=proposed_ms))
+
+
 TransactionMessage = (
     kq_pb2.InitTransactionCommand
     | kq_pb2.AddToTransactionCommand

@@ -13,6 +13,7 @@ __all__ = [
     "AppendResult",
     "ApplyResult",
     "AuthResult",
+    "BarrierResult",
     "CompactResult",
     "ErrorCode",
     "GroupResult",
@@ -152,8 +153,16 @@ class TransactionResult:
     written: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class BarrierResult:
+    """A read barrier committed (BarrierCommand): nothing changed."""
+
+    index: int
+
+
 ApplyResult = (
     RejectedResult
+    | BarrierResult
     | TransactionResult
     | TopicResult
     | AppendResult

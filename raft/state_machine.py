@@ -41,6 +41,7 @@ from kq.raft import auth, commands, groups, transactions
 from kq.raft.results import (
     AppendResult,
     ApplyResult,
+    BarrierResult,
     CompactResult,
     ErrorCode,
     GroupResult,
@@ -202,6 +203,8 @@ def _dispatch(
         return _GROUP_HANDLERS[kind](writer, getattr(command, kind))
     if kind == "register_producer":
         return ProducerResult(writer.allocate_producer_id())
+    if kind == "barrier":  # A read barrier: committing it is the whole point (broker/kafka/groups.py).
+        return BarrierResult(index)
     if kind == "register_member":
         return _apply_register_member(writer, command.register_member)
     if kind == "unregister_member":  # Forgetting an unknown member is no error: a retry after a cut-off.

@@ -612,7 +612,7 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return _kafka_sync_problem(command.kafka_sync_group)
     if kind == "consumer_heartbeat":
         return _consumer_heartbeat_problem(command.consumer_heartbeat)
-    if kind == "register_producer":
+    if kind in ("register_producer", "barrier"):
         return None
     if kind == "register_member":
         register = command.register_member

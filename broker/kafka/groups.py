@@ -612,6 +612,8 @@ class GroupApis(KafkaBase):
             code = consumer_fetch_code(await self._group(group), member_id, member_epoch)
         committed: dict[tuple[str, int], tuple[int, OffsetDetails]] = {}
         unstable: frozenset[tuple[str, int]] = frozenset()
+        if code == NONE and stable:
+            code = await self._read_barrier()
         if code == NONE:
             committed = await self._in_reads(self._committed, group)
             if stable:
@@ -667,6 +669,20 @@ class GroupApis(KafkaBase):
             for name, partitions in wanted.items()
         )
         return code, topics
+
+    async def _read_barrier(self) -> int:
+        """NONE once a no-op entry proposed now has been applied here: this store then holds every
+        commit acknowledged before the request, which `is_leader()` alone does not prove (a leader
+        paused or cut off answers from its old store until it learns it was deposed: the chaos
+        exactly-once scenario read committed offsets going back that way). Else the code that sends
+        the client to look for the coordinator again. A stable OffsetFetch pays this Raft round."""
+        try:
+            await self._in_workers(
+                propose_and_wait, self._consensus, commands.barrier(wall_clock_ms()), PROPOSAL_TIMEOUT_S
+            )
+        except KqError as error:
+            return self._error_code(error)
+        return NONE
 
     def _pending_partitions(self, group: str) -> frozenset[tuple[str, int]]:
         """The group's partitions whose offsets an open (ONGOING or prepared) transaction committed and

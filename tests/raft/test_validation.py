@@ -323,6 +323,7 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         "unregister_member",
         "security",
         "transaction",
+        "barrier",
         "offset_delete",
         "grow",
     ]
@@ -331,6 +332,8 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         return draw(security_commands())
     if kind == "transaction":
         return draw(transaction_commands())
+    if kind == "barrier":
+        return commands.barrier(draw(st.integers(-(2**63), 2**63 - 1)))
     if kind == "register_member":
         return commands.register_member(draw(cluster_members()), draw(cluster_ids))
     if kind == "unregister_member":
