@@ -91,9 +91,7 @@ class TransactionRpcs(ServiceBase):
             transactional_id=request.transactional_id, timeout_ms=request.timeout_ms, now_ms=wall_clock_ms()
         )
         result = self._propose_finishing(commands.transaction(init), request.transactional_id)
-        return kq_pb2.TransactionResponse(
-            producer_id=result.producer_id, producer_epoch=result.producer_epoch
-        )
+        return _response(result)
 
     def AddToTransaction(
         self, request: kq_pb2.AddToTransactionRequest, context: grpc.ServicerContext | None
@@ -109,9 +107,7 @@ class TransactionRpcs(ServiceBase):
             now_ms=wall_clock_ms(),
         )
         result = self._propose_finishing(commands.transaction(add), request.transactional_id)
-        return kq_pb2.TransactionResponse(
-            producer_id=result.producer_id, producer_epoch=result.producer_epoch
-        )
+        return _response(result)
 
     def EndTransaction(
         self, request: kq_pb2.EndTransactionRequest, context: grpc.ServicerContext | None
@@ -135,9 +131,7 @@ class TransactionRpcs(ServiceBase):
                 producer_id=request.producer_id, producer_epoch=request.producer_epoch
             )
         self._finish(request.transactional_id)
-        return kq_pb2.TransactionResponse(
-            producer_id=result.producer_id, producer_epoch=result.producer_epoch
-        )
+        return _response(result)
 
     def TxnCommitOffsets(
         self, request: kq_pb2.TxnCommitOffsetsRequest, context: grpc.ServicerContext | None
@@ -153,9 +147,7 @@ class TransactionRpcs(ServiceBase):
             commit_ms=wall_clock_ms(),
         )
         result = self._propose_transaction(commands.transaction(offsets), request.transactional_id)
-        return kq_pb2.TransactionResponse(
-            producer_id=result.producer_id, producer_epoch=result.producer_epoch
-        )
+        return _response(result)
 
     def WriteTxnMarkers(
         self, request: kq_pb2.WriteTxnMarkersRequest, context: grpc.ServicerContext | None
@@ -190,3 +182,8 @@ class TransactionRpcs(ServiceBase):
                 for name, raw in rows
             ]
         )
+
+
+def _response(result: TransactionResult) -> kq_pb2.TransactionResponse:
+    """A transaction RPC's answer: the id's producer id and epoch after the step."""
+    return kq_pb2.TransactionResponse(producer_id=result.producer_id, producer_epoch=result.producer_epoch)

@@ -8,18 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kq.proto import kq_pb2
+from kq.proto.txn_states import STATE_NAMES
 
 if TYPE_CHECKING:
     from kq.client.connection import Connections
 
-STATE_NAMES = {  # Kafka's names of the states, as kafka-transactions.sh shows them.
-    kq_pb2.TXN_EMPTY: "Empty",
-    kq_pb2.TXN_ONGOING: "Ongoing",
-    kq_pb2.TXN_PREPARE_COMMIT: "PrepareCommit",
-    kq_pb2.TXN_PREPARE_ABORT: "PrepareAbort",
-    kq_pb2.TXN_COMPLETE_COMMIT: "CompleteCommit",
-    kq_pb2.TXN_COMPLETE_ABORT: "CompleteAbort",
-}
 
 
 @dataclass(frozen=True, slots=True)

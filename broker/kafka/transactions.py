@@ -40,6 +40,7 @@ from kq.proto.limits import (
     TXN_PARTITIONS_MAX,
 )
 from kq.proto.records import SEQUENCE_MODULUS
+from kq.proto.txn_states import STATE_NAMES
 from kq.raft.placement import METADATA_GROUP
 from kq.raft.validation import offset_metadata_problem, topic_name_problem
 from kq.storage import ProducerWindow
@@ -234,14 +235,6 @@ class TransactionApis(KafkaBase):
         return build(module.TxnOffsetCommitResponse, throttle_time=0, topics=topics)
 
 
-STATE_NAMES = {  # Kafka's names of the states (TransactionState.scala), as its admin tools show them.
-    kq_pb2.TXN_EMPTY: "Empty",
-    kq_pb2.TXN_ONGOING: "Ongoing",
-    kq_pb2.TXN_PREPARE_COMMIT: "PrepareCommit",
-    kq_pb2.TXN_PREPARE_ABORT: "PrepareAbort",
-    kq_pb2.TXN_COMPLETE_COMMIT: "CompleteCommit",
-    kq_pb2.TXN_COMPLETE_ABORT: "CompleteAbort",
-}
 TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
