@@ -82,6 +82,7 @@ from kq.raft import commands
 from kq.raft.consumer_groups import STALE_MEMBER_EPOCH, is_consumer_group
 from kq.raft.kafka_groups import DEAD, FENCED_INSTANCE_ID, find, state_name
 from kq.raft.results import ApplyResult, GroupResult, KafkaGroupResult
+from kq.raft.transactions import ONGOING, PREPARED
 from kq.raft.validation import (
     assignments_problem,
     kafka_member_problem,
@@ -128,7 +129,7 @@ def _metadata(member: kq_pb2.GroupMember, protocol: str) -> bytes:
 
 OFFSET_METADATA_TOO_LARGE = 12  # Kafka's code for a metadata string over offset.metadata.max.bytes.
 UNSTABLE_OFFSET_COMMIT = 88  # Kafka's: an open transaction holds an offset of the partition (retriable).
-OPEN_PHASES = (kq_pb2.TXN_ONGOING, kq_pb2.TXN_PREPARE_COMMIT, kq_pb2.TXN_PREPARE_ABORT)
+OPEN_PHASES = (ONGOING, *PREPARED)  # A transaction whose offsets may still be pending.
 
 
 class GroupApis(KafkaBase):
