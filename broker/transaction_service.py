@@ -170,6 +170,8 @@ class TransactionRpcs(ServiceBase):
         """Transactional ids and their states, from this node's replica of group 0 (one id, or all up to
         TXN_LIST_MAX)."""
         self._require_group_replica(METADATA_GROUP)
+        if request.transactional_id:
+            check(transactional_id_problem(request.transactional_id))
         with self._store.read() as reader:
             if request.transactional_id:
                 raw = reader.transaction_state(request.transactional_id)

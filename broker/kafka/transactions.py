@@ -42,6 +42,7 @@ from kq.proto.limits import (
 from kq.proto.records import SEQUENCE_MODULUS
 from kq.proto.txn_states import STATE_NAMES
 from kq.raft.placement import METADATA_GROUP
+from kq.raft.transactions import transactional_id_problem
 from kq.raft.validation import offset_metadata_problem, topic_name_problem
 from kq.storage import ProducerWindow
 
@@ -253,7 +254,10 @@ class TransactionAdminApis(KafkaBase):
             if transactional_ids is None:
                 rows = reader.transaction_states(TXN_LIST_MAX)
                 return [(name, kq_pb2.TransactionState.FromString(raw)) for name, raw in rows]
-            found = [(name, reader.transaction_state(name)) for name in transactional_ids]
+            found = [  # A name kq cannot hold (empty, too long) is no id's: unknown, not read.
+                (name, None if transactional_id_problem(name) else reader.transaction_state(name))
+                for name in transactional_ids
+            ]
         return [
             (name, None if raw is None else kq_pb2.TransactionState.FromString(raw)) for name, raw in found
         ]
