@@ -17,6 +17,7 @@ from kq.broker.errors import (
     InvalidArgumentError,
     KqError,
     OutOfRangeError,
+    UnavailableError,
     error_for_code,
 )
 from kq.broker.group_membership import ClusterChanges
@@ -379,9 +380,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
             if not found and not last:
                 return None
             if not found and caught_up and request.offset > response.log_end_offset:
-                raise OutOfRangeError(
-                    f"offset {request.offset} is beyond the log end {response.log_end_offset}"
-                )
+                raise self._beyond_log_end(request, response.log_end_offset)
             return response
 
         return await self._until_answered(
@@ -390,6 +389,21 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
             lambda: _watch_key(request, caught_up),
             time.monotonic() + wait_ms / 1000,
             READER_RECHECK_S,
+        )
+
+    def _beyond_log_end(self, request: kq_pb2.FetchRequest, log_end_offset: int) -> KqError:
+        """The error for a fetch past this node's log end. Only the partition's leader can say the
+        offset is beyond the log (OFFSET_OUT_OF_RANGE, after which a consumer resets its position);
+        a follower may only not have applied it yet (a restarted node, or one that lags), so it
+        answers NOT_CAUGHT_UP, retriable: the client asks another node (Kafka's KIP-392 consumers
+        likewise check a follower's OFFSET_OUT_OF_RANGE with the leader before they reset)."""
+        if self._consensus.is_leader():
+            return OutOfRangeError(f"offset {request.offset} is beyond the log end {log_end_offset}")
+        return UnavailableError(
+            f"offset {request.offset} is past node {self._node.node_id}'s log end {log_end_offset} of "
+            f"{request.topic}/{request.partition}, which may lag the leader's; retry (the leader "
+            "decides whether it is out of range)",
+            ErrorCode.NOT_CAUGHT_UP,
         )
 
     async def FetchStream(  # type: ignore[override]  # grpc.aio's writer API, which the stub does not type.

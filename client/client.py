@@ -309,6 +309,23 @@ class KqClient(GroupsApi, SecurityApi, TransactionsApi):
         statuses = [s for s in self.cluster_status() if isinstance(s, NodeStatus) and s.leader_address]
         return max(statuses, key=lambda status: status.term).leader_address if statuses else None
 
+    def group_leader_address(self, group: int) -> str | None:
+        """The gRPC address of Raft group `group`'s leader, as the answering node with the highest term
+        for that group reports it (group 0: the cluster's leader), or None while none is known."""
+        statuses = [s for s in self.cluster_status() if isinstance(s, NodeStatus)]
+        leaders = [
+            leader
+            for status in statuses
+            for leader in status.group_leaders
+            if leader.group == group and leader.leader_address
+        ]
+        if leaders:
+            return max(leaders, key=lambda leader: leader.term).leader_address
+        if group != 0:
+            return None
+        statuses = [s for s in statuses if s.leader_address]
+        return max(statuses, key=lambda status: status.term).leader_address if statuses else None
+
     # Produce ------------------------------------------------------------------------------------
 
     def send(

@@ -229,8 +229,15 @@ class GroupConsumer:
     def _reset_out_of_range(self, topic: str, partition: int) -> bool:
         """After OUT_OF_RANGE: moves a position retention left below the log start (or one past the log
         end) to the start or the end, as `auto_offset_reset` says (Kafka's auto.offset.reset); whether it
-        moved. A position within the log means the node asked lags behind: it is fetched again."""
-        offsets = self._client.list_offsets(topic)[partition]
+        moved. A position within the log means the node asked lags behind: it is fetched again.
+
+        The log's ends come from the leader of the partition's Raft group: a follower that lags (a
+        node just restarted) would put them too low, and the position would be reset to the start
+        of a log that holds it. No leader known: the position stays, and is fetched again."""
+        leader = self._client.group_leader_address(self._client.partition_group(topic, partition))
+        if leader is None:
+            return False
+        offsets = self._client.list_offsets(topic, node=leader)[partition]
         position = self._positions[(topic, partition)]
         if offsets.log_start_offset <= position <= offsets.log_end_offset:
             return False

@@ -613,7 +613,7 @@ class GroupApis(KafkaBase):
             code = consumer_fetch_code(await self._group(group), member_id, member_epoch)
         committed: dict[tuple[str, int], tuple[int, OffsetDetails]] = {}
         unstable: frozenset[tuple[str, int]] = frozenset()
-        if code == NONE and stable:
+        if code == NONE:  # Every OffsetFetch: a deposed coordinator must not answer older offsets.
             code = await self._read_barrier()
         if code == NONE:
             committed = await self._in_reads(self._committed, group)
@@ -676,7 +676,8 @@ class GroupApis(KafkaBase):
         commit acknowledged before the request, which `is_leader()` alone does not prove (a leader
         paused or cut off answers from its old store until it learns it was deposed: the chaos
         exactly-once scenario read committed offsets going back that way). Else the code that sends
-        the client to look for the coordinator again. A stable OffsetFetch pays this Raft round."""
+        the client to look for the coordinator again. Every OffsetFetch pays this Raft round (a
+        consumer sends one when it is assigned partitions, not per poll)."""
         try:
             await self._in_workers(
                 propose_and_wait, self._consensus, commands.barrier(wall_clock_ms()), PROPOSAL_TIMEOUT_S

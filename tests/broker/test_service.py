@@ -92,6 +92,27 @@ def test_fetch_outside_the_log_is_out_of_range(edge: Edge) -> None:
     assert edge.store.dump() == before
 
 
+def test_a_follower_never_says_a_fetch_past_its_log_end_is_out_of_range(edge: Edge) -> None:
+    """A follower may only lag (a node just restarted): past its log end it answers NOT_CAUGHT_UP,
+    retriable, so a consumer asks another node instead of resetting its position (chaos run 14); the
+    leader still answers OUT_OF_RANGE, and below the log start is out of range on any node."""
+    edge.stub.DeleteRecords(kq_pb2.DeleteRecordsRequest(topic="t", partition=0, before_offset=1))
+    edge.consensus.leader, edge.consensus.leader_address = False, "127.0.0.1:9999"
+    with pytest.raises(grpc.RpcError) as caught:
+        edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=0, offset=9))
+    assert status_of(caught.value) == grpc.StatusCode.UNAVAILABLE
+    code = metadata_value(caught.value.trailing_metadata(), ERROR_CODE_METADATA_KEY)
+    assert int(code or 0) == ErrorCode.NOT_CAUGHT_UP
+    expect(
+        grpc.StatusCode.OUT_OF_RANGE, edge.stub.Fetch, kq_pb2.FetchRequest(topic="t", partition=0, offset=0)
+    )
+    assert [r.offset for r in edge.stub.Fetch(kq_pb2.FetchRequest(topic="t", partition=0, offset=1)).records]
+    edge.consensus.leader = True
+    expect(
+        grpc.StatusCode.OUT_OF_RANGE, edge.stub.Fetch, kq_pb2.FetchRequest(topic="t", partition=0, offset=9)
+    )
+
+
 def test_writes_on_a_follower_redirect_to_the_leader(edge: Edge) -> None:
     """A follower answers FAILED_PRECONDITION with kq-leader; with no leader known, UNAVAILABLE."""
     edge.consensus.leader, edge.consensus.leader_address = False, "127.0.0.1:9999"
