@@ -507,7 +507,14 @@ class ExactlyOnce:
         """The input, the output as read_committed reads it, and the group's final committed offsets."""
         watcher = OffsetWatcher(self.bootstrap, self.partitions, ExactlyOnceHistory())
         try:
-            final_committed = watcher.committed() or {}
+            # Asked again after a failure (the coordinator just moved, say): one failed OffsetFetch is
+            # no answer, and would read as "nothing committed".
+            deadline_s = time.monotonic() + READ_TIMEOUT_S
+            answer = watcher.committed()
+            while answer is None and time.monotonic() < deadline_s:
+                time.sleep(OFFSET_POLL_S)
+                answer = watcher.committed()
+            final_committed = answer or {}
         finally:
             watcher.close()
         inputs, input_bounds = read_topic(self.bootstrap, INPUT_TOPIC, self.partitions, "read_uncommitted")

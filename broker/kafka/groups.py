@@ -629,6 +629,8 @@ class GroupApis(KafkaBase):
             wanted = {topic.name: list(topic.partition_indexes) for topic in asked}
             if code == NONE:
                 refused = self._refused(connection, ApiKey.OFFSET_FETCH, TOPIC, wanted)
+        if v8 and code != NONE:  # As Kafka: a group's error and no partitions, never offsets of -1 with NONE.
+            wanted = {}
         partition_class = module.OffsetFetchResponsePartitions if v8 else module.OffsetFetchResponsePartition
         topic_class = module.OffsetFetchResponseTopics if v8 else module.OffsetFetchResponseTopic
         topics = tuple(

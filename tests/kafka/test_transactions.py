@@ -20,6 +20,8 @@ from kio.schema.describe_producers.v0.request import TopicRequest as DescribePro
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
+from kio.schema.offset_fetch.v8.request import OffsetFetchRequest as OffsetFetchRequestV8
+from kio.schema.offset_fetch.v8.request import OffsetFetchRequestGroup, OffsetFetchRequestTopics
 from kio.schema.types import GroupId, TopicName, TransactionalId
 from kio.static.primitive import i32
 
@@ -300,3 +302,24 @@ def test_require_stable_answers_unstable_while_a_transaction_holds_the_offset(
     producer.commit_transaction(30)
     assert fetched(stable=True) == (0, 4)
     consumer.close()
+
+
+def test_offset_fetch_v8_answers_a_group_error_with_no_partitions(kafka_cluster: LocalCluster) -> None:
+    """A v8 OffsetFetch sent to a node that does not coordinate the group answers the group's error
+    (NOT_COORDINATOR) and no partitions, as Kafka does: never offsets of -1 with NONE, which a client
+    reads as "nothing committed" (the chaos exactly-once checker read a final offset so)."""
+    source = _topic(kafka_cluster, 1)
+    leader = kafka_cluster.wait_ready()
+    follower = next(spec for node_id, spec in kafka_cluster.nodes.items() if node_id != leader)
+    request = OffsetFetchRequestV8(
+        groups=(
+            OffsetFetchRequestGroup(
+                group_id=GroupId(f"v8-{uuid.uuid4().hex[:6]}"),
+                topics=(OffsetFetchRequestTopics(name=TopicName(source), partition_indexes=(i32(0),)),),
+            ),
+        ),
+        require_stable=False,
+    )
+    group = call(follower.kafka_address, request).groups[0]
+    assert int(group.error_code) == 16  # NOT_COORDINATOR
+    assert group.topics == ()
