@@ -123,6 +123,7 @@ class Timeline:
     memory: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)  # node -> (t, anon, file)
     # node -> (t, its data directory's sizes)
     disk: dict[str, list[tuple[float, disk_usage.DiskUsage]]] = field(default_factory=dict)
+    threads: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # node -> (t, OS threads)
 
 
 def parse_arguments(argv: Sequence[str] | None) -> tuple[SoakSettings, Path | None]:
@@ -223,6 +224,7 @@ def sample(
             continue
         try:
             memory = procfs.memory(pid)
+            threads = procfs.thread_count(pid)
         except (OSError, KeyError):
             gone.append(node_id)
             continue
@@ -234,7 +236,9 @@ def sample(
             "dir_allocated_bytes": usage.allocated_bytes,
             "lmdb_bytes": usage.lmdb_bytes,
             "journal_bytes": usage.journal_bytes,
+            "threads": threads,
         }
+        timeline.threads.setdefault(node_id, []).append((elapsed_s, threads))
         timeline.memory.setdefault(node_id, []).append((elapsed_s, memory.anon_kib, memory.file_kib))
         timeline.disk.setdefault(node_id, []).append((elapsed_s, usage))
     entry = {
@@ -478,7 +482,12 @@ def _node_sections(cluster: LocalCluster, settings: SoakSettings, timeline: Time
         scan = scan_log(_read_lines(cluster.log_path(node_id)))
         memory = timeline.memory.get(node_id, [])
         section = node_section(
-            memory, scan, settings.warmup_minutes * 60, settings.floor_window_s, settings.limits
+            memory,
+            scan,
+            settings.warmup_minutes * 60,
+            settings.floor_window_s,
+            settings.limits,
+            timeline.threads.get(node_id, []),
         )
         section["disk"] = disk_section(
             timeline.disk.get(node_id, []), settings.size_growth_max_fraction, settings.size_report_interval_s

@@ -100,6 +100,22 @@ def least_squares_slope(points: Sequence[FloorPoint]) -> float | None:
     return sum((p.minute - mean_x) * (p.anon_mib - mean_y) for p in points) / spread
 
 
+def r_squared(points: Sequence[FloorPoint]) -> float | None:
+    """How much of the floor's variation the least-squares line explains (0..1): a slope with a low R²
+    is noise around a flat floor, one with a high R² a steady rise. None below two points, or when
+    the floor is perfectly flat (no variation to explain)."""
+    slope = least_squares_slope(points)
+    if slope is None:
+        return None
+    mean_x = sum(p.minute for p in points) / len(points)
+    mean_y = sum(p.anon_mib for p in points) / len(points)
+    total = sum((p.anon_mib - mean_y) ** 2 for p in points)
+    if total == 0:
+        return None
+    residual = sum((p.anon_mib - (mean_y + slope * (p.minute - mean_x))) ** 2 for p in points)
+    return max(0.0, 1.0 - residual / total)
+
+
 # Node logs --------------------------------------------------------------------------------------
 
 

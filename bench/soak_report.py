@@ -19,9 +19,11 @@ from kq.bench.soak_analysis import (
     at_intervals,
     floor_points,
     least_squares_slope,
+    r_squared,
     size_level,
     snapshot_stats,
 )
+from kq.proto.limits import NODE_THREADS_MAX
 
 SLOPE_MAX_MIB_PER_MIN = 1.0
 
@@ -35,6 +37,7 @@ class Limits:
     # With retention: how far a node's size peak over the second half may exceed the first half's,
     # as a fraction of the latter. None (no retention): sizes are reported, not judged.
     size_growth_max_fraction: float | None = None
+    threads_max: int = NODE_THREADS_MAX  # A node process's OS threads at any sample.
 
 
 def node_section(
@@ -43,16 +46,27 @@ def node_section(
     warmup_s: float,
     window_s: float,
     limits: Limits,
+    threads: Sequence[tuple[float, int]] = (),
 ) -> dict[str, Any]:
-    """One node's memory floor, memory figures and snapshot statistics.
+    """One node's memory floor (its slope and R²), memory figures, thread counts and snapshot
+    statistics.
 
-    `samples` are (seconds since start, RssAnon KiB, RssFile KiB).
+    `samples` are (seconds since start, RssAnon KiB, RssFile KiB); `threads` (seconds since start,
+    the process's OS threads).
     """
     points = floor_points([(t, anon) for t, anon, _ in samples], warmup_s, window_s)
     anon = [a for _, a, _ in samples]
     files = [f for _, _, f in samples]
+    counts = [count for _, count in threads]
+    r2 = r_squared(points)
     return {
         "anon_floor_slope_mib_per_min": least_squares_slope(points),
+        "anon_floor_r_squared": None if r2 is None else round(r2, 3),
+        "threads": {
+            "first": counts[0] if counts else None,
+            "max": max(counts) if counts else None,
+            "last": counts[-1] if counts else None,
+        },
         "floor_points": [[round(p.minute, 3), round(p.anon_mib, 2)] for p in points],
         "anon_mib": _range_mib(anon),
         "file_mib": _range_mib(files),
@@ -118,6 +132,11 @@ def verdict(report: dict[str, Any], limits: Limits) -> list[str]:
             )
         if node["error_line_count"]:
             failures.append(f"node {node_id}: {node['error_line_count']} ERROR/CRITICAL line(s)")
+        most_threads = node.get("threads", {}).get("max")
+        if most_threads is not None and most_threads > limits.threads_max:
+            failures.append(
+                f"node {node_id}: {most_threads} threads > {limits.threads_max} (NODE_THREADS_MAX)"
+            )
     digests = report["digests"]
     if not digests["equal"]:
         failures.append("digests differ between nodes (or a node could not be read)")
@@ -187,7 +206,10 @@ def render(report: dict[str, Any]) -> str:
         )
     lines.append(f"group committed offsets at log end: {report['group_committed_at_end']}")
     lines.append("")
-    lines.append("node  floor slope MiB/min  RssAnon MiB first/min/max/last  RssFile MiB last")
+    lines.append(
+        "node  floor slope MiB/min (R²)  RssAnon MiB first/min/max/last  RssFile MiB last  "
+        f"threads first/max/last (<= {NODE_THREADS_MAX})"
+    )
     for node_id, node in sorted(report["nodes"].items()):
         lines += _node_lines(node_id, node)
     lines.append("")
@@ -215,9 +237,12 @@ def _node_lines(node_id: str, node: dict[str, Any]) -> list[str]:
         f"first {_number(snap['first_s'], '.2f')} s, last {_number(snap['last_s'], '.2f')} s, "
         f"max {_number(snap['max_s'], '.2f')} s"
     )
+    threads = node.get("threads", {})
+    r2 = _number(node.get("anon_floor_r_squared"), ".2f")
+    slope = f"{_number(node['anon_floor_slope_mib_per_min'], '+.3f')} ({r2})"
     return [
-        f"{node_id:>4}  {_number(node['anon_floor_slope_mib_per_min'], '+.3f'):>19}  {memory:>32}  "
-        f"{node['file_mib']['last']!s:>16}",
+        f"{node_id:>4}  {slope:>24}  {memory:>32}  {node['file_mib']['last']!s:>16}  "
+        f"{threads.get('first')}/{threads.get('max')}/{threads.get('last')}",
         f"      snapshots: {snap['count']} written ({durations}), overlaps {snap['overlaps']}, "
         f"min gap {_number(snap['gap_min_s'], '.1f')} s, back-to-back {snap['back_to_back']}, "
         f"failed {snap['failed']}, unfinished {snap['unfinished']}",

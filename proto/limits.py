@@ -206,6 +206,12 @@ METRICS_GROUPS_MAX = 512
 READY_APPLY_LAG_MAX = 1_000
 HTTP_THREADS_MAX = 8  # Concurrent HTTP requests (scrapes and probes); one more waits for a slot.
 HTTP_REQUEST_TIMEOUT_S = 10.0  # A client that sends its request slower than this is dropped.
+# A node process's threads besides its three pools (gRPC workers, readers, HTTP requests): the named
+# threads of DESIGN.md's threads table (one of each, a `kq-raft-tick-<group>` per group it holds) and
+# the gRPC core's own (its poller, timer and executor threads). The soak holds every node to
+# NODE_THREADS_MAX (`python -m kq.bench.soak`): a thread that leaks per call or per client shows there.
+NODE_FIXED_THREADS_MAX = 32
+NODE_THREADS_MAX = GRPC_WORKERS_DEFAULT + READ_WORKERS + HTTP_THREADS_MAX + NODE_FIXED_THREADS_MAX
 
 # console/ (`kq console`): what one page shows and what the console keeps.
 CONSOLE_RECORDS_MAX = 100  # Records one browse page shows (the next page starts after them).

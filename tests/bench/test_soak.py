@@ -17,11 +17,12 @@ from kq.bench.soak_analysis import (
     at_intervals,
     floor_points,
     least_squares_slope,
+    r_squared,
     scan_log,
     size_level,
     snapshot_stats,
 )
-from kq.bench.soak_report import Limits, verdict
+from kq.bench.soak_report import Limits, node_section, verdict
 from kq.bench.soak_workload import RecordTracker
 from kq.client import ConsumerRecord
 
@@ -70,6 +71,32 @@ def test_least_squares_slope_is_exact_on_a_line_and_undefined_on_one_point() -> 
     points = [FloorPoint(x, 3 * x + 1) for x in (0.5, 1.5, 2.5)]
     assert least_squares_slope(points) == pytest.approx(3.0)
     assert least_squares_slope(points[:1]) is None
+
+
+def test_r_squared_is_one_on_a_line_low_on_noise_and_undefined_when_flat() -> None:
+    """A steady rise is explained by its line (R² 1); a floor jumping around a flat line is not (near
+    0); a perfectly flat floor or a single point has no R²."""
+    line = [FloorPoint(x, 2 * x + 5) for x in (0.5, 1.5, 2.5, 3.5)]
+    assert r_squared(line) == pytest.approx(1.0)
+    noise = [FloorPoint(x, 100 + (3 if i % 2 else -3)) for i, x in enumerate((0.5, 1.5, 2.5, 3.5, 4.5, 5.5))]
+    r2 = r_squared(noise)
+    assert r2 is not None and r2 < 0.2
+    assert r_squared([FloorPoint(x, 7.0) for x in (0.5, 1.5)]) is None
+    assert r_squared(line[:1]) is None
+
+
+def test_node_section_reports_thread_counts_and_the_verdict_holds_them_to_the_limit() -> None:
+    """Each node's first, largest and last thread count go in its section; a count above
+    `Limits.threads_max` (NODE_THREADS_MAX by default) fails the soak, naming the node."""
+    samples = [(t * 10.0, 100_000, 50_000) for t in range(40)]
+    section = node_section(samples, scan_log([]), 0.0, 60.0, Limits(), [(0.0, 20), (10.0, 31), (20.0, 25)])
+    assert section["threads"] == {"first": 20, "max": 31, "last": 25}
+    assert section["anon_floor_slope_mib_per_min"] == pytest.approx(0.0)
+    report = _report()
+    report["nodes"]["2"]["threads"] = section["threads"]
+    assert verdict(report, Limits(threads_max=31)) == []
+    failures = verdict(report, Limits(threads_max=30))
+    assert failures == ["node 2: 31 threads > 30 (NODE_THREADS_MAX)"]
 
 
 def _line(clock: str, message: str, level: str = "INFO", logger: str = "kq.raft.snapshot") -> str:
