@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from kq.broker.auth import CURRENT_PRINCIPAL, REQUIREMENTS, Security, current_principal
+from kq.broker.corruption import CORRUPTION
 from kq.broker.errors import KqError, abort_async, abort_with
 from kq.broker.metrics import GRPC_REQUEST_LATENCY, observe_latency
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import LOG_INTERVAL_S, REASON_CHARS_MAX, UNARY_CALLS_MAX
+from kq.storage import CorruptRecordError
 
 logger = logging.getLogger(__name__)
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
@@ -314,6 +316,9 @@ class EdgeInterceptor(_Interceptor):
             raise error  # context.abort() raised it: the status is already set.
         if isinstance(error, KqError):
             await abort_with(context, error)
+        if isinstance(error, CorruptRecordError):  # Met by a read that did not name the partition.
+            topic_id, partition, _ = error.batch or (-1, -1, -1)
+            await abort_with(context, CORRUPTION.error(error, f"topic id {topic_id}", partition))
         debug = logger.isEnabledFor(logging.DEBUG)
         self._log.report(method, "%s failed: %s: %s", method, type(error).__name__, error, exc_info=debug)
         await abort_async(context, ErrorCode.INTERNAL_ERROR, "internal error; see the node's log")

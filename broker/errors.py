@@ -72,6 +72,13 @@ class ResourceExhaustedError(KqError):
     default_code = ErrorCode.QUEUE_FULL
 
 
+class CorruptDataError(KqError):
+    """A batch the read needs failed its checksum on this node (broker/corruption.py): nothing of it
+    is served; another replica holds it whole."""
+
+    default_code = ErrorCode.CORRUPT_DATA
+
+
 class StorageFullError(KqError):
     """The leader's store is within its headroom of --max-disk-bytes or of a full disk: a write that
     would grow it is refused before it is proposed (broker/storage_guard.py)."""

@@ -82,6 +82,12 @@ FORWARDED_REQUESTS = Counter(
 RECORDS_FETCHED = Counter(
     "kq_kafka_records_fetched", "Records served by this node's fetches.", ["topic"], registry=REGISTRY
 )
+# Stored batches a read found failing their checksum (broker/corruption.py), each counted once.
+CORRUPT_BATCHES_FOUND = Counter(
+    "kq_corrupt_batches_found",
+    "Stored batches this node found corrupt (each counted once).",
+    registry=REGISTRY,
+)
 
 
 class TopicLabels:

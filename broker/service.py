@@ -12,6 +12,7 @@ import grpc
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from kq.broker.auth import TOPIC, WRITE, Access, Principal, current_principal
+from kq.broker.corruption import CORRUPTION
 from kq.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -58,7 +59,7 @@ from kq.raft import commands, topic_config
 from kq.raft.placement import METADATA_GROUP
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
 from kq.raft.topic_config import altered, applied_config, configs_problem, decode_overrides, effective
-from kq.storage import StoredBatch, StoreReader, TopicMeta
+from kq.storage import CorruptRecordError, StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
 
@@ -483,7 +484,12 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
             caught_up = applied_index >= request.min_index
             batches: list[StoredBatch] = []
             if caught_up and offset < state.log_end_offset:
-                batches = reader.batches(topic.topic_id, request.partition, offset, max_bytes, max_records)
+                try:
+                    batches = reader.batches(
+                        topic.topic_id, request.partition, offset, max_bytes, max_records
+                    )
+                except CorruptRecordError as error:
+                    raise CORRUPTION.error(error, request.topic, request.partition) from None
                 count_fetched(request.topic, batches)
         response = kq_pb2.FetchResponse(
             log_start_offset=state.log_start_offset,

@@ -176,6 +176,13 @@ class ConcurrentTransactionsError(UnavailableError):
     retriable = True
 
 
+class CorruptReplicaError(UnavailableError):
+    """The node asked holds a damaged copy of what was read (CORRUPT_DATA, gRPC DATA_LOSS): another
+    node serves it, and this one repairs its copy; a read moves on to the next node."""
+
+    retriable = True
+
+
 CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_TOPIC: TopicNotFoundError,
     ErrorCode.UNKNOWN_PARTITION: InvalidRequestError,
@@ -217,6 +224,7 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.INVALID_TRANSACTION_TIMEOUT: InvalidRequestError,
     ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: InvalidRequestError,
     ErrorCode.TRANSACTION_LIMIT_REACHED: LimitReachedError,
+    ErrorCode.CORRUPT_DATA: CorruptReplicaError,
 }
 
 # Statuses gRPC makes itself: the node is down, restarting or slow; another try (or node) may work.

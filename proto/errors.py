@@ -29,7 +29,7 @@ LEADER_METADATA_KEY = "kq-leader"  # Trailing metadata of a NOT_LEADER answer: t
 
 class ErrorCode(enum.IntEnum):
     """Why a request failed. 1-15, 24, 25, 27, 31-37 and 39-40 are decided in apply (the same on every node);
-    16-23, 26-30 at the edge."""
+    16-23, 26-30, 38 and 41 at the edge."""
 
     OK = 0
     UNKNOWN_TOPIC = 1
@@ -78,6 +78,9 @@ class ErrorCode(enum.IntEnum):
     INVALID_TRANSACTION_TIMEOUT = 38  # At the edge: transaction.timeout.ms outside the broker's bounds.
     TRANSACTIONAL_ID_NOT_FOUND = 39  # No transaction of that id.
     TRANSACTION_LIMIT_REACHED = 40  # Too many transactional ids, or partitions or groups in one transaction.
+    # At the edge: a batch this node stores failed its checksum (on-disk corruption); the node serves
+    # no byte of it, and another replica holds it whole: retriable there.
+    CORRUPT_DATA = 41
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +213,11 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
         44,
         False,
         "too many transactional ids, or partitions or groups in one transaction",
+    ),
+    # Kafka's KAFKA_STORAGE_ERROR (retriable: the client goes to another replica, as a Kafka client
+    # refreshes its metadata and finds a healthy leader). DATA_LOSS: what the read met on this node.
+    ErrorCode.CORRUPT_DATA: ErrorSpec(
+        _S.DATA_LOSS, 56, True, "a batch this node stores failed its checksum; another replica has it"
     ),
 }
 

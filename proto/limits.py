@@ -211,6 +211,9 @@ HTTP_REQUEST_TIMEOUT_S = 10.0  # A client that sends its request slower than thi
 # the gRPC core's own (its poller, timer and executor threads). The soak holds every node to
 # NODE_THREADS_MAX (`python -m kq.bench.soak`): a thread that leaks per call or per client shows there.
 NODE_FIXED_THREADS_MAX = 32
+# broker/corruption.py: corrupt batches a node remembers having reported (one log line and one count
+# each); past it the oldest is forgotten, and reported again if met again.
+CORRUPT_BATCHES_REMEMBERED_MAX = 1_024
 NODE_THREADS_MAX = GRPC_WORKERS_DEFAULT + READ_WORKERS + HTTP_THREADS_MAX + NODE_FIXED_THREADS_MAX
 
 # console/ (`kq console`): what one page shows and what the console keeps.

@@ -7,7 +7,14 @@ class StorageError(Exception):
 
 
 class CorruptRecordError(StorageError):
-    """A stored record failed its checksum or its layout check; it must never be served."""
+    """A stored record failed its checksum or its layout check; it must never be served.
+
+    `batch`: where, when a read of the store found it: (topic id, partition, the batch's key offset);
+    None for a batch checked outside the store (a produce request's, a copy's)."""
+
+    def __init__(self, message: str, batch: tuple[int, int, int] | None = None) -> None:
+        super().__init__(message)
+        self.batch = batch
 
 
 class SnapshotError(StorageError):

@@ -13,7 +13,7 @@ from typing import Any
 
 import lmdb
 
-from kq.storage.errors import StorageError, StoreFormatError
+from kq.storage.errors import CorruptRecordError, StorageError, StoreFormatError
 from kq.storage.offset_details import (
     NO_OFFSET_DETAILS,
     OffsetDetails,
@@ -601,7 +601,10 @@ class StoreReader(TransactionReads):
                 break
             base_offset = _RECORD_KEY.unpack(raw_key)[2]
             raw = self._whole(raw_key, head)
-            batch = decode_batch(raw, base_offset)
+            try:
+                batch = decode_batch(raw, base_offset)
+            except CorruptRecordError as error:
+                raise CorruptRecordError(str(error), (topic_id, partition, base_offset)) from None
             if result:
                 assert base_offset >= result[-1].next_offset, f"batches overlap at offset {base_offset}"
             result.append(batch)

@@ -26,11 +26,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kq.broker.auth import TOPIC
+from kq.broker.corruption import CORRUPTION
 from kq.broker.errors import KqError, TooManyReadersError
 from kq.broker.group_service import first_offset_at
 from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
 from kq.broker.kafka.base import (
     INVALID_REQUEST,
+    KAFKA_STORAGE_ERROR,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
@@ -57,7 +59,7 @@ from kq.proto.limits import (
 )
 from kq.raft.epochs import epoch_at
 from kq.raft.validation import topic_name_problem
-from kq.storage import StoreReader, TopicMeta
+from kq.storage import CorruptRecordError, StoreReader, TopicMeta
 
 FETCH, LIST_OFFSETS = 1, 2
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -480,7 +482,13 @@ def _read_partition(
     end = stable if committed else state.log_end_offset  # read_committed stops at the LSO.
     if offset >= end or (max_bytes <= 0 and not first):
         return read
-    batches = reader.batches(topic.topic_id, partition, offset, max(max_bytes, 1))
+    try:
+        batches = reader.batches(topic.topic_id, partition, offset, max(max_bytes, 1))
+    except CorruptRecordError as error:  # This node's copy is damaged: the client retries elsewhere.
+        CORRUPTION.found(error, topic_name, partition)
+        return PartitionRead(
+            topic_name, partition, KAFKA_STORAGE_ERROR, state.log_end_offset, state.log_start_offset
+        )
     if committed:  # A batch is wholly below the LSO or not (the LSO is a transaction's first batch).
         batches = [batch for batch in batches if batch.base_offset < end]
     count_fetched(topic_name, batches)

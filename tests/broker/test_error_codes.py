@@ -527,7 +527,8 @@ def test_a_proposal_that_does_not_commit_answers_not_committed(edge: Edge) -> No
 def test_the_table_has_a_sane_row_for_every_code() -> None:
     """Every ErrorCode has a row; only OK maps to OK; retriable codes have transient statuses."""
     assert set(ERROR_TABLE) == set(ErrorCode)
-    transient = {_S.UNAVAILABLE, _S.RESOURCE_EXHAUSTED, _S.FAILED_PRECONDITION}
+    # DATA_LOSS (CORRUPT_DATA): this node's copy is damaged; another replica serves the same read.
+    transient = {_S.UNAVAILABLE, _S.RESOURCE_EXHAUSTED, _S.FAILED_PRECONDITION, _S.DATA_LOSS}
     for code, spec in ERROR_TABLE.items():
         assert (spec.status == _S.OK) == (code == ErrorCode.OK), code
         assert (spec.kafka_code == 0) == (code == ErrorCode.OK), code
