@@ -38,6 +38,7 @@ from kq.broker.config import (
     parse_sasl_mechanisms,
 )
 from kq.broker.consensus import PySyncObjConsensus
+from kq.broker.corruption import CORRUPTION
 from kq.broker.front import FrontEnd, FrontEndError, Listener, Registration
 from kq.broker.group_membership import ClusterChanges, group_call
 from kq.broker.groups import GroupCoordinator
@@ -51,6 +52,7 @@ from kq.broker.logs import LOG_FORMATS, LogFormat, configure_logging
 from kq.broker.membership import Membership, MembershipChanges, probe_node
 from kq.broker.metrics import LeadershipWatch, NodeCollector, SnapshotCounts, register_node
 from kq.broker.proposals import Batcher, wall_clock_ms
+from kq.broker.repair import BatchRepairer
 from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
 from kq.broker.storage_guard import StorageGuard
@@ -171,6 +173,15 @@ class BrokerNode:
         self.compactor = Compactor(
             self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.compaction_check_s
         )
+        # Corrupt batches a read meets are put back from another replica (broker/repair.py).
+        self.repairer = BatchRepairer(
+            self.store,
+            CORRUPTION,
+            self._repair_sources,
+            self.raft.call_on_tick,
+            config.peer_credentials,
+            config.node_metadata,
+        )
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
         listeners: list[Listener] = []
@@ -265,6 +276,16 @@ class BrokerNode:
         self.notifier.notify(index, result)
         self.membership.on_applied(result)
 
+    def _repair_sources(self) -> list[str]:
+        """The gRPC addresses of this group's other replicas, its leader first (broker/repair.py)."""
+        view = self.membership.view
+        others = [peer.grpc_address for peer in view.peers if peer.grpc_address]
+        leader = self.consensus.leader_grpc_address()
+        if leader in others:
+            others.remove(leader)
+            others.insert(0, leader)
+        return others
+
     def start(self) -> None:
         """Starts every thread of the node (the threads table of DESIGN.md); SystemExit if the gRPC
         address cannot be bound (after stopping what had started)."""
@@ -281,6 +302,8 @@ class BrokerNode:
         self.transactions.driver.start()
         self.retention.start()
         self.compactor.start()
+        CORRUPTION.on_found = self.repairer.submit
+        self.repairer.start()
         if self.topic_sync is not None:
             self.topic_sync.start()
         if self.balancer is not None:
@@ -323,6 +346,7 @@ class BrokerNode:
             self.balancer.stop()
         self.coordinator.stop()
         self.transactions.stop()
+        self.repairer.stop()
         self.raft.close()
         self.front.close_loop()
         self.groups.close()

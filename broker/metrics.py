@@ -82,6 +82,12 @@ FORWARDED_REQUESTS = Counter(
 RECORDS_FETCHED = Counter(
     "kq_kafka_records_fetched", "Records served by this node's fetches.", ["topic"], registry=REGISTRY
 )
+# Corrupt batches put back from another replica (broker/repair.py).
+CORRUPT_BATCHES_REPAIRED = Counter(
+    "kq_corrupt_batches_repaired",
+    "Corrupt stored batches this node put back from another replica's copy.",
+    registry=REGISTRY,
+)
 # Stored batches a read found failing their checksum (broker/corruption.py), each counted once.
 CORRUPT_BATCHES_FOUND = Counter(
     "kq_corrupt_batches_found",

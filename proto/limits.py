@@ -214,6 +214,12 @@ NODE_FIXED_THREADS_MAX = 32
 # broker/corruption.py: corrupt batches a node remembers having reported (one log line and one count
 # each); past it the oldest is forgotten, and reported again if met again.
 CORRUPT_BATCHES_REMEMBERED_MAX = 1_024
+# broker/repair.py (`kq-repair`): corrupt batches waiting to be put back from another replica (more
+# are left until a read meets them again), how long one fetch of a batch from a replica may take, and
+# how long after a failed round (no replica answered whole) the batch is tried again.
+REPAIR_QUEUE_MAX = 1_024
+REPAIR_CALL_TIMEOUT_S = 10.0
+REPAIR_RETRY_S = 2.0
 NODE_THREADS_MAX = GRPC_WORKERS_DEFAULT + READ_WORKERS + HTTP_THREADS_MAX + NODE_FIXED_THREADS_MAX
 
 # console/ (`kq console`): what one page shows and what the console keeps.

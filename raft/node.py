@@ -464,6 +464,14 @@ class RaftNode(PySyncObjAdapter):
         checked (raft/validation.py `address_problem`): it becomes a PySyncObj node on every replica."""
         self.propose_membership(kind, raft_address, callback)
 
+    def call_on_tick(self, function: Callable[[], None]) -> None:
+        """Runs `function` on the tick thread, the store's only writer, at its next tick; any thread.
+        (broker/repair.py puts a repaired batch back so.)"""
+        self._tick_calls.put(function)
+        if self._loop is not None:  # Ticking on a loop: a tick soon, not at the idle timer.
+            with contextlib.suppress(RuntimeError):  # The loop ended: the node is closing.
+                self._loop.call_soon_threadsafe(self._request_tick)
+
     def hand_over_leadership(self, callback: ProposalCallback, target: str | None = None) -> None:
         """Asks the follower at Raft address `target` (None: the most caught-up connected one) to take
         over now (leader only; refused unless it holds the whole log); any thread."""

@@ -1026,6 +1026,37 @@ class StoreWriter(StoreReader, TransactionWrites):
         self._trim_leader_epochs(topic_id, partition, log_start)
         return log_start
 
+    def repair_batch(self, topic_id: int, partition: int, base_offset: int, value: bytes) -> bool:
+        """Puts back the batch stored at `base_offset`, whose stored bytes failed their checksum, as
+        `value`: another replica's copy, checked whole by the caller (broker/repair.py). Not an entry's
+        effect: every replica already holds these bytes, so the stores stay equal. False when no batch
+        is stored there any more (retention or a compaction removed it meanwhile).
+
+        The damaged row's pieces go whatever its header says (the damage may be in its length); the
+        partition's size changes only when the damaged header still names the same offsets (a
+        compacted copy is shorter), else the size recorded at the append stands."""
+        key = _RECORD_KEY.pack(topic_id, partition, base_offset)
+        old = self._transaction.get(key, db=self._records)
+        state = self.partition(topic_id, partition)
+        if old is None or state is None:
+            return False
+        old = bytes(old)
+        cursor = self._transaction.cursor(db=self._pieces)
+        if cursor.set_range(key + _PIECE_INDEX.pack(1)):
+            while bytes(cursor.key()[: len(key)]) == key:
+                if not cursor.delete():
+                    break
+        same_header = len(old) >= HEADER_BYTES and offset_span_of(old) == offset_span_of(value)
+        grown = len(value) - stored_length_of(old) if same_header else 0
+        self._put_batch(key, value)
+        if grown:
+            self._put_partition(
+                topic_id,
+                partition,
+                PartitionState(state.log_start_offset, state.log_end_offset, state.size_bytes + grown),
+            )
+        return True
+
     def rewrite_batch(self, topic_id: int, partition: int, base_offset: int, value: bytes | None) -> int:
         """Replaces the batch stored at `base_offset` with `value` (compaction's rewrite of it, spanning
         the same offsets), or deletes it when `value` is None; returns the bytes freed. The log's start

@@ -1,0 +1,180 @@
+"""`kq-repair`: puts a corrupt stored batch back from another replica's copy (issue 39).
+
+A read that meets a batch failing its checksum (broker/corruption.py) hands it here once. Every
+replica of the Raft group holds the same bytes for it (they are the effect of the same committed
+entry), so this thread asks another replica of its group for that one batch, the leader first: a
+gRPC Fetch of the batch's offset, whole batches, with `min_index` at this store's applied index (the
+replica has applied at least what this one has). The copy is checked whole (CRC32C, layout, base
+offset) before it is used; then the tick thread, the store's only writer,
+puts it in place of the damaged row (`StoreWriter.repair_batch`). Reads serve it again at once, and
+one log line and `kq_corrupt_batches_repaired_total` say so.
+
+A replica ahead of this one may hold the batch already compacted (a `CompactCommand` this store has
+not applied yet): the copy spans the same offsets and keeps fewer records, and applying that command
+here later rewrites it to the same bytes. A batch no longer stored (trimmed meanwhile) is dropped. A
+round in which no replica answered with a whole copy is tried again after REPAIR_RETRY_S, for as long
+as the node runs; at most REPAIR_QUEUE_MAX batches wait (more are reported and left until a read
+meets them again).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from kq.broker.corruption import BatchAt, CorruptionLog
+from kq.broker.membership import node_channel
+from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.proto.limits import REPAIR_CALL_TIMEOUT_S, REPAIR_QUEUE_MAX, REPAIR_RETRY_S
+from kq.storage import CorruptRecordError, Store
+from kq.storage.records import decode_batch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    where: BatchAt
+    topic: str
+
+
+class BatchRepairer:
+    """The repair queue and its thread, for this process's store."""
+
+    def __init__(
+        self,
+        store: Store,
+        corruption: CorruptionLog,
+        sources: Callable[[], list[str]],
+        on_tick: Callable[[Callable[[], None]], None],
+        credentials: grpc.ChannelCredentials | None = None,
+        metadata: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """`sources()`: the gRPC addresses of the other replicas of this process's group, the leader
+        first; `on_tick(f)`: runs `f` on the tick thread (raft/node.py `call_on_tick`);
+        `credentials` and `metadata`: this node's TLS as a client and its node proof."""
+        self._store = store
+        self._corruption = corruption
+        self._sources = sources
+        self._on_tick = on_tick
+        self._credentials = credentials
+        self._metadata = metadata
+        self._jobs: queue.Queue[_Job] = queue.Queue(REPAIR_QUEUE_MAX)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, where: BatchAt, topic: str) -> None:
+        """Queues a corrupt batch (any thread); a full queue leaves it for a later read to find."""
+        try:
+            self._jobs.put_nowait(_Job(where, topic))
+        except queue.Full:
+            self._corruption.forget(where)
+
+    def start(self) -> None:
+        """Starts `kq-repair`."""
+        self._thread = threading.Thread(target=self._run, name="kq-repair", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops the thread after the batch in hand (a fetch is bounded by REPAIR_CALL_TIMEOUT_S)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(REPAIR_CALL_TIMEOUT_S + 1.0)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                job = self._jobs.get(timeout=REPAIR_RETRY_S)
+            except queue.Empty:
+                continue
+            try:
+                done = self._repair(job)
+            except Exception:  # A bug: logged, and the batch left for a later read to find again.
+                logger.exception("repairing %s/%d at offset %d failed", job.topic, job.where[1], job.where[2])
+                self._corruption.forget(job.where)
+                continue
+            if not done and not self._stopping.wait(REPAIR_RETRY_S):
+                self.submit(job.where, job.topic)
+
+    def _repair(self, job: _Job) -> bool:
+        """One round for `job`; False when no replica gave a whole copy (tried again later)."""
+        if not self._still_corrupt(job):
+            self._corruption.forget(job.where)
+            return True
+        for source in self._sources():
+            copy = self._fetch(source, job)
+            if copy is None:
+                continue
+            stored = self._put_back(job.where, copy)
+            if stored is None:
+                return False
+            if stored:
+                self._corruption.repaired(job.where, job.topic, source)
+            else:
+                self._corruption.forget(job.where)
+            return True
+        return False
+
+    def _put_back(self, where: BatchAt, copy: bytes) -> bool | None:
+        """Writes `copy` in place of the damaged row on the tick thread; whether a batch was stored
+        there, or None when the tick thread did not get to it in time (the node is stopping)."""
+        done = threading.Event()
+        stored: list[bool] = []
+
+        def put_back() -> None:
+            try:
+                with self._store.write() as writer:
+                    stored.append(writer.repair_batch(*where, copy))
+            finally:
+                done.set()
+
+        self._on_tick(put_back)
+        if not done.wait(REPAIR_CALL_TIMEOUT_S) or not stored:
+            return None
+        return stored[0]
+
+    def _still_corrupt(self, job: _Job) -> bool:
+        """Whether this store still holds the batch, and still damaged."""
+        topic_id, partition, base_offset = job.where
+        with self._store.read() as reader:
+            try:
+                reader.batches(topic_id, partition, base_offset, 1)
+            except CorruptRecordError as error:
+                return error.batch == job.where
+        return False
+
+    def _fetch(self, source: str, job: _Job) -> bytes | None:
+        """The batch as the replica at `source` stores it, checked whole; None if it cannot give one."""
+        _, partition, base_offset = job.where
+        request = kq_pb2.FetchRequest(
+            topic=job.topic,
+            partition=partition,
+            offset=base_offset,
+            max_records=1,
+            max_bytes=1,
+            as_batches=True,
+            min_index=self._store.applied_index(),
+        )
+        try:
+            with node_channel(source, self._credentials) as channel:
+                response = kq_pb2_grpc.BrokerStub(channel).Fetch(
+                    request, timeout=REPAIR_CALL_TIMEOUT_S, metadata=self._metadata
+                )
+        except grpc.RpcError as error:
+            logger.debug("no copy of %s/%d@%d from %s: %s", job.topic, partition, base_offset, source, error)
+            return None
+        for batch in response.batches:
+            if batch.base_offset != base_offset:
+                continue
+            data = bytes(batch.data)
+            try:
+                decode_batch(data, base_offset)
+            except CorruptRecordError:
+                return None  # That replica's copy is damaged too: try another.
+            return data
+        return None
