@@ -24,6 +24,7 @@ from kq.proto.limits import (
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
+    SCRUB_BYTES_PER_S_DEFAULT,
 )
 from kq.raft.node import RaftConfig
 from kq.raft.validation import address_problem, node_id_problem, rack_problem
@@ -53,6 +54,8 @@ class NodeConfig:
     retention_check_s: float = RETENTION_CHECK_S_DEFAULT  # How often the leader looks for expired records.
     rack: str = ""  # Kafka's broker.rack ("": none): where follower fetching (KIP-392) sends consumers.
     compaction_check_s: float = COMPACTION_CHECK_S_DEFAULT  # How often the leader compacts (compact topics).
+    # `--scrub-bytes-per-s`: stored bytes per second the scrubber checks (broker/repair.py; 0: off).
+    scrub_bytes_per_s: int = SCRUB_BYTES_PER_S_DEFAULT
     # `--max-disk-bytes`: the LMDB map, so the store never grows past it; the leader refuses writes near
     # it (broker/storage_guard.py). None: 64 GiB of address space, bounded by the disk alone.
     max_disk_bytes: int | None = None

@@ -91,6 +91,8 @@ from kq.proto.limits import (
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
+    SCRUB_BYTES_PER_S_DEFAULT,
+    SCRUB_BYTES_PER_S_MAX,
 )
 from kq.raft.auth import EVERYONE, principal_problem
 from kq.raft.data_dir import open_data_dir
@@ -181,6 +183,7 @@ class BrokerNode:
             self.raft.call_on_tick,
             config.peer_credentials,
             config.node_metadata,
+            config.scrub_bytes_per_s,
         )
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
@@ -597,6 +600,15 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     help="How often the leader trims expired records (Kafka's log.retention.check.interval.ms).",
 )
 @click.option(
+    "--scrub-bytes-per-s",
+    default=SCRUB_BYTES_PER_S_DEFAULT,
+    type=click.IntRange(0, SCRUB_BYTES_PER_S_MAX),
+    help=(
+        "Stored bytes per second a background scrubber reads to check their checksums (0: off); a"
+        " corrupt batch it finds is repaired from another replica."
+    ),
+)
+@click.option(
     "--compaction-check-ms",
     default=int(COMPACTION_CHECK_S_DEFAULT * 1000),
     type=click.IntRange(100, 86_400_000),
@@ -720,6 +732,7 @@ def main(
     auto_create_topics: bool,
     topic_default: tuple[str, ...],
     retention_check_ms: int,
+    scrub_bytes_per_s: int,
     compaction_check_ms: int,
     rack: str,
     max_disk_bytes: str | None,
@@ -821,6 +834,7 @@ def main(
         retention_check_ms / 1000,
         rack,
         compaction_check_s=compaction_check_ms / 1000,
+        scrub_bytes_per_s=scrub_bytes_per_s,
         max_disk_bytes=disk_bound,
         http_address=http_address,
         tls=tls,

@@ -88,6 +88,10 @@ CORRUPT_BATCHES_REPAIRED = Counter(
     "Corrupt stored batches this node put back from another replica's copy.",
     registry=REGISTRY,
 )
+# Stored bytes the scrubber checked (broker/repair.py).
+SCRUBBED_BYTES = Counter(
+    "kq_scrubbed_bytes", "Stored batch bytes the scrubber checked (their CRC32C).", registry=REGISTRY
+)
 # Stored batches a read found failing their checksum (broker/corruption.py), each counted once.
 CORRUPT_BATCHES_FOUND = Counter(
     "kq_corrupt_batches_found",

@@ -15,6 +15,12 @@ here later rewrites it to the same bytes. A batch no longer stored (trimmed mean
 round in which no replica answered with a whole copy is tried again after REPAIR_RETRY_S, for as long
 as the node runs; at most REPAIR_QUEUE_MAX batches wait (more are reported and left until a read
 meets them again).
+
+Between repairs the same thread scrubs: at `--scrub-bytes-per-s` (SCRUB_BYTES_PER_S_DEFAULT; 0: off)
+it reads the stored batches of every partition in turn, each round one read transaction of at most
+SCRUB_ROUND_BYTES_MAX, checks each batch's CRC32C, and reports a corrupt one as a read would (so it is
+repaired before a consumer meets it); `kq_scrubbed_bytes_total` counts what it checked. Where it
+stopped is kept in memory: a restarted node starts over from the first partition.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,8 +36,16 @@ import grpc
 
 from kq.broker.corruption import BatchAt, CorruptionLog
 from kq.broker.membership import node_channel
+from kq.broker.metrics import SCRUBBED_BYTES
 from kq.proto import kq_pb2, kq_pb2_grpc
-from kq.proto.limits import REPAIR_CALL_TIMEOUT_S, REPAIR_QUEUE_MAX, REPAIR_RETRY_S
+from kq.proto.limits import (
+    REPAIR_CALL_TIMEOUT_S,
+    REPAIR_QUEUE_MAX,
+    REPAIR_RETRY_S,
+    SCRUB_BYTES_PER_S_DEFAULT,
+    SCRUB_ROUND_BYTES_MAX,
+    SCRUB_TICK_S,
+)
 from kq.storage import CorruptRecordError, Store
 from kq.storage.records import decode_batch
 
@@ -54,10 +69,12 @@ class BatchRepairer:
         on_tick: Callable[[Callable[[], None]], None],
         credentials: grpc.ChannelCredentials | None = None,
         metadata: tuple[tuple[str, str], ...] = (),
+        scrub_bytes_per_s: int = SCRUB_BYTES_PER_S_DEFAULT,
     ) -> None:
         """`sources()`: the gRPC addresses of the other replicas of this process's group, the leader
         first; `on_tick(f)`: runs `f` on the tick thread (raft/node.py `call_on_tick`);
-        `credentials` and `metadata`: this node's TLS as a client and its node proof."""
+        `credentials` and `metadata`: this node's TLS as a client and its node proof;
+        `scrub_bytes_per_s`: the scrubber's rate (0: off)."""
         self._store = store
         self._corruption = corruption
         self._sources = sources
@@ -67,6 +84,8 @@ class BatchRepairer:
         self._jobs: queue.Queue[_Job] = queue.Queue(REPAIR_QUEUE_MAX)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._scrub_rate = scrub_bytes_per_s
+        self._scrub_at: tuple[int, int, int] = (0, 0, 0)  # (topic id, partition, key offset) to read next.
 
     def submit(self, where: BatchAt, topic: str) -> None:
         """Queues a corrupt batch (any thread); a full queue leaves it for a later read to find."""
@@ -87,9 +106,16 @@ class BatchRepairer:
             self._thread.join(REPAIR_CALL_TIMEOUT_S + 1.0)
 
     def _run(self) -> None:
+        scrubbed_s = time.monotonic()
         while not self._stopping.is_set():
+            if self._scrub_rate:
+                now_s = time.monotonic()
+                budget = min(int((now_s - scrubbed_s) * self._scrub_rate), SCRUB_ROUND_BYTES_MAX)
+                if budget > 0:
+                    self.scrub(budget)
+                    scrubbed_s = now_s
             try:
-                job = self._jobs.get(timeout=REPAIR_RETRY_S)
+                job = self._jobs.get(timeout=SCRUB_TICK_S)
             except queue.Empty:
                 continue
             try:
@@ -100,6 +126,43 @@ class BatchRepairer:
                 continue
             if not done and not self._stopping.wait(REPAIR_RETRY_S):
                 self.submit(job.where, job.topic)
+
+    def scrub(self, budget: int) -> int:
+        """Checks at least `budget` bytes of stored batches (one more batch past it at most) from where
+        the last round stopped, in one read transaction; reports each corrupt one; the bytes checked.
+        A round that reaches the last partition goes on from the first."""
+        checked = 0
+        with self._store.read() as reader:
+            partitions = sorted((t.topic_id, p, t.name) for t in reader.topics() for p in range(t.partitions))
+            if not partitions:
+                return 0
+            at_topic, at_partition, key_offset = self._scrub_at
+            first = next(
+                (i for i, (t, p, _) in enumerate(partitions) if (t, p) >= (at_topic, at_partition)), 0
+            )
+            if partitions[first][:2] != (at_topic, at_partition):
+                key_offset = 0
+            for step in range(len(partitions)):
+                topic_id, partition, name = partitions[(first + step) % len(partitions)]
+                start = key_offset if step == 0 else 0
+                for base_offset, raw in reader.batches_from_key(topic_id, partition, start):
+                    checked += len(raw)
+                    try:
+                        decode_batch(raw, base_offset)
+                    except CorruptRecordError as error:
+                        self._corruption.found(
+                            CorruptRecordError(str(error), (topic_id, partition, base_offset)),
+                            name,
+                            partition,
+                        )
+                    if checked >= budget:
+                        self._scrub_at = (topic_id, partition, base_offset + 1)
+                        SCRUBBED_BYTES.inc(checked)
+                        return checked
+                following = partitions[(first + step + 1) % len(partitions)]
+                self._scrub_at = (following[0], following[1], 0)
+        SCRUBBED_BYTES.inc(checked)
+        return checked
 
     def _repair(self, job: _Job) -> bool:
         """One round for `job`; False when no replica gave a whole copy (tried again later)."""

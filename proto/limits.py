@@ -220,6 +220,13 @@ CORRUPT_BATCHES_REMEMBERED_MAX = 1_024
 REPAIR_QUEUE_MAX = 1_024
 REPAIR_CALL_TIMEOUT_S = 10.0
 REPAIR_RETRY_S = 2.0
+# The scrubber (`kq-repair` between repairs): stored bytes whose checksums it checks per second
+# (`--scrub-bytes-per-s`; 0: off), and at most this much in one read transaction, so a round never
+# pins old pages for long. 4 MiB/s reads a 10 GiB store through in about 43 minutes.
+SCRUB_BYTES_PER_S_DEFAULT = 4 * 1024 * 1024
+SCRUB_ROUND_BYTES_MAX = 4 * 1024 * 1024
+SCRUB_BYTES_PER_S_MAX = 1024 * 1024 * 1024
+SCRUB_TICK_S = 0.5  # How often an idle kq-repair wakes to scrub its share of bytes.
 NODE_THREADS_MAX = GRPC_WORKERS_DEFAULT + READ_WORKERS + HTTP_THREADS_MAX + NODE_FIXED_THREADS_MAX
 
 # console/ (`kq console`): what one page shows and what the console keeps.

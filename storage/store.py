@@ -629,6 +629,22 @@ class StoreReader(TransactionReads):
             if not cursor.next():
                 return
 
+    def batches_from_key(
+        self, topic_id: int, partition: int, key_offset: int
+    ) -> Iterator[tuple[int, bytes | memoryview]]:
+        """(key offset, stored bytes) of the partition's batches stored under keys from `key_offset` on,
+        oldest first, unchecked and read lazily: what the scrubber checks (broker/repair.py). Unlike
+        `stored_batches` it never goes back to the batch holding `key_offset`, so it moves past a batch
+        whose damaged header misstates its offsets. Consume it inside the read transaction."""
+        prefix = _PARTITION_KEY.pack(topic_id, partition)
+        cursor = self._transaction.cursor(db=self._records)
+        if not cursor.set_range(_RECORD_KEY.pack(topic_id, partition, key_offset)):
+            return
+        for key, head in cursor:
+            if bytes(key[:12]) != prefix:
+                return
+            yield _RECORD_KEY.unpack(key)[2], self._whole(key, head)
+
     def stored_batch(self, topic_id: int, partition: int, base_offset: int) -> bytes | None:
         """The batch stored at exactly `base_offset`, unchecked, or None."""
         key = _RECORD_KEY.pack(topic_id, partition, base_offset)

@@ -12,6 +12,7 @@ from kq.broker.corruption import CorruptionLog
 from kq.broker.kafka.base import KAFKA_STORAGE_ERROR, NONE
 from kq.broker.kafka.fetch import _read_partition
 from kq.broker.metrics import CORRUPT_BATCHES_FOUND
+from kq.broker.repair import BatchRepairer
 from kq.proto import kq_pb2
 from kq.proto.errors import ERROR_CODE_METADATA_KEY, ErrorCode, metadata_value
 from kq.storage import CorruptRecordError, Store
@@ -74,3 +75,29 @@ def test_the_log_forgets_the_oldest_batches_past_its_bound() -> None:
     assert [log.found(error, "t", 0) for error in errors] == [True, True, True]
     assert not log.found(errors[2], "t", 0)
     assert log.found(errors[0], "t", 0)  # Forgotten when the third came.
+
+
+def test_the_scrubber_finds_a_corrupt_batch_before_a_reader_and_goes_round_in_bounded_rounds(
+    edge: Edge,
+) -> None:
+    """`BatchRepairer.scrub` checks stored batches partition after partition, in rounds of about its
+    budget (one batch past it at most), and hands a corrupt one to the repair queue as a read would;
+    a round that reaches the last partition goes on from the first."""
+    edge.stub.Produce(kq_pb2.ProduceRequest(topic="t", partition=1, records=batch(b"a")))
+    edge.stub.Produce(kq_pb2.ProduceRequest(topic="t", partition=1, records=batch(b"b")))
+    _flip_a_byte(edge.store, "t", 1, 1)
+    log = CorruptionLog()
+    found: list[tuple[tuple[int, int, int], str]] = []
+    log.on_found = lambda where, topic: found.append((where, topic))
+    scrubber = BatchRepairer(edge.store, log, lambda: [], lambda call: call(), scrub_bytes_per_s=0)
+    with edge.store.read() as reader:
+        meta = reader.topic("t")
+    assert meta is not None
+    one_batch = scrubber.scrub(1)  # Partition 0's batch (3 records) alone.
+    assert one_batch > 0 and found == []
+    scrubber.scrub(1)  # Partition 1, offset 0: whole.
+    assert found == []
+    scrubber.scrub(1)  # Partition 1, offset 1: the damaged one.
+    assert found == [((meta.topic_id, 1, 1), "t")]
+    assert scrubber.scrub(1 << 20) > 0  # Round the end and on from the first partition again.
+    assert len(found) == 1  # Reported once.
