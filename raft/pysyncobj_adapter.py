@@ -394,6 +394,10 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         member or does not hold the leader's whole log, so only a caught-up voter takes over."""
         self.transferLeadership(target, callback)
 
+    def match_index(self, node: Any) -> int:
+        """The last entry this leader knows `node` holds (0: not heard since it connected)."""
+        return int(self._SyncObj__raftMatchIndex.get(node, 0))
+
     def connected_match_indexes(self) -> list[int]:
         """The match index of each connected follower (0: not heard yet); meaningful on the leader."""
         connected = self._SyncObj__connectedNodes

@@ -52,7 +52,14 @@ from typing import Any, BinaryIO, Protocol
 import crc32c as crc32c_module
 import lmdb
 
-from kq.proto.limits import COPY_CHUNK_BYTES, COPY_RETRY_S, HEADER_BYTES_MAX, TRANSMISSION_TIMEOUT_S
+from kq.proto.limits import (
+    COPY_CHUNK_BYTES,
+    COPY_RESTORE_WAIT_S,
+    COPY_RETRY_S,
+    COPY_SEND_BYTES_PER_S,
+    HEADER_BYTES_MAX,
+    TRANSMISSION_TIMEOUT_S,
+)
 from kq.raft import local_pickle
 from kq.raft.faults import receive_fault_message, restore_fault_message
 from kq.raft.journal import OS_DISK, Disk, magic_version
@@ -88,6 +95,9 @@ class RaftLogView(Protocol):
     def compaction_start(self, proposed: int) -> int:
         """Where the log should start after compacting up to `proposed` (earlier for a slow follower)."""
 
+    def match_index(self, node: Any) -> int:
+        """The last entry the leader knows `node` holds (0: not heard since it connected)."""
+
 
 @dataclass(slots=True)
 class _Copy:
@@ -95,6 +105,7 @@ class _Copy:
 
     header: bytes
     applied_index: int
+    log_index: int = 0  # The log start its header names: a follower that restored it holds this entry.
     path: Path | None = None  # The finished data file; None while the thread copies.
     failed: bool = False
     started_s: float = field(default_factory=time.monotonic)
@@ -122,11 +133,13 @@ class SnapshotSerializer:
         durable: bool = False,
         disk: Disk = OS_DISK,
         on_fault: Callable[[str], None] | None = None,
+        send_bytes_per_s: int = COPY_SEND_BYTES_PER_S,
     ) -> None:
         """`durable` (`--durability=fsync`): before compaction drops journal entries the store is
         synced, and a restored copy is synced before the follower acknowledges it. `on_fault` gets
         one line when the machine fails receiving or restoring a copy (full disk or map: the node
-        stops, raft/faults.py); without it the error is raised to PySyncObj, which logs it."""
+        stops, raft/faults.py); without it the error is raised to PySyncObj, which logs it.
+        `send_bytes_per_s`: how fast copies go out to followers (all of them together)."""
         self._store = store
         self._on_fault = on_fault
         self._durable = durable
@@ -143,6 +156,14 @@ class SnapshotSerializer:
         self._lock = threading.Lock()  # Guards _copy's fields, which the copy thread sets.
         self._copy: _Copy | None = None
         self._transmissions: dict[Any, _Transmission] = {}  # By follower: at most the cluster's size.
+        # Followers sent a whole copy: when, and the log start its header named. Until a follower
+        # restores it (its match index reaches that entry), disconnects, or COPY_RESTORE_WAIT_S
+        # passes, it gets no other copy and compaction waits (else the log start could pass the one it
+        # restores, and it would need a second copy at once). At most the cluster's size.
+        self._sent: dict[Any, tuple[float, int]] = {}
+        self._send_rate = send_bytes_per_s
+        self._send_allowance = float(2 * chunk_bytes)  # Bytes sendable now (a token bucket).
+        self._send_checked_s = time.monotonic()
         self._incoming: BinaryIO | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -152,11 +173,12 @@ class SnapshotSerializer:
     def checkSerializing(self) -> tuple[int, int | None]:  # noqa: N802 - PySyncObj's name.
         """SUCCESS/FAILED once after `serialize`; SERIALIZING while a follower receives a copy."""
         self._drop_stale_transmissions()
+        self._drop_restored()
         if self._result is not None:
             state, index = self._result
             self._result = None
             return state, index
-        if self._transmissions:
+        if self._transmissions or self._sent:
             return SERIALIZING, None
         return NOT_SERIALIZING, None
 
@@ -235,6 +257,9 @@ class SnapshotSerializer:
         if transmission is None:
             if self._stopping.is_set() or time.monotonic() - self._copy_failed_s < COPY_RETRY_S:
                 return None
+            self._drop_restored()
+            if node in self._sent:
+                return None  # It is restoring the copy it got: its answer will move it past the log start.
             copy = self._current_copy()
             if copy is None:
                 return None  # A dropped copy's thread is still finishing: one copy thread at a time.
@@ -254,16 +279,33 @@ class SnapshotSerializer:
         if transmission.source is None:
             transmission.source = path.open("rb")
         is_first = transmission.sent_bytes == 0
+        if not is_first and not self._may_send(self._chunk_bytes):
+            return None  # Over the rate: PySyncObj ends this tick's loop; the next tick sends on.
         chunk = transmission.copy.header if is_first else transmission.source.read(self._chunk_bytes)
         transmission.sent_bytes += len(chunk)
         if not chunk:
             logger.info("sent a copy of the store (%d bytes) to %s", transmission.sent_bytes, node)
             self._finish(node, transmission)
+            self._sent[node] = (time.monotonic(), transmission.copy.log_index)
             return b"", False, True
         return chunk, is_first, False
 
+    def _may_send(self, size: int) -> bool:
+        """Takes `size` bytes from the send allowance, which refills at the send rate (up to two chunks);
+        False (nothing taken) when it holds less."""
+        now = time.monotonic()
+        burst = 2.0 * self._chunk_bytes
+        refill = (now - self._send_checked_s) * self._send_rate
+        self._send_allowance = min(burst, self._send_allowance + refill)
+        self._send_checked_s = now
+        if self._send_allowance < size:
+            return False
+        self._send_allowance -= size
+        return True
+
     def cancelTransmisstion(self, node: Any) -> None:  # noqa: N802 - PySyncObj's name (sic).
-        """Drops `node`'s transmission (it disconnected)."""
+        """Drops `node`'s transmission (it disconnected); a copy may go to it again at once."""
+        self._sent.pop(node, None)
         transmission = self._transmissions.get(node)
         if transmission is not None:
             self._finish(node, transmission)
@@ -274,6 +316,13 @@ class SnapshotSerializer:
         self._transmissions.pop(node, None)
         if not any(t.copy is transmission.copy for t in self._transmissions.values()):
             self._discard(transmission.copy)
+
+    def _drop_restored(self) -> None:
+        """Forgets the followers that restored the copy they were sent, or took too long to."""
+        now = time.monotonic()
+        for node, (sent_s, log_index) in list(self._sent.items()):
+            if self._log.match_index(node) >= log_index or now - sent_s > COPY_RESTORE_WAIT_S:
+                del self._sent[node]
 
     def _drop_stale_transmissions(self) -> None:
         now = time.monotonic()
@@ -293,7 +342,8 @@ class SnapshotSerializer:
             return None
         transaction = self._store.begin_snapshot()
         applied_index = self._store.applied_index_in(transaction)
-        copy = _Copy(header_bytes(self._log.window(self._log.first_index()), applied_index), applied_index)
+        first = self._log.first_index()
+        copy = _Copy(header_bytes(self._log.window(first), applied_index), applied_index, first)
         self._copy = copy
         self._thread = threading.Thread(
             target=self._write_copy, args=(copy, transaction), name="kq-snapshot-copy", daemon=True
@@ -305,17 +355,8 @@ class SnapshotSerializer:
         """Runs in kq-snapshot-copy: the store as seen by `transaction`, as one checksummed data section."""
         scratch = Path(tempfile.mkdtemp(prefix="snapshot-", dir=self._scratch_dir))
         try:
-            self._store.copy_to(scratch / "store", transaction, self._stopping)
-            data_path = scratch / "store" / "data.mdb"
             section = scratch / "section"
-            with section.open("wb") as output, data_path.open("rb") as data:
-                output.write(_U64.pack(data_path.stat().st_size))
-                checksum = 0
-                while chunk := data.read(COPY_CHUNK_BYTES):
-                    checksum = crc32c_module.crc32c(chunk, checksum)
-                    output.write(chunk)
-                output.write(_U32.pack(checksum) + END)
-            shutil.rmtree(scratch / "store")
+            self._dump_section(section, transaction)
             with self._lock:
                 dropped = copy.failed  # Its followers went away (or stopped) while it was written.
                 if not dropped:
@@ -330,6 +371,50 @@ class SnapshotSerializer:
             shutil.rmtree(scratch, ignore_errors=True)
         finally:
             transaction.abort()
+
+    def _dump_section(self, section: Path, transaction: Any) -> None:
+        """Writes the section file: the copy's size, the copy, its CRC32C and END.
+
+        LMDB writes the copy (`Store.copy_to_fd`, C code without the GIL, on `kq-snapshot-dump`) into a
+        pipe that this thread drains into the file, checksumming as it goes: the leader's Python
+        threads, the tick thread first, are not held up by a copy of any size (a copy made row by row
+        in Python held the GIL for seconds). Stopping closes the pipe, which ends the dump."""
+        read_fd, write_fd = os.pipe()
+        dump_errors: list[BaseException] = []
+
+        def dump() -> None:
+            try:
+                self._store.copy_to_fd(write_fd, transaction)
+            except BaseException as error:  # Reported below (a broken pipe when the copy stopped).
+                dump_errors.append(error)
+            finally:
+                os.close(write_fd)
+
+        dumper = threading.Thread(target=dump, name="kq-snapshot-dump", daemon=True)
+        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+            try:
+                dumper.start()
+            except BaseException:
+                os.close(write_fd)
+                raise
+            try:
+                with section.open("wb") as output:
+                    output.write(_U64.pack(0))  # The data's size, written once it is known.
+                    size = checksum = 0
+                    while chunk := pipe.read(COPY_CHUNK_BYTES):
+                        if self._stopping.is_set():
+                            raise SnapshotError("the node is stopping")
+                        checksum = crc32c_module.crc32c(chunk, checksum)
+                        output.write(chunk)
+                        size += len(chunk)
+                    output.write(_U32.pack(checksum) + END)
+                    output.seek(0)
+                    output.write(_U64.pack(size))
+            finally:
+                pipe.close()  # An early end: the dump's next write fails, and it ends.
+                dumper.join()
+        if dump_errors:
+            raise dump_errors[0]
 
     def _discard(self, copy: _Copy) -> None:
         with self._lock:

@@ -282,6 +282,12 @@ class Store:
         finally:
             copy.close()
 
+    def copy_to_fd(self, fd: int, transaction: Any) -> None:
+        """Writes the state seen by `transaction` as a compacted LMDB file into `fd` (mdb_env_copyfd:
+        C code that holds no GIL, so the node's other threads run on meanwhile). Into a pipe, the
+        reader paces it, and closing the pipe's other end stops it (an lmdb.Error here)."""
+        self._environment.copyfd(fd, compact=True, txn=transaction)
+
     def replace_with(self, other: Store) -> None:
         """Replaces every database's contents with `other`'s, in one write transaction."""
         with self._environment.begin(write=True) as transaction, other._environment.begin() as source:

@@ -23,6 +23,7 @@ class FakeLog:
     def __init__(self, first: int = 2) -> None:
         self.first = first
         self.retain_to: int | None = None
+        self.matches: dict[Any, int] = {}
 
     def first_index(self) -> int:
         return self.first
@@ -32,6 +33,9 @@ class FakeLog:
 
     def compaction_start(self, proposed: int) -> int:
         return proposed if self.retain_to is None else self.retain_to
+
+    def match_index(self, node: Any) -> int:
+        return self.matches.get(node, 0)
 
 
 def make_store(path: Path) -> Store:
@@ -85,14 +89,18 @@ def test_a_snapshot_writes_only_a_header_whatever_the_store_size(source: Store, 
 
 
 def test_a_wiped_follower_gets_a_copy_of_the_store(source: Store, tmp_path: Path) -> None:
-    """The copy streams in chunks, compaction waits meanwhile, and the wiped store ends byte-identical."""
-    sender = serializer(source, tmp_path / "leader")
+    """The copy streams in chunks, compaction waits meanwhile and until the follower restored it (its
+    match index reaches the copy's log start), and the wiped store ends byte-identical."""
+    log = FakeLog()
+    sender = serializer(source, tmp_path / "leader", log)
     restored_at: list[int] = []
     wiped = make_store(tmp_path / "wiped")
     receiver = serializer(wiped, tmp_path / "follower", restored=restored_at.append)
     assert sender.getTransmissionData("n") in (None, (sender._copy.header, True, False))  # type: ignore[union-attr]
     assert sender.checkSerializing() == (SERIALIZING, None)  # No compaction while a copy is sent.
     assert stream(sender, receiver) > 2
+    assert sender.checkSerializing() == (SERIALIZING, None)  # The follower is restoring it.
+    log.matches["n"] = 2  # Its answer: it holds the copy's log start.
     assert sender.checkSerializing() == (NOT_SERIALIZING, None)
     assert receiver.deserialize() == (None, ("entry-3", 3, 1), ("entry-2", 2, 1), {"127.0.0.1:1"})
     assert wiped.dump() == source.dump() and restored_at == [3]
@@ -167,3 +175,37 @@ def test_one_copy_thread_at_a_time(source: Store, tmp_path: Path) -> None:
     assert not list((tmp_path / "leader").glob("snapshot-*"))  # The dropped copy cleaned up after itself.
     sender.close()
     receiver.close()
+
+
+def test_a_follower_restoring_a_copy_gets_no_second_one_until_it_answers_or_reconnects(
+    source: Store, tmp_path: Path
+) -> None:
+    """After a whole copy went out, the follower is sent nothing more while it restores (a second copy
+    of a large store once started 4 s after the first); its answer ends the wait, and so does a
+    disconnect (it may have lost what it was sent)."""
+    log = FakeLog()
+    sender = serializer(source, tmp_path / "leader", log)
+    receiver = serializer(make_store(tmp_path / "wiped"), tmp_path / "follower")
+    stream(sender, receiver)
+    assert sender.getTransmissionData("n") is None and sender._copy is None
+    sender.cancelTransmisstion("n")  # It disconnected.
+    assert stream(sender, serializer(make_store(tmp_path / "again"), tmp_path / "f2")) > 2
+    log.matches["n"] = 2
+    assert sender.checkSerializing() == (NOT_SERIALIZING, None)
+
+
+def test_a_copy_goes_out_no_faster_than_the_send_rate(source: Store, tmp_path: Path) -> None:
+    """At most two chunks at once, then one chunk per chunk's worth of the rate: PySyncObj sends every
+    chunk it is given in one loop of the tick thread, so an unbounded copy held up acknowledgements."""
+    directory = tmp_path / "leader"
+    directory.mkdir()
+    rate = CHUNK_BYTES * 10  # Ten chunks a second.
+    sender = SnapshotSerializer(
+        source, directory / "snapshot", CHUNK_BYTES, FakeLog(), lambda i: None, send_bytes_per_s=rate
+    )
+    receiver = serializer(make_store(tmp_path / "wiped"), tmp_path / "follower")
+    started = time.monotonic()
+    chunks = stream(sender, receiver)
+    assert chunks > 5
+    # The header and two chunks go at once; every later chunk waited its tenth of a second.
+    assert time.monotonic() - started >= (chunks - 4) / 10
