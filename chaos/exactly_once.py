@@ -20,6 +20,7 @@ are daemons joined with a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -585,6 +586,10 @@ def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
                 if time.monotonic() >= deadline_s:
                     raise
                 time.sleep(OFFSET_POLL_S)
+                # A consumer subscribed to nothing may never ask for the topic's metadata by itself
+                # (UNKNOWN_PARTITION for a whole minute was seen): ask for it.
+                with contextlib.suppress(KafkaException):
+                    reader.list_topics(topic, CALL_TIMEOUT_S)
                 continue
             ends[partition] = int(watermarks[1])
         return ends
