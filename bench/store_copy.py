@@ -69,7 +69,7 @@ class Probe(threading.Thread):
 
 def run(arguments: argparse.Namespace) -> dict[str, Any]:
     """One measurement; the report as a dict."""
-    base = Path(tempfile.mkdtemp(prefix="kq-store-copy-"))
+    base = arguments.keep_dir or Path(tempfile.mkdtemp(prefix="kq-store-copy-"))
     try:
         with LocalCluster(base / "cluster") as cluster:
             leader = cluster.wait_ready()
@@ -104,7 +104,8 @@ def run(arguments: argparse.Namespace) -> dict[str, Any]:
             during = probe.latencies(restarted, caught_up)
             client.close()
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if arguments.keep_dir is None:
+            shutil.rmtree(base, ignore_errors=True)
     p99_before, p99_during = _percentile(before, 0.99), _percentile(during, 0.99)
     report: dict[str, Any] = {
         "mib": arguments.mib,
@@ -150,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--catch-up-timeout-s", type=float, default=300.0)
     parser.add_argument("--p99-max-ratio", type=float, default=2.0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--keep-dir", type=Path, default=None, help="run the cluster here and keep it")
     arguments = parser.parse_args(argv)
     report = run(arguments)
     print(json.dumps(report, indent=2))

@@ -592,6 +592,10 @@ class RaftNode(PySyncObjAdapter):
             return None
         if kind == "append_entries":
             if "serialized" in message:
+                # PySyncObj answers no chunk of a store copy, and while chunks keep coming this node's
+                # tick may not get to its keepalives: the leader, hearing nothing for its connection
+                # timeout, closed the connection and started the copy over, every 2 s (bench.store_copy).
+                self._send_keepalives()
                 return without_commit_advance(message, self.commit_index())
             if message.get("entries"):
                 trimmed = already_held(message, self.entries, self.last_entry())

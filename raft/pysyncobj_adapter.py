@@ -55,6 +55,8 @@ as Python mangles it):
 - `_SyncObj__getEntries`, called: entries by index (snapshot headers, retained bytes, resent appends).
 - `_SyncObj__connectedNodes`, `_SyncObj__raftMatchIndex`, read: which connected followers still
   need entries before compacting.
+- `_SyncObj__lastResponseTime`, read: whether a follower sent a store copy has answered since (it
+  restored it: raft/snapshot.py holds compaction and a second copy until then).
 - `_SyncObj__raftCommitIndex`, read: a store-copy chunk may not raise it (raft/inbound.py).
 - `_SyncObj__onMessageReceived`, overridden: every peer message passes `peer_message` first (kq's
   three inbound fixes).
@@ -394,9 +396,9 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         member or does not hold the leader's whole log, so only a caught-up voter takes over."""
         self.transferLeadership(target, callback)
 
-    def match_index(self, node: Any) -> int:
-        """The last entry this leader knows `node` holds (0: not heard since it connected)."""
-        return int(self._SyncObj__raftMatchIndex.get(node, 0))
+    def last_response(self, node: Any) -> float:
+        """When this leader last heard an answer to its appends from `node` (PySyncObj's clock; 0: never)."""
+        return float(self._SyncObj__lastResponseTime.get(node, 0.0))
 
     def connected_match_indexes(self) -> list[int]:
         """The match index of each connected follower (0: not heard yet); meaningful on the leader."""

@@ -95,8 +95,9 @@ class RaftLogView(Protocol):
     def compaction_start(self, proposed: int) -> int:
         """Where the log should start after compacting up to `proposed` (earlier for a slow follower)."""
 
-    def match_index(self, node: Any) -> int:
-        """The last entry the leader knows `node` holds (0: not heard since it connected)."""
+    def last_response(self, node: Any) -> float:
+        """When the leader last heard an answer to its appends from `node`, on Raft's own clock (0:
+        never); only compared with itself."""
 
 
 @dataclass(slots=True)
@@ -105,7 +106,6 @@ class _Copy:
 
     header: bytes
     applied_index: int
-    log_index: int = 0  # The log start its header names: a follower that restored it holds this entry.
     path: Path | None = None  # The finished data file; None while the thread copies.
     failed: bool = False
     started_s: float = field(default_factory=time.monotonic)
@@ -156,11 +156,13 @@ class SnapshotSerializer:
         self._lock = threading.Lock()  # Guards _copy's fields, which the copy thread sets.
         self._copy: _Copy | None = None
         self._transmissions: dict[Any, _Transmission] = {}  # By follower: at most the cluster's size.
-        # Followers sent a whole copy: when, and the log start its header named. Until a follower
-        # restores it (its match index reaches that entry), disconnects, or COPY_RESTORE_WAIT_S
-        # passes, it gets no other copy and compaction waits (else the log start could pass the one it
-        # restores, and it would need a second copy at once). At most the cluster's size.
-        self._sent: dict[Any, tuple[float, int]] = {}
+        # Followers sent a whole copy: when, and when the leader had last heard from them then. Until a
+        # follower answers again (it sends nothing while it receives and restores a copy: its next
+        # answer comes from the restored store), disconnects, or COPY_RESTORE_WAIT_S passes, it gets
+        # no other copy and compaction waits (else the log start could pass the one it restores, and
+        # it would need a second copy at once: a match index cannot tell, since a wiped follower's
+        # is still the one from before it was wiped). At most the cluster's size.
+        self._sent: dict[Any, tuple[float, float]] = {}
         self._send_rate = send_bytes_per_s
         self._send_allowance = float(2 * chunk_bytes)  # Bytes sendable now (a token bucket).
         self._send_checked_s = time.monotonic()
@@ -286,7 +288,7 @@ class SnapshotSerializer:
         if not chunk:
             logger.info("sent a copy of the store (%d bytes) to %s", transmission.sent_bytes, node)
             self._finish(node, transmission)
-            self._sent[node] = (time.monotonic(), transmission.copy.log_index)
+            self._sent[node] = (time.monotonic(), self._log.last_response(node))
             return b"", False, True
         return chunk, is_first, False
 
@@ -320,8 +322,8 @@ class SnapshotSerializer:
     def _drop_restored(self) -> None:
         """Forgets the followers that restored the copy they were sent, or took too long to."""
         now = time.monotonic()
-        for node, (sent_s, log_index) in list(self._sent.items()):
-            if self._log.match_index(node) >= log_index or now - sent_s > COPY_RESTORE_WAIT_S:
+        for node, (sent_s, heard) in list(self._sent.items()):
+            if self._log.last_response(node) != heard or now - sent_s > COPY_RESTORE_WAIT_S:
                 del self._sent[node]
 
     def _drop_stale_transmissions(self) -> None:
@@ -342,8 +344,7 @@ class SnapshotSerializer:
             return None
         transaction = self._store.begin_snapshot()
         applied_index = self._store.applied_index_in(transaction)
-        first = self._log.first_index()
-        copy = _Copy(header_bytes(self._log.window(first), applied_index), applied_index, first)
+        copy = _Copy(header_bytes(self._log.window(self._log.first_index()), applied_index), applied_index)
         self._copy = copy
         self._thread = threading.Thread(
             target=self._write_copy, args=(copy, transaction), name="kq-snapshot-copy", daemon=True

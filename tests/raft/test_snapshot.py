@@ -23,7 +23,7 @@ class FakeLog:
     def __init__(self, first: int = 2) -> None:
         self.first = first
         self.retain_to: int | None = None
-        self.matches: dict[Any, int] = {}
+        self.responses: dict[Any, float] = {}
 
     def first_index(self) -> int:
         return self.first
@@ -34,8 +34,8 @@ class FakeLog:
     def compaction_start(self, proposed: int) -> int:
         return proposed if self.retain_to is None else self.retain_to
 
-    def match_index(self, node: Any) -> int:
-        return self.matches.get(node, 0)
+    def last_response(self, node: Any) -> float:
+        return self.responses.get(node, 0.0)
 
 
 def make_store(path: Path) -> Store:
@@ -89,8 +89,8 @@ def test_a_snapshot_writes_only_a_header_whatever_the_store_size(source: Store, 
 
 
 def test_a_wiped_follower_gets_a_copy_of_the_store(source: Store, tmp_path: Path) -> None:
-    """The copy streams in chunks, compaction waits meanwhile and until the follower restored it (its
-    match index reaches the copy's log start), and the wiped store ends byte-identical."""
+    """The copy streams in chunks, compaction waits meanwhile and until the follower restored it (it
+    answers again), and the wiped store ends byte-identical."""
     log = FakeLog()
     sender = serializer(source, tmp_path / "leader", log)
     restored_at: list[int] = []
@@ -100,7 +100,7 @@ def test_a_wiped_follower_gets_a_copy_of_the_store(source: Store, tmp_path: Path
     assert sender.checkSerializing() == (SERIALIZING, None)  # No compaction while a copy is sent.
     assert stream(sender, receiver) > 2
     assert sender.checkSerializing() == (SERIALIZING, None)  # The follower is restoring it.
-    log.matches["n"] = 2  # Its answer: it holds the copy's log start.
+    log.responses["n"] = 1.0  # Its answer, from the restored store.
     assert sender.checkSerializing() == (NOT_SERIALIZING, None)
     assert receiver.deserialize() == (None, ("entry-3", 3, 1), ("entry-2", 2, 1), {"127.0.0.1:1"})
     assert wiped.dump() == source.dump() and restored_at == [3]
@@ -190,7 +190,7 @@ def test_a_follower_restoring_a_copy_gets_no_second_one_until_it_answers_or_reco
     assert sender.getTransmissionData("n") is None and sender._copy is None
     sender.cancelTransmisstion("n")  # It disconnected.
     assert stream(sender, serializer(make_store(tmp_path / "again"), tmp_path / "f2")) > 2
-    log.matches["n"] = 2
+    log.responses["n"] = 1.0
     assert sender.checkSerializing() == (NOT_SERIALIZING, None)
 
 
