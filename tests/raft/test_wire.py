@@ -94,6 +94,7 @@ ENTRIES = [
         {"type": "apply_command_response", "request_id": 18, "log_idx": 99, "log_term": 5},
         {"type": "timeout_now", "term": 6},
         {"type": "kq_keepalive"},
+        {"type": "kq_not_a_voter", "term": 7, "commit_index": 1234},
     ],
 )
 def test_every_message_type_round_trips(message: dict[str, Any]) -> None:
