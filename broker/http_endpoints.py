@@ -2,9 +2,10 @@
 
 - `GET /healthz`: 200 while the process serves HTTP at all (liveness).
 - `GET /readyz`: 200 when this node is a cluster member (not one a leader told it was removed)
-  connected to a majority of the cluster (itself included) and to a leader it knows (or is that leader), and has applied all but at most
-  READY_APPLY_LAG_MAX committed entries; 503 otherwise. (PySyncObj keeps a follower's last leader
-  after it went away, so a known leader alone proves nothing.) Both answer a JSON object saying why.
+  connected to a majority of the cluster (itself included) and to a leader it knows (or is that
+  leader), and has applied all but at most READY_APPLY_LAG_MAX committed entries; 503 otherwise.
+  (PySyncObj keeps a follower's last leader after it went away, so a known leader alone proves
+  nothing.) Both answer a JSON object saying why.
   The gRPC health service reports the same readiness (broker/main.py `BrokerNode.update_health`).
 - `GET /metrics`: the text exposition of broker/metrics.py `REGISTRY`.
 

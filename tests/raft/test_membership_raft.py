@@ -212,3 +212,33 @@ def test_a_node_restarted_behind_an_add_hears_the_new_node_that_leads(
             if i not in closed:
                 node.close()
             node_store.close()
+
+
+def test_a_removed_node_that_still_runs_stops_standing_for_election(tmp_path: Path) -> None:
+    """A follower removed while it runs is told by the leader that it is no voter: it reports its
+    removal, and over several of its election timeouts its term stays, the leader keeps its term and
+    the others commit. Before, it stood for election at an ever higher term and each of its vote
+    requests made the leader step down (a re-election every second)."""
+    cluster = Cluster(tmp_path)
+    try:
+        for node in cluster.nodes:
+            node.start()
+        leader = cluster.leader()
+        removed = next(node for node in cluster.nodes if node is not leader)
+        position = cluster.nodes.index(removed)
+        assert _change(leader, "remove", cluster.addresses[position]) == 0
+        wait_for(lambda: removed.removal() is not None, "the removed node to hear it", WAIT_S)
+        removal = removed.removal()
+        assert removal is not None and removal.leader == cluster.addresses[cluster.nodes.index(leader)]
+        term, leader_term = removed.current_term(), leader.current_term()
+        # Bounded polling, no timing asserted: entries commit while its elections would have come due.
+        until = pysyncobj_clock() + 4 * cluster.configs[position].election_timeout_max_s
+        proposals = 0
+        while pysyncobj_clock() < until or proposals < 3:
+            cluster.propose(commands.encode(commands.create_topic(f"t{proposals}", 1, 1)))
+            proposals += 1
+            assert removed.current_term() == term, "the removed node stood for election"
+            assert leader.is_leader() and leader.current_term() == leader_term, "the leader was disturbed"
+        assert removed.removal() == removal
+    finally:
+        cluster.close()
