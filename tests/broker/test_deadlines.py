@@ -4,7 +4,9 @@ no longer holds for the whole catch-up wait."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from concurrent.futures import Future
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -13,9 +15,12 @@ import pytest
 
 from kq.broker import service_base
 from kq.broker.deadlines import call_deadline, call_expired, capped, in_call_context
+from kq.broker.errors import UnavailableError
 from kq.broker.kafka.apis import request_timeout_s
+from kq.broker.proposals import wait_async, wait_result
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2
+from kq.proto.errors import ErrorCode
 from tests.broker.conftest import EDGE_WORKERS, Edge, status_of
 
 FAR_AHEAD = 10**12  # A Raft index this node will never apply.
@@ -49,6 +54,18 @@ def test_a_pool_thread_works_within_the_deadline_of_the_call_that_handed_it_work
     thread.start()
     thread.join()
     assert seen == [0.0]
+
+
+def test_a_commit_wait_ends_with_the_call_on_a_thread_and_on_the_loop() -> None:
+    """A proposal that never commits: with the call's deadline passed, `wait_result` (a worker thread)
+    and `wait_async` (the loop) answer NOT_COMMITTED at once, not after their 600 s limit."""
+    leader = SimpleNamespace(is_leader=lambda: True)
+    with call_deadline(0.0):
+        with pytest.raises(UnavailableError) as on_thread:
+            wait_result(Future(), PATCHED_CATCH_UP_WAIT_S, leader)
+        with pytest.raises(UnavailableError) as on_loop:
+            asyncio.run(wait_async(Future(), PATCHED_CATCH_UP_WAIT_S, leader))
+    assert on_thread.value.code == on_loop.value.code == ErrorCode.NOT_COMMITTED
 
 
 def test_a_kafka_requests_timeout_is_its_deadline() -> None:
