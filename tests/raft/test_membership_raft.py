@@ -135,7 +135,7 @@ def _change_on_leader(nodes: list[RaftNode], kind: str, address: str) -> int:
         if leader is None:
             return False
         reasons.append(_change(leader, kind, address))
-        return reasons[-1] != FAIL_REASON.REQUEST_DENIED
+        return reasons[-1] != int(FAIL_REASON.REQUEST_DENIED)
 
     wait_for(changed, f"{kind} {address} on a leader", CHANGE_WAIT_S, poll_s=0.2)
     return reasons[-1]
