@@ -15,6 +15,7 @@ from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
 from kq.raft import commands
 from kq.raft.node import RaftConfig, RaftNode
+from kq.raft.pysyncobj_adapter import NO_OP_COMMAND, membership_command
 from kq.raft.results import ApplyResult
 from kq.storage import Store
 from tests.raft.test_node import WAIT_S, Cluster
@@ -259,3 +260,23 @@ def test_a_removed_node_that_still_runs_stops_standing_for_election(tmp_path: Pa
         assert removed.removal() == removal
     finally:
         cluster.close()
+
+
+def test_a_leader_tells_a_non_voter_only_once_its_voters_are_committed(tmp_path: Path) -> None:
+    """`voters_committed`: a MEMBERSHIP entry after the commit index (the voters may still change
+    back) or a tail longer than the bound it reads means no; once it commits, yes."""
+    address, peer = (f"127.0.0.1:{port}" for port in free_ports(2))
+    config = RaftConfig(address, (peer,), tmp_path / "node", "secret")
+    store = Store.open(config.data_dir / "store", map_size_bytes=64 * 1024**2)
+    node = RaftNode(config, store, lambda index, result: None)
+    try:
+        assert node.voters_committed(entries_max=0)  # Its log holds the committed no-op alone.
+        node._SyncObj__raftLog.add(membership_command(True, peer), 2, 1)
+        assert not node.voters_committed(entries_max=10)
+        node._SyncObj__raftLog.add(NO_OP_COMMAND, 3, 1)
+        node._SyncObj__raftCommitIndex = 2
+        assert node.voters_committed(entries_max=10)
+        assert not node.voters_committed(entries_max=0)  # One entry after the commit: not read.
+    finally:
+        node.close()
+        store.close()
