@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from kq.broker.membership import Membership
 
 PYSYNCOBJ_SUCCESS = 0  # pysyncobj.FAIL_REASON.SUCCESS
+# The role of a node a leader told it is not a voter (removed, still running): ClusterStatus, /readyz,
+# kq cluster status and the metrics show it (DESIGN.md, "A removed node").
+REMOVED_ROLE = "removed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,7 @@ class Peer:
 class ConsensusStatus:
     """What `kq cluster status` shows for one node."""
 
-    role: str
+    role: str  # "leader", "follower", "candidate" or REMOVED_ROLE.
     leader_id: str
     leader_address: str
     term: int
@@ -97,6 +100,9 @@ class PySyncObjConsensus:
         leader = self._leader()
         peers = self._membership.view.peers
         role = {0: "follower", 1: "candidate", 2: "leader"}.get(int(raw["state"]), "unknown")
+        removed = self._node.removal() is not None
+        if removed:  # A leader told it so: it no longer stands for election (DESIGN.md, "A removed node").
+            role = REMOVED_ROLE
         return ConsensusStatus(
             role=role,
             leader_id=leader.node_id if leader else "",
@@ -108,7 +114,7 @@ class PySyncObjConsensus:
                 peer.node_id: raw.get(f"partner_node_status_server_{peer.raft_address}", 0) == 2
                 for peer in peers
             },
-            ready=bool(self._node.isReady()),
+            ready=bool(self._node.isReady()) and not removed,
             log_entries=int(raw["log_len"]),
             match_indexes={
                 peer.node_id: int(raw.get(f"match_idx_server_{peer.raft_address}", 0)) for peer in peers

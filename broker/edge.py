@@ -11,7 +11,8 @@ Every handler of the node's server is wrapped by `EdgeInterceptor`:
   logs one line, at most once per LOG_INTERVAL_S per method (with a count of the ones it held back),
   with the traceback only at debug level, so no client can flood the log.
 
-So every non-OK status a kq handler answers carries `kq-error-code` (proto/errors.py).
+So every non-OK status a kq handler answers carries `kq-error-code` (proto/errors.py). A unary
+call's deadline is recorded for its handler (broker/deadlines.py), so no wait outlives it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import grpc
 
 from kq.broker.auth import CURRENT_PRINCIPAL, REQUIREMENTS, Security, current_principal
 from kq.broker.corruption import CORRUPTION
+from kq.broker.deadlines import call_deadline
 from kq.broker.errors import KqError, abort_async, abort_with
 from kq.broker.metrics import GRPC_REQUEST_LATENCY, observe_latency
 from kq.proto.errors import ErrorCode
@@ -181,7 +183,8 @@ class EdgeInterceptor(_Interceptor):
                 if counted:
                     await self._take_call(context)
                 try:
-                    return await behavior(request, context)
+                    with call_deadline(context.time_remaining()):  # Caps its waits (broker/deadlines.py).
+                        return await behavior(request, context)
                 except Exception as error:
                     await self._fail(method, error, context)
                 finally:
@@ -197,9 +200,10 @@ class EdgeInterceptor(_Interceptor):
             await self._admit(method, request, context)
             await self._take_call(context)
             try:
-                return await asyncio.get_running_loop().run_in_executor(
-                    self._workers, contextvars.copy_context().run, behavior, request, context
-                )
+                with call_deadline(context.time_remaining()):  # Caps its waits (broker/deadlines.py).
+                    return await asyncio.get_running_loop().run_in_executor(
+                        self._workers, contextvars.copy_context().run, behavior, request, context
+                    )
             except Exception as error:
                 await self._fail(method, error, context)
             finally:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
+from kq.broker.deadlines import capped
 from kq.broker.errors import InvalidArgumentError, MembershipError, UnavailableError
 from kq.broker.groups_view import GroupsView
 from kq.broker.membership import MembershipChanges, MembershipView, Probe, node_channel, probe_node
@@ -146,7 +147,7 @@ class ClusterChanges:
 
     def _everywhere(self, request: Callable[[int], GroupRequest], done: str) -> None:
         """Makes the change in groups 1.. in order, each through its leader (`request(g)`: group g's)."""
-        deadline = time.monotonic() + MEMBERSHIP_GROUPS_TIMEOUT_S
+        deadline = time.monotonic() + capped(MEMBERSHIP_GROUPS_TIMEOUT_S)  # Within the call's deadline.
         for group in range(1, self._groups.count):
             self._in_group(group, request(group), deadline)
         logger.info("%s in Raft groups 1..%d", done, self._groups.count - 1)
@@ -154,7 +155,7 @@ class ClusterChanges:
     def _wait_answers(self, member: kq_pb2.Member, group: int) -> None:
         """Waits until the new node's process of `group` answers (its worker may still be starting
         when group 0's answered), MEMBER_JOIN_WAIT_S at most; then UNAVAILABLE."""
-        deadline = time.monotonic() + MEMBER_JOIN_WAIT_S
+        deadline = time.monotonic() + capped(MEMBER_JOIN_WAIT_S)
         while True:
             try:
                 self._probe(member.grpc_address, MEMBER_PROBE_TIMEOUT_S)

@@ -1,10 +1,11 @@
 """The node's HTTP port (`--http-address`): `/metrics` (Prometheus), `/healthz` and `/readyz`.
 
 - `GET /healthz`: 200 while the process serves HTTP at all (liveness).
-- `GET /readyz`: 200 when this node is a cluster member connected to a majority of the cluster (itself
-  included) and to a leader it knows (or is that leader), and has applied all but at most
-  READY_APPLY_LAG_MAX committed entries; 503 otherwise. (PySyncObj keeps a follower's last leader
-  after it went away, so a known leader alone proves nothing.) Both answer a JSON object saying why.
+- `GET /readyz`: 200 when this node is a cluster member (not one a leader told it was removed)
+  connected to a majority of the cluster (itself included) and to a leader it knows (or is that
+  leader), and has applied all but at most READY_APPLY_LAG_MAX committed entries; 503 otherwise.
+  (PySyncObj keeps a follower's last leader after it went away, so a known leader alone proves
+  nothing.) Both answer a JSON object saying why.
   The gRPC health service reports the same readiness (broker/main.py `BrokerNode.update_health`).
 - `GET /metrics`: the text exposition of broker/metrics.py `REGISTRY`.
 
@@ -26,7 +27,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kq.broker.consensus import ConsensusStatus
+from kq.broker.consensus import REMOVED_ROLE, ConsensusStatus
 from kq.broker.metrics import REGISTRY
 from kq.proto.limits import HTTP_REQUEST_TIMEOUT_S, HTTP_THREADS_MAX, READY_APPLY_LAG_MAX
 
@@ -46,7 +47,9 @@ class Readiness:
 def readiness(status: ConsensusStatus, apply_lag_max: int = READY_APPLY_LAG_MAX) -> Readiness:
     """Ready: Raft is up, a leader is known, and the store is within `apply_lag_max` of the commit."""
     lag = status.commit_index - status.applied_index
-    if not status.ready:
+    if status.role == REMOVED_ROLE:
+        reason = "this node was removed from the cluster (a leader said so): stop it"
+    elif not status.ready:
         reason = "Raft has not started or has not caught up with its own log"
     elif not status.leader_id:
         reason = "no known leader (an election, or this node is cut off from a majority)"

@@ -815,6 +815,7 @@ def main(
         compaction_log_bytes_max=compaction_log_mib * 1024 * 1024,
         durability=durability,
         join=join,
+        node_id=node_id,
         # Mutual TLS between nodes with the node's certificate whenever it has one (raft/transport.py).
         tls=RaftTls(*tls.files) if tls is not None and tls.files is not None else None,
     )

@@ -41,6 +41,7 @@ from typing import Protocol
 import grpc
 
 from kq.broker.consensus import Consensus, Peer
+from kq.broker.deadlines import capped
 from kq.broker.errors import MembershipError, NotLeaderError, UnavailableError
 from kq.broker.proposals import propose_and_wait, wait_result
 from kq.broker.validation import check
@@ -340,14 +341,14 @@ class MembershipChanges:
         done: Future[int] = Future()
         self._raft.hand_over_leadership(lambda _result, reason: done.set_result(reason))
         try:
-            reason = done.result(timeout=PROPOSAL_TIMEOUT_S)
+            reason = done.result(timeout=capped(PROPOSAL_TIMEOUT_S))
         except TimeoutError:  # The tick thread did not get to it (the node is stopping).
             reason = -1
         if reason != 0:
             raise UnavailableError(
                 "this node leads and no follower is caught up to take over; retry", ErrorCode.NOT_COMMITTED
             )
-        deadline = time.monotonic() + PROPOSAL_TIMEOUT_S
+        deadline = time.monotonic() + capped(PROPOSAL_TIMEOUT_S)
         while time.monotonic() < deadline:
             leader = None if self._consensus.is_leader() else self._consensus.leader_grpc_address()
             if leader is not None:

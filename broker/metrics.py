@@ -34,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from kq.broker.consensus import Consensus
+from kq.broker.consensus import REMOVED_ROLE, Consensus
 from kq.broker.group_service import partition_lags
 from kq.broker.groups_view import GroupsView
 from kq.proto import kq_pb2
@@ -212,7 +212,7 @@ class NodeCollector(Collector):
         role = GaugeMetricFamily(
             "kq_raft_role", "1 for this node's Raft role.", labels=["role", "raft_group"]
         )
-        for name in ("follower", "candidate", "leader"):
+        for name in ("follower", "candidate", "leader", REMOVED_ROLE):
             role.add_metric([name, self._raft_group], 1.0 if status.role == name else 0.0)
         yield role
         yield self._group_gauge("kq_raft_term", "This node's Raft term.", status.term)

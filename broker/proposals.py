@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from kq.broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
+from kq.broker.deadlines import capped
 from kq.broker.errors import InvalidArgumentError, KqError, ResourceExhaustedError, UnavailableError
 from kq.broker.validation import CheckedAppend, check_command
 from kq.proto import kq_pb2
@@ -93,6 +94,7 @@ def wait_result(future: Future[T], timeout_s: float, consensus: Consensus) -> T:
     LEADERSHIP_CHECK_S) to go elsewhere instead of waiting out the timeout; the write may still
     commit if the partition heals, which idempotent retries make harmless.
     """
+    timeout_s = capped(timeout_s)  # Never past the call's deadline (broker/deadlines.py).
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -112,6 +114,7 @@ async def wait_async(future: Future[T], timeout_s: float, consensus: Consensus) 
     loop = asyncio.get_running_loop()
     loop_thread = threading.get_ident()
     waiter: asyncio.Future[T] = loop.create_future()
+    timeout_s = capped(timeout_s)  # Never past the call's deadline (broker/deadlines.py).
     deadline = time.monotonic() + timeout_s
 
     def settle(done: Future[T]) -> None:
@@ -158,7 +161,7 @@ def _check_still_waiting(deadline: float, timeout_s: float, consensus: Consensus
     if not consensus.is_leader():
         raise UnavailableError("this node lost its leadership; the write may still commit: retry")
     if time.monotonic() >= deadline:
-        raise UnavailableError(f"not committed within {timeout_s:.0f} s; it may still commit: retry")
+        raise UnavailableError(f"not committed within {timeout_s:.1f} s; it may still commit: retry")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from kq.broker.auth import TOPIC, WRITE, Access, Principal, current_principal
 from kq.broker.corruption import CORRUPTION
+from kq.broker.deadlines import capped
 from kq.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -102,7 +103,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
         life."""
         if not self._groups.several:
             return 1
-        deadline = time.monotonic() + TOPIC_SPREAD_WAIT_S
+        deadline = time.monotonic() + capped(TOPIC_SPREAD_WAIT_S)  # Within the call's deadline.
         while not all(leader.leader_id for leader in self._groups.leaders()):
             if time.monotonic() >= deadline:
                 logger.info("a group has no leader: the new topic's partitions all go to group 0")
@@ -116,7 +117,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
         to it finds it wherever its partition is (the copies are made by each group's leader:
         broker/topic_sync.py). Past the wait the topic exists all the same: a partition whose group
         lacks it answers UNAVAILABLE (retriable)."""
-        deadline = time.monotonic() + TOPIC_COPY_WAIT_S
+        deadline = time.monotonic() + capped(TOPIC_COPY_WAIT_S)  # Within the call's deadline.
         while not self._groups.copied_everywhere(topic) and time.monotonic() < deadline:
             time.sleep(TOPIC_COPY_POLL_S)
 

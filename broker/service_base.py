@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from kq.broker.admission import PRODUCE_STREAM_LIMITS, ReaderAdmission
 from kq.broker.auth import Security
 from kq.broker.consensus import Consensus, Peer
+from kq.broker.deadlines import capped, in_call_context
 from kq.broker.errors import InvalidArgumentError, NotFoundError, NotLeaderError, UnavailableError
 from kq.broker.group_membership import ClusterChanges
 from kq.broker.groups import GroupCoordinator
@@ -77,15 +78,17 @@ class ServiceBase:
         self._reads_in_flight: dict[tuple[str, int, int, int, int, int], asyncio.Future[Any]] = {}
 
     async def _in_workers(self, function: Callable[..., T], *args: Any) -> T:
-        """`function(*args)` on a worker thread (it may block: a proposal, a catch-up wait)."""
+        """`function(*args)` on a worker thread (it may block: a proposal, a catch-up wait), with the
+        call's deadline (broker/deadlines.py)."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._workers, functools.partial(function, *args)
+            self._workers, functools.partial(in_call_context(function), *args)
         )
 
     async def _in_reads(self, function: Callable[..., T], *args: Any) -> T:
-        """`function(*args)` on a read thread (an LMDB read transaction)."""
+        """`function(*args)` on a read thread (an LMDB read transaction, a catch-up wait), with the
+        call's deadline."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._reads, functools.partial(function, *args)
+            self._reads, functools.partial(in_call_context(function), *args)
         )
 
     async def _until_answered(
@@ -118,9 +121,12 @@ class ServiceBase:
     def _past(self, deadline: float) -> bool:
         return time.monotonic() >= deadline or self._notifier.closed
 
-    def _catch_up(self, min_index: int) -> None:
-        """Read-your-writes for metadata reads: wait until `min_index` is applied, else UNAVAILABLE."""
-        if min_index and not self._notifier.wait_until(min_index, CATCH_UP_WAIT_S):
+    def _catch_up(self, min_index: int, wait_s: float | None = None) -> None:
+        """Read-your-writes for metadata reads: wait until `min_index` is applied, at most `wait_s`
+        (None: CATCH_UP_WAIT_S) and never past the call's deadline (broker/deadlines.py), else
+        UNAVAILABLE (NOT_CAUGHT_UP)."""
+        limit_s = CATCH_UP_WAIT_S if wait_s is None else wait_s
+        if min_index and not self._notifier.wait_until(min_index, capped(limit_s)):
             raise UnavailableError(
                 f"node {self._node.node_id} has not applied index {min_index} yet; retry",
                 ErrorCode.NOT_CAUGHT_UP,
@@ -130,14 +136,14 @@ class ServiceBase:
         """`_catch_up` for reads of several groups' partitions (ListOffsets, DescribeTopic): waits
         until this node's replica of each group named has applied its index (this process's own
         group through its notifier; a sibling's store, another process's, polled every
-        REPLICA_CATCH_UP_POLL_S), CATCH_UP_WAIT_S in all, else NOT_CAUGHT_UP. A group the cluster
-        does not have (a client's stale view) is ignored."""
+        REPLICA_CATCH_UP_POLL_S), CATCH_UP_WAIT_S in all and never past the call's deadline, else
+        NOT_CAUGHT_UP. A group the cluster does not have (a client's stale view) is ignored."""
         if len(min_indexes) > RAFT_GROUPS_MAX:
             raise InvalidArgumentError(f"group_min_indexes names more than {RAFT_GROUPS_MAX} groups")
-        deadline = time.monotonic() + CATCH_UP_WAIT_S
+        deadline = time.monotonic() + capped(CATCH_UP_WAIT_S)
         for group, index in sorted(min_indexes.items()):
             if group == self._groups.group:
-                self._catch_up(index)
+                self._catch_up(index, max(0.0, deadline - time.monotonic()))
             elif group < self._groups.count and index:
                 while (self._groups.replica_applied(group) or 0) < index:
                     if time.monotonic() >= deadline or self._notifier.closed:

@@ -45,6 +45,7 @@ from kq.proto.limits import (
 )
 from kq.proto.placement import GROUPS_DIR, PORT_MAX, group_address, group_data_dir
 from kq.raft.data_dir import MARKER_NAME
+from kq.raft.faults import FAIL_STOP_TOKEN, FAIL_STOP_TOKEN_FD
 from kq.raft.journal import OS_DISK
 
 logger = logging.getLogger(__name__)
@@ -229,6 +230,18 @@ def worker_command(arguments: Sequence[str], processes: int, group: int) -> list
     ]
 
 
+def fail_stop_token() -> int:
+    """The read end of a pipe holding the node's one fail-stop token (raft/faults.py): the worker
+    that reads it logs the node's one fail-stop line. Its write end is closed, so the others read the
+    pipe's end at once."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, FAIL_STOP_TOKEN)
+    finally:
+        os.close(write_fd)
+    return read_fd
+
+
 class Supervisor:
     """Starts the workers, forwards stop signals to them, and stops them all when one ends.
 
@@ -248,11 +261,21 @@ class Supervisor:
             signal.signal(signal_number, self._on_signal)
         for entry in self._board.glob("*"):  # No group leader of an earlier run.
             entry.unlink(missing_ok=True)
-        environment = {**os.environ, "KQ_SUPERVISOR_PID": str(os.getpid())}
-        for group in range(self._processes):
-            self._workers[group] = subprocess.Popen(
-                worker_command(self._arguments, self._processes, group), env=environment
-            )
+        token_fd = fail_stop_token()
+        environment = {
+            **os.environ,
+            "KQ_SUPERVISOR_PID": str(os.getpid()),
+            FAIL_STOP_TOKEN_FD: str(token_fd),
+        }
+        try:
+            for group in range(self._processes):
+                self._workers[group] = subprocess.Popen(
+                    worker_command(self._arguments, self._processes, group),
+                    env=environment,
+                    pass_fds=(token_fd,),
+                )
+        finally:
+            os.close(token_fd)  # The workers hold it now.
         logger.info("started %d worker processes: %s", len(self._workers), self.pids())
         code = 0
         while not self._stopping:

@@ -395,6 +395,11 @@ TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own t
 LEADER_LOST_ELECTION_DELAY_S = 0.05
 LEADER_LOST_ELECTION_SLOT_S = 0.1
 LEADER_LOST_ELECTION_JITTER_S = 0.03
+# A leader answers a vote request from a node that is not one of its voters (a removed node still
+# running) with NOT_A_VOTER only when its voters are committed: no MEMBERSHIP entry after its commit
+# index. It reads at most this many uncommitted entries to know; a longer tail: no answer this time
+# (the node asks again at its next election). raft/node.py, DESIGN.md "A removed node".
+REMOVED_NOTICE_SCAN_ENTRIES_MAX = 1_000
 TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk

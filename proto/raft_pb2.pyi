@@ -472,6 +472,33 @@ class Keepalive(_message.Message):
 Global___Keepalive: _TypeAlias = Keepalive  # noqa: Y015
 
 @_typing.final
+class NotAVoter(_message.Message):
+    """A leader's answer to a vote request from a node that is not among its committed voters (a node
+    removed from the cluster that still runs): that node stops standing for election and reports
+    itself removed (raft/node.py). Its term and commit index, for that node's log line.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TERM_FIELD_NUMBER: _builtins.int
+    COMMIT_INDEX_FIELD_NUMBER: _builtins.int
+    term: _builtins.int
+    commit_index: _builtins.int
+    def __init__(
+        self,
+        *,
+        term: _builtins.int = ...,
+        commit_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_index", b"commit_index", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotAVoter: _TypeAlias = NotAVoter  # noqa: Y015
+
+@_typing.final
 class RaftFrame(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -485,6 +512,7 @@ class RaftFrame(_message.Message):
     APPLY_COMMAND_RESPONSE_FIELD_NUMBER: _builtins.int
     TIMEOUT_NOW_FIELD_NUMBER: _builtins.int
     KEEPALIVE_FIELD_NUMBER: _builtins.int
+    NOT_A_VOTER_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -505,6 +533,8 @@ class RaftFrame(_message.Message):
     def timeout_now(self) -> Global___TimeoutNow: ...
     @_builtins.property
     def keepalive(self) -> Global___Keepalive: ...
+    @_builtins.property
+    def not_a_voter(self) -> Global___NotAVoter: ...
     def __init__(
         self,
         *,
@@ -518,12 +548,13 @@ class RaftFrame(_message.Message):
         apply_command_response: Global___ApplyCommandResponse | None = ...,
         timeout_now: Global___TimeoutNow | None = ...,
         keepalive: Global___Keepalive | None = ...,
+        not_a_voter: Global___NotAVoter | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["append_entries", b"append_entries", "apply_command", b"apply_command", "apply_command_response", b"apply_command_response", "hello", b"hello", "keepalive", b"keepalive", "message", b"message", "next_node_index", b"next_node_index", "proof", b"proof", "request_vote", b"request_vote", "response_vote", b"response_vote", "timeout_now", b"timeout_now"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["append_entries", b"append_entries", "apply_command", b"apply_command", "apply_command_response", b"apply_command_response", "hello", b"hello", "keepalive", b"keepalive", "message", b"message", "next_node_index", b"next_node_index", "not_a_voter", b"not_a_voter", "proof", b"proof", "request_vote", b"request_vote", "response_vote", b"response_vote", "timeout_now", b"timeout_now"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_entries", b"append_entries", "apply_command", b"apply_command", "apply_command_response", b"apply_command_response", "hello", b"hello", "keepalive", b"keepalive", "message", b"message", "next_node_index", b"next_node_index", "proof", b"proof", "request_vote", b"request_vote", "response_vote", b"response_vote", "timeout_now", b"timeout_now"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_entries", b"append_entries", "apply_command", b"apply_command", "apply_command_response", b"apply_command_response", "hello", b"hello", "keepalive", b"keepalive", "message", b"message", "next_node_index", b"next_node_index", "not_a_voter", b"not_a_voter", "proof", b"proof", "request_vote", b"request_vote", "response_vote", b"response_vote", "timeout_now", b"timeout_now"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "proof", "request_vote", "response_vote", "append_entries", "next_node_index", "apply_command", "apply_command_response", "timeout_now", "keepalive"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "proof", "request_vote", "response_vote", "append_entries", "next_node_index", "apply_command", "apply_command_response", "timeout_now", "keepalive", "not_a_voter"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 

@@ -12,6 +12,16 @@ restarted follower.
 
 The messages are built here, from the error and the data directory, so that every path says the same
 thing the same way; `fail_stop` is the one place that ends the process.
+
+One line a node, however many parts of it meet the fault. A full disk fails every writer at once: the
+apply and the journal of one process (two threads), and with worker processes each group's process
+(they share the disk), which logged one line each, the same CRITICAL twice or more. So the first
+caller in a process holds `_STOPPING` and the others wait for the exit; and the processes of one node
+share a token: the supervisor passes each worker the read end of a pipe holding one byte
+(FAIL_STOP_TOKEN_FD names it; broker/workers.py), and only the process that reads that byte logs the
+line. A pipe takes no disk, and a one-byte read is atomic: one reader gets it, the others read the
+end of the pipe (its write end is closed) and stop without a second line; the supervisor's own line
+says which worker ended.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import NoReturn
 
@@ -31,15 +42,35 @@ from kq.storage.usage import filesystem_free_bytes
 logger = logging.getLogger(__name__)
 
 EXIT_ENVIRONMENT_FAULT = 70  # EX_SOFTWARE: the machine failed the node; it stopped rather than diverge.
+# The environment variable naming the fd of the node's fail-stop token (module docstring): set by a
+# node's supervisor for its workers; unset, the process is the node's only one and logs its line.
+FAIL_STOP_TOKEN_FD = "KQ_FAIL_STOP_TOKEN_FD"
+FAIL_STOP_TOKEN = b"!"
+_STOPPING = threading.Lock()  # Held by the thread that stops the process.
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def fail_stop(message: str) -> NoReturn:
     """Logs `message` as the node's one last line and ends the process at once (no cleanup: a thread
-    still running must not write anything after the fault)."""
-    logger.critical("stopping: %s", message)
+    still running must not write anything after the fault). A second caller, in this process or in
+    another process of the node, logs nothing (module docstring)."""
+    if not _STOPPING.acquire(blocking=False):
+        threading.Event().wait()  # Another thread is ending the process; its os._exit ends this one.
+    if holds_fail_stop_token(os.environ.get(FAIL_STOP_TOKEN_FD)):
+        logger.critical("stopping: %s", message)
     logging.shutdown()
     os._exit(EXIT_ENVIRONMENT_FAULT)
+
+
+def holds_fail_stop_token(token_fd: str | None) -> bool:
+    """Whether this process is the one of its node to log the fail-stop line: always when `token_fd`
+    is None (the node's only process); else whether it read the node's token from that pipe."""
+    if token_fd is None:
+        return True
+    try:
+        return os.read(int(token_fd), 1) == FAIL_STOP_TOKEN
+    except (OSError, ValueError):  # No such pipe (a process started by hand with the variable): say it.
+        return True
 
 
 def apply_fault_message(error: BaseException, index: int, store_path: Path, map_bytes: int) -> str:

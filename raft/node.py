@@ -46,6 +46,7 @@ from kq.proto.limits import (
     LEADER_LOST_ELECTION_SLOT_S,
     LOOP_CALL_TIMEOUT_S,
     LOOP_TICK_IDLE_S,
+    REMOVED_NOTICE_SCAN_ENTRIES_MAX,
     TICK_FAILED_PAUSE_S,
     TICK_WAIT_S,
     TRANSPORT_BUFFER_BYTES,
@@ -58,7 +59,7 @@ from kq.raft.results import AppendResult, ApplyResult
 from kq.raft.snapshot import RaftData, SnapshotSerializer, read_header
 from kq.raft.state_machine import SOLE_GROUP, GroupScope, apply
 from kq.raft.transport import RaftTls, RaftTransport, TransportSettings
-from kq.raft.wire import KEEPALIVE_TYPE
+from kq.raft.wire import KEEPALIVE_TYPE, NOT_A_VOTER_TYPE
 from kq.storage import SnapshotError, Store
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ class RaftConfig:
     # thread is kq-raft-tick-<group>, and its apply's GroupScope follows (raft/state_machine.py).
     # None: the cluster's one group, ticked by kq-raft-tick.
     group: int | None = None
+    # The node's id (`--node-id`), for its log lines ("" in tests that run bare Raft nodes).
+    node_id: str = ""
 
     @property
     def synced(self) -> bool:
@@ -120,6 +123,16 @@ class RaftConfig:
 
 
 ProposalCallback = Callable[[ApplyResult | None, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """What a leader said when it told this node it is not a voter: its Raft address, term and commit
+    index (DESIGN.md, "A removed node")."""
+
+    leader: str
+    term: int
+    commit_index: int
 
 
 class RaftBindError(Exception):
@@ -313,6 +326,12 @@ class RaftNode(PySyncObjAdapter):
         self._joining = config.join and len(journal) <= 1 and not (raft_dir / "snapshot").exists()
         self._join_wait_s = config.election_timeout_max_s
         self._address = config.raft_address
+        self._node_id = config.node_id or config.raft_address
+        # A removed node that still runs (DESIGN.md, "A removed node"): set on the tick thread when a
+        # leader answers its vote request with NOT_A_VOTER, read by any thread (`removed`).
+        self._removed: Removal | None = None
+        self._election_timeout_min_s = config.election_timeout_min_s
+        self._leader_heard_s = float("-inf")  # time.monotonic() of the last AppendEntries (tick thread).
         self._voters = frozenset((config.raft_address, *config.peer_raft_addresses))
         self._on_voters: Callable[[frozenset[str]], None] | None = None
         self._tick_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -433,9 +452,10 @@ class RaftNode(PySyncObjAdapter):
         self.send_to_peers(KEEPALIVE_MESSAGE)
 
     def _tick_housekeeping(self) -> None:
-        """A tick callback: a joining node's election wait, the calls queued for the tick thread (a
-        leadership hand-over), and the voters' publication when a membership entry changed them."""
-        if self._joining:
+        """A tick callback: a joining or removed node's election wait, the calls queued for the tick
+        thread (a leadership hand-over), and the voters' publication when a membership entry changed
+        them."""
+        if self._joining or self._removed is not None:
             self.defer_election(self._join_wait_s)
         while not self._tick_calls.empty():
             self._tick_calls.get_nowait()()
@@ -447,6 +467,11 @@ class RaftNode(PySyncObjAdapter):
                 self._on_voters(voters)
 
     # Membership ---------------------------------------------------------------------------------
+
+    def removal(self) -> Removal | None:
+        """Set once a leader told this node it is not one of the cluster's voters (it was removed and
+        still runs): it no longer stands for election. None while it is a member (any thread)."""
+        return self._removed
 
     def voters(self) -> frozenset[str]:
         """The Raft addresses of the voters, this node included, as of the last tick (any thread).
@@ -566,8 +591,8 @@ class RaftNode(PySyncObjAdapter):
         found by the timeout as before. A node still joining (`--join`) has heard no leader, so it
         never stands early. DESIGN.md, "Failover after a leader's process dies"."""
         leader = self.leader_address()
-        if leader is None or str(node.address) != leader:
-            return  # Another follower's connection, or this node leads or has no leader.
+        if leader is None or str(node.address) != leader or self._removed is not None:
+            return  # Another follower's connection, or this node leads, has no leader, or was removed.
         jitter_s = random.uniform(0.0, LEADER_LOST_ELECTION_JITTER_S)
         delay_s = leader_lost_delay_s(self.voters(), self._address, leader, self._group or 0, jitter_s)
         if delay_s >= self.election_due_s():
@@ -579,12 +604,83 @@ class RaftNode(PySyncObjAdapter):
             delay_s * 1000,
         )
 
-    def peer_message(self, node: Any, message: Any) -> Any | None:
-        """kq's three safety fixes (raft/inbound.py) before PySyncObj handles a peer's message."""
-        kind = message.get("type") if isinstance(message, dict) else None
-        if self._joining and kind == "append_entries":
+    # A removed node (DESIGN.md, "A removed node") ---------------------------------------------------
+
+    def _ignores_vote_of(self, node: Any) -> bool:
+        """Whether a vote request from `node` is dropped before PySyncObj sees it: `node` is not one of
+        this node's voters, and this node leads or heard a leader within the shortest election timeout.
+
+        The Raft thesis' rule against disruptive servers (4.2.3), for non-voters only: PySyncObj took a
+        removed node's ever higher term from its vote requests, so the leader stepped down at each of
+        its elections (seen: a re-election every second). A voter's request is never dropped (a
+        leadership transfer's target stands while the others still hear the leader), nor one while no
+        leader is heard: a node added by an entry this node has not received yet may need its vote."""
+        if str(node.address) in self.voter_addresses():
+            return False
+        return self.is_leader() or time.monotonic() - self._leader_heard_s < self._election_timeout_min_s
+
+    def _heard_leader(self, term: int) -> None:
+        """An AppendEntries arrived (only a leader sends one): a joining node may stand for election
+        from now on, and so may a removed node that a leader of its removal's term or a later one
+        counts as a voter again (it was added back)."""
+        self._leader_heard_s = time.monotonic()
+        if self._joining:
             logger.info("a leader contacted this joining node: it takes part in elections from now on")
             self._joining = False
+        if self._removed is not None and term >= self._removed.term:
+            logger.warning(
+                "node %s (Raft %s%s) hears from a leader again: it is a voter once more",
+                self._node_id,
+                self._address,
+                self._group_label(),
+            )
+            self._removed = None
+
+    def _answer_non_voter(self, node: Any) -> None:
+        """The leader tells a non-voter whose vote request it dropped that it is none (NOT_A_VOTER),
+        when its own voters are committed: a configuration still uncommitted may yet be replaced
+        (the leader's entries overwritten after it lost its leadership), and the node with it."""
+        if self.is_leader() and self.voters_committed(REMOVED_NOTICE_SCAN_ENTRIES_MAX):
+            notice = {
+                "type": NOT_A_VOTER_TYPE,
+                "term": self.current_term(),
+                "commit_index": self.commit_index(),
+            }
+            self.send_to(node, notice)
+
+    def _learn_removed(self, node: Any, message: dict[str, Any]) -> None:
+        """A leader said this node is not among its committed voters: it stops standing for election
+        and says so once, until a leader counts it as a voter again (`_heard_leader`)."""
+        if self._removed is not None:
+            return
+        self._removed = Removal(str(node.address), int(message["term"]), int(message["commit_index"]))
+        self.defer_election(self._join_wait_s)
+        logger.warning(
+            "node %s was removed from the cluster (Raft %s%s): the leader %s (term %d, commit index %d) "
+            "does not count it among its voters; it no longer stands for election: stop it",
+            self._node_id,
+            self._address,
+            self._group_label(),
+            self._removed.leader,
+            self._removed.term,
+            self._removed.commit_index,
+        )
+
+    def _group_label(self) -> str:
+        return "" if self._group is None else f", Raft group {self._group}"
+
+    def peer_message(self, node: Any, message: Any) -> Any | None:
+        """kq's three safety fixes (raft/inbound.py) and the removed node's rules (`_ignores_vote_of`,
+        `_learn_removed`) before PySyncObj handles a peer's message."""
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "append_entries":
+            self._heard_leader(int(message["term"]))
+        elif kind == NOT_A_VOTER_TYPE:
+            self._learn_removed(node, message)
+            return None
+        elif kind == "request_vote" and self._ignores_vote_of(node):
+            self._answer_non_voter(node)
+            return None
         if kind == "apply_command":  # A proposal forwarded by a node that is not the leader.
             answer = refusal(message)
             if answer is not None:

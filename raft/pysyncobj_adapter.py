@@ -371,6 +371,20 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         """The Raft addresses of the cluster's voters as this node knows them, its own included."""
         return frozenset(str(node.address) for node in self.cluster_nodes())
 
+    def voters_committed(self, entries_max: int) -> bool:
+        """Whether the voters this node knows are a committed configuration: no MEMBERSHIP entry follows
+        its commit index (PySyncObj changes its voters when such an entry reaches the log, before it
+        commits). False as well when more than `entries_max` entries follow it (not read)."""
+        commit = self.commit_index()
+        last = int(self.last_entry()[1])
+        if last <= commit:
+            return True
+        if last - commit > entries_max:
+            return False
+        return all(
+            entry[0][:1] != bytes([MEMBERSHIP_TYPE]) for entry in self.entries(commit + 1, last - commit)
+        )
+
     def defer_election(self, seconds: float) -> None:
         """Puts this node's next election at least `seconds` away (a joining node's wait)."""
         deadline = pysyncobj_clock() + seconds

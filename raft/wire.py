@@ -50,6 +50,7 @@ from kq.raft.validation import address_problem
 from kq.storage import SnapshotError
 
 KEEPALIVE_TYPE = "kq_keepalive"  # raft/node.py's keepalive message (a type PySyncObj ignores).
+NOT_A_VOTER_TYPE = "kq_not_a_voter"  # raft/node.py: a leader tells a removed node (PySyncObj never sees it).
 Message = dict[str, Any]
 Entry = tuple[bytes, int, int]  # PySyncObj's log entry: (command, index, term).
 
@@ -218,6 +219,8 @@ def encode_message(message: Message) -> bytes:
         frame.timeout_now.term = message["term"]
     elif kind == KEEPALIVE_TYPE:
         frame.keepalive.SetInParent()
+    elif kind == NOT_A_VOTER_TYPE:
+        frame.not_a_voter.term, frame.not_a_voter.commit_index = message["term"], message["commit_index"]
     else:
         raise EntryNotRepresentableError(f"message type {kind!r} has no wire form")
     return frame.SerializeToString()
@@ -352,6 +355,9 @@ def decode_message(data: bytes, node_of: Callable[[str], Any]) -> Message:
         return {"type": "timeout_now", "term": frame.timeout_now.term}
     if kind == "keepalive":
         return {"type": KEEPALIVE_TYPE}
+    if kind == "not_a_voter":
+        notice = frame.not_a_voter
+        return {"type": NOT_A_VOTER_TYPE, "term": notice.term, "commit_index": notice.commit_index}
     raise WireError(f"message {kind!r} is not a Raft message" if kind else "a frame without a message")
 
 

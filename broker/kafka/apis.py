@@ -17,9 +17,11 @@ import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from kq.broker.auth import Principal
+from kq.broker.deadlines import call_deadline
 from kq.broker.edge import RateLimitedLog
 from kq.broker.kafka.acls import AclApis
 from kq.broker.kafka.admin import AdminApis
@@ -55,6 +57,17 @@ logger = logging.getLogger(__name__)
 API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
 Handler = Callable[[Request, Connection], Awaitable[Any]]
+
+
+def request_timeout_s(body: Any) -> float | None:
+    """A Kafka request's own timeout in seconds, the deadline of its waits: the `timeout` field of
+    Produce, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, ElectLeaders and the like
+    (Kafka's `timeout_ms`). None without one, or for 0 and below: Kafka then waits for nothing
+    (kq still answers once the change committed, as a proposal takes milliseconds)."""
+    timeout = getattr(body, "timeout", None)
+    if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+        return None
+    return timeout.total_seconds()
 
 
 class KafkaApis(
@@ -174,7 +187,8 @@ class KafkaApis(
             return encode_response(request.correlation_id, denied)
         started_s = time.monotonic()
         try:
-            response = await handler(request, connection)
+            with call_deadline(request_timeout_s(request.body)):  # Caps its waits (broker/deadlines.py).
+                response = await handler(request, connection)
         except CloseConnectionError:
             raise
         except Exception as error:  # A bug: logged (rate-limited), and only this connection ends.

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from kq.broker.consensus import Peer
+from kq.broker.deadlines import capped
 from kq.broker.errors import KqError, UnavailableError
 from kq.broker.kafka.authorize import ApiKey, access
 from kq.broker.kafka.forward import LeaderForwarder
@@ -321,12 +322,13 @@ class KafkaBase(ServiceBase):
         return principal is not None and self._security.allowed(principal, needed)
 
     async def _security_seen(self, index: int) -> None:
-        """Read-your-writes on this node: waits (at most CATCH_UP_WAIT_S) until this process applied
+        """Read-your-writes on this node: waits (at most CATCH_UP_WAIT_S, and never past the request's
+        timeout: broker/deadlines.py) until this process applied
         the leader's security entry, so a DescribeAcls, DeleteAcls or
         DescribeUserScramCredentials that follows sees the change.
         Only group 0's processes hold the security view's source; the others answer at once."""
         if self._groups.group == METADATA_GROUP:
-            await self._in_reads(self._notifier.wait_until, index, CATCH_UP_WAIT_S)
+            await self._in_reads(self._notifier.wait_until, index, capped(CATCH_UP_WAIT_S))
 
     async def _security_view(self) -> tuple[list[kq_pb2.Acl], dict[str, list[tuple[str, int]]]]:
         """The cluster's ACLs, and each user's (SCRAM mechanism, iterations): this process's view in

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from kq.broker.deadlines import capped
 from kq.broker.errors import KqError, UnavailableError
 from kq.broker.metrics import FORWARDED_REQUESTS
 from kq.proto import kq_pb2_grpc
@@ -51,7 +52,9 @@ class LeaderForwarder:
         stub = kq_pb2_grpc.BrokerStub(channel)
         FORWARDED_REQUESTS.labels(method).inc()
         try:
-            return await getattr(stub, method)(request, timeout=FORWARD_TIMEOUT_S, metadata=self._metadata)
+            # Never past the Kafka request's own timeout (broker/deadlines.py).
+            timeout_s = capped(FORWARD_TIMEOUT_S)
+            return await getattr(stub, method)(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.aio.AioRpcError as error:
             code = code_from_metadata(error.trailing_metadata()) or ErrorCode.LEADER_UNKNOWN
             if code == ErrorCode.NOT_LEADER:  # Leadership moved meanwhile: the client asks again.

@@ -64,11 +64,13 @@ def test_ready_only_with_a_reachable_leader_a_majority_and_a_small_apply_lag() -
         "no majority": status(connected={"1": False, "3": False}),
         "leader gone": status(leader_id="3", connected={"1": True, "3": False}),
         "behind": status(applied_index=10, commit_index=2_000),
+        "removed": status(role="removed"),
     }
     reasons = {name: readiness(case) for name, case in cases.items()}
     assert not any(state.ready for state in reasons.values())
     assert len({state.reason for state in reasons.values()}) == len(cases)
     assert "1990 entries behind" in reasons["behind"].reason
+    assert "removed from the cluster" in reasons["removed"].reason
 
 
 def test_json_logs_are_one_object_a_line_with_fields_and_tracebacks() -> None:

@@ -37,8 +37,8 @@ def test_a_fail_stop_is_one_line_saying_what_is_full_and_exit_70() -> None:
     assert fail_stop_problem(f"{line}\n{line}\n", 70) is not None  # Two lines.
     workers = [line.replace("node=2 ", f"node=2/{group} ") for group in range(3)]
     assert all("node=2/" in worker for worker in workers), line
-    assert fail_stop_problem("\n".join(workers) + "\n", 70) is None  # One a worker process.
-    assert fail_stop_problem("\n".join([workers[0], workers[0]]) + "\n", 70) is not None
+    assert fail_stop_problem(f"{workers[1]}\n", 70) is None  # The worker that took the token.
+    assert fail_stop_problem("\n".join(workers) + "\n", 70) is not None  # One a worker: too many.
     assert fail_stop_problem("stopping: cannot apply entry 9: NewerCommandError: v2\n", 70) is not None
     assert fail_stop_problem(f"{line}\nTraceback (most recent call last):\n", 70) is not None
     assert fail_stop_problem("INFO nothing\n", 70) is not None  # No line at all.

@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
 import pytest
 
+from kq.broker.workers import fail_stop_token
 from kq.chaos.disk_full import mount_tmpfs, resize_tmpfs, tmpfs_unavailable_reason, unmount
 from kq.proto.records import NewRecord, encode_batch
 from kq.raft import commands
-from kq.raft.faults import apply_fault_message, journal_fault_message
+from kq.raft.faults import (
+    EXIT_ENVIRONMENT_FAULT,
+    FAIL_STOP_TOKEN_FD,
+    apply_fault_message,
+    journal_fault_message,
+)
 from kq.raft.journal import Disk, JournalFaultError, RaftJournal
 from kq.raft.snapshot import SnapshotSerializer
 from kq.raft.state_machine import EnvironmentFaultError, apply
@@ -27,6 +35,7 @@ from tests.raft.test_snapshot import CHUNK_BYTES, FakeLog, stream
 
 MIB = 1024 * 1024
 MAP_BYTES = 64 * MIB
+FAIL_STOP_WAIT_S = 60.0  # A Python process's start and exit on a busy machine.
 
 
 @pytest.fixture
@@ -279,3 +288,47 @@ def test_a_copy_that_cannot_be_received_on_a_full_disk_stops_the_follower(
         for _ in range(8):
             receiver.setTransmissionData((chunk, False, False))
     assert len(faults) == 1 and "is full" in faults[0] and "cannot receive the leader's copy" in faults[0]
+
+
+# Three threads of each process meet the fault together, as apply and the journal do on a full disk.
+FAIL_STOP_SCRIPT = """
+import logging, sys, threading
+from kq.raft.faults import fail_stop
+logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(message)s")
+for _ in range(3):
+    threading.Thread(target=fail_stop, args=("the disk holding the store is full",)).start()
+threading.Event().wait()
+"""
+
+
+def _stop_together(processes: int, token_fd: int | None) -> list[str]:
+    """Runs `processes` processes (with the node's token pipe when `token_fd` is given), each failing in
+    three threads at once; returns every `stopping:` line they logged, after checking each exited 70."""
+    environment = dict(os.environ)
+    if token_fd is not None:
+        environment[FAIL_STOP_TOKEN_FD] = str(token_fd)
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", FAIL_STOP_SCRIPT],
+            env=environment,
+            pass_fds=() if token_fd is None else (token_fd,),
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(processes)
+    ]
+    if token_fd is not None:
+        os.close(token_fd)
+    outputs = [process.communicate(timeout=FAIL_STOP_WAIT_S)[1].decode() for process in started]
+    assert [process.returncode for process in started] == [EXIT_ENVIRONMENT_FAULT] * processes
+    return [line for output in outputs for line in output.splitlines() if "stopping:" in line]
+
+
+def test_a_node_that_fails_in_several_threads_logs_one_critical_line() -> None:
+    """A full disk fails apply and the journal together: the process logs one CRITICAL line, exit 70."""
+    assert _stop_together(1, None) == ["CRITICAL stopping: the disk holding the store is full"]
+
+
+def test_a_node_of_worker_processes_that_all_meet_the_full_disk_logs_one_line() -> None:
+    """Every worker process of a node meets the full disk they share: only the one that reads the
+    node's fail-stop token (broker/workers.py `fail_stop_token`) logs the line; all exit 70."""
+    assert _stop_together(3, fail_stop_token()) == ["CRITICAL stopping: the disk holding the store is full"]

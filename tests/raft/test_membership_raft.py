@@ -15,6 +15,7 @@ from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
 from kq.raft import commands
 from kq.raft.node import RaftConfig, RaftNode
+from kq.raft.pysyncobj_adapter import NO_OP_COMMAND, membership_command
 from kq.raft.results import ApplyResult
 from kq.storage import Store
 from tests.raft.test_node import WAIT_S, Cluster
@@ -124,6 +125,23 @@ def _leader_of(nodes: list[RaftNode]) -> RaftNode | None:
     return next((node for node in nodes if node.is_leader()), None)
 
 
+def _change_on_leader(nodes: list[RaftNode], kind: str, address: str) -> int:
+    """`_change` on the leader among `nodes`, asked again while PySyncObj refuses it because that leader
+    was just elected (REQUEST_DENIED until its first entry of the term commits: seen on a busy
+    machine right after the leader before it closed)."""
+    reasons: list[int] = []
+
+    def changed() -> bool:
+        leader = _leader_of(nodes)
+        if leader is None:
+            return False
+        reasons.append(_change(leader, kind, address))
+        return reasons[-1] != int(FAIL_REASON.REQUEST_DENIED)
+
+    wait_for(changed, f"{kind} {address} on a leader", CHANGE_WAIT_S, poll_s=0.2)
+    return reasons[-1]
+
+
 def _commits_on_a_leader(nodes: list[RaftNode]) -> bool:
     """Whether one of `nodes` leads and commits an entry now."""
     leader = _leader_of(nodes)
@@ -182,7 +200,7 @@ def test_a_node_restarted_behind_an_add_hears_the_new_node_that_leads(
         cluster.nodes[s_at].close()  # Down while X is added and B removed.
 
         running = [cluster.nodes[a_at], cluster.nodes[b_at], joining]
-        assert _change(wait_for(lambda: _leader_of(running), "a leader", WAIT_S), "add", new) == 0
+        assert _change_on_leader(running, "add", new) == 0
         leader = wait_for(lambda: _leader_of(running), "a leader", WAIT_S)
         if leader is cluster.nodes[b_at]:  # Remove the old node that does not lead: call it B.
             a_at, b_at = b_at, a_at
@@ -212,3 +230,53 @@ def test_a_node_restarted_behind_an_add_hears_the_new_node_that_leads(
             if i not in closed:
                 node.close()
             node_store.close()
+
+
+def test_a_removed_node_that_still_runs_stops_standing_for_election(tmp_path: Path) -> None:
+    """A follower removed while it runs is told by the leader that it is no voter: it reports its
+    removal, and over several of its election timeouts its term stays, the leader keeps its term and
+    the others commit. Before, it stood for election at an ever higher term and each of its vote
+    requests made the leader step down (a re-election every second)."""
+    cluster = Cluster(tmp_path)
+    try:
+        for node in cluster.nodes:
+            node.start()
+        leader = cluster.leader()
+        removed = next(node for node in cluster.nodes if node is not leader)
+        position = cluster.nodes.index(removed)
+        assert _change(leader, "remove", cluster.addresses[position]) == 0
+        wait_for(lambda: removed.removal() is not None, "the removed node to hear it", WAIT_S)
+        removal = removed.removal()
+        assert removal is not None and removal.leader == cluster.addresses[cluster.nodes.index(leader)]
+        term, leader_term = removed.current_term(), leader.current_term()
+        # Bounded polling, no timing asserted: entries commit while its elections would have come due.
+        until = pysyncobj_clock() + 4 * cluster.configs[position].election_timeout_max_s
+        proposals = 0
+        while pysyncobj_clock() < until or proposals < 3:
+            cluster.propose(commands.encode(commands.create_topic(f"t{proposals}", 1, 1)))
+            proposals += 1
+            assert removed.current_term() == term, "the removed node stood for election"
+            assert leader.is_leader() and leader.current_term() == leader_term, "the leader was disturbed"
+        assert removed.removal() == removal
+    finally:
+        cluster.close()
+
+
+def test_a_leader_tells_a_non_voter_only_once_its_voters_are_committed(tmp_path: Path) -> None:
+    """`voters_committed`: a MEMBERSHIP entry after the commit index (the voters may still change
+    back) or a tail longer than the bound it reads means no; once it commits, yes."""
+    address, peer = (f"127.0.0.1:{port}" for port in free_ports(2))
+    config = RaftConfig(address, (peer,), tmp_path / "node", "secret")
+    store = Store.open(config.data_dir / "store", map_size_bytes=64 * 1024**2)
+    node = RaftNode(config, store, lambda index, result: None)
+    try:
+        assert node.voters_committed(entries_max=0)  # Its log holds the committed no-op alone.
+        node._SyncObj__raftLog.add(membership_command(True, peer), 2, 1)
+        assert not node.voters_committed(entries_max=10)
+        node._SyncObj__raftLog.add(NO_OP_COMMAND, 3, 1)
+        node._SyncObj__raftCommitIndex = 2
+        assert node.voters_committed(entries_max=10)
+        assert not node.voters_committed(entries_max=0)  # One entry after the commit: not read.
+    finally:
+        node.close()
+        store.close()

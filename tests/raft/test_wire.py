@@ -94,6 +94,7 @@ ENTRIES = [
         {"type": "apply_command_response", "request_id": 18, "log_idx": 99, "log_term": 5},
         {"type": "timeout_now", "term": 6},
         {"type": "kq_keepalive"},
+        {"type": "kq_not_a_voter", "term": 7, "commit_index": 1234},
     ],
 )
 def test_every_message_type_round_trips(message: dict[str, Any]) -> None:
@@ -265,6 +266,7 @@ def valid_frames() -> list[bytes]:
         },
         {"type": "request_vote", "term": 5, "last_log_index": 1, "last_log_term": 4},
         {"type": "apply_command_response", "request_id": 18, "log_idx": 99, "log_term": 5},
+        {"type": "kq_not_a_voter", "term": 5, "commit_index": 1234},  # A two-byte tag (field 40).
     ]
     return [encode_message(message) for message in messages]
 

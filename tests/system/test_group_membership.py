@@ -4,6 +4,7 @@ between groups is completed by asking again."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,8 @@ from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2, kq_pb2_grpc
 from tests.system.checks import read_everywhere
-from tests.system.groups import group_status
+from tests.system.groups import agreed_leaders, group_status
+from tests.system.test_operate import http_get
 
 pytestmark = pytest.mark.system
 
@@ -25,6 +27,7 @@ PROCESSES = 2
 PARTITIONS = 4
 RECORDS = 40
 WAIT_S = 60.0
+ELECTION_TIMEOUT_MAX_S = 1.0  # The nodes' default --election-timeout-max-ms.
 
 
 @pytest.fixture
@@ -149,3 +152,52 @@ def test_a_node_with_another_number_of_workers_is_refused(cluster: LocalCluster)
     cluster.stop_node(spec.node_id)
     del cluster.nodes[spec.node_id]
     assert every_group_has(cluster, {"1", "2", "3"})
+
+
+def test_a_removed_node_that_still_runs_says_so_in_every_group(cluster: LocalCluster) -> None:
+    """A node removed while it runs (not stopped) hears it from each group's leader: every worker
+    reports the role `removed` and logs it once, /readyz says not ready with the reason, its terms stop
+    growing, and the other nodes keep committing and keep their terms while its elections come due."""
+    topic = f"r-{uuid.uuid4().hex[:8]}"
+    cluster.wait_ready(WAIT_S)
+
+    def spread() -> dict[int, str] | None:
+        """The groups' leaders once the balancer gave them to two nodes: the third then leads none,
+        and removing it leaves nothing to move (a hand-over would raise a term)."""
+        leaders = agreed_leaders(cluster, list(cluster.nodes))
+        return leaders if leaders is not None and len(set(leaders.values())) == PROCESSES else None
+
+    leaders = wait_for(spread, "the leaders spread over two nodes", WAIT_S)
+    removed = next(node for node in cluster.nodes if node not in leaders.values())
+    others = [spec.grpc_address for node, spec in cluster.nodes.items() if node != removed]
+    with KqClient(others) as client:
+        client.create_topic(topic, partitions=PARTITIONS)
+        members = client.remove_node(removed)  # Not stopped afterwards.
+        assert removed not in {member.node_id for member in members}
+
+    def roles() -> list[str]:
+        statuses = [group_status(cluster, removed, group) for group in range(PROCESSES)]
+        return [status.role if status is not None else "" for status in statuses]
+
+    wait_for(lambda: roles() == ["removed"] * PROCESSES, "every worker of the removed node to know", WAIT_S)
+    terms = _terms(cluster, [removed])
+    kept = _terms(cluster, [node for node in cluster.nodes if node != removed])
+    status, body = http_get(f"http://{cluster.nodes[removed].http_address}/readyz")
+    assert status == 503 and "removed" in str(body["reason"])
+    # Bounded polling, no timing asserted: writes commit while several of its elections come due.
+    until = time.monotonic() + 4 * ELECTION_TIMEOUT_MAX_S
+    with KqClient(others) as client:
+        sent = 0
+        while time.monotonic() < until or sent < RECORDS:
+            client.send(topic, f"v{sent}".encode(), partition=sent % PARTITIONS)
+            sent += 1
+    assert _terms(cluster, [removed]) == terms, "the removed node stood for election"
+    assert _terms(cluster, [node for node in cluster.nodes if node != removed]) == kept, "a re-election"
+    assert roles() == ["removed"] * PROCESSES
+    assert cluster.log_path(removed).read_text().count("was removed from the cluster") == PROCESSES
+
+
+def _terms(cluster: LocalCluster, node_ids: list[str]) -> list[int]:
+    """The Raft term of each worker of each of `node_ids` (-1: it does not answer)."""
+    statuses = [group_status(cluster, node, group) for node in node_ids for group in range(PROCESSES)]
+    return [status.term if status is not None else -1 for status in statuses]
