@@ -75,3 +75,40 @@ def test_a_flipped_byte_in_a_followers_store_answers_data_loss_and_is_repaired(
     log = cluster.log_path(follower).read_text()
     assert log.count(f"kq.broker.corruption: corrupt batch in {topic}/0 at offset 0") == 1
     assert log.count(f"kq.broker.corruption: repaired the corrupt batch in {topic}/0 at offset 0") == 1
+
+
+def test_a_flipped_byte_in_a_followers_journal_is_cut_and_the_follower_catches_up_from_its_peers(
+    cluster: LocalCluster,
+) -> None:
+    """A byte flipped in a stopped follower's Raft journal, under a record in the middle of it: at
+    start the node keeps the journal up to the damaged record (each record has a CRC32C) and drops the
+    rest, with one log line; its peers send it again what it lacks, its store skips what it had
+    applied, and it serves every record, the damaged one's included, byte for byte."""
+    leader = cluster.wait_ready()
+    follower = next(node_id for node_id in cluster.nodes if node_id != leader)
+    topic = f"journal-{uuid.uuid4().hex[:6]}"
+    values = [f"entry-{i}-{uuid.uuid4().hex}".encode() * 4 for i in range(20)]
+    with grpc.insecure_channel(cluster.nodes[leader].grpc_address) as channel:
+        stub = kq_pb2_grpc.BrokerStub(channel)
+        stub.CreateTopic(kq_pb2.CreateTopicRequest(name=topic, partitions=1), timeout=10)
+        last = None
+        for value in values:
+            request = kq_pb2.ProduceRequest(topic=topic, partition=0, records=batch(value))
+            last = stub.Produce(request, timeout=10)
+    assert last is not None
+    cluster.wait_applied(last.index, [follower])
+    cluster.stop_node(follower)
+    journal = cluster.nodes[follower].data_dir / "raft" / "journal.kq"
+    assert _flip_everywhere(journal, values[5]) >= 1
+    cluster.start_node(follower)
+    cluster.wait_ready()
+    address = cluster.nodes[follower].grpc_address
+
+    def served() -> list[bytes]:
+        with grpc.insecure_channel(address) as channel:
+            request = kq_pb2.FetchRequest(topic=topic, partition=0, offset=0, max_records=100)
+            response = kq_pb2_grpc.BrokerStub(channel).Fetch(request, timeout=10)
+            return [r.value for r in response.records]
+
+    wait_for(lambda: served() == values, "the follower to serve every record again", REPAIR_TIMEOUT_S)
+    assert "dropping a torn tail" in cluster.log_path(follower).read_text()
