@@ -90,30 +90,35 @@ def floor_points(
 
 def least_squares_slope(points: Sequence[FloorPoint]) -> float | None:
     """Slope (MiB per minute) of the least-squares line through `points`; None below two points."""
-    if len(points) < 2:
+    sums = _deviation_sums(points)
+    if sums is None or sums[0] == 0:
         return None
-    mean_x = sum(p.minute for p in points) / len(points)
-    mean_y = sum(p.anon_mib for p in points) / len(points)
-    spread = sum((p.minute - mean_x) ** 2 for p in points)
-    if spread == 0:
-        return None
-    return sum((p.minute - mean_x) * (p.anon_mib - mean_y) for p in points) / spread
+    spread_x, _, covariance = sums
+    return covariance / spread_x
 
 
 def r_squared(points: Sequence[FloorPoint]) -> float | None:
     """How much of the floor's variation the least-squares line explains (0..1): a slope with a low R²
     is noise around a flat floor, one with a high R² a steady rise. None below two points, or when
-    the floor is perfectly flat (no variation to explain)."""
-    slope = least_squares_slope(points)
-    if slope is None:
+    the floor is perfectly flat (no variation to explain). For one line, the squared correlation."""
+    sums = _deviation_sums(points)
+    if sums is None or sums[0] == 0 or sums[1] == 0:
+        return None
+    spread_x, spread_y, covariance = sums
+    return covariance * covariance / (spread_x * spread_y)
+
+
+def _deviation_sums(points: Sequence[FloorPoint]) -> tuple[float, float, float] | None:
+    """Σ(x - x̄)², Σ(y - ȳ)² and Σ(x - x̄)(y - ȳ) of (minute, MiB); None below two points."""
+    if len(points) < 2:
         return None
     mean_x = sum(p.minute for p in points) / len(points)
     mean_y = sum(p.anon_mib for p in points) / len(points)
-    total = sum((p.anon_mib - mean_y) ** 2 for p in points)
-    if total == 0:
-        return None
-    residual = sum((p.anon_mib - (mean_y + slope * (p.minute - mean_x))) ** 2 for p in points)
-    return max(0.0, 1.0 - residual / total)
+    return (
+        sum((p.minute - mean_x) ** 2 for p in points),
+        sum((p.anon_mib - mean_y) ** 2 for p in points),
+        sum((p.minute - mean_x) * (p.anon_mib - mean_y) for p in points),
+    )
 
 
 # Node logs --------------------------------------------------------------------------------------
