@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import pytest
 
 from kq.deploy.cluster import LocalCluster
 from kq.deploy.waiting import wait_for
@@ -15,6 +17,13 @@ from kq.proto.errors import ERROR_CODE_METADATA_KEY, ErrorCode, metadata_value
 from tests.raft.helpers import batch
 
 REPAIR_TIMEOUT_S = 60.0  # Issue 39: the node serves the original bytes again within a minute.
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One three-node cluster for both tests (each uses a topic of its own)."""
+    with LocalCluster(tmp_path_factory.mktemp("corruption") / "cluster") as local:
+        yield local
 
 
 def _flip_everywhere(path: Path, needle: bytes) -> int:
