@@ -316,7 +316,9 @@ def _marker(writer: StoreWriter, command: kq_pb2.TransactionMarkerCommand) -> Tr
         )
         marker_offset = writer.append(topic.topic_id, named.partition, batch, command.leader_epoch)
         writer.close_transaction(topic.topic_id, named.partition, command.producer_id)
-        writer.fence_producer(command.producer_id, topic.topic_id, named.partition, command.producer_epoch)
+        writer.fence_producer(
+            command.producer_id, topic.topic_id, named.partition, command.producer_epoch, command.timestamp_ms
+        )
         if not command.commit:
             aborted = AbortedTransaction(command.producer_id, opened.first_offset, marker_offset)
             writer.add_aborted_transaction(topic.topic_id, named.partition, aborted)

@@ -157,7 +157,7 @@ def test_sequences_wrap_from_the_int32_maximum_to_zero(store: Store) -> None:
     """A window ending at 2**31 - 1 expects 0 next; a batch may cross the wrap; retries still match."""
     run(store, [create("t", 1), commands.encode(commands.register_producer(1))])
     with store.write() as writer:  # A producer that has sent 2**31 - 2 records there already.
-        writer.remember_producer_append(1, 1, 0, 0, ProducerAppend(2**31 - 4, 2, 0), None)
+        writer.remember_producer_append(1, 1, 0, 0, ProducerAppend(2**31 - 4, 2, 0), None, appended_ms=0)
     cases = [
         (append("t", 0, b"x", b"y", producer_id=1, sequence=2**31 - 2), ErrorCode.OK, False),  # ... 2**31 - 1
         (append("t", 0, b"z", producer_id=1, sequence=5), ErrorCode.OUT_OF_ORDER_SEQUENCE, False),
