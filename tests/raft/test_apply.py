@@ -244,6 +244,11 @@ operations = st.lists(
         ),
         st.just(commands.encode(commands.register_producer(0))),
         st.just(commands.encode(commands.delete_topic("t"))),
+        st.builds(  # Producer expiry around the appends' clock (CLOCK_MS): some windows go, some stay.
+            lambda now, expiration: commands.encode(commands.expire_producers(now, expiration)),
+            st.sampled_from([0, CLOCK_MS, CLOCK_MS + 1, 5 * CLOCK_MS]),
+            st.sampled_from([1, CLOCK_MS, 10 * CLOCK_MS]),
+        ),
     ),
     max_size=25,
 )
