@@ -21,6 +21,8 @@ from kq.proto.limits import (
     MAX_DISK_BYTES_MAX,
     MAX_DISK_BYTES_MIN,
     PEERS_MAX,
+    PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT,
+    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
@@ -53,6 +55,11 @@ class NodeConfig:
     retention_check_s: float = RETENTION_CHECK_S_DEFAULT  # How often the leader looks for expired records.
     rack: str = ""  # Kafka's broker.rack ("": none): where follower fetching (KIP-392) sends consumers.
     compaction_check_s: float = COMPACTION_CHECK_S_DEFAULT  # How often the leader compacts (compact topics).
+    # `--producer-id-expiration-ms` (Kafka's producer.id.expiration.ms): an idempotent producer idle this
+    # long on a partition, with no open transaction there, is forgotten there (broker/producer_expiry.py);
+    # checked every `producer_id_expiration_check_s` (producer.id.expiration.check.interval.ms).
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
+    producer_id_expiration_check_s: float = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT / 1000
     # `--max-disk-bytes`: the LMDB map, so the store never grows past it; the leader refuses writes near
     # it (broker/storage_guard.py). None: 64 GiB of address space, bounded by the disk alone.
     max_disk_bytes: int | None = None

@@ -50,6 +50,7 @@ from kq.broker.leader_balance import LeaderBalancer, WorkerLeadership
 from kq.broker.logs import LOG_FORMATS, LogFormat, configure_logging
 from kq.broker.membership import Membership, MembershipChanges, probe_node
 from kq.broker.metrics import LeadershipWatch, NodeCollector, SnapshotCounts, register_node
+from kq.broker.producer_expiry import ProducerExpiry
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.retention import Retention
 from kq.broker.service import BrokerService
@@ -86,6 +87,8 @@ from kq.proto.limits import (
     PARTITIONS_MAX,
     PROCESSES_AUTO_MAX,
     PROCESSES_MAX,
+    PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT,
+    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
@@ -170,6 +173,13 @@ class BrokerNode:
         )
         self.compactor = Compactor(
             self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.compaction_check_s
+        )
+        self.producer_expiry = ProducerExpiry(
+            self.store,
+            self.consensus,
+            wall_clock_ms,
+            config.producer_id_expiration_ms,
+            config.producer_id_expiration_check_s,
         )
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
@@ -281,6 +291,7 @@ class BrokerNode:
         self.transactions.driver.start()
         self.retention.start()
         self.compactor.start()
+        self.producer_expiry.start()
         if self.topic_sync is not None:
             self.topic_sync.start()
         if self.balancer is not None:
@@ -317,6 +328,7 @@ class BrokerNode:
         self.batcher.stop()
         self.retention.stop()
         self.compactor.stop()
+        self.producer_expiry.stop()
         if self.topic_sync is not None:
             self.topic_sync.stop()
         if self.balancer is not None:
@@ -573,6 +585,21 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     help="How often the leader trims expired records (Kafka's log.retention.check.interval.ms).",
 )
 @click.option(
+    "--producer-id-expiration-ms",
+    default=PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    type=click.IntRange(1, 2**63 - 1),
+    help=(
+        "Forget an idempotent producer's state on a partition once it has not written there for this"
+        " long and holds no open transaction there (Kafka's producer.id.expiration.ms)."
+    ),
+)
+@click.option(
+    "--producer-id-expiration-check-interval-ms",
+    default=PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT,
+    type=click.IntRange(100, 86_400_000),
+    help="How often the leader expires idle producers (Kafka's producer.id.expiration.check.interval.ms).",
+)
+@click.option(
     "--compaction-check-ms",
     default=int(COMPACTION_CHECK_S_DEFAULT * 1000),
     type=click.IntRange(100, 86_400_000),
@@ -696,6 +723,8 @@ def main(
     auto_create_topics: bool,
     topic_default: tuple[str, ...],
     retention_check_ms: int,
+    producer_id_expiration_ms: int,
+    producer_id_expiration_check_interval_ms: int,
     compaction_check_ms: int,
     rack: str,
     max_disk_bytes: str | None,
@@ -797,6 +826,8 @@ def main(
         retention_check_ms / 1000,
         rack,
         compaction_check_s=compaction_check_ms / 1000,
+        producer_id_expiration_ms=producer_id_expiration_ms,
+        producer_id_expiration_check_s=producer_id_expiration_check_interval_ms / 1000,
         max_disk_bytes=disk_bound,
         http_address=http_address,
         tls=tls,
