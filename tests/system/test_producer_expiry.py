@@ -8,6 +8,7 @@ Apply's decision itself, with explicit clocks, is tests/raft/test_producer_expir
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,8 +46,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield local
 
 
-def listed_producers(cluster: LocalCluster, topic: str) -> list[int]:
-    """The producer ids DescribeProducers at the leader lists for partition 0."""
+def listed_producers(cluster: LocalCluster, topic: str) -> list[tuple[int, int]]:
+    """(producer id, last timestamp) of each producer DescribeProducers at the leader lists for
+    partition 0."""
     leader = cluster.nodes[cluster.wait_ready()].kafka_address
     request = DescribeProducersRequest(
         topics=(DescribeProducersTopic(name=TopicName(topic), partition_indexes=(i32(0),)),)
@@ -54,7 +56,7 @@ def listed_producers(cluster: LocalCluster, topic: str) -> list[int]:
     answer: Any = call(leader, request)
     partition = answer.topics[0].partitions[0]
     assert partition.error_code == 0
-    return [int(p.producer_id) for p in partition.active_producers]
+    return [(int(p.producer_id), int(p.last_timestamp)) for p in partition.active_producers]
 
 
 def test_an_idle_producer_expires_and_its_next_batch_is_accepted(cluster: LocalCluster) -> None:
@@ -70,7 +72,9 @@ def test_an_idle_producer_expires_and_its_next_batch_is_accepted(cluster: LocalC
     for number in range(3):
         producer.produce(topic, b"before-%d" % number, partition=0)
         assert producer.flush(30) == 0
-    assert len(listed_producers(cluster, topic)) == 1
+    before_ms = int(time.time() * 1000)
+    [(producer_id, last_ms)] = listed_producers(cluster, topic)
+    assert before_ms - 60_000 < last_ms <= before_ms  # The last append's leader clock (one machine).
     wait_for(lambda: not listed_producers(cluster, topic), "the idle producer expired", WAIT_S)
     failures: list[str] = []
     producer.produce(
@@ -80,7 +84,7 @@ def test_an_idle_producer_expires_and_its_next_batch_is_accepted(cluster: LocalC
         on_delivery=lambda error, _: failures.append(str(error)) if error else None,
     )
     assert producer.flush(30) == 0 and not failures
-    assert len(listed_producers(cluster, topic)) == 1
+    assert [listed[0] for listed in listed_producers(cluster, topic)] == [producer_id]
     consumer = Consumer(
         {
             "bootstrap.servers": cluster.kafka_bootstrap,
