@@ -26,6 +26,7 @@ from kq.proto.limits import (
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
+    TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
 )
 from kq.raft.node import RaftConfig
 from kq.raft.validation import address_problem, node_id_problem, rack_problem
@@ -60,6 +61,9 @@ class NodeConfig:
     # checked every `producer_id_expiration_check_s` (producer.id.expiration.check.interval.ms).
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
     producer_id_expiration_check_s: float = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT / 1000
+    # `--transactional-id-expiration-ms` (Kafka's transactional.id.expiration.ms): group 0 forgets a
+    # transactional id with no transaction in progress once its state is unchanged this long.
+    transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
     # `--max-disk-bytes`: the LMDB map, so the store never grows past it; the leader refuses writes near
     # it (broker/storage_guard.py). None: 64 GiB of address space, bounded by the disk alone.
     max_disk_bytes: int | None = None

@@ -92,6 +92,7 @@ from kq.proto.limits import (
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
+    TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
 )
 from kq.raft.auth import EVERYONE, principal_problem
 from kq.raft.data_dir import open_data_dir
@@ -180,6 +181,7 @@ class BrokerNode:
             wall_clock_ms,
             config.producer_id_expiration_ms,
             config.producer_id_expiration_check_s,
+            config.transactional_id_expiration_ms if config.group == 0 else None,  # The coordinators' group.
         )
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
@@ -600,6 +602,15 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     help="How often the leader expires idle producers (Kafka's producer.id.expiration.check.interval.ms).",
 )
 @click.option(
+    "--transactional-id-expiration-ms",
+    default=TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
+    type=click.IntRange(1, 2**63 - 1),
+    help=(
+        "Forget a transactional id with no transaction in progress once its state has not changed for"
+        " this long (Kafka's transactional.id.expiration.ms)."
+    ),
+)
+@click.option(
     "--compaction-check-ms",
     default=int(COMPACTION_CHECK_S_DEFAULT * 1000),
     type=click.IntRange(100, 86_400_000),
@@ -725,6 +736,7 @@ def main(
     retention_check_ms: int,
     producer_id_expiration_ms: int,
     producer_id_expiration_check_interval_ms: int,
+    transactional_id_expiration_ms: int,
     compaction_check_ms: int,
     rack: str,
     max_disk_bytes: str | None,
@@ -828,6 +840,7 @@ def main(
         compaction_check_s=compaction_check_ms / 1000,
         producer_id_expiration_ms=producer_id_expiration_ms,
         producer_id_expiration_check_s=producer_id_expiration_check_interval_ms / 1000,
+        transactional_id_expiration_ms=transactional_id_expiration_ms,
         max_disk_bytes=disk_bound,
         http_address=http_address,
         tls=tls,

@@ -12,6 +12,10 @@ next resumes where it stopped), at most PRODUCER_EXPIRY_ENTRIES_PER_CHECK_MAX a 
 store remembers no producer gets none. Every group sweeps its own partitions' rows (DESIGN.md,
 "Scale-out"); the thread runs in each group's process.
 
+In group 0, the transactions coordinator's group, the same check also forgets idle transactional ids
+(Kafka's `transactional.id.expiration.ms`, default 7 days): `ExpireTransactionalIdsCommand`s, bounded
+by TXN_ID_EXPIRY_ROWS_PER_ENTRY_MAX ids an entry in apply (raft/transactions.py `apply_expire_ids`).
+
 Thread: `kq-producer-expiry` (started by `start()`, stopped by `stop()`: an Event, then joined). It
 owns nothing but its Event; the store and consensus are thread-safe.
 """
@@ -26,6 +30,7 @@ from kq.broker.consensus import Consensus
 from kq.broker.errors import KqError
 from kq.broker.metrics import PRODUCER_WINDOWS_EXPIRED
 from kq.broker.proposals import propose_and_wait
+from kq.proto import kq_pb2
 from kq.proto.limits import PRODUCER_EXPIRY_ENTRIES_PER_CHECK_MAX, PROPOSAL_TIMEOUT_S
 from kq.raft import commands
 from kq.raft.results import ExpiryResult
@@ -48,12 +53,16 @@ class ProducerExpiry(BackgroundThread):
         clock_ms: Callable[[], int],
         expiration_ms: int,
         check_s: float,
+        transactional_id_expiration_ms: int | None = None,
     ) -> None:
+        """`transactional_id_expiration_ms`: None in a group that coordinates no transactions (every
+        group but group 0): no id sweep there."""
         self._store = store
         self._consensus = consensus
         self._clock_ms = clock_ms
         self._expiration_ms = expiration_ms
         self._check_s = check_s
+        self._txn_id_expiration_ms = transactional_id_expiration_ms
         super().__init__()
 
     def stop(self, timeout_s: float | None = None) -> None:
@@ -61,26 +70,38 @@ class ProducerExpiry(BackgroundThread):
         super().stop(PROPOSAL_TIMEOUT_S + self._check_s if timeout_s is None else timeout_s)
 
     def run_once(self) -> int:
-        """Proposes sweeps until one reaches the table's end (or the per-check bound, or a stop);
-        returns the windows they expired."""
+        """Proposes producer window sweeps until one reaches the table's end (or the per-check bound,
+        or a stop), then (group 0) the transactional id sweeps alike; returns the windows expired."""
         with self._store.read() as reader:
-            if not reader.has_producer_windows():
-                return 0
+            windows = reader.has_producer_windows()
+            ids = self._txn_id_expiration_ms is not None and reader.transaction_count() > 0
+        expired = 0
+        if windows:
+            expired = self._sweep(lambda now_ms: commands.expire_producers(now_ms, self._expiration_ms))
+            PRODUCER_WINDOWS_EXPIRED.inc(expired)
+            if expired:
+                logger.info("producer expiry: %d idle producer windows expired", expired)
+        if ids and self._txn_id_expiration_ms is not None:
+            expiration_ms = self._txn_id_expiration_ms
+            forgotten = self._sweep(lambda now_ms: commands.expire_transactional_ids(now_ms, expiration_ms))
+            if forgotten:
+                logger.info("producer expiry: %d idle transactional ids expired", forgotten)
+        return expired
+
+    def _sweep(self, command_at: Callable[[int], kq_pb2.Command]) -> int:
+        """Proposes `command_at(clock)` until an entry reaches its table's end, at most
+        PRODUCER_EXPIRY_ENTRIES_PER_CHECK_MAX times; the rows they deleted."""
         expired = 0
         for _ in range(PRODUCER_EXPIRY_ENTRIES_PER_CHECK_MAX):
             if self._stopping.is_set():
                 break
-            command = commands.expire_producers(self._clock_ms(), self._expiration_ms)
-            result = propose_and_wait(self._consensus, command, PROPOSAL_TIMEOUT_S)
+            result = propose_and_wait(self._consensus, command_at(self._clock_ms()), PROPOSAL_TIMEOUT_S)
             if not isinstance(result, ExpiryResult):  # Refused (a bad flag is refused at start).
                 logger.warning("producer expiry: the sweep was not applied: %s", result)
                 break
             expired += result.expired
-            PRODUCER_WINDOWS_EXPIRED.inc(result.expired)
             if result.wrapped:
                 break
-        if expired:
-            logger.info("producer expiry: %d idle producer windows expired", expired)
         return expired
 
     def _run(self) -> None:

@@ -511,6 +511,11 @@ WORKER_STOP_S = 10.0
 
 # Kafka transactions (raft/transactions.py, broker/transactions.py) ------------------------------------
 TRANSACTIONAL_IDS_MAX = 10_000  # Transactional ids the cluster keeps (one open transaction each).
+# Kafka's transactional.id.expiration.ms (name and default: 7 days): an id with no transaction in
+# progress, unchanged this long, is forgotten (group 0's leader proposes it: broker/producer_expiry.py),
+# so ids that came and went do not hold TRANSACTIONAL_IDS_MAX forever.
+TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT = 604_800_000
+TXN_ID_EXPIRY_ROWS_PER_ENTRY_MAX = 1_000  # Transactional ids one id expiry entry looks at in apply.
 TRANSACTIONAL_ID_BYTES_MAX = 255  # A transactional id's UTF-8 bytes (Kafka has none; kq keys rows by it).
 TXN_PARTITIONS_MAX = 1_000  # Partitions in one transaction (each gets a marker).
 TXN_GROUPS_MAX = 16  # Consumer groups one transaction commits offsets for (AddOffsetsToTxn).

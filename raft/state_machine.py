@@ -203,6 +203,8 @@ def _dispatch(
         return _apply_alter_topic_config(writer, command.alter_topic_config)
     if kind == "expire_producers":
         return _apply_expire_producers(writer, command.expire_producers)
+    if kind == "expire_transactional_ids":
+        return transactions.apply_expire_ids(writer, command.expire_transactional_ids)
     if kind in _GROUP_HANDLERS:
         return _GROUP_HANDLERS[kind](writer, getattr(command, kind))
     if kind == "register_producer":

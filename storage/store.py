@@ -69,6 +69,7 @@ _REJECTED_ENTRIES = b"rejected_entries"
 _LAYOUT = b"layout"
 _CLUSTER_ID = b"cluster_id"
 _PRODUCER_SWEEP = b"producer_sweep"  # The `producers` key the next expiry entry starts at (none: the first).
+_TXN_ID_SWEEP = b"txn_id_sweep"  # The `transactions` key the next id expiry entry starts at (none: first).
 LAYOUT_VERSION = 2  # 2: producers keyed topic first, offset_topics; a store without the row is 1.
 DATABASE_NAMES = (
     b"meta",
@@ -1205,3 +1206,26 @@ class StoreWriter(StoreReader, TransactionWrites):
         else:
             self._transaction.put(_PRODUCER_SWEEP, next_key, db=meta)
         return ProducerSweep(len(rows), expired, stamped, next_key is None)
+
+    def sweep_transaction_states(self, rows_max: int) -> tuple[list[tuple[str, bytes]], bool]:
+        """Up to `rows_max` transactional ids and their states from where the last call stopped (the
+        `txn_id_sweep` meta row, moved past them; at the table's end it is deleted, so the next call
+        starts at the first id), and whether this call reached the end. Transactional id expiry
+        (raft/transactions.py) judges them; a pure function of the rows."""
+        table = self._txn_tables[b"transactions"]
+        start = self._transaction.get(_TXN_ID_SWEEP, db=self._meta)
+        cursor = self._transaction.cursor(db=table)
+        found = cursor.set_range(bytes(start)) if start is not None else cursor.first()
+        rows: list[tuple[str, bytes]] = []
+        while found and len(rows) < rows_max:
+            rows.append((bytes(cursor.key()).decode(), bytes(cursor.value())))
+            found = cursor.next()
+        if found:
+            self._transaction.put(_TXN_ID_SWEEP, bytes(cursor.key()), db=self._meta)
+        else:
+            self._transaction.delete(_TXN_ID_SWEEP, db=self._meta)
+        return rows, not found
+
+    def delete_transaction_state(self, transactional_id: str) -> None:
+        """Forgets a transactional id (expired: raft/transactions.py); InitProducerId makes it anew."""
+        self._transaction.delete(transactional_id.encode(), db=self._txn_tables[b"transactions"])

@@ -11,6 +11,7 @@ import pytest
 from kq.broker import producer_expiry
 from kq.broker.metrics import PRODUCER_WINDOWS_EXPIRED
 from kq.broker.producer_expiry import ProducerExpiry
+from kq.proto import kq_pb2
 from kq.raft import commands, state_machine
 from kq.raft.state_machine import apply
 from kq.storage import Store
@@ -76,3 +77,19 @@ def test_one_check_proposes_at_most_its_bound(tmp_path: Path, monkeypatch: pytes
     assert expiry.run_once() == 2 and windows(store) == 2
     assert expiry.run_once() == 2 and windows(store) == 0
     assert consensus.proposals == 4
+
+
+def test_group_0_also_forgets_idle_transactional_ids(tmp_path: Path) -> None:
+    """With a transactional id expiration (group 0's loop), the same check proposes id sweeps: an id
+    idle for it is forgotten; without one (any other group) ids are left alone."""
+    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+    init = kq_pb2.InitTransactionCommand(transactional_id="tx", timeout_ms=60_000, now_ms=START_MS)
+    apply(store, 1, commands.encode(commands.transaction(init)))
+    consensus = FakeConsensus(store, lambda index: None)
+    clock = lambda: START_MS + EXPIRATION_MS  # noqa: E731
+    ProducerExpiry(store, consensus, clock, EXPIRATION_MS, 1.0).run_once()
+    assert consensus.proposals == 0  # No producer window, and this group coordinates no transactions.
+    ProducerExpiry(store, consensus, clock, EXPIRATION_MS, 1.0, EXPIRATION_MS).run_once()
+    assert consensus.proposals == 1
+    with store.read() as reader:
+        assert reader.transaction_count() == 0

@@ -1,7 +1,7 @@
 """Producer id expiry in apply (Kafka's producer.id.expiration.ms, KIP-360): a window idle for the
 expiration at the entry's clock, with no open transaction there, is deleted; a bounded number of rows
 per entry, resuming where the last entry stopped; old rows without a time are stamped, not expired;
-replicas and replays agree."""
+replicas and replays agree. Idle transactional ids expire alike (transactional.id.expiration.ms)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,15 @@ import pytest
 
 from kq.proto import kq_pb2
 from kq.proto.records import TRANSACTIONAL_FLAG, NewRecord, assemble_batch, encode_record
-from kq.raft import commands, state_machine
-from kq.raft.results import AppendResult, ApplyResult, ErrorCode, ExpiryResult, SkippedResult
+from kq.raft import commands, state_machine, transactions
+from kq.raft.results import (
+    AppendResult,
+    ApplyResult,
+    ErrorCode,
+    ExpiryResult,
+    SkippedResult,
+    TransactionResult,
+)
 from kq.raft.state_machine import apply
 from kq.raft.validation import command_problem
 from kq.storage import ProducerAppend, Store
@@ -238,4 +245,74 @@ def test_the_edge_refuses_an_expiry_apply_would_not_take(
     """producer.id.expiration.ms is at least 1 (Kafka's bound) and the clock not before 1970; apply
     rejects such an entry as the edge's validation does (the same function)."""
     command = commands.expire_producers(now_ms, expiration_ms)
+    assert (command_problem(command) is not None) == refused
+
+
+def _init(transactional_id: str, now_ms: int) -> kq_pb2.Command:
+    return commands.transaction(
+        kq_pb2.InitTransactionCommand(transactional_id=transactional_id, timeout_ms=60_000, now_ms=now_ms)
+    )
+
+
+def _add(transactional_id: str, producer_id: int, now_ms: int) -> kq_pb2.Command:
+    return commands.transaction(
+        kq_pb2.AddToTransactionCommand(
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=0,
+            partitions=[kq_pb2.TxnPartition(topic="t", partition=0)],
+            now_ms=now_ms,
+        )
+    )
+
+
+TXN_EXPIRATION_MS = 604_800_000  # Kafka's default transactional.id.expiration.ms.
+
+
+def test_an_idle_transactional_id_is_forgotten_and_one_in_progress_kept(store: Store) -> None:
+    """transactional.id.expiration.ms: an id with no transaction in progress, unchanged for the
+    expiration, goes (its next InitProducerId gets a new producer id, as in Kafka); an id whose
+    transaction is ONGOING stays however old; a millisecond early nothing goes."""
+    log = setup(store, producers=0)
+    idle = log.run(_init("idle", START_MS))
+    busy = log.run(_init("busy", START_MS))
+    assert isinstance(idle, TransactionResult) and isinstance(busy, TransactionResult)
+    log.run(_add("busy", busy.producer_id, START_MS))
+    early = log.run(commands.expire_transactional_ids(START_MS + TXN_EXPIRATION_MS - 1, TXN_EXPIRATION_MS))
+    assert isinstance(early, ExpiryResult) and (early.looked, early.expired, early.wrapped) == (2, 0, True)
+    due = log.run(commands.expire_transactional_ids(START_MS + TXN_EXPIRATION_MS, TXN_EXPIRATION_MS))
+    assert isinstance(due, ExpiryResult) and (due.looked, due.expired) == (2, 1)
+    with store.read() as reader:
+        assert reader.transaction_state("idle") is None
+        assert reader.transaction_state("busy") is not None
+    again = log.run(_init("idle", START_MS + TXN_EXPIRATION_MS))
+    assert isinstance(again, TransactionResult) and again.error == ErrorCode.OK
+    assert again.producer_id not in (idle.producer_id, busy.producer_id) and again.producer_epoch == 0
+
+
+def test_transactional_id_sweeps_are_bounded_and_resume(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ids an entry: five idle ids take three entries (2, 2, 1), all forgotten; replicas agree."""
+    monkeypatch.setattr(transactions, "TXN_ID_EXPIRY_ROWS_PER_ENTRY_MAX", 2)
+    log = setup(store, producers=0)
+    for number in range(5):
+        log.run(_init(f"id-{number}", START_MS))
+    now = START_MS + TXN_EXPIRATION_MS
+    sweeps = [log.run(commands.expire_transactional_ids(now, TXN_EXPIRATION_MS)) for _ in range(3)]
+    assert [(s.looked, s.expired, s.wrapped) for s in sweeps if isinstance(s, ExpiryResult)] == [
+        (2, 2, False),
+        (2, 2, False),
+        (1, 1, True),
+    ]
+    with store.read() as reader:
+        assert reader.transaction_count() == 0
+
+
+@pytest.mark.parametrize(("now_ms", "expiration_ms", "refused"), [(0, 1, False), (0, 0, True), (-1, 5, True)])
+def test_the_edge_refuses_an_id_expiry_apply_would_not_take(
+    now_ms: int, expiration_ms: int, refused: bool
+) -> None:
+    """transactional.id.expiration.ms is at least 1; the clock not before 1970."""
+    command = commands.expire_transactional_ids(now_ms, expiration_ms)
     assert (command_problem(command) is not None) == refused
