@@ -21,10 +21,13 @@ from kq.proto.limits import (
     MAX_DISK_BYTES_MAX,
     MAX_DISK_BYTES_MIN,
     PEERS_MAX,
+    PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT,
+    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
     SCRUB_BYTES_PER_S_DEFAULT,
+    TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
 )
 from kq.raft.node import RaftConfig
 from kq.raft.validation import address_problem, node_id_problem, rack_problem
@@ -56,6 +59,14 @@ class NodeConfig:
     compaction_check_s: float = COMPACTION_CHECK_S_DEFAULT  # How often the leader compacts (compact topics).
     # `--scrub-bytes-per-s`: stored bytes per second the scrubber checks (broker/repair.py; 0: off).
     scrub_bytes_per_s: int = SCRUB_BYTES_PER_S_DEFAULT
+    # `--producer-id-expiration-ms` (Kafka's producer.id.expiration.ms): an idempotent producer idle this
+    # long on a partition, with no open transaction there, is forgotten there (broker/producer_expiry.py);
+    # checked every `producer_id_expiration_check_s` (producer.id.expiration.check.interval.ms).
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
+    producer_id_expiration_check_s: float = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT / 1000
+    # `--transactional-id-expiration-ms` (Kafka's transactional.id.expiration.ms): group 0 forgets a
+    # transactional id with no transaction in progress once its state is unchanged this long.
+    transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
     # `--max-disk-bytes`: the LMDB map, so the store never grows past it; the leader refuses writes near
     # it (broker/storage_guard.py). None: 64 GiB of address space, bounded by the disk alone.
     max_disk_bytes: int | None = None

@@ -51,6 +51,7 @@ from kq.broker.leader_balance import LeaderBalancer, WorkerLeadership
 from kq.broker.logs import LOG_FORMATS, LogFormat, configure_logging
 from kq.broker.membership import Membership, MembershipChanges, probe_node
 from kq.broker.metrics import LeadershipWatch, NodeCollector, SnapshotCounts, register_node
+from kq.broker.producer_expiry import ProducerExpiry
 from kq.broker.proposals import Batcher, wall_clock_ms
 from kq.broker.repair import BatchRepairer
 from kq.broker.retention import Retention
@@ -88,11 +89,14 @@ from kq.proto.limits import (
     PARTITIONS_MAX,
     PROCESSES_AUTO_MAX,
     PROCESSES_MAX,
+    PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT,
+    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     READERS_MAX,
     READERS_PER_CONNECTION_MAX,
     RETENTION_CHECK_S_DEFAULT,
     SCRUB_BYTES_PER_S_DEFAULT,
     SCRUB_BYTES_PER_S_MAX,
+    TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
 )
 from kq.raft.auth import EVERYONE, principal_problem
 from kq.raft.data_dir import open_data_dir
@@ -169,22 +173,7 @@ class BrokerNode:
         self.transactions = TransactionCoordinator(
             self.store, self.consensus, self.groups, config.peer_credentials, config.node_metadata
         )
-        self.retention = Retention(
-            self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.retention_check_s
-        )
-        self.compactor = Compactor(
-            self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.compaction_check_s
-        )
-        # Corrupt batches a read meets are put back from another replica (broker/repair.py).
-        self.repairer = BatchRepairer(
-            self.store,
-            CORRUPTION,
-            self._repair_sources,
-            self.raft.call_on_tick,
-            config.peer_credentials,
-            config.node_metadata,
-            config.scrub_bytes_per_s,
-        )
+        self._make_housekeepers(config)
         self.readers = ReaderAdmission(ReaderLimits(config.max_readers, config.max_readers_per_connection))
         services: list[Registration] = []
         listeners: list[Listener] = []
@@ -279,6 +268,34 @@ class BrokerNode:
         self.notifier.notify(index, result)
         self.membership.on_applied(result)
 
+    def _make_housekeepers(self, config: NodeConfig) -> None:
+        """The leader's periodic proposers (retention, compaction, producer expiry) and this node's
+        repairer of corrupt batches; each starts in `start()`."""
+        self.retention = Retention(
+            self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.retention_check_s
+        )
+        self.compactor = Compactor(
+            self.store, self.consensus, wall_clock_ms, config.topic_defaults, config.compaction_check_s
+        )
+        # Corrupt batches a read meets are put back from another replica (broker/repair.py).
+        self.repairer = BatchRepairer(
+            self.store,
+            CORRUPTION,
+            self._repair_sources,
+            self.raft.call_on_tick,
+            config.peer_credentials,
+            config.node_metadata,
+            config.scrub_bytes_per_s,
+        )
+        self.producer_expiry = ProducerExpiry(
+            self.store,
+            self.consensus,
+            wall_clock_ms,
+            config.producer_id_expiration_ms,
+            config.producer_id_expiration_check_s,
+            config.transactional_id_expiration_ms if config.group == 0 else None,  # The coordinators' group.
+        )
+
     def _repair_sources(self) -> list[str]:
         """The gRPC addresses of this group's other replicas, its leader first (broker/repair.py)."""
         view = self.membership.view
@@ -307,6 +324,7 @@ class BrokerNode:
         self.compactor.start()
         CORRUPTION.on_found = self.repairer.submit
         self.repairer.start()
+        self.producer_expiry.start()
         if self.topic_sync is not None:
             self.topic_sync.start()
         if self.balancer is not None:
@@ -343,6 +361,7 @@ class BrokerNode:
         self.batcher.stop()
         self.retention.stop()
         self.compactor.stop()
+        self.producer_expiry.stop()
         if self.topic_sync is not None:
             self.topic_sync.stop()
         if self.balancer is not None:
@@ -609,6 +628,30 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     ),
 )
 @click.option(
+    "--producer-id-expiration-ms",
+    default=PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    type=click.IntRange(1, 2**63 - 1),
+    help=(
+        "Forget an idempotent producer's state on a partition once it has not written there for this"
+        " long and holds no open transaction there (Kafka's producer.id.expiration.ms)."
+    ),
+)
+@click.option(
+    "--producer-id-expiration-check-interval-ms",
+    default=PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT,
+    type=click.IntRange(100, 86_400_000),
+    help="How often the leader expires idle producers (Kafka's producer.id.expiration.check.interval.ms).",
+)
+@click.option(
+    "--transactional-id-expiration-ms",
+    default=TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
+    type=click.IntRange(1, 2**63 - 1),
+    help=(
+        "Forget a transactional id with no transaction in progress once its state has not changed for"
+        " this long (Kafka's transactional.id.expiration.ms)."
+    ),
+)
+@click.option(
     "--compaction-check-ms",
     default=int(COMPACTION_CHECK_S_DEFAULT * 1000),
     type=click.IntRange(100, 86_400_000),
@@ -733,6 +776,9 @@ def main(
     topic_default: tuple[str, ...],
     retention_check_ms: int,
     scrub_bytes_per_s: int,
+    producer_id_expiration_ms: int,
+    producer_id_expiration_check_interval_ms: int,
+    transactional_id_expiration_ms: int,
     compaction_check_ms: int,
     rack: str,
     max_disk_bytes: str | None,
@@ -836,6 +882,9 @@ def main(
         rack,
         compaction_check_s=compaction_check_ms / 1000,
         scrub_bytes_per_s=scrub_bytes_per_s,
+        producer_id_expiration_ms=producer_id_expiration_ms,
+        producer_id_expiration_check_s=producer_id_expiration_check_interval_ms / 1000,
+        transactional_id_expiration_ms=transactional_id_expiration_ms,
         max_disk_bytes=disk_bound,
         http_address=http_address,
         tls=tls,

@@ -79,6 +79,14 @@ FORWARDED_REQUESTS = Counter(
     ["request"],
     registry=REGISTRY,
 )
+# Idempotent producer windows (one producer on one partition) the producer id expiry sweeps this
+# node proposed as its group's leader deleted (broker/producer_expiry.py): every replica deletes
+# the same ones, counted once, where proposed.
+PRODUCER_WINDOWS_EXPIRED = Counter(
+    "kq_producer_windows_expired",
+    "Idle producer windows (producer.id.expiration.ms) deleted by the sweeps this node proposed.",
+    registry=REGISTRY,
+)
 RECORDS_FETCHED = Counter(
     "kq_kafka_records_fetched", "Records served by this node's fetches.", ["topic"], registry=REGISTRY
 )

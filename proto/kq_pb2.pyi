@@ -345,6 +345,8 @@ class Command(_message.Message):
     GROW_PARTITIONS_FIELD_NUMBER: _builtins.int
     CONSUMER_HEARTBEAT_FIELD_NUMBER: _builtins.int
     ALTER_SCRAM_FIELD_NUMBER: _builtins.int
+    EXPIRE_PRODUCERS_FIELD_NUMBER: _builtins.int
+    EXPIRE_TRANSACTIONAL_IDS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     """Format version of the envelope; apply refuses versions it does not know (and stops the node)."""
     @_builtins.property
@@ -423,6 +425,14 @@ class Command(_message.Message):
     def consumer_heartbeat(self) -> Global___ConsumerHeartbeatCommand: ...
     @_builtins.property
     def alter_scram(self) -> Global___AlterScramCommand: ...
+    @_builtins.property
+    def expire_producers(self) -> Global___ExpireProducersCommand:
+        """Producer id expiry (Kafka's producer.id.expiration.ms): each group's leader, periodically."""
+
+    @_builtins.property
+    def expire_transactional_ids(self) -> Global___ExpireTransactionalIdsCommand:
+        """Transactional id expiry (Kafka's transactional.id.expiration.ms): group 0's leader, periodically."""
+
     def __init__(
         self,
         *,
@@ -461,16 +471,77 @@ class Command(_message.Message):
         grow_partitions: Global___GrowPartitionsCommand | None = ...,
         consumer_heartbeat: Global___ConsumerHeartbeatCommand | None = ...,
         alter_scram: Global___AlterScramCommand | None = ...,
+        expire_producers: Global___ExpireProducersCommand | None = ...,
+        expire_transactional_ids: Global___ExpireTransactionalIdsCommand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "barrier", b"barrier", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "barrier", b"barrier", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "expire_producers", b"expire_producers", "expire_transactional_ids", b"expire_transactional_ids", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "barrier", b"barrier", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_acls", b"add_acls", "add_to_transaction", b"add_to_transaction", "alter_scram", b"alter_scram", "alter_topic_config", b"alter_topic_config", "append", b"append", "barrier", b"barrier", "commit_offsets", b"commit_offsets", "compact", b"compact", "complete_transaction", b"complete_transaction", "consumer_heartbeat", b"consumer_heartbeat", "create_topic", b"create_topic", "delete_group", b"delete_group", "delete_token", b"delete_token", "delete_topic", b"delete_topic", "delete_user", b"delete_user", "end_transaction", b"end_transaction", "expire_producers", b"expire_producers", "expire_transactional_ids", b"expire_transactional_ids", "grow_partitions", b"grow_partitions", "init_transaction", b"init_transaction", "join_group", b"join_group", "kafka_join_group", b"kafka_join_group", "kafka_sync_group", b"kafka_sync_group", "kind", b"kind", "leave_group", b"leave_group", "offset_delete", b"offset_delete", "purge_topic", b"purge_topic", "put_token", b"put_token", "put_user", b"put_user", "register_member", b"register_member", "register_producer", b"register_producer", "remove_acls", b"remove_acls", "reset_offsets", b"reset_offsets", "transaction_marker", b"transaction_marker", "trim", b"trim", "txn_commit_offsets", b"txn_commit_offsets", "unregister_member", b"unregister_member", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "barrier", "offset_delete", "grow_partitions", "consumer_heartbeat", "alter_scram"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["create_topic", "delete_topic", "append", "register_producer", "trim", "join_group", "leave_group", "commit_offsets", "reset_offsets", "delete_group", "kafka_join_group", "kafka_sync_group", "alter_topic_config", "compact", "purge_topic", "register_member", "unregister_member", "put_user", "delete_user", "put_token", "delete_token", "add_acls", "remove_acls", "init_transaction", "add_to_transaction", "end_transaction", "complete_transaction", "transaction_marker", "txn_commit_offsets", "barrier", "offset_delete", "grow_partitions", "consumer_heartbeat", "alter_scram", "expire_producers", "expire_transactional_ids"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___Command: _TypeAlias = Command  # noqa: Y015
+
+@_typing.final
+class ExpireProducersCommand(_message.Message):
+    """Deletes the idempotent producer windows (storage `producers` rows) of the group's partitions that
+    are idle for `expiration_ms` at the proposer's clock `now_ms` and hold no open transaction there;
+    a bounded number of rows per entry, resuming where the previous entry stopped (storage's
+    `producer_sweep`). Apply uses only these values: the decision is deterministic on every replica.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    EXPIRATION_MS_FIELD_NUMBER: _builtins.int
+    now_ms: _builtins.int
+    """The proposing leader's clock."""
+    expiration_ms: _builtins.int
+    """Its producer.id.expiration.ms (from 1)."""
+    def __init__(
+        self,
+        *,
+        now_ms: _builtins.int = ...,
+        expiration_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expiration_ms", b"expiration_ms", "now_ms", b"now_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExpireProducersCommand: _TypeAlias = ExpireProducersCommand  # noqa: Y015
+
+@_typing.final
+class ExpireTransactionalIdsCommand(_message.Message):
+    """Forgets the transactional ids (group 0's `transactions` rows) with no transaction in progress
+    (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) whose state last changed `expiration_ms` or more before the
+    proposer's clock `now_ms`; a bounded number of ids per entry, resuming where the previous stopped.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    EXPIRATION_MS_FIELD_NUMBER: _builtins.int
+    now_ms: _builtins.int
+    """The proposing leader's clock."""
+    expiration_ms: _builtins.int
+    """Its transactional.id.expiration.ms (from 1)."""
+    def __init__(
+        self,
+        *,
+        now_ms: _builtins.int = ...,
+        expiration_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expiration_ms", b"expiration_ms", "now_ms", b"now_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExpireTransactionalIdsCommand: _TypeAlias = ExpireTransactionalIdsCommand  # noqa: Y015
 
 @_typing.final
 class BarrierCommand(_message.Message):

@@ -55,6 +55,18 @@ APPENDS_PER_ENTRY_MAX = 1_000  # Produce requests the batcher packs into one Raf
 # Batches one trim deletes in apply; the log start moves at once, and retention proposes the trim again
 # until the batches below it are gone, so one entry never deletes a whole large log.
 TRIM_BATCHES_PER_ENTRY_MAX = 10_000
+# Producer id expiry (Kafka's producer.id.expiration.ms, KIP-360): `producers` rows one expiry entry
+# looks at in apply (each a read, at most a write); the next entry resumes where it stopped (the
+# `producer_sweep` meta row), so a table of any size is swept by enough bounded entries.
+PRODUCER_EXPIRY_ROWS_PER_ENTRY_MAX = 1_000
+# Expiry entries a leader proposes in one check (a table this many times the bound above is swept
+# over several checks).
+PRODUCER_EXPIRY_ENTRIES_PER_CHECK_MAX = 100
+# Kafka's producer.id.expiration.ms (a producer idle this long on a partition, with no open
+# transaction there, loses its state there) and producer.id.expiration.check.interval.ms: the names
+# and defaults of the node's flags (broker/config.py).
+PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT = 600_000
 # Apply's work on one append entry, in units of about a microsecond of this 2-core machine (measured
 # with proto/records.py check_batch: ~3 us a record walked, ~0.7 us a header, ~3 ns a byte gunzipped).
 # The edge measures each batch's work with the very meter apply runs; the batcher packs entries within
@@ -534,6 +546,11 @@ WORKER_STOP_S = 10.0
 
 # Kafka transactions (raft/transactions.py, broker/transactions.py) ------------------------------------
 TRANSACTIONAL_IDS_MAX = 10_000  # Transactional ids the cluster keeps (one open transaction each).
+# Kafka's transactional.id.expiration.ms (name and default: 7 days): an id with no transaction in
+# progress, unchanged this long, is forgotten (group 0's leader proposes it: broker/producer_expiry.py),
+# so ids that came and went do not hold TRANSACTIONAL_IDS_MAX forever.
+TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT = 604_800_000
+TXN_ID_EXPIRY_ROWS_PER_ENTRY_MAX = 1_000  # Transactional ids one id expiry entry looks at in apply.
 TRANSACTIONAL_ID_BYTES_MAX = 255  # A transactional id's UTF-8 bytes (Kafka has none; kq keys rows by it).
 TXN_PARTITIONS_MAX = 1_000  # Partitions in one transaction (each gets a marker).
 TXN_GROUPS_MAX = 16  # Consumer groups one transaction commits offsets for (AddOffsetsToTxn).

@@ -321,6 +321,18 @@ def remove_acls(acls: Sequence[kq_pb2.Acl]) -> kq_pb2.Command:
     return kq_pb2.Command(version=COMMAND_VERSION, remove_acls=kq_pb2.RemoveAclsCommand(acls=acls))
 
 
+def expire_producers(now_ms: int, expiration_ms: int) -> kq_pb2.Command:
+    """Command expiring the producer windows idle for `expiration_ms` at `now_ms` (ExpireProducersCommand)."""
+    expiry = kq_pb2.ExpireProducersCommand(now_ms=now_ms, expiration_ms=expiration_ms)
+    return kq_pb2.Command(version=COMMAND_VERSION, expire_producers=expiry)
+
+
+def expire_transactional_ids(now_ms: int, expiration_ms: int) -> kq_pb2.Command:
+    """Command forgetting the idle transactional ids (ExpireTransactionalIdsCommand)."""
+    expiry = kq_pb2.ExpireTransactionalIdsCommand(now_ms=now_ms, expiration_ms=expiration_ms)
+    return kq_pb2.Command(version=COMMAND_VERSION, expire_transactional_ids=expiry)
+
+
 def barrier(proposed_ms: int) -> kq_pb2.Command:
     """A no-op entry a leader commits before a read that must not be stale (BarrierCommand)."""
     return kq_pb2.Command(version=COMMAND_VERSION, barrier=kq_pb2.BarrierCommand(proposed_ms=proposed_ms))

@@ -16,6 +16,7 @@ __all__ = [
     "BarrierResult",
     "CompactResult",
     "ErrorCode",
+    "ExpiryResult",
     "GroupResult",
     "KafkaGroupResult",
     "MemberResult",
@@ -154,6 +155,17 @@ class TransactionResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ExpiryResult:
+    """Result of a producer expiry entry (ExpireProducersCommand): the rows it looked at, deleted and
+    stamped (rows written before they carried a time), and whether it reached the table's end."""
+
+    looked: int
+    expired: int
+    stamped: int
+    wrapped: bool
+
+
+@dataclass(frozen=True, slots=True)
 class BarrierResult:
     """A read barrier committed (BarrierCommand): nothing changed."""
 
@@ -169,6 +181,7 @@ ApplyResult = (
     | TrimResult
     | CompactResult
     | PurgeResult
+    | ExpiryResult
     | GroupResult
     | KafkaGroupResult
     | ProducerResult

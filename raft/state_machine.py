@@ -23,6 +23,7 @@ from kq.proto.limits import (
     ENTRY_BYTES_MAX,
     ENTRY_WORK_MAX,
     MEMBERS_MAX,
+    PRODUCER_EXPIRY_ROWS_PER_ENTRY_MAX,
     TOPICS_MAX,
     TRIM_BATCHES_PER_ENTRY_MAX,
 )
@@ -44,6 +45,7 @@ from kq.raft.results import (
     BarrierResult,
     CompactResult,
     ErrorCode,
+    ExpiryResult,
     GroupResult,
     KafkaGroupResult,
     MemberResult,
@@ -199,6 +201,10 @@ def _dispatch(
         return PurgeResult(writer.purge(command.purge_topic.topic_id, TRIM_BATCHES_PER_ENTRY_MAX))
     if kind == "alter_topic_config":
         return _apply_alter_topic_config(writer, command.alter_topic_config)
+    if kind == "expire_producers":
+        return _apply_expire_producers(writer, command.expire_producers)
+    if kind == "expire_transactional_ids":
+        return transactions.apply_expire_ids(writer, command.expire_transactional_ids)
     if kind in _GROUP_HANDLERS:
         return _GROUP_HANDLERS[kind](writer, getattr(command, kind))
     if kind == "register_producer":
@@ -309,6 +315,16 @@ def _apply_trim(writer: StoreWriter, command: kq_pb2.TrimCommand) -> TrimResult:
     return TrimResult(ErrorCode.OK, start)
 
 
+def _apply_expire_producers(writer: StoreWriter, command: kq_pb2.ExpireProducersCommand) -> ExpiryResult:
+    """Kafka's producer id expiry (producer.id.expiration.ms, KIP-360) over this group's partitions:
+    at most PRODUCER_EXPIRY_ROWS_PER_ENTRY_MAX `producers` rows, from where the last entry stopped,
+    judged at the entry's clock and expiration (checked by command_problem) alone, so every replica
+    deletes the same windows. An expired producer's next batch there starts afresh: it is accepted
+    at any sequence, as by a Kafka leader without state of it (`_check_sequence`)."""
+    sweep = writer.expire_producers(command.now_ms, command.expiration_ms, PRODUCER_EXPIRY_ROWS_PER_ENTRY_MAX)
+    return ExpiryResult(sweep.looked, sweep.expired, sweep.stamped, sweep.wrapped)
+
+
 def _apply_compact(writer: StoreWriter, command: kq_pb2.CompactCommand) -> CompactResult:
     """Drops the named records from the named batches (checked by command_problem), oldest batch first.
 
@@ -406,7 +422,13 @@ def _apply_partition_append(
     if idempotent:
         remembered = ProducerAppend(header.base_sequence, header.record_count, base_offset)
         writer.remember_producer_append(
-            header.producer_id, topic.topic_id, append.partition, header.producer_epoch, remembered, window
+            header.producer_id,
+            topic.topic_id,
+            append.partition,
+            header.producer_epoch,
+            remembered,
+            window,
+            appended_ms=timestamp_ms,
         )
     opened_before = header.is_transactional and writer.open_transaction(
         topic.topic_id, append.partition, header.producer_id
@@ -424,16 +446,22 @@ def _check_sequence(
 ) -> PartitionAppendResult | None:
     """None when the batch is the producer's next one on the partition; else the duplicate or error result.
 
-    `window` is the producer's window on the partition (None: it never appended there). Kafka's rules,
-    with its int32 sequences that wrap from 2**31 - 1 to 0: a producer's first batch on a partition,
-    and its first in a new (higher) epoch, start at sequence 0; an older epoch is fenced; a retry of
-    one of the last PRODUCER_APPENDS_KEPT appends answers its original base offset; a gap is out of
-    order, and a sequence behind those remembered is too old to deduplicate.
+    `window` is the producer's window on the partition (None: it never appended there, or its window
+    expired). Kafka's rules, with its int32 sequences that wrap from 2**31 - 1 to 0: a producer the
+    partition has no state of is accepted at any sequence (KIP-360: Kafka's ProducerAppendInfo
+    accepts "any sequence number" when there is no current producer epoch, as after
+    producer.id.expiration.ms or a retention that deleted its records; since 2.5 it no longer
+    answers UNKNOWN_PRODUCER_ID there); its first batch in a new (higher) epoch starts at sequence
+    0; an older epoch is fenced; a retry of one of the last PRODUCER_APPENDS_KEPT appends answers its
+    original base offset; a gap is out of order, and a sequence behind those remembered is too old
+    to deduplicate.
     """
     if allocates_producer_ids and not writer.producer_id_allocated(header.producer_id):
         return PartitionAppendResult(ErrorCode.UNKNOWN_PRODUCER)
     sequence = header.base_sequence
-    if window is None or header.producer_epoch > window.epoch:
+    if window is None:
+        return None
+    if header.producer_epoch > window.epoch:
         return None if sequence == 0 else PartitionAppendResult(ErrorCode.OUT_OF_ORDER_SEQUENCE)
     if header.producer_epoch < window.epoch:
         return PartitionAppendResult(ErrorCode.INVALID_PRODUCER_EPOCH)

@@ -24,6 +24,7 @@ from kq.proto.limits import (
     TRANSACTIONAL_ID_BYTES_MAX,
     TRANSACTIONAL_IDS_MAX,
     TXN_GROUPS_MAX,
+    TXN_ID_EXPIRY_ROWS_PER_ENTRY_MAX,
     TXN_PARTITIONS_MAX,
     TXN_PENDING_OFFSETS_MAX,
     TXN_TIMEOUT_MS_MAX,
@@ -31,7 +32,7 @@ from kq.proto.limits import (
 )
 from kq.proto.records import control_batch
 from kq.raft import groups
-from kq.raft.results import ErrorCode, TransactionResult
+from kq.raft.results import ErrorCode, ExpiryResult, TransactionResult
 from kq.raft.validation import offsets_problem, topic_name_problem
 from kq.storage import StoreWriter
 from kq.storage.transactions import AbortedTransaction, PendingOffset
@@ -54,6 +55,7 @@ EMPTY, ONGOING = kq_pb2.TXN_EMPTY, kq_pb2.TXN_ONGOING
 PREPARE_COMMIT, PREPARE_ABORT = kq_pb2.TXN_PREPARE_COMMIT, kq_pb2.TXN_PREPARE_ABORT
 COMPLETE_COMMIT, COMPLETE_ABORT = kq_pb2.TXN_COMPLETE_COMMIT, kq_pb2.TXN_COMPLETE_ABORT
 PREPARED = (PREPARE_COMMIT, PREPARE_ABORT)
+IDLE = (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)  # No transaction in progress: the id may expire.
 
 
 # Validation (the edge and apply) --------------------------------------------------------------
@@ -316,7 +318,9 @@ def _marker(writer: StoreWriter, command: kq_pb2.TransactionMarkerCommand) -> Tr
         )
         marker_offset = writer.append(topic.topic_id, named.partition, batch, command.leader_epoch)
         writer.close_transaction(topic.topic_id, named.partition, command.producer_id)
-        writer.fence_producer(command.producer_id, topic.topic_id, named.partition, command.producer_epoch)
+        writer.fence_producer(
+            command.producer_id, topic.topic_id, named.partition, command.producer_epoch, command.timestamp_ms
+        )
         if not command.commit:
             aborted = AbortedTransaction(command.producer_id, opened.first_offset, marker_offset)
             writer.add_aborted_transaction(topic.topic_id, named.partition, aborted)
@@ -366,3 +370,19 @@ def _commit_offsets(writer: StoreWriter, command: kq_pb2.TxnCommitOffsetsCommand
     for row in resolved:
         writer.put_pending_offset(command.producer_id, row)
     return _refused(ErrorCode.OK, state)
+
+
+def apply_expire_ids(writer: StoreWriter, command: kq_pb2.ExpireTransactionalIdsCommand) -> ExpiryResult:
+    """Kafka's transactional.id.expiration.ms: forgets each id with no transaction in progress whose
+    state last changed (`updated_ms`) `expiration_ms` or more before the entry's `now_ms` (checked by
+    command_problem), looking at TXN_ID_EXPIRY_ROWS_PER_ENTRY_MAX ids from where the last entry
+    stopped. An id in progress (ONGOING, PREPARE_*) stays however old: its transaction times out or
+    completes first. A forgotten id's next InitProducerId gets a new producer id, as in Kafka."""
+    rows, wrapped = writer.sweep_transaction_states(TXN_ID_EXPIRY_ROWS_PER_ENTRY_MAX)
+    expired = 0
+    for transactional_id, raw in rows:
+        state = kq_pb2.TransactionState.FromString(raw)
+        if state.phase in IDLE and command.now_ms - state.updated_ms >= command.expiration_ms:
+            writer.delete_transaction_state(transactional_id)
+            expired += 1
+    return ExpiryResult(len(rows), expired, 0, wrapped)

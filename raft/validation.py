@@ -561,6 +561,19 @@ def topic_id_problem(topic_id: int) -> str | None:
     return None if topic_id <= TOPIC_ID_MAX else f"a topic id is at most {TOPIC_ID_MAX}"
 
 
+def _expire_producers_problem(
+    command: kq_pb2.ExpireProducersCommand | kq_pb2.ExpireTransactionalIdsCommand,
+    name: str = "producer.id.expiration.ms",
+) -> str | None:
+    """Kafka's producer.id.expiration.ms (and transactional.id.expiration.ms) is at least 1; a clock
+    before 1970 is no leader's."""
+    if command.expiration_ms < 1:
+        return f"{name} {command.expiration_ms} is below 1"
+    if command.now_ms < 0:
+        return f"an expiry at {command.now_ms} ms, before 1970"
+    return None
+
+
 def command_problem(command: kq_pb2.Command) -> str | None:
     """Why `command` must not be applied, or None. Appends' batches are checked by `append_problem`."""
     kind = command.WhichOneof("kind")
@@ -593,6 +606,10 @@ def command_problem(command: kq_pb2.Command) -> str | None:
         return _compact_problem(command.compact)
     if kind == "purge_topic":
         return None if command.purge_topic.topic_id else "a purge names a topic id (from 1)"
+    if kind == "expire_producers":
+        return _expire_producers_problem(command.expire_producers)
+    if kind == "expire_transactional_ids":
+        return _expire_producers_problem(command.expire_transactional_ids, "transactional.id.expiration.ms")
     if kind == "join_group":
         return _join_problem(command.join_group)
     if kind == "leave_group":

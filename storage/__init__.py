@@ -9,6 +9,9 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                   b"rejected_entries"  -> u64  committed entries apply refused as a whole (a bug's trace)
                   b"layout"            -> u64  this layout's version, 2 (none: 1, upgraded at open;
                                                newer than LAYOUT_VERSION: refused at open, untouched)
+                  b"producer_sweep"    -> a `producers` key: where the next producer expiry entry
+                                          starts (none: at the first row); deleted at the table's end
+                  b"txn_id_sweep"      -> a `transactions` key: the same for transactional id expiry
     topics      key: topic name (UTF-8, <= 249 bytes)
                 value: topic_id u64 | partitions u32 | created_ms i64                      (20 bytes)
     partitions  key: topic_id u64 | partition u32                                           (12 bytes)
@@ -35,9 +38,19 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                        `records`; reads and deletes take both
     producers   key: topic_id u64 | partition u32 | producer_id u64                         (20 bytes)
                 value: epoch u16 | count u8, then `count` x
-                       (first_sequence u32 | record_count u32 | base_offset u64)   (3 + 16 x count bytes)
+                       (first_sequence u32 | record_count u32 | base_offset u64),
+                       then last_append_ms i64                               (3 + 16 x count + 8 bytes)
                        the producer's epoch on that partition and its last PRODUCER_APPENDS_KEPT
-                       appends there, oldest first; a higher epoch starts a new list
+                       appends there, oldest first; a higher epoch starts a new list (a transaction
+                       marker of a new epoch: an empty one). last_append_ms: the leader clock of the
+                       entry of its last append or marker there; producer id expiry deletes the row
+                       once it is producer.id.expiration.ms old and the producer holds no open
+                       transaction there (`txn_open`). The row's version is its length: a row of a kq
+                       from before the time (3 + 16 x count bytes) reads as unstamped and is upgraded
+                       in place by the first expiry sweep that meets it, which stamps it with that
+                       entry's clock (so it never expires at once after an upgrade); the next append
+                       rewrites it too. A kq from before reads a stamped row alike (it reads `count`
+                       appends and no further), so the store's layout stays 2
     groups      key: group name (UTF-8)
                 value: the group's state, serialized by raft/ (a `GroupState` protobuf, deterministic)
     offsets     key: name_length u16 | group name | topic_id u64 | partition u32
@@ -122,6 +135,7 @@ from kq.storage.store import (
     BatchSpan,
     PartitionState,
     ProducerAppend,
+    ProducerSweep,
     ProducerWindow,
     Store,
     StoreReader,
@@ -136,6 +150,7 @@ __all__ = [
     "FormatError",
     "PartitionState",
     "ProducerAppend",
+    "ProducerSweep",
     "ProducerWindow",
     "SnapshotError",
     "StorageError",

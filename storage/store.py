@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +58,7 @@ _PRODUCER_KEY = struct.Struct(">QIQ")  # topic_id, partition, producer_id: a top
 _OLD_PRODUCER_KEY = struct.Struct(">QQI")  # producer_id, topic_id, partition: layout 1.
 _PRODUCER_EPOCH = struct.Struct(">HB")  # epoch, count of the appends that follow
 _PRODUCER_APPEND = struct.Struct(">IIQ")  # first sequence, record count, base offset
+_PRODUCER_STAMP = struct.Struct(">q")  # last_append_ms: after the appends (a row without it: unstamped)
 _LEADER_EPOCH_KEY = struct.Struct(">QII")  # topic_id, partition, leader epoch
 _EPOCH_MAX = 2**32 - 1
 
@@ -67,6 +68,8 @@ _NEXT_PRODUCER_ID = b"next_producer_id"
 _REJECTED_ENTRIES = b"rejected_entries"
 _LAYOUT = b"layout"
 _CLUSTER_ID = b"cluster_id"
+_PRODUCER_SWEEP = b"producer_sweep"  # The `producers` key the next expiry entry starts at (none: the first).
+_TXN_ID_SWEEP = b"txn_id_sweep"  # The `transactions` key the next id expiry entry starts at (none: first).
 LAYOUT_VERSION = 2  # 2: producers keyed topic first, offset_topics; a store without the row is 1.
 DATABASE_NAMES = (
     b"meta",
@@ -148,7 +151,20 @@ class ProducerWindow:
     """What one partition remembers of an idempotent producer: its epoch there and its last appends."""
 
     epoch: int
-    appends: tuple[ProducerAppend, ...]  # Oldest first; at most PRODUCER_APPENDS_KEPT, at least one.
+    appends: tuple[ProducerAppend, ...]  # Oldest first; at most PRODUCER_APPENDS_KEPT (none: fenced).
+    # The leader clock of the producer's last append or marker here (producer.id.expiration.ms counts
+    # from it); None: a row written before rows carried it, stamped by the next expiry sweep.
+    last_append_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSweep:
+    """What one producer-expiry entry did to the `producers` rows it looked at (identical everywhere)."""
+
+    looked: int  # Rows looked at (at most the entry's bound).
+    expired: int  # Rows deleted: idle for the expiration time and no open transaction there.
+    stamped: int  # Rows without a time (written before rows carried one), given the entry's time.
+    wrapped: bool  # The sweep reached the table's end: the next entry starts again at its first row.
 
 
 class Store:
@@ -558,11 +574,11 @@ class StoreReader(TransactionReads):
         raw = self._transaction.get(_PRODUCER_KEY.pack(topic_id, partition, producer_id), db=self._producers)
         if raw is None:
             return None
-        raw = bytes(raw)
-        epoch, count = _PRODUCER_EPOCH.unpack_from(raw, 0)
-        start = _PRODUCER_EPOCH.size
-        fields = _PRODUCER_APPEND.iter_unpack(raw[start : start + count * _PRODUCER_APPEND.size])
-        return ProducerWindow(epoch, tuple(ProducerAppend(*field) for field in fields))
+        return _producer_window(bytes(raw))
+
+    def has_producer_windows(self) -> bool:
+        """Whether any partition remembers any producer (the expiry sweep has something to look at)."""
+        return bool(self._transaction.cursor(db=self._producers).first())
 
     def producer_windows(
         self, topic_id: int, partition: int, rows_max: int
@@ -762,6 +778,27 @@ class StoreReader(TransactionReads):
             offset, commit_time_ms = _COMMITTED.unpack(raw)
             result.append((topic_id, partition, offset, commit_time_ms))
         return result
+
+
+def _producer_window(raw: bytes) -> ProducerWindow:
+    """A `producers` value: its epoch, appends and (a row of this kq) its last append time."""
+    epoch, count = _PRODUCER_EPOCH.unpack_from(raw, 0)
+    start = _PRODUCER_EPOCH.size
+    end = start + count * _PRODUCER_APPEND.size
+    fields = _PRODUCER_APPEND.iter_unpack(raw[start:end])
+    stamped = len(raw) >= end + _PRODUCER_STAMP.size  # A row written before the time was added has none.
+    last_append_ms = _PRODUCER_STAMP.unpack_from(raw, end)[0] if stamped else None
+    return ProducerWindow(epoch, tuple(ProducerAppend(*field) for field in fields), last_append_ms)
+
+
+def _producer_row(epoch: int, appends: Iterable[ProducerAppend], last_append_ms: int) -> bytes:
+    """A `producers` value (storage/__init__.py): epoch, count, the appends, the last append time."""
+    kept = tuple(appends)
+    return (
+        _PRODUCER_EPOCH.pack(epoch, len(kept))
+        + b"".join(_PRODUCER_APPEND.pack(a.first_sequence, a.record_count, a.base_offset) for a in kept)
+        + _PRODUCER_STAMP.pack(last_append_ms)
+    )
 
 
 def _group_prefix(group: str) -> bytes:
@@ -1148,14 +1185,19 @@ class StoreWriter(StoreReader, TransactionWrites):
         else:
             self._transaction.put(key, encode_offset_details(details), db=self._offset_metadata)
 
-    def fence_producer(self, producer_id: int, topic_id: int, partition: int, epoch: int) -> None:
+    def fence_producer(
+        self, producer_id: int, topic_id: int, partition: int, epoch: int, marked_ms: int
+    ) -> None:
         """Raises the producer's epoch on the partition to `epoch` (a transaction marker's), so that its
         batches of an older epoch are refused from now on; its next batch starts a new window at
-        sequence 0 when the epoch is new. A lower or equal epoch leaves the window as it is."""
+        sequence 0 when the epoch is new. A lower or equal epoch keeps the window's epoch and appends.
+        Either way the window's time becomes `marked_ms` (the marker entry's clock), as a Kafka marker
+        updates its producer's last timestamp: producer expiry counts from it."""
         window = self.producer_window(producer_id, topic_id, partition)
         if window is not None and window.epoch >= epoch:
-            return
-        raw = _PRODUCER_EPOCH.pack(epoch, 0)
+            raw = _producer_row(window.epoch, window.appends, marked_ms)
+        else:
+            raw = _producer_row(epoch, (), marked_ms)
         self._transaction.put(_PRODUCER_KEY.pack(topic_id, partition, producer_id), raw, db=self._producers)
 
     def remember_producer_append(
@@ -1166,17 +1208,80 @@ class StoreWriter(StoreReader, TransactionWrites):
         epoch: int,
         append: ProducerAppend,
         window: ProducerWindow | None,
+        *,
+        appended_ms: int,
     ) -> None:
         """Adds `append` to the producer's window for the partition, dropping the oldest beyond the limit.
 
         `window` is that window as read in this transaction since its last change (None: it has none);
         apply reads it to check the sequence first. An epoch other than the remembered one starts a new
         window (apply only lets a higher one through: a producer's new epoch starts its sequences again
-        at 0, as in Kafka).
+        at 0, as in Kafka). `appended_ms` (the entry's leader clock) is stored with the window, in the
+        same row: producer expiry counts from it (no other write per append).
         """
         earlier = window.appends if window is not None and window.epoch == epoch else ()
         appends = [*earlier, append][-PRODUCER_APPENDS_KEPT:]
-        raw = _PRODUCER_EPOCH.pack(epoch, len(appends)) + b"".join(
-            _PRODUCER_APPEND.pack(a.first_sequence, a.record_count, a.base_offset) for a in appends
-        )
+        raw = _producer_row(epoch, appends, appended_ms)
         self._transaction.put(_PRODUCER_KEY.pack(topic_id, partition, producer_id), raw, db=self._producers)
+
+    def expire_producers(self, now_ms: int, expiration_ms: int, rows_max: int) -> ProducerSweep:
+        """Looks at up to `rows_max` `producers` rows from where the last call stopped (the
+        `producer_sweep` meta row; at the table's end the next call starts again at its first row), and
+        deletes each window idle for `expiration_ms` or more at `now_ms` whose producer holds no open
+        transaction in that partition (Kafka's producer.id.expiration.ms). A row without a time (written
+        before rows carried one) is not expired but stamped with `now_ms`: it expires at the earliest
+        `expiration_ms` after this sweep. A pure function of the rows and the arguments (apply passes
+        the entry's values), so every replica deletes the same rows."""
+        meta = self._meta
+        start = self._transaction.get(_PRODUCER_SWEEP, db=meta)
+        cursor = self._transaction.cursor(db=self._producers)
+        found = cursor.set_range(bytes(start)) if start is not None else cursor.first()
+        rows: list[tuple[bytes, bytes]] = []
+        while found and len(rows) < rows_max:
+            rows.append((bytes(cursor.key()), bytes(cursor.value())))
+            found = cursor.next()
+        next_key = bytes(cursor.key()) if found else None
+        expired = stamped = 0
+        for key, raw in rows:
+            window = _producer_window(raw)
+            if window.last_append_ms is None:
+                self._transaction.put(
+                    key, _producer_row(window.epoch, window.appends, now_ms), db=self._producers
+                )
+                stamped += 1
+                continue
+            if now_ms - window.last_append_ms < expiration_ms:
+                continue
+            topic_id, partition, producer_id = _PRODUCER_KEY.unpack(key)
+            if self.open_transaction(topic_id, partition, producer_id) is not None:
+                continue  # Kafka keeps a producer with an ongoing transaction, however old.
+            self._transaction.delete(key, db=self._producers)
+            expired += 1
+        if next_key is None:
+            self._transaction.delete(_PRODUCER_SWEEP, db=meta)
+        else:
+            self._transaction.put(_PRODUCER_SWEEP, next_key, db=meta)
+        return ProducerSweep(len(rows), expired, stamped, next_key is None)
+
+    def sweep_transaction_states(self, rows_max: int) -> tuple[list[tuple[str, bytes]], bool]:
+        """Up to `rows_max` transactional ids and their states from where the last call stopped (the
+        `txn_id_sweep` meta row, moved past them; at the table's end it is deleted, so the next call
+        starts at the first id), and whether this call reached the end. Transactional id expiry
+        (raft/transactions.py) judges them; a pure function of the rows."""
+        table = self._txn_tables[b"transactions"]
+        start = self._transaction.get(_TXN_ID_SWEEP, db=self._meta)
+        cursor = self._transaction.cursor(db=table)
+        found = cursor.set_range(bytes(start)) if start is not None else cursor.first()
+        rows: list[tuple[str, bytes]] = []
+        while found and len(rows) < rows_max:
+            rows.append((bytes(cursor.key()).decode(), bytes(cursor.value())))
+            found = cursor.next()
+        if found:
+            self._transaction.put(_TXN_ID_SWEEP, bytes(cursor.key()), db=self._meta)
+        else:
+            self._transaction.delete(_TXN_ID_SWEEP, db=self._meta)
+        return rows, not found
+
+    def delete_transaction_state(self, transactional_id: str) -> None:
+        """Forgets a transactional id (expired: raft/transactions.py); InitProducerId makes it anew."""
+        self._transaction.delete(transactional_id.encode(), db=self._txn_tables[b"transactions"])

@@ -343,11 +343,11 @@ class TransactionAdminApis(KafkaBase):
                     producer_id=producer_id,
                     producer_epoch=epoch,
                     last_sequence=last_sequence,
-                    last_timestamp=-1,
+                    last_timestamp=last_ms,
                     coordinator_epoch=0,
                     current_txn_start_offset=start,
                 )
-                for producer_id, epoch, last_sequence, start in producers
+                for producer_id, epoch, last_sequence, last_ms, start in producers
             )
             by_topic.setdefault(topic, []).append(
                 build(
@@ -365,11 +365,13 @@ class TransactionAdminApis(KafkaBase):
 
     def _producers_of(
         self, wanted: list[tuple[str, int]]
-    ) -> list[tuple[int, list[tuple[int, int, int, int]]]]:
-        """(error code, [(producer id, epoch, last sequence, open transaction's first offset or -1)])
-        per wanted partition, from this process's store (NOT_LEADER_OR_FOLLOWER unless it leads the
-        partition's group)."""
-        answers: list[tuple[int, list[tuple[int, int, int, int]]]] = []
+    ) -> list[tuple[int, list[tuple[int, int, int, int, int]]]]:
+        """(error code, [(producer id, epoch, last sequence, last append time, open transaction's
+        first offset or -1)]) per wanted partition, from this process's store (NOT_LEADER_OR_FOLLOWER
+        unless it leads the partition's group). The time is the leader clock of the producer's last
+        append or marker there, from which producer.id.expiration.ms counts (-1: a row from before
+        rows carried it, until the next expiry sweep stamps it)."""
+        answers: list[tuple[int, list[tuple[int, int, int, int, int]]]] = []
         with self._store.read() as reader:
             for name, partition in wanted:
                 topic = None if topic_name_problem(name) or partition < 0 else reader.topic(name)
@@ -387,7 +389,13 @@ class TransactionAdminApis(KafkaBase):
                     for t in reader.open_transactions(topic.topic_id, partition, TXN_OPEN_PER_PARTITION_MAX)
                 }
                 producers = [
-                    (producer_id, window.epoch, _last_sequence(window), opened.get(producer_id, -1))
+                    (
+                        producer_id,
+                        window.epoch,
+                        _last_sequence(window),
+                        -1 if window.last_append_ms is None else window.last_append_ms,
+                        opened.get(producer_id, -1),
+                    )
                     for producer_id, window in reader.producer_windows(
                         topic.topic_id, partition, DESCRIBED_PRODUCERS_MAX
                     )

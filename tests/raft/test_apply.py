@@ -157,7 +157,7 @@ def test_sequences_wrap_from_the_int32_maximum_to_zero(store: Store) -> None:
     """A window ending at 2**31 - 1 expects 0 next; a batch may cross the wrap; retries still match."""
     run(store, [create("t", 1), commands.encode(commands.register_producer(1))])
     with store.write() as writer:  # A producer that has sent 2**31 - 2 records there already.
-        writer.remember_producer_append(1, 1, 0, 0, ProducerAppend(2**31 - 4, 2, 0), None)
+        writer.remember_producer_append(1, 1, 0, 0, ProducerAppend(2**31 - 4, 2, 0), None, appended_ms=0)
     cases = [
         (append("t", 0, b"x", b"y", producer_id=1, sequence=2**31 - 2), ErrorCode.OK, False),  # ... 2**31 - 1
         (append("t", 0, b"z", producer_id=1, sequence=5), ErrorCode.OUT_OF_ORDER_SEQUENCE, False),
@@ -244,6 +244,11 @@ operations = st.lists(
         ),
         st.just(commands.encode(commands.register_producer(0))),
         st.just(commands.encode(commands.delete_topic("t"))),
+        st.builds(  # Producer expiry around the appends' clock (CLOCK_MS): some windows go, some stay.
+            lambda now, expiration: commands.encode(commands.expire_producers(now, expiration)),
+            st.sampled_from([0, CLOCK_MS, CLOCK_MS + 1, 5 * CLOCK_MS]),
+            st.sampled_from([1, CLOCK_MS, 10 * CLOCK_MS]),
+        ),
     ),
     max_size=25,
 )

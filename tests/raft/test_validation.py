@@ -326,6 +326,8 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
         "barrier",
         "offset_delete",
         "grow",
+        "expire_producers",
+        "expire_transactional_ids",
     ]
     kind = draw(st.sampled_from(kinds))
     if kind == "security":
@@ -361,6 +363,12 @@ def hostile_commands(draw: st.DrawFn) -> kq_pb2.Command:
     if kind == "trim":
         topic_id = draw(st.sampled_from([0, 1, 2, 2**64 - 1]))
         return commands.trim(draw(names), draw(uint32), draw(st.integers(0, 2**64 - 1)), topic_id)
+    if kind == "expire_producers":  # Hostile clocks and expirations too: apply refuses below 1 ms.
+        clocks = st.sampled_from([-(2**63), -1, 0, 1, 1_000, 2**62, 2**63 - 1])
+        return commands.expire_producers(draw(clocks), draw(clocks))
+    if kind == "expire_transactional_ids":
+        clocks = st.sampled_from([-(2**63), -1, 0, 1, 1_000, 2**62, 2**63 - 1])
+        return commands.expire_transactional_ids(draw(clocks), draw(clocks))
     if kind == "purge":
         return commands.purge_topic(draw(st.sampled_from([0, 1, 2, 3, 2**64 - 1])))
     if kind == "compact":

@@ -95,13 +95,19 @@ def test_producer_windows_keep_the_last_appends_of_one_epoch(store: Store) -> No
     with store.write() as writer:
         for sequence in range(7):
             writer.remember_producer_append(
-                3, 1, 0, 0, ProducerAppend(sequence, 1, 10 + sequence), writer.producer_window(3, 1, 0)
+                3,
+                1,
+                0,
+                0,
+                ProducerAppend(sequence, 1, 10 + sequence),
+                writer.producer_window(3, 1, 0),
+                appended_ms=5,
             )
         window = writer.producer_window(3, 1, 0)
         assert window is not None and window.epoch == 0
         assert [a.first_sequence for a in window.appends] == [2, 3, 4, 5, 6]
-        writer.remember_producer_append(3, 1, 0, 1, ProducerAppend(0, 4, 20), window)
-        assert writer.producer_window(3, 1, 0) == type(window)(1, (ProducerAppend(0, 4, 20),))
+        writer.remember_producer_append(3, 1, 0, 1, ProducerAppend(0, 4, 20), window, appended_ms=7)
+        assert writer.producer_window(3, 1, 0) == type(window)(1, (ProducerAppend(0, 4, 20),), 7)
         assert writer.producer_window(3, 1, 1) is None
 
 

@@ -26,7 +26,9 @@ def fill(store: Store) -> tuple[int, int]:
                 writer.append(topic.topic_id, partition, encode_batch([NewRecord(b"k", b"v", (), 1)]))
                 for producer_id in (1, 2, 3):
                     append = ProducerAppend(0, 1, 0)
-                    writer.remember_producer_append(producer_id, topic.topic_id, partition, 0, append, None)
+                    writer.remember_producer_append(
+                        producer_id, topic.topic_id, partition, 0, append, None, appended_ms=0
+                    )
                 for group in ("g1", "g2"):
                     writer.commit_offset(group, topic.topic_id, partition, 1, 5)
     return doomed.topic_id, kept.topic_id
