@@ -471,6 +471,10 @@ COPY_RESTORE_WAIT_S = 60.0
 # The Kafka listener (broker/kafka/).
 KAFKA_FRAME_BYTES_DEFAULT = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes; --kafka-frame-bytes-max.
 KAFKA_FRAME_BYTES_MIN = 64 * 1024
+# The most elements one array of a Kafka request may declare (broker/kafka/array_bounds.py): kio's
+# native reader reserves room for a declared length before reading, and a hostile one aborted the
+# node. Kafka's largest real arrays (a Fetch's or ListOffsets' partitions) are far below.
+KAFKA_ARRAY_ELEMENTS_MAX = 1_000_000
 KAFKA_CONNECTIONS_MAX = 10_000  # Open Kafka client connections per node; one more is closed at once.
 KAFKA_IDLE_CONNECTION_S = 600.0  # Kafka's connections.max.idle.ms: a silent connection is closed.
 KAFKA_PARTITIONS_PER_REQUEST_MAX = 10_000  # Partitions named in one Produce, Fetch or ListOffsets.

@@ -32,6 +32,7 @@ from kio.static.primitive import i32
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from kq.broker.kafka import kio_gaps
+from kq.broker.kafka.array_bounds import array_length_problem
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version.
 _SIZE = struct.Struct(">i")
@@ -88,13 +89,18 @@ def decode_request(frame: bytes | memoryview, schema: type[RequestPayload]) -> R
     bytes after some Metadata v12 requests.
     """
     prefix = read_prefix(frame)
+    undecodable = f"undecodable {schema.__name__} v{prefix.api_version}"
     try:
         header, header_bytes = entity_reader(schema.__header_schema__)(frame, 0)
-        body, _ = entity_reader(schema)(frame, header_bytes)
     except Exception as error:  # kio's native reader raises several types for malformed input.
-        raise FrameError(
-            f"undecodable {schema.__name__} v{prefix.api_version}: {_first_line(error)}"
-        ) from error
+        raise FrameError(f"{undecodable}: {_first_line(error)}") from error
+    hostile = array_length_problem(frame, header_bytes, schema)
+    if hostile is not None:  # Checked before the reader: it would reserve the array's room and abort.
+        raise FrameError(f"{undecodable}: {hostile}")
+    try:
+        body, _ = entity_reader(schema)(frame, header_bytes)
+    except Exception as error:
+        raise FrameError(f"{undecodable}: {_first_line(error)}") from error
     null = null_array(body)
     if null is not None:
         raise FrameError(f"undecodable {schema.__name__} v{prefix.api_version}: {null} is a null array")
