@@ -48,7 +48,8 @@ class BackgroundThread:
 
 
 class LeaderRounds(BackgroundThread):
-    """Every `check_s`, on the leader only, one `run_once` over the topics (retention, compaction).
+    """Every `check_s`, on the leader only, one `run_once` (retention and compaction over the topics,
+    with this node's topic config defaults; producer expiry over the producer windows).
 
     A round that loses leadership or a commit (KqError) ends with one log line; the next retries.
     """

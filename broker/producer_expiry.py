@@ -25,9 +25,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kq.broker.background import BackgroundThread
+from kq.broker.background import LeaderRounds
 from kq.broker.consensus import Consensus
-from kq.broker.errors import KqError
 from kq.broker.metrics import PRODUCER_WINDOWS_EXPIRED
 from kq.broker.proposals import propose_and_wait
 from kq.proto import kq_pb2
@@ -41,7 +40,7 @@ logger = logging.getLogger(__name__)
 THREAD_NAME = "kq-producer-expiry"
 
 
-class ProducerExpiry(BackgroundThread):
+class ProducerExpiry(LeaderRounds):
     """The leader's producer id expiry loop (see the module docstring)."""
 
     thread_name = THREAD_NAME
@@ -57,17 +56,9 @@ class ProducerExpiry(BackgroundThread):
     ) -> None:
         """`transactional_id_expiration_ms`: None in a group that coordinates no transactions (every
         group but group 0): no id sweep there."""
-        self._store = store
-        self._consensus = consensus
-        self._clock_ms = clock_ms
+        super().__init__(store, consensus, clock_ms, {}, check_s)  # No topic configs: it reads none.
         self._expiration_ms = expiration_ms
-        self._check_s = check_s
         self._txn_id_expiration_ms = transactional_id_expiration_ms
-        super().__init__()
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        """Stops the thread; a proposal in flight ends within PROPOSAL_TIMEOUT_S."""
-        super().stop(PROPOSAL_TIMEOUT_S + self._check_s if timeout_s is None else timeout_s)
 
     def run_once(self) -> int:
         """Proposes producer window sweeps until one reaches the table's end (or the per-check bound,
@@ -103,12 +94,3 @@ class ProducerExpiry(BackgroundThread):
             if result.wrapped:
                 break
         return expired
-
-    def _run(self) -> None:
-        while not self._stopping.wait(self._check_s):
-            if not self._consensus.is_leader():
-                continue
-            try:
-                self.run_once()
-            except KqError as error:  # Lost leadership, no commit in time: the next check retries.
-                logger.info("%s round stopped: %s", self.thread_name, error)
