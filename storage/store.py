@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,8 +36,6 @@ MAP_SIZE_BYTES_DEFAULT = 64 * 1024**3  # Address space only: LMDB files grow as 
 MAX_DATABASES = 40  # The named databases below, with room to add some.
 LEADER_EPOCHS_PER_PARTITION_MAX = 1_000  # `leader_epochs` rows a partition keeps: the newest.
 MAX_READERS = 512  # gRPC worker threads and long-polls each hold a reader slot while they read.
-COPY_BATCH_ROWS = 1_000  # Rows per write transaction of a store copy; a stop is noticed between batches.
-COPY_BATCH_BYTES = 16 * 1024 * 1024
 PRODUCER_APPENDS_KEPT = 5  # Like Kafka: a retry of any of the last five appends is recognized.
 # LMDB's header on each overflow page (PAGEHDRSZ on 64-bit builds): a stored piece of a batch is at most
 # one page minus this, so it fills exactly one overflow page (storage/__init__.py, `record_pieces`).
@@ -277,27 +274,6 @@ class Store:
         """Applied index as seen by a transaction from `begin_snapshot`."""
         return StoreReader(transaction, self._databases).applied_index()
 
-    def copy_to(self, directory: Path, transaction: Any, stopping: threading.Event) -> None:
-        """Writes the state seen by `transaction` into a new environment in `directory`.
-
-        Copies record by record in batches rather than with mdb_env_copy, so a copy can be stopped
-        between batches (node shutdown) instead of holding the environment open until it ends.
-        Raises StorageError when `stopping` is set.
-        """
-        copy = Store.open(directory, map_size_bytes=self._map_size_bytes, upgrade=False)
-        try:
-            for name in DATABASE_NAMES:
-                for batch in _batches(transaction.cursor(db=self._databases[name])):
-                    if stopping.is_set():
-                        raise StorageError("store copy stopped: the node is shutting down")
-                    with copy._environment.begin(write=True) as target:
-                        _, added = target.cursor(db=copy._databases[name]).putmulti(batch, append=True)
-                    if added != len(batch):  # MDB_APPEND skips a row out of order instead of raising.
-                        raise StorageError(f"store copy: {len(batch) - added} rows of {name!r} not copied")
-            copy._environment.sync(True)
-        finally:
-            copy.close()
-
     def copy_to_fd(self, fd: int, transaction: Any) -> None:
         """Writes the state seen by `transaction` as a compacted LMDB file into `fd` (mdb_env_copyfd:
         C code that holds no GIL, so the node's other threads run on meanwhile). Into a pipe, the
@@ -323,20 +299,6 @@ class Store:
             for name in DATABASE_NAMES:
                 rows += [(name, bytes(k), bytes(v)) for k, v in transaction.cursor(db=self._databases[name])]
         return rows
-
-
-def _batches(cursor: Any) -> Iterator[list[tuple[bytes, bytes]]]:
-    """The cursor's rows in lists of at most COPY_BATCH_ROWS rows or about COPY_BATCH_BYTES bytes."""
-    batch: list[tuple[bytes, bytes]] = []
-    size_bytes = 0
-    for key, value in cursor:
-        batch.append((bytes(key), bytes(value)))
-        size_bytes += len(key) + len(value)
-        if len(batch) >= COPY_BATCH_ROWS or size_bytes >= COPY_BATCH_BYTES:
-            yield batch
-            batch, size_bytes = [], 0
-    if batch:
-        yield batch
 
 
 def check_layout(environment: Any, path: Path) -> None:

@@ -4,7 +4,6 @@ and every piece goes with its batch (trim, rewrite, topic purge, copy)."""
 from __future__ import annotations
 
 import random
-import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from kq.proto.records import NewRecord, encode_batch, with_base_offset
 from kq.storage import CorruptRecordError, Store
 from kq.storage.store import OVERFLOW_PAGE_HEADER_BYTES
+from tests.storage.test_store import copy_into
 
 PAGE_BYTES = 4096  # Linux x86_64 and aarch64 with 4 KiB pages: what CI runs on.
 
@@ -131,7 +131,7 @@ def test_a_copy_carries_the_pieces(store: Store, tmp_path: Path) -> None:
         writer.append(topic.topic_id, 0, big_batch(5))
     transaction = store.begin_snapshot()
     try:
-        store.copy_to(tmp_path / "copy", transaction, threading.Event())
+        copy_into(store, tmp_path / "copy", transaction)
     finally:
         transaction.abort()
     copy = Store.open(tmp_path / "copy")

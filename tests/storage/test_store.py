@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import threading
+import os
 from pathlib import Path
+from typing import Any
 
+import lmdb
 import pytest
 
 from kq.proto.records import NewRecord, encode_batch, parse_batch, with_base_offset
-from kq.storage import CorruptRecordError, ProducerAppend, StorageError, Store
+from kq.storage import CorruptRecordError, ProducerAppend, Store
 
 
 def batch(*values: bytes, timestamp_ms: int = 100) -> bytes:
@@ -117,7 +119,7 @@ def test_copy_replaces_another_store_exactly(store: Store, tmp_path: Path) -> No
     transaction = store.begin_snapshot()
     with store.write() as writer:  # Written after the transaction began: not in the copy.
         writer.create_topic("later", 1, 0)
-    store.copy_to(tmp_path / "copy", transaction, threading.Event())
+    copy_into(store, tmp_path / "copy", transaction)
     transaction.abort()
     copy = Store.open(tmp_path / "copy", map_size_bytes=64 * 1024**2)
     other = Store.open(tmp_path / "other", map_size_bytes=64 * 1024**2)
@@ -127,11 +129,22 @@ def test_copy_replaces_another_store_exactly(store: Store, tmp_path: Path) -> No
     assert other.dump() == copy.dump() == expected
 
 
-def test_a_stopped_copy_raises(store: Store, tmp_path: Path) -> None:
-    """Shutdown during a copy: the copy stops at its next batch with StorageError."""
-    stopping = threading.Event()
-    stopping.set()
+def test_a_copy_into_a_closed_pipe_stops_with_an_error(store: Store) -> None:
+    """Shutdown during a copy closes the pipe the copy is written into (raft/snapshot.py): LMDB's
+    copy then stops with an error instead of running to its end."""
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
     transaction = store.begin_snapshot()
-    with pytest.raises(StorageError, match="stopped"):
-        store.copy_to(tmp_path / "copy", transaction, stopping)
-    transaction.abort()
+    try:
+        with pytest.raises(lmdb.Error, match="Broken pipe"):
+            store.copy_to_fd(write_fd, transaction)
+    finally:
+        transaction.abort()
+        os.close(write_fd)
+
+
+def copy_into(store: Store, directory: Path, transaction: Any) -> None:
+    """`store` as `transaction` sees it, as a new environment in `directory` (what a follower restores)."""
+    directory.mkdir()
+    with (directory / "data.mdb").open("wb") as file:
+        store.copy_to_fd(file.fileno(), transaction)
