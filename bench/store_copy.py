@@ -1,11 +1,12 @@
 """`python -m kq.bench.store_copy`: a wiped follower catches up by a store copy while one record is in
 flight; the leader's acknowledgements during the copy against before it (issue 39, point 2).
 
-A fresh three-node `LocalCluster` stores `--mib` MiB (default 300) in 64 KiB records. A follower is
-stopped and its data directory wiped, so the leader's log start is far past it and it can only catch up
-by a copy of the leader's store. One client sends one 100-byte record at a time to another topic and
-records each acknowledgement's latency: for `--before-s` seconds before the follower comes back (the
-baseline), then from its restart until it has applied what the leader had (the copy and its restore).
+A fresh three-node `LocalCluster` stores `--mib` MiB (default 300) in 64 KiB records. One client
+sends one 100-byte record at a time to another topic and records each acknowledgement's latency: for
+`--before-s` seconds with the three nodes up (the baseline), then a follower is stopped, its data
+directory wiped and it is started again at once, so the leader's log start is far past it and it can
+only catch up by a copy of the leader's store; from then until it has applied what the leader had
+(the copy and its restore).
 The verdict (exit code 0 on PASS, 1 on FAIL): the p99 during the copy at most `--p99-max-ratio` (2)
 times the p99 before it, exactly one copy sent to that follower (the leader's `sending a copy of the
 store` log lines), and the follower caught up within `--catch-up-timeout-s`.
@@ -83,14 +84,14 @@ def run(arguments: argparse.Namespace) -> dict[str, Any]:
             for _ in range(requests):
                 client.send_batch("fill", [ProducerRecord(value, partition=0)] * RECORDS_PER_REQUEST)
             filled_s = time.monotonic() - filled_s
-            cluster.stop_node(follower)
-            shutil.rmtree(cluster.nodes[follower].data_dir)
             probe = Probe(client, "probe")
             probe.start()
             before_start = time.monotonic()
             time.sleep(arguments.before_s)
             log_start = cluster.log_path(leader).stat().st_size
             restarted = time.monotonic()
+            cluster.stop_node(follower)
+            shutil.rmtree(cluster.nodes[follower].data_dir)
             cluster.start_node(follower)
             target = max(s.applied_index for s in cluster.statuses().values() if s is not None)
             cluster.wait_applied(target, [follower], timeout_s=arguments.catch_up_timeout_s)

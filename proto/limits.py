@@ -423,6 +423,19 @@ KEEPALIVE_PERIOD_S = 0.4
 # these bounds (beyond them it is sent a copy of the store instead), so compaction does not turn
 # every short lag into a full copy. At most half the compaction trigger's entries are kept, so
 # the log left after compacting never re-triggers compaction by itself.
+# A leader's AppendEntries round (raft/pysyncobj_adapter.py, the round override) sends each
+# peer one message (or the store-copy chunks the send rate allows): a peer still behind gets the next
+# round within CATCH_UP_ROUND_S, unless this many bytes wait in its transport queue already. One
+# message holds at most RAFT_ENTRIES_PER_ROUND_MAX entries and PySyncObj's batch of bytes; to a
+# follower that lacks committed entries (it is catching up), at most CATCH_UP_BYTES_PER_ROUND (or
+# one entry) and CATCH_UP_ENTRIES_PER_ROUND: sending a megabyte takes the tick thread ~2.5 ms on
+# loopback (2-core VM), and an entry no longer in ENTRY_CALLS ~7 us to encode (one message of 4,096
+# held it 40 ms), which every acknowledgement waiting behind it pays.
+CATCH_UP_ROUND_S = 0.005
+CATCH_UP_QUEUED_BYTES_MAX = TRANSPORT_BUFFER_BYTES
+CATCH_UP_BYTES_PER_ROUND = 256 * 1024
+CATCH_UP_ENTRIES_PER_ROUND = 128
+RAFT_ENTRIES_PER_ROUND_MAX = 4096
 COMPACTION_RETAIN_SHARE = 0.5
 COMPACTION_RETAIN_BYTES_MAX = 32 * 1024 * 1024
 BIND_RETRY_S = 0.1  # A Raft port still held (a node restarted at once) is tried again this often,
@@ -456,16 +469,20 @@ RAFT_BAD_PEER_LOG_S = 10.0  # One log line per reason this often, for refused co
 ENTRY_COMMAND_OVERHEAD_BYTES = 64  # An entry command's bytes beyond its argument (a generous bound).
 
 # raft/snapshot.py
-COPY_CHUNK_BYTES = 1024 * 1024
+COPY_CHUNK_BYTES = 1024 * 1024  # The copy thread's reads of LMDB's copy.
+COPY_SEND_CHUNK_BYTES = 256 * 1024  # One chunk sent to a follower (CATCH_UP_BYTES_PER_ROUND's reason).
 HEADER_BYTES_MAX = 16 * 1024 * 1024
 TRANSMISSION_TIMEOUT_S = 600.0  # A transmission not finished by then is dropped; compaction resumes.
 COPY_RETRY_S = 5.0  # After a failed copy (disk full?), the next one starts no sooner than this.
 # Sending a store copy to a follower: at most COPY_SEND_BYTES_PER_S (a burst of two chunks), so the
 # leader's tick thread, which sends it, never spends a tick on a whole copy (PySyncObj sends every
-# chunk it is given in one loop: a 290 MB copy held acknowledgements 1.5 s). 64 MiB/s sends 300 MB
-# in under 5 s. After a follower got a whole copy it is sent no other for COPY_RESTORE_WAIT_S unless
-# it disconnects: it is restoring that one (a 290 MB copy was once started twice, 4 s apart).
-COPY_SEND_BYTES_PER_S = 64 * 1024 * 1024
+# chunk it is given in one loop: a 290 MB copy held acknowledgements 1.5 s), and the copy's CPU on the
+# leader and the follower (~2.5 ms a megabyte each on loopback) leaves room for acknowledgements:
+# with 300 MB sent at 64 MiB/s the p99 of one record in flight was 2.05x its p99 without a copy, at
+# 32 MiB/s 1.86x (`python -m kq.bench.store_copy`, 2-core VM, bench/README.md). 300 MB take ~10 s.
+# After a follower got a whole copy it is sent no other for COPY_RESTORE_WAIT_S unless it disconnects
+# or catches up past it: it is restoring that one (a 290 MB copy was once started twice, 4 s apart).
+COPY_SEND_BYTES_PER_S = 32 * 1024 * 1024
 COPY_RESTORE_WAIT_S = 60.0
 
 # The Kafka listener (broker/kafka/).

@@ -38,6 +38,7 @@ from kq.proto.limits import (
     COMMANDS_QUEUE_MAX,
     COMPACTION_RETAIN_BYTES_MAX,
     COMPACTION_RETAIN_SHARE,
+    COPY_SEND_CHUNK_BYTES,
     ENTRY_BYTES_MAX,
     ENTRY_COMMAND_OVERHEAD_BYTES,
     KEEPALIVE_PERIOD_S,
@@ -178,8 +179,11 @@ def _conf(config: RaftConfig, raft_dir: Path) -> SyncObjConf:
     )
 
 
-def _transport_factory(config: RaftConfig, conf: SyncObjConf) -> TransportFactory:
-    """Builds kq's Raft transport (raft/transport.py) with this node's password, TLS and timings."""
+def _transport_factory(
+    config: RaftConfig, conf: SyncObjConf, may_be_silent: Callable[[Any], bool]
+) -> TransportFactory:
+    """Builds kq's Raft transport (raft/transport.py) with this node's password, TLS and timings;
+    `may_be_silent(node)`: a peer whose connection outlives the connection timeout (TransportSettings)."""
     settings = TransportSettings(
         bind_address=config.raft_address,
         password=config.password,
@@ -190,6 +194,7 @@ def _transport_factory(config: RaftConfig, conf: SyncObjConf) -> TransportFactor
         bind_attempts_max=BIND_ATTEMPTS_MAX,
         socket_buffer_bytes=TRANSPORT_BUFFER_BYTES,
         guests=config.peer_raft_addresses,
+        may_be_silent=may_be_silent,
     )
 
     def build(poller: Any, add_tick_callback: Any, self_node: Any, other_nodes: Any) -> RaftTransport:
@@ -276,7 +281,7 @@ class RaftNode(PySyncObjAdapter):
         self._store = store
         self._on_applied = on_applied
         self._log_bytes_max = config.compaction_log_bytes_max
-        self._log_bytes = 0  # Entry bytes applied since the last forced compaction.
+        self._log_bytes = 0  # Entry bytes applied since the last compaction (`compaction_start`).
         self._retain_entries_max = int(config.compaction_min_entries * COMPACTION_RETAIN_SHARE)
         self._stopping = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -298,7 +303,7 @@ class RaftNode(PySyncObjAdapter):
         self._snapshots = SnapshotSerializer(
             store,
             raft_dir / "snapshot",
-            TRANSPORT_BUFFER_BYTES // 4,
+            COPY_SEND_CHUNK_BYTES,
             self,
             lambda index: on_applied(index, None),
             durable=config.synced,
@@ -312,7 +317,12 @@ class RaftNode(PySyncObjAdapter):
             peers = list(config.peer_raft_addresses)
             conf = _conf(config, raft_dir)
             super().__init__(
-                config.raft_address, peers, conf, self._snapshots, journal, _transport_factory(config, conf)
+                config.raft_address,
+                peers,
+                conf,
+                self._snapshots,
+                journal,
+                _transport_factory(config, conf, self._snapshots.restoring),
             )
         except SyncObjException as error:  # Raised by PySyncObj's constructor only when it cannot bind.
             journal.close()
@@ -565,7 +575,13 @@ class RaftNode(PySyncObjAdapter):
 
         A match index of 0 means the leader has not heard where that follower is (just elected, or
         the follower just came back): nothing is kept for it; if it is far behind it gets a copy.
+
+        Called as each compaction starts, whichever trigger fired it: the count of entry bytes since
+        the last compaction (`compaction_log_bytes_max`) starts again here. It counted from the last
+        compaction it forced, so it fired seconds after one that the entry count had started (three
+        back-to-back snapshots a node in a 30-minute soak).
         """
+        self._log_bytes = 0
         if not self.is_leader():
             return proposed
         matches = self.connected_match_indexes()

@@ -35,12 +35,18 @@ as Python mangles it):
   (which tells the leader the follower holds the entries) first flushes the journal (`sync_journal`).
 - `_SyncObj__sendAppendEntries`, overridden; `_SyncObj__newAppendEntriesTime`,
   `_SyncObj__raftNextIndex`, `_SyncObj__readonlyNodes`, `_SyncObj__getCurrentLogIndex`, read (the
-  first also written): PySyncObj sends AppendEntries at once after applying entries, only to tell
-  the followers the new commit index, a second round trip per entry. The override sends at once
-  when a connected peer lacks entries (a new one, or a follower catching up) or the heartbeat is
-  due, and otherwise moves the next send to at most COMMIT_NOTICE_DELAY_S away (`commit_notice`);
-  an applied entry other than an append (a topic, config, group or security change) is told at once
-  (`notify_commit_now`), as before, so only produce entries wait.
+  first two also written): the AppendEntries round is kq's. PySyncObj sends AppendEntries to every
+  peer at once after applying entries, only to tell the followers the new commit index, a second
+  round trip per entry; kq sends at once to the peers that lack entries (new ones, or a follower
+  catching up) and to all when the heartbeat is due, and otherwise moves the next full round to at
+  most COMMIT_NOTICE_DELAY_S away (`commit_notice`); an applied entry other than an append (a topic,
+  config, group or security change) is told at once (`notify_commit_now`), so only produce entries
+  wait. Each peer gets one message a round, so a follower catching up or receiving a store copy
+  does not hold the tick thread. Messages are built as PySyncObj builds them, from
+  `_SyncObj__raftCurrentTerm`, `_SyncObj__raftCommitIndex`, `_SyncObj__getPrevLogIndexTerm`,
+  `_SyncObj__getEntries`, `_SyncObj__raftLog` (the log's start) and the serializer's chunks
+  (`_SyncObj__serializer`, whose `cancelTransmisstion` a disconnected peer gets), and sent on
+  `_SyncObj__transport`.
 - `FileJournal._destroy`, called: closes PySyncObj's own journal file once `read_pysyncobj_journal`
   has read it (converting a data directory written before kq's journal).
 - `_SyncObj__serializer`, written once, in the constructor: kq's `SnapshotSerializer`
@@ -118,7 +124,16 @@ from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from kq.proto.limits import COMMIT_NOTICE_DELAY_S, ENTRY_CALLS_BYTES_MAX, ENTRY_CALLS_KEPT
+from kq.proto.limits import (
+    CATCH_UP_BYTES_PER_ROUND,
+    CATCH_UP_ENTRIES_PER_ROUND,
+    CATCH_UP_QUEUED_BYTES_MAX,
+    CATCH_UP_ROUND_S,
+    COMMIT_NOTICE_DELAY_S,
+    ENTRY_CALLS_BYTES_MAX,
+    ENTRY_CALLS_KEPT,
+    RAFT_ENTRIES_PER_ROUND_MAX,
+)
 from kq.raft.journal import LegacyJournal, RaftJournal
 from kq.raft.loop_poller import SwitchablePoller
 
@@ -246,6 +261,9 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         super().__init__(self_address, peer_addresses, conf, transportClass=build_transport)
         self._SyncObj__serializer = serializer  # Before the first tick: see the module docstring.
         self._commit_notice_now = False  # Tick thread only: `notify_commit_now`.
+        self._heartbeat_period_s: float = conf.appendEntriesPeriod
+        self._heartbeat_due = 0.0  # Tick thread only: when every peer next hears from the leader.
+        self._append_batch_bytes: int = conf.appendEntriesBatchSizeBytes
         self._journal = journal
         self._install_journal(journal)
         self.addOnTickCallback(self.sync_journal)  # Group commit: what this tick added, once.
@@ -290,30 +308,92 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         SyncObj._SyncObj__sendNextNodeIdx(self, node, reset, nextNodeIdx, success)
 
     def _SyncObj__sendAppendEntries(self) -> None:  # noqa: N802 - PySyncObj's name.
-        """Sends AppendEntries now if a connected peer lacks entries or the heartbeat is due;
-        otherwise (PySyncObj calls it after applying, to spread the commit index) with the
-        heartbeat, moved to at most COMMIT_NOTICE_DELAY_S away. See `commit_notice`."""
+        """kq's AppendEntries round (PySyncObj calls it after adding entries, after applying, and when
+        its `_SyncObj__newAppendEntriesTime` passes, which this sets).
+
+        Every connected peer hears from the leader when the heartbeat is due (or `notify_commit_now`
+        asked); between heartbeats, only the peers that lack entries do: the new ones, or a follower
+        catching up. After applying, PySyncObj would tell every peer the new commit index at once, a
+        second round trip per entry; peers that hold the log learn it with the next entry or heartbeat,
+        moved to at most COMMIT_NOTICE_DELAY_S away (`commit_notice`), even while another follower
+        catches up (a full round on each call then cost every acknowledgement half a millisecond).
+
+        Each peer gets one message a round (or the store-copy chunks the send rate releases: raft/
+        snapshot.py), the peers that hold the log up to its end first. PySyncObj's own round sends a
+        lagging follower messages until a heartbeat period (50 ms) has passed, and while the serializer
+        holds back a copy's next chunk, empty copy messages for as long: each call held the tick thread
+        that long, and a copy in progress held every acknowledgement half a second. A peer still
+        behind gets its next message within CATCH_UP_ROUND_S (and sooner when entries come): catch-up
+        paced by rounds and the transport's queue, not by one round's loop."""
         now = pysyncobj_clock()
-        due: float = self._SyncObj__newAppendEntriesTime
-        if now >= due or self._commit_notice_now or self._peers_lack_entries():
+        everyone = now >= self._heartbeat_due or self._commit_notice_now
+        if everyone:
             self._commit_notice_now = False
-            SyncObj._SyncObj__sendAppendEntries(self)
+            self._heartbeat_due = now + self._heartbeat_period_s
         else:
-            self._SyncObj__newAppendEntriesTime = commit_notice(due, now)
+            self._heartbeat_due = commit_notice(self._heartbeat_due, now)
+        connected = self._SyncObj__connectedNodes
+        next_index: dict[Any, int] = self._SyncObj__raftNextIndex
+        last: int = self._SyncObj__getCurrentLogIndex()
+        peers = self._SyncObj__otherNodes | self._SyncObj__readonlyNodes
+        lagging = False
+        for node in sorted(peers, key=lambda peer: -next_index.get(peer, 0)):
+            if node not in connected:
+                self._SyncObj__serializer.cancelTransmisstion(node)
+            elif everyone or next_index.get(node, 0) <= last:
+                lagging = self._send_to(node) or lagging
+        wake = self._heartbeat_due
+        if lagging:
+            wake = min(wake, pysyncobj_clock() + CATCH_UP_ROUND_S)
+        self._SyncObj__newAppendEntriesTime = wake
+
+    def _send_to(self, node: Any) -> bool:
+        """This round's message(s) to the connected `node` (`_SyncObj__sendAppendEntries`); True while
+        it lacks entries or a copy after them. A node whose transport queue already holds
+        CATCH_UP_QUEUED_BYTES_MAX gets nothing this round: what is queued reaches it first. kq's entries
+        are under the batch (ENTRY_BYTES_MAX), so PySyncObj's split of one larger entry is never needed."""
+        transport = self._SyncObj__transport
+        if transport.queued_bytes(node) >= CATCH_UP_QUEUED_BYTES_MAX:
+            return True
+        term: int = self._SyncObj__raftCurrentTerm
+        commit_index: int = self._SyncObj__raftCommitIndex
+        next_index: int = self._SyncObj__raftNextIndex[node]
+        last: int = self._SyncObj__getCurrentLogIndex()
+        if next_index <= self._SyncObj__raftLog[0][1]:  # Behind the log's start: a copy of the store.
+            serializer = self._SyncObj__serializer
+            while True:
+                data = serializer.getTransmissionData(node)
+                chunk = {"type": "append_entries", "term": term, "commit_index": commit_index}
+                chunk["serialized"] = data
+                if not transport.send(node, chunk) or data is None:
+                    return True
+                if data[2]:  # The last chunk: entries after the copy's log start follow next round.
+                    self._SyncObj__raftNextIndex[node] = self._SyncObj__raftLog[1][1] + 1
+                    return True
+        prev_index, prev_term = self._SyncObj__getPrevLogIndexTerm(next_index)
+        entries: list[Entry] = []
+        if next_index <= last:
+            if next_index <= self._SyncObj__raftCommitIndex:  # Catching up: see CATCH_UP_BYTES_PER_ROUND.
+                count_max, batch = CATCH_UP_ENTRIES_PER_ROUND, CATCH_UP_BYTES_PER_ROUND
+            else:
+                count_max, batch = RAFT_ENTRIES_PER_ROUND_MAX, self._append_batch_bytes
+            entries = self._SyncObj__getEntries(next_index, min(last - next_index + 1, count_max), batch)
+            self._SyncObj__raftNextIndex[node] = entries[-1][1] + 1
+        message = {
+            "type": "append_entries",
+            "term": term,
+            "commit_index": commit_index,
+            "entries": entries,
+            "prevLogIdx": prev_index,
+            "prevLogTerm": prev_term,
+        }
+        transport.send(node, message)
+        return bool(self._SyncObj__raftNextIndex[node] <= last)
 
     def notify_commit_now(self) -> None:
         """Makes the next AppendEntries (this tick's, after apply) go at once, not with the next entry
         or heartbeat: an entry readers of a follower should see without delay. Tick thread only."""
         self._commit_notice_now = True
-
-    def _peers_lack_entries(self) -> bool:
-        last: int = self._SyncObj__getCurrentLogIndex()
-        next_index: dict[Any, int] = self._SyncObj__raftNextIndex
-        connected = self._SyncObj__connectedNodes
-        return any(
-            next_index.get(node, 0) <= last and node in connected
-            for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes
-        )
 
     def propose_membership(self, kind: str, address: str, callback: Callable[[Any, int], None]) -> None:
         """Queues a MEMBERSHIP entry adding (`kind` "add") or removing ("remove") the node at the Raft
@@ -413,6 +493,14 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
     def last_response(self, node: Any) -> float:
         """When this leader last heard an answer to its appends from `node` (PySyncObj's clock; 0: never)."""
         return float(self._SyncObj__lastResponseTime.get(node, 0.0))
+
+    def match_index(self, node: Any) -> int:
+        """The last entry the leader knows `node` holds (0: not heard); meaningful on the leader."""
+        return int(self._SyncObj__raftMatchIndex.get(node, 0))
+
+    def last_index(self) -> int:
+        """Index of the last entry in PySyncObj's log."""
+        return int(self._SyncObj__raftLog[-1][1])
 
     def connected_match_indexes(self) -> list[int]:
         """The match index of each connected follower (0: not heard yet); meaningful on the leader."""

@@ -99,6 +99,12 @@ class RaftLogView(Protocol):
         """When the leader last heard an answer to its appends from `node`, on Raft's own clock (0:
         never); only compared with itself."""
 
+    def match_index(self, node: Any) -> int:
+        """The last entry the leader knows `node` holds (0: not heard)."""
+
+    def last_index(self) -> int:
+        """Index of the last entry in the log."""
+
 
 @dataclass(slots=True)
 class _Copy:
@@ -109,6 +115,7 @@ class _Copy:
     path: Path | None = None  # The finished data file; None while the thread copies.
     failed: bool = False
     started_s: float = field(default_factory=time.monotonic)
+    discarded: threading.Event = field(default_factory=threading.Event)  # Set when no follower needs it.
 
 
 @dataclass(slots=True)
@@ -118,6 +125,9 @@ class _Transmission:
     copy: _Copy
     source: BinaryIO | None = None
     sent_bytes: int = 0
+    read_bytes: int = 0  # Of the section file.
+    checksum: int = 0  # CRC32C of the data read so far (the section file's bytes after its size).
+    trailer_sent: bool = False
 
 
 class SnapshotSerializer:
@@ -156,13 +166,18 @@ class SnapshotSerializer:
         self._lock = threading.Lock()  # Guards _copy's fields, which the copy thread sets.
         self._copy: _Copy | None = None
         self._transmissions: dict[Any, _Transmission] = {}  # By follower: at most the cluster's size.
-        # Followers sent a whole copy: when, and when the leader had last heard from them then. Until a
-        # follower answers again (it sends nothing while it receives and restores a copy: its next
-        # answer comes from the restored store), disconnects, or COPY_RESTORE_WAIT_S passes, it gets
-        # no other copy and compaction waits (else the log start could pass the one it restores, and
-        # it would need a second copy at once: a match index cannot tell, since a wiped follower's
-        # is still the one from before it was wiped). At most the cluster's size.
-        self._sent: dict[Any, tuple[float, float]] = {}
+        # Followers sent a whole copy: when, when the leader had last heard from them then, and the
+        # leader's last log index then. Until a follower answers again (it sends nothing while it
+        # receives and restores a copy: its next answer comes from the restored store) it gets no
+        # other copy; until it also holds the entries the leader had when the copy ended, compaction
+        # waits (unless it disconnects, or COPY_RESTORE_WAIT_S passes). Else the log start could pass
+        # the copy's before the follower has the entries after it (a match index alone cannot tell,
+        # since a wiped follower's is still the one from before it was wiped), and it would need a
+        # second copy at once: the entries written while a 300 MB copy went out are more than
+        # compaction keeps for a lagging follower. A follower that answered and still asks for a copy
+        # (a late answer to an append sent before the copy moved it back) gets one. At most the
+        # cluster's size.
+        self._sent: dict[Any, tuple[float, float, int]] = {}
         self._send_rate = send_bytes_per_s
         self._send_allowance = float(2 * chunk_bytes)  # Bytes sendable now (a token bucket).
         self._send_checked_s = time.monotonic()
@@ -230,9 +245,12 @@ class SnapshotSerializer:
         self._write_durably(header + _U64.pack(0) + _U32.pack(0) + END)
 
     def _write_durably(self, content: bytes) -> None:
-        """Replaces the snapshot file with `content`: synced, renamed, and its directory synced, so
-        after a power loss the snapshot names the log start the journal was compacted to."""
-        self._disk.replace(self._file_name, content, sync=True)
+        """Replaces the snapshot file with `content` by a rename. In fsync mode it is synced first and
+        its directory after, so after a power loss the snapshot names the log start the journal was
+        compacted to. Not in replicated mode, where a node that lost power is wiped anyway (DESIGN.md,
+        "Durability"): that sync waited for the page cache's dirty data on the tick thread, a third of
+        a second after a follower had been sent a 300 MB copy."""
+        self._disk.replace(self._file_name, content, sync=self._durable)
 
     def _restore(self, source: BinaryIO, applied_index: int) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="restore-", dir=self._scratch_dir))
@@ -260,8 +278,11 @@ class SnapshotSerializer:
             if self._stopping.is_set() or time.monotonic() - self._copy_failed_s < COPY_RETRY_S:
                 return None
             self._drop_restored()
-            if node in self._sent:
-                return None  # It is restoring the copy it got: its answer will move it past the log start.
+            sent = self._sent.get(node)
+            if sent is not None:
+                if self._log.last_response(node) == sent[1]:
+                    return None  # It is restoring the copy it got: its answer moves it past the log start.
+                del self._sent[node]  # It answered since, and needs a copy all the same.
             copy = self._current_copy()
             if copy is None:
                 return None  # A dropped copy's thread is still finishing: one copy thread at a time.
@@ -283,14 +304,35 @@ class SnapshotSerializer:
         is_first = transmission.sent_bytes == 0
         if not is_first and not self._may_send(self._chunk_bytes):
             return None  # Over the rate: PySyncObj ends this tick's loop; the next tick sends on.
-        chunk = transmission.copy.header if is_first else transmission.source.read(self._chunk_bytes)
+        chunk = transmission.copy.header if is_first else self._next_section_chunk(transmission)
         transmission.sent_bytes += len(chunk)
         if not chunk:
             logger.info("sent a copy of the store (%d bytes) to %s", transmission.sent_bytes, node)
             self._finish(node, transmission)
-            self._sent[node] = (time.monotonic(), self._log.last_response(node))
+            self._sent[node] = (time.monotonic(), self._log.last_response(node), self._log.last_index())
             return b"", False, True
         return chunk, is_first, False
+
+    def _next_section_chunk(self, transmission: _Transmission) -> bytes:
+        """The section's next bytes: the file's (its size, then the data, checksummed as it goes out),
+        then the checksum and END; b"" once all went out."""
+        assert transmission.source is not None
+        chunk = transmission.source.read(self._chunk_bytes)
+        if chunk:
+            skip = max(0, _U64.size - transmission.read_bytes)  # The size field is not checksummed.
+            transmission.read_bytes += len(chunk)
+            with memoryview(chunk) as view:
+                transmission.checksum = crc32c_module.crc32c(view[skip:], transmission.checksum)
+            return chunk
+        if transmission.trailer_sent:
+            return b""
+        transmission.trailer_sent = True
+        return _U32.pack(transmission.checksum) + END
+
+    def restoring(self, node: Any) -> bool:
+        """Whether `node` was sent a whole copy and has not caught up past it yet (see `_sent`): it may
+        stay silent while it restores. Tick thread (the transport's connection checks)."""
+        return node in self._sent
 
     def _may_send(self, size: int) -> bool:
         """Takes `size` bytes from the send allowance, which refills at the send rate (up to two chunks);
@@ -320,10 +362,12 @@ class SnapshotSerializer:
             self._discard(transmission.copy)
 
     def _drop_restored(self) -> None:
-        """Forgets the followers that restored the copy they were sent, or took too long to."""
+        """Forgets the followers that restored the copy they were sent and caught up to the log's end
+        as it was then, or took too long to."""
         now = time.monotonic()
-        for node, (sent_s, heard) in list(self._sent.items()):
-            if self._log.last_response(node) != heard or now - sent_s > COPY_RESTORE_WAIT_S:
+        for node, (sent_s, heard, last_index) in list(self._sent.items()):
+            restored = self._log.last_response(node) != heard and self._log.match_index(node) >= last_index
+            if restored or now - sent_s > COPY_RESTORE_WAIT_S:
                 del self._sent[node]
 
     def _drop_stale_transmissions(self) -> None:
@@ -353,33 +397,38 @@ class SnapshotSerializer:
         return copy
 
     def _write_copy(self, copy: _Copy, transaction: Any) -> None:
-        """Runs in kq-snapshot-copy: the store as seen by `transaction`, as one checksummed data section."""
+        """Runs in kq-snapshot-copy: the store as seen by `transaction`, as one data section; then
+        waits until no follower needs the copy (`_discard`) and removes it, so the tick thread never
+        waits for a large file's unlink (deleting a 300 MB copy there held acknowledgements 40 ms)."""
         scratch = Path(tempfile.mkdtemp(prefix="snapshot-", dir=self._scratch_dir))
         try:
             section = scratch / "section"
-            self._dump_section(section, transaction)
+            try:
+                self._dump_section(section, transaction)
+            finally:
+                transaction.abort()
             with self._lock:
-                dropped = copy.failed  # Its followers went away (or stopped) while it was written.
-                if not dropped:
+                if not copy.failed:  # Else its followers went away (or stopped) while it was written.
                     copy.path = section
-            if dropped:
-                shutil.rmtree(scratch, ignore_errors=True)
+            copy.discarded.wait()
         except Exception as error:  # Disk full, or stopping: this copy is dropped; the follower asks again.
             if not self._stopping.is_set():
                 logger.warning("copying the store at applied index %d failed: %s", copy.applied_index, error)
             with self._lock:
                 copy.failed = True
-            shutil.rmtree(scratch, ignore_errors=True)
         finally:
-            transaction.abort()
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def _dump_section(self, section: Path, transaction: Any) -> None:
-        """Writes the section file: the copy's size, the copy, its CRC32C and END.
+        """Writes the section file without its trailer: the copy's size, then the copy. The checksum
+        and END follow when it is sent (`_next_section_chunk`), which reads every byte anyway.
 
-        LMDB writes the copy (`Store.copy_to_fd`, C code without the GIL, on `kq-snapshot-dump`) into a
-        pipe that this thread drains into the file, checksumming as it goes: the leader's Python
-        threads, the tick thread first, are not held up by a copy of any size (a copy made row by row
-        in Python held the GIL for seconds). Stopping closes the pipe, which ends the dump."""
+        LMDB writes the copy (`Store.copy_to_fd`, C code without the GIL, on `kq-snapshot-dump`) into
+        a pipe that this thread moves into the file with splice(2), in the kernel: no Python thread
+        touches the copy's bytes, so the leader's threads, the tick thread first, are not held up (a
+        copy made row by row in Python held the GIL for seconds; a Python loop reading the pipe,
+        checksumming and writing held acknowledgements several milliseconds while 300 MB went by).
+        Stopping closes the pipe, which ends the dump."""
         read_fd, write_fd = os.pipe()
         dump_errors: list[BaseException] = []
 
@@ -392,37 +441,33 @@ class SnapshotSerializer:
                 os.close(write_fd)
 
         dumper = threading.Thread(target=dump, name="kq-snapshot-dump", daemon=True)
-        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-            try:
-                dumper.start()
-            except BaseException:
-                os.close(write_fd)
-                raise
-            try:
-                with section.open("wb") as output:
-                    output.write(_U64.pack(0))  # The data's size, written once it is known.
-                    size = checksum = 0
-                    while chunk := pipe.read(COPY_CHUNK_BYTES):
-                        if self._stopping.is_set():
-                            raise SnapshotError("the node is stopping")
-                        checksum = crc32c_module.crc32c(chunk, checksum)
-                        output.write(chunk)
-                        size += len(chunk)
-                    output.write(_U32.pack(checksum) + END)
-                    output.seek(0)
-                    output.write(_U64.pack(size))
-            finally:
-                pipe.close()  # An early end: the dump's next write fails, and it ends.
-                dumper.join()
+        try:
+            dumper.start()
+        except BaseException:
+            os.close(write_fd)
+            os.close(read_fd)
+            raise
+        try:
+            with section.open("wb", buffering=0) as output:
+                output.write(_U64.pack(0))  # The data's size, written once it is known.
+                size = 0
+                while moved := os.splice(read_fd, output.fileno(), COPY_CHUNK_BYTES):
+                    if self._stopping.is_set():
+                        raise SnapshotError("the node is stopping")
+                    size += moved
+                output.seek(0)
+                output.write(_U64.pack(size))
+        finally:
+            os.close(read_fd)  # An early end: the dump's next write fails, and it ends.
+            dumper.join()
         if dump_errors:
             raise dump_errors[0]
 
     def _discard(self, copy: _Copy) -> None:
+        """No follower needs `copy` any more: its thread removes it and ends."""
         with self._lock:
-            path = copy.path
             copy.failed = True
-        if path is not None:
-            shutil.rmtree(path.parent, ignore_errors=True)
+        copy.discarded.set()
         if self._copy is copy:
             self._copy = None
 
@@ -463,6 +508,8 @@ class SnapshotSerializer:
     def close(self) -> None:
         """Stops a running copy (between chunks) and waits for its thread; then the store may close."""
         self._stopping.set()
+        if self._copy is not None:
+            self._copy.discarded.set()
         if self._thread is not None:
             self._thread.join()
         for node, transmission in list(self._transmissions.items()):

@@ -110,6 +110,10 @@ class TransportSettings:
     # docstring), connected as a voter would be, so that a node restarted behind a membership change
     # hears a leader it does not know yet.
     guests: tuple[str, ...] = ()
+    # A peer that may stay silent past the connection timeout: a follower restoring the store copy
+    # it was just sent (raft/snapshot.py `restoring`) sends nothing until the restore ends (a second
+    # for 300 MB), and closing its connection then cost it the copy and a second one.
+    may_be_silent: Callable[[Any], bool] = field(default=lambda node: False)
 
 
 def tls_contexts(tls: RaftTls) -> tuple[ssl.SSLContext, ssl.SSLContext]:
@@ -323,6 +327,11 @@ class PeerConnection:
 
     # Bytes -----------------------------------------------------------------------------------------
 
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes queued that the socket has not taken yet."""
+        return len(self._out)
+
     def send_frame(self, payload: bytes) -> None:
         """Queues one frame and sends what the socket takes now."""
         if self.state == _State.CLOSED:
@@ -515,6 +524,11 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         if connection is not None:
             connection.close("the node left the cluster", quiet=True)
 
+    def queued_bytes(self, node: Any) -> int:
+        """Bytes queued for `node` that its socket has not taken yet (0 without an open connection)."""
+        connection = self._connections.get(node)
+        return 0 if connection is None else connection.queued_bytes
+
     def send(self, node: Any, message: Any) -> bool:
         connection = self._connections.get(node)
         if connection is None or not connection.is_open:
@@ -681,7 +695,10 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
                 self._dial(node, now)
         for connection in [*self._connections.values(), *self._pending]:
             if connection.is_open:
-                if now - connection.last_read_s > self._settings.connection_timeout_s:
+                silent_s = now - connection.last_read_s
+                if silent_s > self._settings.connection_timeout_s and not self._settings.may_be_silent(
+                    connection.node
+                ):
                     connection.close("nothing received within the connection timeout", quiet=True)
             elif now - connection.started_s > RAFT_HANDSHAKE_TIMEOUT_S:
                 connection.close(

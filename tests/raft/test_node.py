@@ -424,3 +424,30 @@ def test_the_adapter_lists_every_private_member_it_names() -> None:
     code = source.split('"""', 2)[2]
     listed = set(re.findall(r"`(_SyncObj__\w+)`", pysyncobj_adapter.__doc__ or ""))
     assert set(re.findall(r"_SyncObj__\w+", code)) - listed == set()
+
+
+def test_the_byte_trigger_counts_entry_bytes_from_the_last_compaction_whatever_started_it(
+    tmp_path: Path,
+) -> None:
+    """Compaction by entry count every ten or so 10 KiB entries, and by bytes at 190 KiB: the count
+    comes first every time, so the byte trigger never fires. Its count restarted only at compactions
+    it forced, so it fired a few entries after one the entry count had started (back-to-back
+    snapshots, three a node in a 30-minute soak)."""
+    cluster = Cluster(
+        tmp_path,
+        lambda c: dataclasses.replace(
+            c, compaction_min_entries=10, compaction_min_time_s=3600.0, compaction_log_bytes_max=190 * 1024
+        ),
+    )
+    forced: list[int] = []
+    try:
+        for node in cluster.nodes:
+            node.forceLogCompaction = lambda: forced.append(1)  # type: ignore[method-assign]
+            node.start()
+        cluster.propose(create("t", 1))
+        for _ in range(60):
+            cluster.propose(append("t", 0, b"v" * 10 * 1024))
+        assert all(node.snapshots_written()[0] >= 4 for node in cluster.nodes)
+        assert forced == []
+    finally:
+        cluster.close()

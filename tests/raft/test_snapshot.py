@@ -24,6 +24,8 @@ class FakeLog:
         self.first = first
         self.retain_to: int | None = None
         self.responses: dict[Any, float] = {}
+        self.matches: dict[Any, int] = {}
+        self.last = 3
 
     def first_index(self) -> int:
         return self.first
@@ -36,6 +38,12 @@ class FakeLog:
 
     def last_response(self, node: Any) -> float:
         return self.responses.get(node, 0.0)
+
+    def match_index(self, node: Any) -> int:
+        return self.matches.get(node, 0)
+
+    def last_index(self) -> int:
+        return self.last
 
 
 def make_store(path: Path) -> Store:
@@ -90,7 +98,8 @@ def test_a_snapshot_writes_only_a_header_whatever_the_store_size(source: Store, 
 
 def test_a_wiped_follower_gets_a_copy_of_the_store(source: Store, tmp_path: Path) -> None:
     """The copy streams in chunks, compaction waits meanwhile and until the follower restored it (it
-    answers again), and the wiped store ends byte-identical."""
+    answers again) and holds the entries written while it went out, and the wiped store ends
+    byte-identical."""
     log = FakeLog()
     sender = serializer(source, tmp_path / "leader", log)
     restored_at: list[int] = []
@@ -98,13 +107,20 @@ def test_a_wiped_follower_gets_a_copy_of_the_store(source: Store, tmp_path: Path
     receiver = serializer(wiped, tmp_path / "follower", restored=restored_at.append)
     assert sender.getTransmissionData("n") in (None, (sender._copy.header, True, False))  # type: ignore[union-attr]
     assert sender.checkSerializing() == (SERIALIZING, None)  # No compaction while a copy is sent.
+    log.last = 9  # Entries written while the copy went out.
     assert stream(sender, receiver) > 2
     assert sender.checkSerializing() == (SERIALIZING, None)  # The follower is restoring it.
     log.responses["n"] = 1.0  # Its answer, from the restored store.
+    log.matches["n"] = 3
+    assert sender.checkSerializing() == (SERIALIZING, None)  # It lacks entries 4 to 9 (or so it was).
+    assert sender.getTransmissionData("n") is None  # And gets no second copy.
+    log.matches["n"] = 3 + 6
     assert sender.checkSerializing() == (NOT_SERIALIZING, None)
     assert receiver.deserialize() == (None, ("entry-3", 3, 1), ("entry-2", 2, 1), {"127.0.0.1:1"})
     assert wiped.dump() == source.dump() and restored_at == [3]
     assert (tmp_path / "follower" / "snapshot").stat().st_size < 1024  # The data now lives in the store.
+    assert sender._thread is not None
+    sender._thread.join()  # The copy's thread removes it once no follower needs it, and ends.
     assert not list((tmp_path / "leader").glob("snapshot-*"))  # The leader's scratch copy is gone.
 
 
@@ -172,6 +188,8 @@ def test_one_copy_thread_at_a_time(source: Store, tmp_path: Path) -> None:
     first.join()
     receiver = serializer(make_store(tmp_path / "wiped"), tmp_path / "follower")
     stream(sender, receiver)  # A new copy, from a new thread, once the first ended.
+    assert sender._thread is not None and sender._thread is not first
+    sender._thread.join()
     assert not list((tmp_path / "leader").glob("snapshot-*"))  # The dropped copy cleaned up after itself.
     sender.close()
     receiver.close()
@@ -191,6 +209,7 @@ def test_a_follower_restoring_a_copy_gets_no_second_one_until_it_answers_or_reco
     sender.cancelTransmisstion("n")  # It disconnected.
     assert stream(sender, serializer(make_store(tmp_path / "again"), tmp_path / "f2")) > 2
     log.responses["n"] = 1.0
+    log.matches["n"] = log.last
     assert sender.checkSerializing() == (NOT_SERIALIZING, None)
 
 
