@@ -442,7 +442,7 @@ def test_the_byte_trigger_counts_entry_bytes_from_the_last_compaction_whatever_s
     forced: list[int] = []
     try:
         for node in cluster.nodes:
-            node.forceLogCompaction = lambda: forced.append(1)  # type: ignore[method-assign]
+            node.forceLogCompaction = lambda: forced.append(1)
             node.start()
         cluster.propose(create("t", 1))
         for _ in range(60):
