@@ -298,12 +298,12 @@ class SnapshotSerializer:
             self._finish(node, transmission)
             return None
         if path is None:
-            return None  # The copy thread is still at work; PySyncObj asks again next tick.
+            return None  # The copy thread is still at work; the next round asks again.
         if transmission.source is None:
             transmission.source = path.open("rb")
         is_first = transmission.sent_bytes == 0
         if not is_first and not self._may_send(self._chunk_bytes):
-            return None  # Over the rate: PySyncObj ends this tick's loop; the next tick sends on.
+            return None  # Over the rate: a later round sends on.
         chunk = transmission.copy.header if is_first else self._next_section_chunk(transmission)
         transmission.sent_bytes += len(chunk)
         if not chunk:
