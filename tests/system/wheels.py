@@ -95,21 +95,29 @@ def release_venv(commit: str, cache_dir: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _stamped(venv, stamp):
             shutil.rmtree(venv, ignore_errors=True)  # Unfinished, or of another interpreter.
-            _build_release_venv(commit, venv, dependencies)
+            _build_release_venv(commit, venv)
             (venv / RELEASE_STAMP).write_text(json.dumps(stamp))  # Last: the virtualenv is finished.
     return venv
 
 
-def _build_release_venv(commit: str, venv: Path, dependencies: str) -> None:
+def _build_release_venv(commit: str, venv: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="kq-release-") as building:
         work = Path(building)
         wheel = build_wheel(archive_commit(commit, work / "source"), _made(work / "wheel"))
-        run_outside([sys.executable, "-m", "venv", "--without-pip", str(venv)], work)
-        python = venv / "bin" / "python"
-        pip_install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
-        run_outside([*pip_install, "--no-deps", "--no-index", str(wheel)], work, INSTALL_TIMEOUT_S)
-        site_packages = Path(run_outside([str(python), "-c", _PURELIB], work).strip())
-        (site_packages / DEPENDENCIES_PTH).write_text(f"{dependencies}\n")
+        venv_with_wheel(wheel, venv, work)
+
+
+def venv_with_wheel(wheel: Path, venv: Path, work: Path) -> list[str]:
+    """Makes `venv` hold `wheel` alone, and see the test environment's packages after its own
+    (`DEPENDENCIES_PTH`: installing kq's dependencies would take minutes and the network); returns the
+    pip command that installs into it (this environment's pip, `--python` the virtualenv's)."""
+    run_outside([sys.executable, "-m", "venv", "--without-pip", str(venv)], work)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    run_outside([*pip, "install", "--quiet", "--no-deps", "--no-index", str(wheel)], work, INSTALL_TIMEOUT_S)
+    site_packages = Path(run_outside([str(python), "-c", _PURELIB], work).strip())
+    (site_packages / DEPENDENCIES_PTH).write_text(f"{sysconfig.get_path('purelib')}\n")
+    return pip
 
 
 _PURELIB = "import sysconfig; print(sysconfig.get_path('purelib'))"
