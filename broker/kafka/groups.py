@@ -514,13 +514,15 @@ class GroupApis(KafkaBase):
         details = committed_details(body)
         offsets = []
         for index, (name, partition, offset) in enumerate(wanted):
+            if codes[index] != NONE:  # A partition that is not one (-24928 once) has no OffsetEntry.
+                continue
             entry = kq_pb2.OffsetEntry(topic=name, partition=partition, offset=offset)
             entry.metadata, epoch = details.get((name, partition), ("", -1))
             if epoch >= 0:
                 entry.leader_epoch = epoch
-            if codes[index] == NONE and offset_metadata_problem(entry) is not None:
+            if offset_metadata_problem(entry) is not None:
                 codes[index] = OFFSET_METADATA_TOO_LARGE
-            if codes[index] == NONE:
+            else:
                 offsets.append(entry)
         if not offsets:
             return codes

@@ -21,7 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.strategies._internal import types
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
-from kio.static.primitive import Records, i8
+from kio.schema.errors import ErrorCode
+from kio.schema.offset_commit.v5.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import Records, i8, i32, i64
 
 from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
@@ -97,6 +104,27 @@ def _send(address: str, frame: bytes) -> None:
             sock.recv(65536)
         except OSError:
             pass  # Closed by the broker, or no answer yet (a long-poll): both fine.
+
+
+def test_an_offset_commit_of_a_negative_partition_is_unknown_not_a_traceback(cluster: LocalCluster) -> None:
+    """A partition index below 0 (a fuzzed OffsetCommit v5 had -24928) is UNKNOWN_TOPIC_OR_PARTITION,
+    as Kafka answers, beside a good one that commits; building its Raft command once failed with a
+    traceback."""
+    partitions = tuple(
+        OffsetCommitRequestPartition(partition_index=i32(i), committed_offset=i64(1), committed_metadata="")
+        for i in (-24928, 0)
+    )
+    request = OffsetCommitRequest(
+        group_id=GroupId("fz-negative-partition"),
+        generation_id_or_member_epoch=i32(-1),
+        member_id="",
+        topics=(OffsetCommitRequestTopic(name=TopicName(CANARY_TOPIC), partitions=partitions),),
+    )
+    leader = cluster.wait_ready()
+    answer = call(cluster.nodes[leader].kafka_address, request)
+    codes = [partition.error_code for partition in answer.topics[0].partitions]
+    assert codes == [ErrorCode.unknown_topic_or_partition, ErrorCode.none]
+    assert "Traceback" not in cluster.log_path(leader).read_text(errors="replace")
 
 
 def test_fuzzed_frames_never_break_a_node(cluster: LocalCluster) -> None:
