@@ -478,11 +478,12 @@ COPY_RETRY_S = 5.0  # After a failed copy (disk full?), the next one starts no s
 # leader's tick thread, which sends it, never spends a tick on a whole copy (PySyncObj sends every
 # chunk it is given in one loop: a 290 MB copy held acknowledgements 1.5 s), and the copy's CPU on the
 # leader and the follower (~2.5 ms a megabyte each on loopback) leaves room for acknowledgements:
-# with 300 MB sent at 64 MiB/s the p99 of one record in flight was 2.05x its p99 without a copy, at
-# 32 MiB/s 1.86x (`python -m kq.bench.store_copy`, 2-core VM, bench/README.md). 300 MB take ~10 s.
+# with 300 MB sent, the p99 of one record in flight was 2.05x its p99 without a copy at 64 MiB/s,
+# 1.82-2.05x at 32 MiB/s (5 runs), 1.67-1.74x at 20 MiB/s (3 runs) (`python -m kq.bench.store_copy`,
+# 2-core VM, bench/README.md). 300 MB take ~15 s.
 # After a follower got a whole copy it is sent no other for COPY_RESTORE_WAIT_S unless it disconnects
 # or catches up past it: it is restoring that one (a 290 MB copy was once started twice, 4 s apart).
-COPY_SEND_BYTES_PER_S = 32 * 1024 * 1024
+COPY_SEND_BYTES_PER_S = 20 * 1024 * 1024
 COPY_RESTORE_WAIT_S = 60.0
 
 # The Kafka listener (broker/kafka/).
