@@ -2,19 +2,25 @@
 
 Starts a three-node cluster (the harness, 127.0.0.1, a temporary directory), runs one workload of
 the comparison's (`one-in-flight`: `KqClient.send` one record at a time; `producer`: one
-`client.Producer` with the comparison's settings), and reports each node's CPU per message (utime +
-stime from /proc over the run) and, with py-spy installed (`pip install py-spy`; it ptraces the
-nodes, so it needs the permission to), the top frames of every busy thread of the leader and of one
-follower: the samples whose innermost frame is that function ("self"), and those whose stack holds
-it ("total"). py-spy samples stacks of threads that are running, so a thread waiting in `poll` or on
-a lock counts only when the OS says it runs; the share of samples is the share of that thread's busy
-time. The raw py-spy files (collapsed stacks, loadable by any flame graph tool) are kept in
-`--output-dir` when given. Every node is stopped by its PID.
+`client.Producer` with the comparison's settings; `kafka-producer`: one librdkafka producer through
+the Kafka port with `kq.bench.scale`'s settings, the path whose bytes issue 40 follows), and reports
+each node's CPU per message (utime + stime from /proc over the run) and, with py-spy installed (`pip
+install py-spy`; it ptraces the nodes, so it needs the permission to), the top frames of every busy
+thread of the leader and of one follower: the samples whose innermost frame is that function
+("self"), and those whose stack holds it ("total"). py-spy samples stacks of threads that are
+running, so a thread waiting in `poll` or on a lock counts only when the OS says it runs; the share
+of samples is the share of that thread's busy time. The raw py-spy files (collapsed stacks, loadable
+by any flame graph tool) are kept in `--output-dir` when given. Every node is stopped by its PID.
 
 `--timeline` (one-in-flight only) runs the nodes as `python -m kq.broker.timeline`, which reads the
 clock around the steps of the commit path (broker/timeline.py), and prints each step's median offset
 from the start of the leader's Produce, on the leader and on the followers (the first follower to
 reach a step is its "#1"): where one record's round trip spends its time, hop by hop.
+
+`--native` has py-spy unwind C frames too (it stops the process for each sample, so rates and CPU
+read lower than without): memcpy, CRC32C, LMDB, the kernel's socket
+calls show as their own frames instead of inside the Python call that made them, which is how the
+payload bytes' copies are found (bench/README.md, "Payload bytes").
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -40,15 +47,17 @@ from kq.client import KqClient, Producer
 from kq.client.producer import BATCH_BYTES_DEFAULT
 from kq.deploy.cluster import LocalCluster, work_dir
 
-SCENARIOS = ("one-in-flight", "producer")
+SCENARIOS = ("one-in-flight", "producer", "kafka-producer")
 TOPIC = "profile"
-PARTITIONS = {"one-in-flight": 1, "producer": 6}
+PARTITIONS = {"one-in-flight": 1, "producer": 6, "kafka-producer": 6}
 SAMPLES_PER_S = 300  # py-spy's rate: enough samples in seconds, little load of its own.
 SPY_START_S = 1.0  # py-spy attaches before the measured run starts.
 SPY_STOP_TIMEOUT_S = 30.0
 TOP_FRAMES = 12
 ROOT_SHARE = 0.8  # A frame on at least this share of a thread's busy stacks is its run loop: not shown.
 PRODUCER_TIMEOUT_S = 600.0
+KAFKA_POLL_S = 0.05  # librdkafka's queue is full: serve delivery reports this long before producing on.
+KAFKA_FAILURES_KEPT = 10
 IDLE_LEAVES = (  # Innermost frames of a thread that waits: not work, though the OS may call it running.
     "PollPoller.poll (pysyncobj/poller.py:88)",
     "EpollSelector.select",
@@ -139,7 +148,9 @@ def _short(frame: str) -> str:
 
 
 @contextmanager
-def spying(pids: dict[str, int], seconds: float, output_dir: Path) -> Iterator[dict[str, Path]]:
+def spying(
+    pids: dict[str, int], seconds: float, output_dir: Path, native: bool = False
+) -> Iterator[dict[str, Path]]:
     """py-spy recording each of `pids` for `seconds` (nothing without py-spy); the raw files by name."""
     executable = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if seconds <= 0 or not Path(executable).exists():
@@ -159,7 +170,8 @@ def spying(pids: dict[str, int], seconds: float, output_dir: Path) -> Iterator[d
                 "-r",
                 rate,
                 "--threads",
-                "--nonblocking",
+                # py-spy unwinds C frames only with the process stopped for each sample.
+                *(("--native",) if native else ("--nonblocking",)),
                 "-f",
                 "raw",
                 "-o",
@@ -188,6 +200,9 @@ def run_workload(cluster: LocalCluster, scenario: str, messages: int, value: byt
     if scenario == "one-in-flight":
         produce_latency(cluster.bootstrap, TOPIC, messages, value, 0, PRODUCER_TIMEOUT_S)
         return time.monotonic() - started
+    if scenario == "kafka-producer":
+        kafka_produce(cluster.kafka_bootstrap, messages, value)
+        return time.monotonic() - started
     with KqClient(cluster.bootstrap) as client, Producer(client, batch_size=BATCH_BYTES_DEFAULT) as producer:
         for _ in range(messages):
             producer.send(TOPIC, value)
@@ -195,12 +210,42 @@ def run_workload(cluster: LocalCluster, scenario: str, messages: int, value: byt
     return time.monotonic() - started
 
 
+def kafka_produce(bootstrap: str, messages: int, value: bytes) -> None:
+    """`messages` records of `value` through librdkafka (`kq.bench.scale`'s producer settings), every
+    delivery report awaited; raises when one is an error."""
+    from confluent_kafka import Producer as KafkaProducer  # Only this scenario needs the client.
+
+    from kq.bench.scale import ScaleSettings, producer_config
+
+    failures: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None and len(failures) < KAFKA_FAILURES_KEPT:
+            failures.append(str(error))
+
+    producer = KafkaProducer({**producer_config(bootstrap, ScaleSettings()), "on_delivery": delivered})
+    for _ in range(messages):
+        while True:
+            try:
+                producer.produce(TOPIC, value)
+                break
+            except BufferError:  # Its queue is full: serve delivery reports, then again.
+                producer.poll(KAFKA_POLL_S)
+        producer.poll(0)
+    if producer.flush(PRODUCER_TIMEOUT_S) or failures:
+        raise click.ClickException(f"Kafka produce failed: {failures[:1] or 'flush timed out'}")
+
+
 def report(
     scenario: str, messages: int, elapsed_s: float, cpu_us: dict[str, float], profiles: dict[str, str]
 ) -> list[str]:
     """The text printed: rate, CPU per message per node, and each profiled node's busiest threads."""
     lines = [f"{scenario}: {messages:,} messages in {elapsed_s:.2f} s = {messages / elapsed_s:,.0f} msgs/s"]
-    lines.append("server CPU µs/msg: " + ", ".join(f"{name} {value:,.1f}" for name, value in cpu_us.items()))
+    lines.append(
+        "server CPU µs/msg: "
+        + ", ".join(f"{name} {value:,.1f}" for name, value in cpu_us.items())
+        + f"; all nodes {sum(cpu_us.values()):,.1f}"
+    )
     for name, raw in profiles.items():
         for thread, parts in thread_profile(raw).items():
             lines.append(f"\n{name} {thread}: {parts['busy'][0][1]} busy samples")
@@ -217,6 +262,7 @@ def report(
 @click.option("--spy-seconds", type=click.FloatRange(0, 600), default=8.0, show_default=True)
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--timeline", is_flag=True, help="One-in-flight: each step's median time (see the docstring).")
+@click.option("--native", is_flag=True, help="py-spy unwinds C frames too (see the docstring).")
 def main(
     scenario: str,
     messages: int,
@@ -224,6 +270,7 @@ def main(
     spy_seconds: float,
     output_dir: Path | None,
     timeline: bool,
+    native: bool,
 ) -> None:
     """Profiles one workload on a fresh three-node cluster (see the module docstring)."""
     if timeline:
@@ -245,7 +292,7 @@ def main(
         spy_dir = output_dir or Path(tempfile.mkdtemp(dir=base))
         spy_dir.mkdir(parents=True, exist_ok=True)
         before = procfs.cpu_seconds_each(pids)
-        with spying(names, spy_seconds, spy_dir) as files:
+        with spying(names, spy_seconds, spy_dir, native) as files:
             elapsed_s = run_workload(cluster, scenario, messages, value)
             after = procfs.cpu_seconds_each(pids)
         cpu_us = {

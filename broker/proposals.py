@@ -35,7 +35,7 @@ from typing import TypeVar
 from kq.broker.consensus import PYSYNCOBJ_SUCCESS, Consensus
 from kq.broker.deadlines import capped
 from kq.broker.errors import InvalidArgumentError, KqError, ResourceExhaustedError, UnavailableError
-from kq.broker.validation import CheckedAppend, check_command
+from kq.broker.validation import CheckedAppend, check, check_command
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
@@ -51,6 +51,7 @@ from kq.proto.limits import (
 )
 from kq.raft import commands
 from kq.raft.results import AppendResult, ApplyResult, PartitionAppendResult, RejectedResult
+from kq.raft.validation import append_envelope_problem
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class AppendOutcome:
 
 @dataclass(slots=True)
 class _Pending:
-    append: kq_pb2.PartitionAppend
+    append: commands.RecordsAppend
     size_bytes: int
     work: int  # What apply's check of it costs (proto/records.py WorkMeter units).
     future: Future[AppendOutcome]
@@ -218,7 +219,7 @@ class Batcher:
     def submit(self, checked: CheckedAppend) -> Future[AppendOutcome]:
         """Queues one produce request; its future resolves when the entry carrying it is applied.
         ResourceExhaustedError when the queue is full."""
-        pending = _Pending(checked.append, checked.append.ByteSize(), checked.work, Future())
+        pending = _Pending(checked.append, commands.append_size(checked.append), checked.work, Future())
         assert pending.size_bytes + ENTRY_OVERHEAD_BYTES <= ENTRY_BYTES_MAX, "the edge checks request size"
         assert pending.work <= ENTRY_WORK_MAX, "the edge checked it against an entry's budget"
         with self._in_flight_changed:
@@ -292,16 +293,17 @@ class Batcher:
         the hand-off, so entries reach the consensus in the order their requests were submitted; the
         entry is built and encoded before (queued requests still count in `_queued` meanwhile)."""
         epoch = min(self._term(), LEADER_EPOCH_MAX)
-        command = commands.append(self._clock_ms(), [pending.append for pending in batch], epoch)
-        try:  # Each append passed append_problem at the edge; the envelope is checked like every command.
-            check_command(command)
+        try:  # Each append passed append_problem at the edge; the envelope is checked as apply checks it.
+            check(append_envelope_problem(len(batch), epoch))
         except InvalidArgumentError as error:
             with self._in_flight_changed:
                 self._queued -= len(batch) if queued else 0
             for pending in batch:
                 pending.future.set_exception(error)
             return
-        data = commands.encode(command)
+        # Encoded without protobuf, each batch copied once (raft/commands.py encode_append), and
+        # remembered, so apply on this node takes these very values back (APPEND_ENTRIES).
+        data = commands.APPEND_ENTRIES.encoded(self._clock_ms(), [pending.append for pending in batch], epoch)
         with self._in_flight_changed:
             self._proposal_number += 1
             number = self._proposal_number

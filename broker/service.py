@@ -312,7 +312,12 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
         hand-off to a worker and back (two thread wake-ups, measured: bench/README.md, "Profiles").
         A larger one is checked on a worker, where its longer walk does not hold up the loop's calls.
         """
-        records = request.records  # Read once: each read of the field copies the batch.
+        # Read once: each read of the field copies the batch.
+        return await self.produce_records(request, request.records)
+
+    async def produce_records(self, request: kq_pb2.ProduceRequest, records: bytes) -> kq_pb2.ProduceResponse:
+        """`produce` of a request whose batch is `records` (its own `records` field is not read): the
+        Kafka edge passes the batch it decoded, where a protobuf field would copy it in and out."""
         if len(records) <= PRODUCE_CHECK_ON_LOOP_BYTES_MAX:
             append = self.prepared_append(request, records)
         else:

@@ -92,6 +92,11 @@ PASSED_BATCHES_BYTES_MAX = 32 * 1024 * 1024
 # a leader); a miss only takes the longer way. Each argument is held beside its command: heap.
 ENTRY_CALLS_KEPT = 8
 ENTRY_CALLS_BYTES_MAX = 8 * 1024 * 1024
+# Append entries a leader remembers by the identity of their bytes with the values it encoded them
+# from (raft/commands.py AppendEntries: apply on the leader takes them instead of decoding), and the
+# entries' bytes in all: as ENTRY_CALLS, the entries between proposal and apply. A miss decodes.
+APPEND_ENTRIES_KEPT = 8
+APPEND_ENTRIES_BYTES_MAX = 8 * 1024 * 1024
 OFFSETS_PER_COMMIT_MAX = 10_000
 OFFSET_METADATA_BYTES_MAX = 4_096  # A committed offset's metadata string (Kafka's offset.metadata.max.bytes).
 # Key compaction (raft CompactCommand, broker/compactor.py). One compaction entry rewrites batches

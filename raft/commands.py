@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from kq.proto import kq_pb2
-from kq.proto.limits import COMMAND_VERSION
+from kq.proto.limits import APPEND_ENTRIES_BYTES_MAX, APPEND_ENTRIES_KEPT, COMMAND_VERSION
 
 
 class UnknownCommandError(Exception):
@@ -127,6 +130,241 @@ def append(
     command.append.leader_epoch = leader_epoch
     command.append.appends.extend(appends)
     return command
+
+
+class RecordsAppend(NamedTuple):
+    """One produce request's share of an append entry as plain values: a `PartitionAppend`'s fields.
+
+    The edge checks it and the batcher encodes it (`encode_append`) without a protobuf message: each
+    message built, extended into another, serialized and read back copied the batch once more."""
+
+    topic: str
+    partition: int
+    records: bytes
+
+
+class AppendEntry(NamedTuple):
+    """An append entry's `AppendCommand` as plain values (`decode_append`)."""
+
+    timestamp_ms: int
+    leader_epoch: int
+    appends: tuple[RecordsAppend, ...]
+
+
+# The append entry's bytes, as protobuf writes them (field numbers in kq.proto): tags of the fields.
+_VERSION_TAG = b"\x08"  # Command.version, varint.
+_APPEND_TAG = b"\x22"  # Command.append (4), length-delimited.
+_TIMESTAMP_TAG = b"\x08"  # AppendCommand.timestamp_ms (1), varint.
+_APPENDS_TAG = b"\x12"  # AppendCommand.appends (2), length-delimited, repeated.
+_EPOCH_TAG = b"\xc0\x02"  # AppendCommand.leader_epoch (40), varint.
+_TOPIC_TAG = b"\x0a"  # PartitionAppend.topic (1), length-delimited.
+_PARTITION_TAG = b"\x10"  # PartitionAppend.partition (2), varint.
+_RECORDS_TAG = b"\x2a"  # PartitionAppend.records (5), length-delimited.
+_UINT32_MAX = 2**32 - 1
+_UINT64 = 2**64
+
+
+def _varint(value: int) -> bytes:
+    """Protobuf's varint of a value in [0, 2**64) (an int64 below 0 is written as value + 2**64)."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _append_parts(append: RecordsAppend) -> list[bytes]:
+    """The serialized `PartitionAppend` of `append`, in pieces (its records one piece, not copied)."""
+    parts: list[bytes] = []
+    if append.topic:
+        topic = append.topic.encode()
+        parts += (_TOPIC_TAG, _varint(len(topic)), topic)
+    if append.partition:
+        parts += (_PARTITION_TAG, _varint(append.partition))
+    if append.records:
+        parts += (_RECORDS_TAG, _varint(len(append.records)), append.records)
+    return parts
+
+
+def append_size(append: RecordsAppend) -> int:
+    """The bytes of `append` in an entry: its PartitionAppend's `ByteSize()` and the field around it."""
+    size = sum(len(part) for part in _append_parts(append))
+    return len(_APPENDS_TAG) + len(_varint(size)) + size
+
+
+def encode_append(timestamp_ms: int, appends: Sequence[RecordsAppend], leader_epoch: int = 0) -> bytes:
+    """`encode(append(...))` of these appends, byte for byte, with each batch copied once: into the
+    entry (a join). Protobuf's serializer writes known fields in field-number order and leaves out
+    proto3 zero values; this writes the same (tests/raft/test_append_codec.py proves the equality on
+    generated entries). Values are the caller's to bound: the batcher's come from checked requests,
+    and `check_command`'s envelope limits are checked on the plain values (append_envelope_problem)."""
+    body: list[bytes] = []
+    if timestamp_ms:
+        body += (_TIMESTAMP_TAG, _varint(timestamp_ms % _UINT64))
+    for append in appends:
+        parts = _append_parts(append)
+        body += (_APPENDS_TAG, _varint(sum(len(part) for part in parts)), *parts)
+    if leader_epoch:
+        body += (_EPOCH_TAG, _varint(leader_epoch))
+    body_size = sum(len(part) for part in body)
+    version = (_VERSION_TAG, _varint(COMMAND_VERSION)) if COMMAND_VERSION else ()
+    return b"".join((*version, _APPEND_TAG, _varint(body_size), *body))
+
+
+def decode_append(data: bytes) -> AppendEntry | None:
+    """The append entry in `data` when it is in exactly the form `encode_append` writes; None for any
+    other bytes (another command, or an append in another encoding), which `decode` then parses.
+
+    Each batch is one slice of `data` (one copy), where protobuf's parse copied it into its arena and
+    each read of the field copied it again. Accepting only the canonical form (tags in field order,
+    zero values left out, shortest varints, nothing after the message) makes the answer protobuf's
+    own: a byte string has one canonical parse. tests/raft/test_append_codec.py checks it on entries
+    and on their mutations against `decode`."""
+    reader = _Reader(data)
+    if COMMAND_VERSION and (not reader.tag(_VERSION_TAG) or reader.varint() != COMMAND_VERSION):
+        return None
+    if not reader.tag(_APPEND_TAG) or reader.length() != reader.left():
+        return None
+    timestamp_ms = 0
+    if reader.tag(_TIMESTAMP_TAG):
+        timestamp_ms = reader.varint()
+        if timestamp_ms == 0:
+            return None
+        if timestamp_ms >= 2**63:
+            timestamp_ms -= _UINT64
+    appends: list[RecordsAppend] = []
+    while reader.tag(_APPENDS_TAG):
+        size = reader.length()
+        end = reader.offset + size
+        append = _partition_append(reader, end)
+        if append is None or reader.offset != end:
+            return None
+        appends.append(append)
+    leader_epoch = 0
+    if reader.tag(_EPOCH_TAG):
+        leader_epoch = reader.varint()
+        if not 0 < leader_epoch <= _UINT32_MAX:
+            return None
+    if reader.failed or reader.left():
+        return None
+    return AppendEntry(timestamp_ms, leader_epoch, tuple(appends))
+
+
+def _partition_append(reader: _Reader, end: int) -> RecordsAppend | None:
+    """The canonical PartitionAppend from the reader's offset up to `end`; None for any other bytes."""
+    topic = ""
+    if reader.offset < end and reader.tag(_TOPIC_TAG):
+        raw = reader.take(reader.length())
+        try:
+            topic = raw.decode()
+        except UnicodeDecodeError:
+            return None
+        if not topic:
+            return None
+    partition = 0
+    if reader.offset < end and reader.tag(_PARTITION_TAG):
+        partition = reader.varint()
+        if not 0 < partition <= _UINT32_MAX:
+            return None
+    records = b""
+    if reader.offset < end and reader.tag(_RECORDS_TAG):
+        records = reader.take(reader.length())
+        if not records:
+            return None
+    if reader.failed or reader.offset > end:
+        return None
+    return RecordsAppend(topic, partition, records)
+
+
+class _Reader:
+    """Reads protobuf's wire format from `data`; any malformed or non-canonical read sets `failed`
+    (and returns zero values), so the caller checks once at the end."""
+
+    __slots__ = ("data", "failed", "offset")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.offset = 0
+        self.failed = False
+
+    def left(self) -> int:
+        return len(self.data) - self.offset
+
+    def tag(self, tag: bytes) -> bool:
+        """Whether the next bytes are `tag` (read past them when they are)."""
+        if self.failed or not self.data.startswith(tag, self.offset):
+            return False
+        self.offset += len(tag)
+        return True
+
+    def varint(self) -> int:
+        """The next varint, shortest form only, below 2**64."""
+        value, shift, data = 0, 0, self.data
+        while self.offset < len(data) and shift < 64:
+            byte = data[self.offset]
+            self.offset += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                if (byte == 0 and shift) or value >= _UINT64:  # A padded varint, or one past 64 bits.
+                    break
+                return value
+            shift += 7
+        self.failed = True
+        return 0
+
+    def length(self) -> int:
+        """A length prefix: a varint no larger than what is left."""
+        size = self.varint()
+        if size > self.left():
+            self.failed = True
+            return 0
+        return size
+
+    def take(self, size: int) -> bytes:
+        """The next `size` bytes (a copy)."""
+        chunk = self.data[self.offset : self.offset + size]
+        self.offset += size
+        return chunk
+
+
+class AppendEntries:
+    """The plain values of the append entries this process encoded lately (a leader's proposals),
+    found by the identity of their bytes: apply on the leader gets the very object it proposed
+    (raft/pysyncobj_adapter.py EntryCalls), and takes the entry from here instead of decoding it, so
+    its batches are the edge's own objects (and PassedBatches knows them without comparing bytes).
+    `decode_append` of those bytes gives these values (encode_append's round trip, tested), so the
+    answer is the same. Bounded by APPEND_ENTRIES_KEPT entries and APPEND_ENTRIES_BYTES_MAX bytes of
+entries, oldest out first. Any thread."""
+
+    def __init__(self, kept: int = APPEND_ENTRIES_KEPT, bytes_max: int = APPEND_ENTRIES_BYTES_MAX) -> None:
+        self._kept = kept
+        self._bytes_max = bytes_max
+        self._lock = threading.Lock()
+        self._entries: deque[tuple[bytes, AppendEntry]] = deque()
+        self._bytes = 0
+
+    def encoded(self, timestamp_ms: int, appends: Sequence[RecordsAppend], leader_epoch: int) -> bytes:
+        """`encode_append(...)`, remembered."""
+        data = encode_append(timestamp_ms, appends, leader_epoch)
+        with self._lock:
+            self._entries.append((data, AppendEntry(timestamp_ms, leader_epoch, tuple(appends))))
+            self._bytes += len(data)
+            entries = self._entries
+            while len(entries) > self._kept or (self._bytes > self._bytes_max and len(entries) > 1):
+                self._bytes -= len(self._entries.popleft()[0])
+        return data
+
+    def recall(self, data: bytes) -> AppendEntry | None:
+        """The entry `data` was encoded from, if it is one of those remembered (this very object)."""
+        with self._lock:
+            for encoded, entry in reversed(self._entries):
+                if encoded is data:
+                    return entry
+        return None
+
+
+APPEND_ENTRIES = AppendEntries()
 
 
 def partition_append(topic: str, partition: int, records: bytes) -> kq_pb2.PartitionAppend:

@@ -67,6 +67,7 @@ from kq.proto.limits import (
 from kq.proto.records import MalformedBatchError, WorkBudgetError, WorkMeter, check_batch
 from kq.raft.assignors import ASSIGNORS
 from kq.raft.auth import AUTH_COMMAND_KINDS, auth_command_problem
+from kq.raft.commands import RecordsAppend
 from kq.raft.patterns import pattern_problem
 from kq.raft.topic_config import configs_problem
 
@@ -152,7 +153,7 @@ PASSED_BATCHES = PassedBatches(PASSED_BATCHES_KEPT, PASSED_BATCHES_BYTES_MAX)
 
 
 def append_problem(
-    append: kq_pb2.PartitionAppend,
+    append: kq_pb2.PartitionAppend | RecordsAppend,
     meter: WorkMeter | None = None,
     *,
     edge: bool = False,
@@ -474,9 +475,15 @@ def _alter_topic_config_problem(command: kq_pb2.AlterTopicConfigCommand) -> str 
 
 def _append_command_problem(command: kq_pb2.AppendCommand) -> str | None:
     """The envelope of an append entry; each PartitionAppend is checked on its own (append_problem)."""
-    if not 0 < len(command.appends) <= APPENDS_PER_ENTRY_MAX:
+    return append_envelope_problem(len(command.appends), command.leader_epoch)
+
+
+def append_envelope_problem(appends: int, leader_epoch: int) -> str | None:
+    """The envelope of an append entry of `appends` produce requests (the batcher's proposal, and
+    apply of an entry decoded with or without protobuf: raft/commands.py `decode_append`)."""
+    if not 0 < appends <= APPENDS_PER_ENTRY_MAX:
         return f"an append entry carries 1 to {APPENDS_PER_ENTRY_MAX} produce requests"
-    if command.leader_epoch > LEADER_EPOCH_MAX:
+    if leader_epoch > LEADER_EPOCH_MAX:
         return f"a leader epoch is at most {LEADER_EPOCH_MAX} (Kafka's int32)"
     return None
 
