@@ -164,7 +164,7 @@ _UINT32_MAX = 2**32 - 1
 _UINT64 = 2**64
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     """Protobuf's varint of a value in [0, 2**64) (an int64 below 0 is written as value + 2**64)."""
     out = bytearray()
     while value > 0x7F:
@@ -179,18 +179,18 @@ def _append_parts(append: RecordsAppend) -> list[bytes]:
     parts: list[bytes] = []
     if append.topic:
         topic = append.topic.encode()
-        parts += (_TOPIC_TAG, _varint(len(topic)), topic)
+        parts += (_TOPIC_TAG, varint(len(topic)), topic)
     if append.partition:
-        parts += (_PARTITION_TAG, _varint(append.partition))
+        parts += (_PARTITION_TAG, varint(append.partition))
     if append.records:
-        parts += (_RECORDS_TAG, _varint(len(append.records)), append.records)
+        parts += (_RECORDS_TAG, varint(len(append.records)), append.records)
     return parts
 
 
 def append_size(append: RecordsAppend) -> int:
     """The bytes of `append` in an entry: its PartitionAppend's `ByteSize()` and the field around it."""
     size = sum(len(part) for part in _append_parts(append))
-    return len(_APPENDS_TAG) + len(_varint(size)) + size
+    return len(_APPENDS_TAG) + len(varint(size)) + size
 
 
 def encode_append(timestamp_ms: int, appends: Sequence[RecordsAppend], leader_epoch: int = 0) -> bytes:
@@ -201,15 +201,15 @@ def encode_append(timestamp_ms: int, appends: Sequence[RecordsAppend], leader_ep
     and `check_command`'s envelope limits are checked on the plain values (append_envelope_problem)."""
     body: list[bytes] = []
     if timestamp_ms:
-        body += (_TIMESTAMP_TAG, _varint(timestamp_ms % _UINT64))
+        body += (_TIMESTAMP_TAG, varint(timestamp_ms % _UINT64))
     for append in appends:
         parts = _append_parts(append)
-        body += (_APPENDS_TAG, _varint(sum(len(part) for part in parts)), *parts)
+        body += (_APPENDS_TAG, varint(sum(len(part) for part in parts)), *parts)
     if leader_epoch:
-        body += (_EPOCH_TAG, _varint(leader_epoch))
+        body += (_EPOCH_TAG, varint(leader_epoch))
     body_size = sum(len(part) for part in body)
-    version = (_VERSION_TAG, _varint(COMMAND_VERSION)) if COMMAND_VERSION else ()
-    return b"".join((*version, _APPEND_TAG, _varint(body_size), *body))
+    version = (_VERSION_TAG, varint(COMMAND_VERSION)) if COMMAND_VERSION else ()
+    return b"".join((*version, _APPEND_TAG, varint(body_size), *body))
 
 
 def decode_append(data: bytes) -> AppendEntry | None:

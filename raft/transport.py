@@ -46,7 +46,8 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ from kq.proto.limits import (
     RAFT_RECEIVE_BYTES,
     RAFT_SEND_BUFFER_BYTES_MAX,
     RAFT_SEND_BYTES,
+    RAFT_SEND_PIECE_BYTES_MIN,
+    RAFT_SEND_PIECES_MAX,
 )
 from kq.raft.validation import address_problem
 from kq.raft.wire import (
@@ -73,6 +76,7 @@ from kq.raft.wire import (
     WireError,
     decode_message,
     encode_message,
+    encode_message_parts,
     parse_frame,
 )
 
@@ -193,7 +197,8 @@ class PeerConnection:
         self.started_s = time.monotonic()
         self.last_read_s = self.started_s
         self._in = bytearray()
-        self._out = bytearray()
+        self._out: deque[memoryview] = deque()  # Frames' pieces the socket has not taken yet, in order.
+        self._out_bytes = 0
         self._nonce = os.urandom(RAFT_NONCE_BYTES)
         self._peer_nonce = b""
         self._peer_address = ""
@@ -330,19 +335,35 @@ class PeerConnection:
     @property
     def queued_bytes(self) -> int:
         """Bytes queued that the socket has not taken yet."""
-        return len(self._out)
+        return self._out_bytes
 
-    def send_frame(self, payload: bytes) -> None:
-        """Queues one frame and sends what the socket takes now."""
+    def send_frame(self, payload: bytes | Sequence[bytes]) -> None:
+        """Queues one frame, whole or in pieces (raft/wire.py `encode_message_parts`), and sends what
+        the socket takes now. A piece of RAFT_SEND_PIECE_BYTES_MIN or more is queued as it is (the
+        socket copies it from there: an entry's batches are not copied here); smaller ones are joined
+        with the length prefix, so a frame goes out in as few pieces as it has large ones."""
         if self.state == _State.CLOSED:
             return
-        self._out += _LENGTH.pack(len(payload))
-        self._out += payload
-        if len(self._out) > RAFT_SEND_BUFFER_BYTES_MAX:
+        parts = (payload,) if isinstance(payload, bytes) else payload
+        small = [_LENGTH.pack(sum(len(part) for part in parts))]
+        for part in parts:
+            if len(part) < RAFT_SEND_PIECE_BYTES_MIN:
+                small.append(part)
+                continue
+            self._queue(b"".join(small))
+            small = []
+            self._queue(part)
+        self._queue(b"".join(small))
+        if self._out_bytes > RAFT_SEND_BUFFER_BYTES_MAX:
             self.close(f"more than {RAFT_SEND_BUFFER_BYTES_MAX} bytes queued for it", reason="backlog")
             return
         self._flush()
         self._resubscribe()
+
+    def _queue(self, piece: bytes) -> None:
+        if piece:
+            self._out.append(memoryview(piece))
+            self._out_bytes += len(piece)
 
     def _flush(self) -> None:
         if self.state in (_State.CONNECTING, _State.TLS):
@@ -351,23 +372,39 @@ class PeerConnection:
         while self._out:
             failure: BaseException | None = None
             sent = 0
-            view = memoryview(self._out)
-            chunk = view[:RAFT_SEND_BYTES]
             try:
-                sent = self._sock.send(chunk)
+                sent = self._send_some()
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 pass  # The socket is full (or TLS needs to read first): the next event resumes.
             except (ssl.SSLError, OSError) as error:
                 failure = error
-            finally:  # The buffer cannot be resized (or cleared by close) while a view of it exists.
-                chunk.release()
-                view.release()
             if failure is not None:
                 self.close(f"send failed: {failure}", quiet=_is_reset(failure))
                 return
             if sent <= 0:
                 return
-            del self._out[:sent]
+            self._out_bytes -= sent
+            while sent:
+                first = self._out[0]
+                if sent < len(first):
+                    self._out[0] = first[sent:]
+                    break
+                sent -= len(first)
+                self._out.popleft()
+
+    def _send_some(self) -> int:
+        """One send of at most RAFT_SEND_BYTES from the queue's front: plain sockets take up to
+        RAFT_SEND_PIECES_MAX pieces in one `sendmsg` (no join), TLS sockets one piece at a time."""
+        if len(self._out) == 1 or isinstance(self._sock, ssl.SSLSocket):
+            return self._sock.send(self._out[0][:RAFT_SEND_BYTES])
+        pieces: list[memoryview] = []
+        room = RAFT_SEND_BYTES
+        for piece in self._out:
+            pieces.append(piece[:room])
+            room -= len(pieces[-1])
+            if room <= 0 or len(pieces) >= RAFT_SEND_PIECES_MAX:
+                break
+        return self._sock.sendmsg(pieces)
 
     def _read(self) -> None:
         while self.state not in (_State.CLOSED, _State.CONNECTING, _State.TLS):
@@ -398,7 +435,8 @@ class PeerConnection:
                 return
             if len(self._in) < _LENGTH.size + length:
                 return
-            data = bytes(self._in[_LENGTH.size : _LENGTH.size + length])
+            with memoryview(self._in) as view:  # One copy (a bytearray slice, then bytes(), made two).
+                data = bytes(view[_LENGTH.size : _LENGTH.size + length])
             del self._in[: _LENGTH.size + length]
             try:
                 if self.state == _State.HELLO:
@@ -422,7 +460,7 @@ class PeerConnection:
     def _resubscribe(self) -> None:
         if self.state in (_State.CLOSED, _State.TLS):
             return
-        wants_write = bool(self._out) or self._tls_wants_write or self.state == _State.CONNECTING
+        wants_write = self._out_bytes > 0 or self._tls_wants_write or self.state == _State.CONNECTING
         self._subscribe(_READ | _ERROR | (_WRITE if wants_write else 0))
 
     def close(self, why: str, reason: str = "", quiet: bool = False) -> None:
@@ -439,7 +477,8 @@ class PeerConnection:
         with contextlib.suppress(OSError):
             self._sock.close()
         self._in = bytearray()
-        self._out = bytearray()
+        self._out.clear()
+        self._out_bytes = 0
         self._transport.on_closed(self, was_open)
 
 
@@ -480,7 +519,7 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         self._last_dial_s: dict[Any, float] = {}
         # The last AppendEntries with entries encoded, and its frame: PySyncObj sends each follower
         # the same message in turn, and an entry's encoding copies its bytes about ten times.
-        self._last_append: tuple[Message, bytes] | None = None
+        self._last_append: tuple[Message, list[bytes]] | None = None
         self._server: socket.socket | None = None
         self._bind_attempts = 0
         self._ready = False
@@ -543,17 +582,18 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         connection.send_frame(payload)
         return connection.is_open
 
-    def _encoded(self, message: Message) -> bytes:
-        """`encode_message(message)`, from the last AppendEntries when `message` equals it (a pure
-        function of the message; comparing finds the very entry tuples of PySyncObj's log at once)."""
+    def _encoded(self, message: Message) -> bytes | list[bytes]:
+        """`encode_message(message)`, an AppendEntries with entries in pieces (`encode_message_parts`:
+        its batches not copied), from the last AppendEntries when `message` equals it (a pure function
+        of the message; comparing finds the very entry tuples of PySyncObj's log at once)."""
         if message.get("type") != "append_entries" or not message.get("entries"):
             return encode_message(message)
         last = self._last_append
         if last is not None and last[0] == message:
             return last[1]
-        payload = encode_message(message)
-        self._last_append = (message, payload)
-        return payload
+        parts = encode_message_parts(message)
+        self._last_append = (message, parts)
+        return parts
 
     def destroy(self) -> None:
         self._last_append = None

@@ -36,6 +36,7 @@ from kq.proto.limits import (
     RAFT_METHODS,
 )
 from kq.raft import local_pickle
+from kq.raft.commands import varint
 from kq.raft.local_pickle import LocalPickleError
 from kq.raft.pysyncobj_adapter import (
     ENTRY_CALLS,
@@ -73,12 +74,7 @@ def command_to_wire(command: bytes, into: raft_pb2.Entry) -> None:
         raise EntryNotRepresentableError("an empty command")
     kind = command[0]
     if kind == REGULAR_TYPE:
-        known = ENTRY_CALLS.recall(command)  # Built by entry_command from this call: canonical.
-        method_id, argument = known if known is not None else _regular_call(command)
-        if len(argument) > ENTRY_BYTES_MAX:  # The receiver refuses it (command_from_wire).
-            raise EntryNotRepresentableError(f"an entry argument of {len(argument)} bytes")
-        if known is None and entry_command(method_id, argument) != command:  # What the receiver rebuilds.
-            raise EntryNotRepresentableError("a regular entry not in the form the receiver rebuilds")
+        method_id, argument = _regular_to_wire(command)
         into.regular.method_id = method_id
         into.regular.argument = argument
         return
@@ -94,6 +90,18 @@ def command_to_wire(command: bytes, into: raft_pb2.Entry) -> None:
         raise EntryNotRepresentableError(
             f"entry of type {kind} is not in the canonical form the receiver rebuilds"
         )
+
+
+def _regular_to_wire(command: bytes) -> tuple[int, bytes]:
+    """(method id, argument) of a REGULAR entry's command; EntryNotRepresentableError unless the
+    receiver rebuilds exactly `command` from them."""
+    known = ENTRY_CALLS.recall(command)  # Built by entry_command from this call: canonical.
+    method_id, argument = known if known is not None else _regular_call(command)
+    if len(argument) > ENTRY_BYTES_MAX:  # The receiver refuses it (command_from_wire).
+        raise EntryNotRepresentableError(f"an entry argument of {len(argument)} bytes")
+    if known is None and entry_command(method_id, argument) != command:  # What the receiver rebuilds.
+        raise EntryNotRepresentableError("a regular entry not in the form the receiver rebuilds")
+    return method_id, argument
 
 
 def _regular_call(command: bytes) -> tuple[int, bytes]:
@@ -224,6 +232,45 @@ def encode_message(message: Message) -> bytes:
     else:
         raise EntryNotRepresentableError(f"message type {kind!r} has no wire form")
     return frame.SerializeToString()
+
+
+_FRAME_APPEND_TAG = b"\x2a"  # RaftFrame.append_entries (5), length-delimited.
+_ENTRIES_TAG = b"\x2a"  # AppendEntries.entries (5), length-delimited, repeated.
+_REGULAR_TAG = b"\x1a"  # Entry.regular (3), length-delimited.
+_ARGUMENT_TAG = b"\x12"  # RegularCommand.argument (2), length-delimited.
+
+
+def encode_message_parts(message: Message) -> list[bytes]:
+    """`encode_message(message)` in pieces whose join is those very bytes, an AppendEntries' regular
+    arguments (the entries' batches) pieces of their own: the transport hands the pieces to the
+    socket, so an entry's bytes are never copied into a protobuf message, its serialization or a
+    send buffer (three copies, and one more per follower, before). The pieces around the arguments
+    are protobuf's own serialization of the rest; the layout is protobuf's for these fields (each
+    message's fields in field-number order, `entries` the last set field of AppendEntries, `regular`
+    of Entry, `argument` of RegularCommand): tests/raft/test_wire.py proves the join equal."""
+    entries = message.get("entries")
+    if message.get("type") != "append_entries" or not entries or "serialized" in message:
+        return [encode_message(message)]
+    head = raft_pb2.AppendEntries()
+    _append_to_wire({**message, "entries": ()}, head)
+    body: list[bytes] = [head.SerializeToString()]
+    for entry in entries:
+        command, index, term = entry
+        if not command or command[0] != REGULAR_TYPE:
+            small = raft_pb2.Entry()
+            entry_to_wire(entry, small)
+            serialized = small.SerializeToString()
+            body += (_ENTRIES_TAG, varint(len(serialized)), serialized)
+            continue
+        method_id, argument = _regular_to_wire(command)
+        regular = raft_pb2.RegularCommand(method_id=method_id).SerializeToString()
+        argument_head = _ARGUMENT_TAG + varint(len(argument)) if argument else b""
+        regular_size = len(regular) + len(argument_head) + len(argument)
+        position = raft_pb2.Entry(index=index, term=term).SerializeToString()
+        regular_head = _REGULAR_TAG + varint(regular_size)
+        entry_size = len(position) + len(regular_head) + regular_size
+        body += (_ENTRIES_TAG, varint(entry_size), position, regular_head, regular, argument_head, argument)
+    return [_FRAME_APPEND_TAG, varint(sum(len(part) for part in body)), *body]
 
 
 def _append_to_wire(message: Message, append: raft_pb2.AppendEntries) -> None:

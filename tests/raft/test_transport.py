@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import pickle
 import socket
 import ssl
@@ -28,7 +29,7 @@ from kq.raft.transport import (
     TransportSettings,
     tls_contexts,
 )
-from kq.raft.wire import encode_message
+from kq.raft.wire import encode_message, encode_message_parts
 
 ROUNDS_MAX = 200  # Poller rounds a handshake may take (each returns at once once there is work).
 
@@ -161,6 +162,31 @@ def test_tls_then_the_handshake_open_both_ends(cluster_tls: tuple[ssl.SSLContext
     assert isinstance(dialed._sock, ssl.SSLSocket) and dialed._sock.version() == "TLSv1.3"
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_frames_in_pieces_arrive_whole_and_in_order(
+    tls: bool, cluster_tls: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
+    """AppendEntries frames queued as pieces (batches sent from where they are, `sendmsg` on a plain
+    socket, piece by piece over TLS), more than the socket takes at once: every frame arrives decoded,
+    in order, and nothing stays queued."""
+    acceptor, accepted, dialer, dialed = pair(tls=cluster_tls if tls else None)
+    if tls:
+        dialed.on_event(dialed._fileno, 2)
+    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
+    sent = []
+    for number in range(12):
+        sizes = (9_000, 10, 70_000)
+        entries = [(entry_command(0, os.urandom(size)), number * 3 + i, 1) for i, size in enumerate(sizes)]
+        message = {"type": "append_entries", "term": 1, "commit_index": number, "entries": entries}
+        message |= {"prevLogIdx": number, "prevLogTerm": 1}
+        sent.append(message)
+        dialed.send_frame(encode_message_parts(message))
+    assert dialed.queued_bytes > 0  # The socket pair's buffer took only part of ~950 KB at once.
+    pump((acceptor, dialer), lambda: len(acceptor.messages) == len(sent))
+    assert [m["entries"] for m in acceptor.messages] == [m["entries"] for m in sent]
+    assert dialed.queued_bytes == 0 and dialed.is_open
+
+
 def open_transport() -> tuple[FakeTransport, FakeTransport, RaftTransport, TCPNode]:
     """The dialer's side of an open pair as a RaftTransport with the acceptor as its one peer."""
     acceptor, accepted, dialer, dialed = pair()
@@ -196,11 +222,11 @@ def test_followers_sent_the_same_append_entries_share_one_encoding(monkeypatch: 
     acceptor, dialer, transport, peer = open_transport()
     encoded: list[dict[str, Any]] = []
 
-    def counting(message: dict[str, Any]) -> bytes:
+    def counting(message: dict[str, Any]) -> list[bytes]:
         encoded.append(message)
-        return encode_message(message)
+        return encode_message_parts(message)
 
-    monkeypatch.setattr("kq.raft.transport.encode_message", counting)
+    monkeypatch.setattr("kq.raft.transport.encode_message_parts", counting)
     entries = [(entry_command(0, b"x" * 1000), 2, 1)]
     message = {"type": "append_entries", "term": 1, "commit_index": 1, "prevLogIdx": 1, "prevLogTerm": 1}
     sent = [{**message, "entries": list(entries)}, {**message, "entries": list(entries)}]

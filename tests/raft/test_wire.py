@@ -35,6 +35,7 @@ from kq.raft.wire import (
     command_to_wire,
     decode_message,
     encode_message,
+    encode_message_parts,
     parse_frame,
 )
 
@@ -428,3 +429,44 @@ def test_entry_calls_keep_the_newest_within_their_bounds() -> None:
     big = calls.built(0, b"x" * 20_000)
     assert calls.recall(big) == (0, b"x" * 20_000)
     assert all(calls.recall(command) is None for command in commands)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(
+                st.binary(max_size=300).map(lambda argument: ENTRY_CALLS.built(0, argument)),
+                st.binary(max_size=300).map(lambda argument: entry_command(0, argument)),  # Not remembered.
+                st.sampled_from([NO_OP_COMMAND, membership_command(False, ADDRESSES[2])]),
+            ),
+            st.integers(0, 2**64 - 1),
+            st.integers(0, 2**64 - 1),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+)
+def test_an_append_entries_in_pieces_joins_to_its_one_encoding(
+    entries: list[tuple[bytes, int, int]], term: int, previous: int
+) -> None:
+    """The transport sends an AppendEntries as pieces (each batch its own): joined, they are exactly
+    `encode_message`'s frame, which the receiver checks canonically; other messages are one piece."""
+    message = {
+        "type": "append_entries",
+        "term": term,
+        "commit_index": previous,
+        "entries": entries,
+        "prevLogIdx": previous,
+        "prevLogTerm": term,
+    }
+    parts = encode_message_parts(message)
+    assert b"".join(parts) == encode_message(message)
+    assert decode_message(b"".join(parts), TCPNode)["entries"] == entries
+    big = [command for command, _, _ in entries if len(command) > 200]
+    assert not big or any(len(part) > 200 for part in parts)  # The arguments travel as pieces.
+    assert encode_message_parts({"type": "timeout_now", "term": term}) == [
+        encode_message({"type": "timeout_now", "term": term})
+    ]
