@@ -464,6 +464,7 @@ RAFT_PENDING_CONNECTIONS_MAX = 64  # Incoming connections still in their handsha
 # peer reconnects and the leader resends), so a stuck peer cannot grow the leader's memory.
 RAFT_SEND_BUFFER_BYTES_MAX = 128 * 1024 * 1024
 RAFT_RECEIVE_BYTES = 256 * 1024  # One recv() call's bytes.
+RAFT_RECEIVE_LARGE_BYTES_MIN = 64 * 1024  # A frame this large is received straight into its own buffer.
 RAFT_SEND_BYTES = 256 * 1024  # One send() call's bytes.
 RAFT_SEND_PIECES_MAX = 64  # Pieces of queued frames one sendmsg() call takes (the kernel allows 1,024).
 RAFT_SEND_PIECE_BYTES_MIN = 4 * 1024  # A frame's piece this large is sent from where it is, not joined.

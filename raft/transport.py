@@ -64,6 +64,7 @@ from kq.proto.limits import (
     RAFT_NONCE_BYTES,
     RAFT_PENDING_CONNECTIONS_MAX,
     RAFT_RECEIVE_BYTES,
+    RAFT_RECEIVE_LARGE_BYTES_MIN,
     RAFT_SEND_BUFFER_BYTES_MAX,
     RAFT_SEND_BYTES,
     RAFT_SEND_PIECE_BYTES_MIN,
@@ -197,6 +198,8 @@ class PeerConnection:
         self.started_s = time.monotonic()
         self.last_read_s = self.started_s
         self._in = bytearray()
+        self._large: bytearray | None = None  # A large frame being received straight into its buffer.
+        self._large_filled = 0
         self._out: deque[memoryview] = deque()  # Frames' pieces the socket has not taken yet, in order.
         self._out_bytes = 0
         self._nonce = os.urandom(RAFT_NONCE_BYTES)
@@ -408,8 +411,15 @@ class PeerConnection:
 
     def _read(self) -> None:
         while self.state not in (_State.CLOSED, _State.CONNECTING, _State.TLS):
+            large = self._large
             try:
-                data = self._sock.recv(RAFT_RECEIVE_BYTES)
+                if large is None:
+                    data = self._sock.recv(RAFT_RECEIVE_BYTES)
+                    received = len(data)
+                else:
+                    end = min(len(large), self._large_filled + RAFT_RECEIVE_BYTES)
+                    with memoryview(large)[self._large_filled : end] as rest:
+                        received = self._sock.recv_into(rest)
             except (BlockingIOError, ssl.SSLWantReadError):
                 return
             except ssl.SSLWantWriteError:
@@ -418,15 +428,24 @@ class PeerConnection:
             except (ssl.SSLError, OSError) as error:
                 self.close(f"receive failed: {error}", quiet=_is_reset(error))
                 return
-            if not data:
+            if not received:
                 self.close("the peer closed the connection", quiet=True)
                 return
             self.last_read_s = time.monotonic()
-            self._in += data
-            self._deliver()
+            if large is None:
+                self._in += data
+                self._deliver()
+                continue
+            self._large_filled += received
+            if self._large_filled == len(large):
+                self._large = None
+                self._on_frame(large)
+                self._deliver()  # Nothing is buffered behind a large frame: this only continues.
 
     def _deliver(self) -> None:
-        """Hands every whole frame received to the handshake or to PySyncObj, in order."""
+        """Hands every whole frame received to the handshake or to PySyncObj, in order. A frame of
+        RAFT_RECEIVE_LARGE_BYTES_MIN or more that has not all arrived is read on straight into a
+        buffer of its size (`_large`): its bytes are not gathered into `_in` and copied out again."""
         while self.state not in (_State.CLOSED,) and len(self._in) >= _LENGTH.size:
             (length,) = _LENGTH.unpack_from(self._in)
             length_max = RAFT_FRAME_BYTES_MAX if self.state == _State.OPEN else RAFT_HANDSHAKE_FRAME_BYTES_MAX
@@ -434,21 +453,29 @@ class PeerConnection:
                 self.close(f"a frame of {length} bytes exceeds {length_max}", reason="frame")
                 return
             if len(self._in) < _LENGTH.size + length:
+                if self.state == _State.OPEN and length >= RAFT_RECEIVE_LARGE_BYTES_MIN:
+                    self._large = bytearray(length)
+                    self._large[: len(self._in) - _LENGTH.size] = memoryview(self._in)[_LENGTH.size :]
+                    self._large_filled = len(self._in) - _LENGTH.size
+                    self._in.clear()
                 return
             with memoryview(self._in) as view:  # One copy (a bytearray slice, then bytes(), made two).
                 data = bytes(view[_LENGTH.size : _LENGTH.size + length])
             del self._in[: _LENGTH.size + length]
-            try:
-                if self.state == _State.HELLO:
-                    self._on_hello(data)
-                elif self.state == _State.PROOF:
-                    self._on_proof(data)
-                else:
-                    message = decode_message(data, self._transport.node_of)
-                    self._transport.on_message(self, message)
-            except WireError as error:
-                self.close(f"refused: {error}", reason="frame")
-                return
+            self._on_frame(data)
+
+    def _on_frame(self, data: bytes | bytearray) -> None:
+        """One whole frame: to the handshake, or decoded to PySyncObj; a bad one closes the connection."""
+        try:
+            if self.state == _State.HELLO:
+                self._on_hello(bytes(data))
+            elif self.state == _State.PROOF:
+                self._on_proof(bytes(data))
+            else:
+                message = decode_message(data, self._transport.node_of)
+                self._transport.on_message(self, message)
+        except WireError as error:
+            self.close(f"refused: {error}", reason="frame")
 
     # Poller subscription and closing ------------------------------------------------------------
 
@@ -477,6 +504,7 @@ class PeerConnection:
         with contextlib.suppress(OSError):
             self._sock.close()
         self._in = bytearray()
+        self._large = None
         self._out.clear()
         self._out_bytes = 0
         self._transport.on_closed(self, was_open)
