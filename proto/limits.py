@@ -501,6 +501,9 @@ KAFKA_FRAME_BYTES_MIN = 64 * 1024
 # native reader reserves room for a declared length before reading, and a hostile one aborted the
 # node. Kafka's largest real arrays (a Fetch's or ListOffsets' partitions) are far below.
 KAFKA_ARRAY_ELEMENTS_MAX = 1_000_000
+# A Kafka connection's receive buffer (broker/kafka/listener.py FrameStream): a request frame up to
+# this size is read out of it; a larger one into a buffer of its own size. Allocated per connection.
+KAFKA_RECEIVE_BUFFER_BYTES = 16 * 1024
 KAFKA_CONNECTIONS_MAX = 10_000  # Open Kafka client connections per node; one more is closed at once.
 KAFKA_IDLE_CONNECTION_S = 600.0  # Kafka's connections.max.idle.ms: a silent connection is closed.
 KAFKA_PARTITIONS_PER_REQUEST_MAX = 10_000  # Partitions named in one Produce, Fetch or ListOffsets.

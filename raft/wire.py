@@ -319,7 +319,7 @@ def _parsed(data: bytes | bytearray) -> tuple[raft_pb2.RaftFrame, list[bytes]]:
     lengths are added back at each level they nest in (`_with_arguments_size`)."""
     frame = raft_pb2.RaftFrame()
     try:
-        frame.ParseFromString(data)
+        frame.ParseFromString(data)  # type: ignore[arg-type]  # upb reads any buffer: a large frame's bytearray.
     except (DecodeError, RecursionError, ValueError) as error:
         raise WireError(f"not a Raft frame: {error}") from error
     frame.DiscardUnknownFields()

@@ -156,7 +156,7 @@ class KafkaApis(
         elif not self._security.enabled:
             connection.principal = Principal(ANONYMOUS, True)
 
-    async def answer(self, frame: bytes, connection: Connection) -> bytes | None:
+    async def answer(self, frame: bytes | memoryview, connection: Connection) -> bytes | None:
         """The response frame to one request frame; None when the request wants none (acks=0).
 
         Raises CloseConnectionError for a frame no response can answer."""
@@ -248,10 +248,12 @@ class KafkaApis(
             session_lifetime=0,  # No re-authentication (KIP-368): the session lasts the connection.
         )
 
-    async def _raw_token(self, frame: bytes, connection: Connection, sasl: SaslSession) -> bytes | None:
+    async def _raw_token(
+        self, frame: bytes | memoryview, connection: Connection, sasl: SaslSession
+    ) -> bytes | None:
         """A bare SASL token after a SaslHandshake v0, answered with a bare frame; a failure closes the
         connection without an answer (that framing has no way to say why)."""
-        answer = await self._sasl_step(connection, sasl, frame)
+        answer = await self._sasl_step(connection, sasl, bytes(frame))
         return None if answer.close else _SIZE.pack(len(answer.token)) + answer.token
 
     async def _sasl_step(self, connection: Connection, sasl: SaslSession, token: bytes) -> Answer:

@@ -23,7 +23,7 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from kq.broker.auth import Principal
@@ -32,6 +32,7 @@ from kq.proto.limits import (
     KAFKA_AUTHENTICATION_S,
     KAFKA_CONNECTIONS_MAX,
     KAFKA_IDLE_CONNECTION_S,
+    KAFKA_RECEIVE_BUFFER_BYTES,
     KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX,
     LOG_INTERVAL_S,
 )
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-Answer = Callable[[bytes, "Connection"], Awaitable[bytes | None]]
+Answer = Callable[[bytes | memoryview, "Connection"], Awaitable[bytes | None]]
 
 
 class CloseConnectionError(Exception):
@@ -73,6 +74,172 @@ def certificate_common_name(peer_certificate: Any) -> str:
     return ""
 
 
+class FrameStream(asyncio.BufferedProtocol):
+    """One client connection's bytes: request frames read with as few copies as the socket allows,
+    responses written with the transport's flow control. One coroutine (the listener's) reads and
+    writes; the loop calls the protocol methods.
+
+    asyncio's StreamReader gathered every byte into one growing bytearray and cut each frame out
+    with a slice and a `bytes()` (three copies of a produce request's batches, and a shift of what
+    followed). Here the socket writes into this connection's buffer of KAFKA_RECEIVE_BUFFER_BYTES
+    (`get_buffer`): a frame found whole there is copied out once; a larger one gets a buffer of its
+    own size that the socket then fills directly, and is handed on as a read-only view of it (kio
+    reads views). What waits for the reader stays bounded: the buffer, or the one frame whose size
+    the reader accepted; with no room left, reading pauses until the reader takes a frame.
+    """
+
+    def __init__(self, serve: Callable[[FrameStream], Coroutine[Any, Any, None]]) -> None:
+        self._serve = serve
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray(KAFKA_RECEIVE_BUFFER_BYTES)
+        self._start = 0  # Received bytes not yet read are _buffer[_start:_end].
+        self._end = 0
+        self._large: bytearray | None = None  # A frame larger than the buffer, being received into.
+        self._large_filled = 0
+        self._waiter: asyncio.Future[None] | None = None  # The reader, waiting for bytes.
+        self._eof = False
+        self._lost: BaseException | None = None  # Set when the connection is gone.
+        self._reading_paused = False
+        self._writing_paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self._closed: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # The loop's calls ------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        loop = asyncio.get_running_loop()
+        self._closed = loop.create_future()
+        self._task = loop.create_task(self._serve(self))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._large_filled :]
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._end == len(self._buffer):  # Full at the end: what is unread moves to the front.
+            unread = self._end - self._start
+            self._buffer[:unread] = memoryview(self._buffer)[self._start : self._end]
+            self._start, self._end = 0, unread
+        return memoryview(self._buffer)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._large is not None:
+            self._large_filled += nbytes
+            if self._large_filled == len(self._large):  # Whole: nothing more is read until it is taken.
+                self._pause_reading()
+        else:
+            self._end += nbytes
+            if self._start == 0 and self._end == len(self._buffer):  # No room: the reader frees some.
+                self._pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        self._eof = True
+        self._wake()
+        return None  # The transport closes itself.
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = exc or ConnectionResetError("the connection closed")
+        self._eof = True
+        self._wake()
+        for future in (self._drained, self._closed):
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # The reader's calls (the listener's coroutine) --------------------------------------------------
+
+    async def read_size(self) -> int:
+        """The next frame's size prefix (a signed 32-bit big-endian int, as Kafka writes it)."""
+        while self._end - self._start < _SIZE.size:
+            await self._wait_for_bytes(_SIZE.size)
+        (size,) = _SIZE.unpack_from(self._buffer, self._start)
+        self._start += _SIZE.size
+        return int(size)
+
+    async def read_body(self, size: int) -> bytes | memoryview:
+        """The next `size` bytes: the frame whose size `read_size` gave and the caller accepted."""
+        if size + _SIZE.size <= len(self._buffer):
+            while self._end - self._start < size:
+                await self._wait_for_bytes(size)
+            with memoryview(self._buffer) as view:
+                frame = bytes(view[self._start : self._start + size])
+            self._start += size
+            return frame
+        large = bytearray(size)
+        unread = self._end - self._start
+        large[:unread] = memoryview(self._buffer)[self._start : self._end]
+        self._start = self._end = 0
+        self._large, self._large_filled = large, unread
+        try:
+            while self._large_filled < size:
+                await self._wait_for_bytes(size)
+        finally:
+            self._large = None
+        return memoryview(large).toreadonly()
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and self._lost is None:
+            self.transport.write(data)
+
+    async def drain(self) -> None:
+        """Returns once the transport's write buffer is below its high mark (raises if the
+        connection is gone)."""
+        if self._lost is not None:
+            raise ConnectionResetError("the connection closed")
+        if self._writing_paused:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+            if self._lost is not None:
+                raise ConnectionResetError("the connection closed")
+
+    def get_extra_info(self, name: str) -> Any:
+        return None if self.transport is None else self.transport.get_extra_info(name)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    async def wait_closed(self) -> None:
+        if self._closed is not None:
+            await self._closed
+
+    # Inside ---------------------------------------------------------------------------------------
+
+    async def _wait_for_bytes(self, wanted: int) -> None:
+        """Waits for more bytes; IncompleteReadError at the end of the stream before `wanted`."""
+        if self._eof:
+            raise asyncio.IncompleteReadError(b"", wanted)
+        if self._reading_paused:
+            self._reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+
 class KafkaListener:
     """Accepts Kafka clients on `address`; `start` and `stop` run on the loop."""
 
@@ -99,8 +266,9 @@ class KafkaListener:
     async def start(self) -> int:
         """Binds the address and accepts connections; the bound port. OSError when it cannot bind."""
         host, _, port = self.address.rpartition(":")
-        self._server = await asyncio.start_server(
-            self._serve, host, int(port), reuse_address=True, limit=64 * 1024, ssl=self._ssl
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: FrameStream(self._serve), host, int(port), reuse_address=True, ssl=self._ssl
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -123,27 +291,27 @@ class KafkaListener:
         """Connections open now."""
         return len(self._connections)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, stream: FrameStream) -> None:
         task = asyncio.current_task()
         assert task is not None
-        peer_name = writer.get_extra_info("peername")
+        peer_name = stream.get_extra_info("peername")
         peer = f"kafka:{peer_name[0]}:{peer_name[1]}" if isinstance(peer_name, tuple) else "kafka:?"
         if len(self._connections) >= KAFKA_CONNECTIONS_MAX:
             self._log.report(
                 "connections", "refusing %s: %d Kafka connections open", peer, KAFKA_CONNECTIONS_MAX
             )
-            writer.close()
+            stream.close()
             return
         self._connections.add(task)
-        sock = writer.get_extra_info("socket")
+        sock = stream.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        connection = Connection(peer, certificate_common_name(writer.get_extra_info("peercert")))
+        connection = Connection(peer, certificate_common_name(stream.get_extra_info("peercert")))
         if self._on_connect is not None:
             self._on_connect(connection)
         try:
-            await self._requests(reader, writer, connection)
+            await self._requests(stream, connection)
         except CloseConnectionError as error:
             self._log.report("close", "closing Kafka connection %s: %s", peer, error)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
@@ -152,42 +320,40 @@ class KafkaListener:
             pass  # stop(): ending here (not re-raising) keeps asyncio's stream callback from logging it.
         finally:
             self._connections.discard(task)
-            writer.close()
+            stream.close()
             with contextlib.suppress(Exception):
-                await writer.wait_closed()
+                await stream.wait_closed()
 
-    async def _requests(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection
-    ) -> None:
+    async def _requests(self, stream: FrameStream, connection: Connection) -> None:
         while True:
-            frame = await self._read_frame(reader, connection)
+            frame = await self._read_frame(stream, connection)
             response = await self._answer(frame, connection)
             del frame
             if response is not None:
-                writer.write(response)
-                await writer.drain()
+                stream.write(response)
+                await stream.drain()
             if connection.close_reason is not None:
                 raise CloseConnectionError(connection.close_reason)
 
-    async def _read_frame(self, reader: asyncio.StreamReader, connection: Connection) -> bytes:
+    async def _read_frame(self, stream: FrameStream, connection: Connection) -> bytes | memoryview:
         """The next request frame. An authenticated connection may be idle for KAFKA_IDLE_CONNECTION_S
         (TimeoutError) between frames; one not yet authenticated has small frames and a deadline."""
         if connection.principal is not None:
             async with asyncio.timeout(KAFKA_IDLE_CONNECTION_S):
-                (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
+                size = await stream.read_size()
             if not 0 < size <= self._frame_bytes_max:
                 raise CloseConnectionError(
                     f"a frame of {size} bytes (the limit is {self._frame_bytes_max}, --kafka-frame-bytes-max)"
                 )
-            return await reader.readexactly(size)
+            return await stream.read_body(size)
         frame_bytes_max = min(self._frame_bytes_max, KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX)
         try:
             async with asyncio.timeout(connection.connected_s + KAFKA_AUTHENTICATION_S - time.monotonic()):
-                (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
+                size = await stream.read_size()
                 if not 0 < size <= frame_bytes_max:
                     raise CloseConnectionError(
                         f"a frame of {size} bytes before authentication (the limit is {frame_bytes_max})"
                     )
-                return await reader.readexactly(size)
+                return await stream.read_body(size)
         except TimeoutError:
             raise CloseConnectionError(f"not authenticated within {KAFKA_AUTHENTICATION_S:.0f} s") from None

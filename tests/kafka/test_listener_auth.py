@@ -19,7 +19,7 @@ DEADLINE_S = 0.3
 WAIT_S = 5.0
 
 
-async def _stub(frame: bytes, connection: Connection) -> bytes:
+async def _stub(frame: bytes | memoryview, connection: Connection) -> bytes:
     """Answers "ok"; b"login" binds a principal, b"bye" asks for the connection to close."""
     if frame == b"login":
         connection.principal = Principal("User:tester", False)
