@@ -166,12 +166,37 @@ NO_OP_COMMAND = bytes([NO_OP_TYPE])  # A new leader's first entry, as PySyncObj 
 _REGULAR_PREFIX = bytes([REGULAR_TYPE])
 
 
+def _large_call_pieces(method_id: int, size: int) -> tuple[bytes, bytes]:
+    """What protocol 5 writes around an argument of `size` bytes (65,536 or more: outside any pickle
+    frame) in the call `(method_id, (argument,))`, for a method id below 256: PROTO 5, BININT1, BINBYTES
+    and its length; then a FRAME of the 6 closing bytes (MEMOIZE, TUPLE1, MEMOIZE, TUPLE2, MEMOIZE, STOP)."""
+    head = b"\x80\x05K" + bytes([method_id]) + b"B" + size.to_bytes(4, "little")
+    return head, b"\x95" + (6).to_bytes(8, "little") + b"\x94\x85\x94\x86\x94."
+
+
+def _pickler_writes_large_calls_so() -> bool:
+    """Whether this Python's pickler writes a large call as `_large_call_pieces` says (checked once,
+    at import: a pickler that frames differently leaves every call to the pickler itself)."""
+    argument = bytes(_JOIN_ARGUMENT_BYTES_MIN)
+    head, tail = _large_call_pieces(0, len(argument))
+    return pickle.dumps((0, (argument,)), protocol=5) == head + argument + tail
+
+
+_JOIN_ARGUMENT_BYTES_MIN = 65_536  # Protocol 5 writes bytes this long outside its frames.
+_JOIN_LARGE_CALLS = _pickler_writes_large_calls_so()
+
+
 def entry_command(method_id: int, argument: bytes) -> bytes:
     """The log entry of one call `method(argument)`: PySyncObj's layout, pickled once at protocol 5.
 
-    Byte for byte `bytes([REGULAR_TYPE]) + pickle.dumps((method_id, (argument,)), protocol=5)`, but
-    pickled straight after the type byte into one buffer: `pickle.dumps` grows its own buffer by
-    copies, 246 us for a 512 KiB argument against 17 here, on the leader and every follower."""
+    Byte for byte `bytes([REGULAR_TYPE]) + pickle.dumps((method_id, (argument,)), protocol=5)`. A large
+    argument (an entry's batches) is joined with the opcodes around it (`_large_call_pieces`): one
+    copy, where the pickler's buffer copied it in and grew and trimmed by copies; a smaller one is
+    pickled straight after the type byte into one buffer (`pickle.dumps` grows its own buffer by
+    copies, 246 us for a 512 KiB argument against 17 here), on the leader and every follower."""
+    if _JOIN_LARGE_CALLS and 0 <= method_id < 256 and _JOIN_ARGUMENT_BYTES_MIN <= len(argument) < 2**32:
+        head, tail = _large_call_pieces(method_id, len(argument))
+        return b"".join((_REGULAR_PREFIX, head, argument, tail))
     out = io.BytesIO()
     out.write(_REGULAR_PREFIX)
     pickle.Pickler(out, protocol=5).dump((method_id, (argument,)))
