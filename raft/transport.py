@@ -198,8 +198,9 @@ class PeerConnection:
         self.started_s = time.monotonic()
         self.last_read_s = self.started_s
         self._in = bytearray()
-        self._large: bytearray | None = None  # A large frame being received straight into its buffer.
+        self._large: memoryview | None = None  # A large frame being received straight into its buffer.
         self._large_filled = 0
+        self._large_buffer = bytearray()  # Where large frames are received (`_large_frame`).
         self._out: deque[memoryview] = deque()  # Frames' pieces the socket has not taken yet, in order.
         self._out_bytes = 0
         self._nonce = os.urandom(RAFT_NONCE_BYTES)
@@ -418,8 +419,7 @@ class PeerConnection:
                     received = len(data)
                 else:
                     end = min(len(large), self._large_filled + RAFT_RECEIVE_BYTES)
-                    with memoryview(large)[self._large_filled : end] as rest:
-                        received = self._sock.recv_into(rest)
+                    received = self._sock.recv_into(large[self._large_filled : end])
             except (BlockingIOError, ssl.SSLWantReadError):
                 return
             except ssl.SSLWantWriteError:
@@ -433,38 +433,57 @@ class PeerConnection:
                 return
             self.last_read_s = time.monotonic()
             if large is None:
-                self._in += data
-                self._deliver()
+                self._deliver(data)
                 continue
             self._large_filled += received
             if self._large_filled == len(large):
                 self._large = None
-                self._on_frame(large)
-                self._deliver()  # Nothing is buffered behind a large frame: this only continues.
+                self._on_frame(large)  # Decoding copies out what it keeps: the buffer is free again.
 
-    def _deliver(self) -> None:
-        """Hands every whole frame received to the handshake or to PySyncObj, in order. A frame of
-        RAFT_RECEIVE_LARGE_BYTES_MIN or more that has not all arrived is read on straight into a
-        buffer of its size (`_large`): its bytes are not gathered into `_in` and copied out again."""
-        while self.state not in (_State.CLOSED,) and len(self._in) >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(self._in)
-            length_max = RAFT_FRAME_BYTES_MAX if self.state == _State.OPEN else RAFT_HANDSHAKE_FRAME_BYTES_MAX
-            if length > length_max:
-                self.close(f"a frame of {length} bytes exceeds {length_max}", reason="frame")
-                return
-            if len(self._in) < _LENGTH.size + length:
-                if self.state == _State.OPEN and length >= RAFT_RECEIVE_LARGE_BYTES_MIN:
-                    self._large = bytearray(length)
-                    self._large[: len(self._in) - _LENGTH.size] = memoryview(self._in)[_LENGTH.size :]
-                    self._large_filled = len(self._in) - _LENGTH.size
-                    self._in.clear()
-                return
-            with memoryview(self._in) as view:  # One copy (a bytearray slice, then bytes(), made two).
-                data = bytes(view[_LENGTH.size : _LENGTH.size + length])
-            del self._in[: _LENGTH.size + length]
-            self._on_frame(data)
+    def _deliver(self, data: bytes) -> None:
+        """Hands every whole frame in what was buffered and `data` to the handshake or to PySyncObj, in
+        order, and keeps the rest. Frames are copied out of `data` itself when nothing was buffered
+        before it (no gathering copy). A frame of RAFT_RECEIVE_LARGE_BYTES_MIN or more that has not
+        all arrived is read on straight into this connection's large-frame buffer (`_large`, reused:
+        no fresh pages to zero and fault in for every frame)."""
+        if self._in:
+            self._in += data
+        source = self._in if self._in else data
+        position = 0
+        with memoryview(source) as view:
+            while self.state != _State.CLOSED and len(view) - position >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(view, position)
+                is_open = self.state == _State.OPEN
+                length_max = RAFT_FRAME_BYTES_MAX if is_open else RAFT_HANDSHAKE_FRAME_BYTES_MAX
+                if length > length_max:
+                    self.close(f"a frame of {length} bytes exceeds {length_max}", reason="frame")
+                    return
+                start = position + _LENGTH.size
+                if len(view) - start < length:
+                    if is_open and length >= RAFT_RECEIVE_LARGE_BYTES_MIN:
+                        self._large = self._large_frame(length)
+                        self._large_filled = len(view) - start
+                        self._large[: self._large_filled] = view[start:]
+                        position = len(view)
+                    break
+                frame = bytes(view[start : start + length])  # One copy.
+                position = start + length
+                self._on_frame(frame)
+        if self.state == _State.CLOSED:
+            return
+        if source is self._in:
+            del self._in[:position]
+        elif position < len(data):
+            self._in += memoryview(data)[position:]
 
-    def _on_frame(self, data: bytes | bytearray) -> None:
+    def _large_frame(self, length: int) -> memoryview:
+        """A writable view of `length` bytes of this connection's large-frame buffer (grown as needed,
+        at most RAFT_FRAME_BYTES_MAX: the frame limit, checked before)."""
+        if len(self._large_buffer) < length:
+            self._large_buffer = bytearray(length)
+        return memoryview(self._large_buffer)[:length]
+
+    def _on_frame(self, data: bytes | memoryview) -> None:
         """One whole frame: to the handshake, or decoded to PySyncObj; a bad one closes the connection."""
         try:
             if self.state == _State.HELLO:
@@ -505,6 +524,7 @@ class PeerConnection:
             self._sock.close()
         self._in = bytearray()
         self._large = None
+        self._large_buffer = bytearray()
         self._out.clear()
         self._out_bytes = 0
         self._transport.on_closed(self, was_open)

@@ -310,7 +310,7 @@ def parse_frame(data: bytes) -> raft_pb2.RaftFrame:
     return _parsed(data)[0]
 
 
-def _parsed(data: bytes | bytearray) -> tuple[raft_pb2.RaftFrame, list[bytes]]:
+def _parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[bytes]]:
     """`parse_frame`'s frame, and the arguments of its AppendEntries' regular entries, taken out.
 
     The canonical check compares the length of the frame encoded again with the bytes received.
@@ -319,7 +319,7 @@ def _parsed(data: bytes | bytearray) -> tuple[raft_pb2.RaftFrame, list[bytes]]:
     lengths are added back at each level they nest in (`_with_arguments_size`)."""
     frame = raft_pb2.RaftFrame()
     try:
-        frame.ParseFromString(data)  # type: ignore[arg-type]  # upb reads any buffer: a large frame's bytearray.
+        frame.ParseFromString(data)  # type: ignore[arg-type]  # upb reads any buffer: a large frame's view.
     except (DecodeError, RecursionError, ValueError) as error:
         raise WireError(f"not a Raft frame: {error}") from error
     frame.DiscardUnknownFields()
@@ -362,7 +362,7 @@ def _field_size(length: int) -> int:
     return 1 + (max(length, 1).bit_length() + 6) // 7 + length
 
 
-def decode_message(data: bytes | bytearray, node_of: Callable[[str], Any]) -> Message:
+def decode_message(data: bytes | memoryview, node_of: Callable[[str], Any]) -> Message:
     """The PySyncObj message in one frame after the handshake; WireError for anything else.
 
     `node_of(address)` builds PySyncObj's node object for a voter named in a snapshot header."""

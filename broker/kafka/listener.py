@@ -121,7 +121,8 @@ class FrameStream(asyncio.BufferedProtocol):
             self._start = self._end = 0
         elif self._end == len(self._buffer):  # Full at the end: what is unread moves to the front.
             unread = self._end - self._start
-            self._buffer[:unread] = memoryview(self._buffer)[self._start : self._end]
+            with memoryview(self._buffer) as view:  # A view copies once (bytearray's own slice set twice).
+                view[:unread] = view[self._start : self._end]
             self._start, self._end = 0, unread
         return memoryview(self._buffer)[self._end :]
 
@@ -178,7 +179,8 @@ class FrameStream(asyncio.BufferedProtocol):
             return frame
         large = bytearray(size)
         unread = self._end - self._start
-        large[:unread] = memoryview(self._buffer)[self._start : self._end]
+        with memoryview(large) as into, memoryview(self._buffer) as buffered:
+            into[:unread] = buffered[self._start : self._end]
         self._start = self._end = 0
         self._large, self._large_filled = large, unread
         try:
