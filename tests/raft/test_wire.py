@@ -470,3 +470,79 @@ def test_an_append_entries_in_pieces_joins_to_its_one_encoding(
     assert encode_message_parts({"type": "timeout_now", "term": term}) == [
         encode_message({"type": "timeout_now", "term": term})
     ]
+
+
+def _append_frames() -> st.SearchStrategy[bytes]:
+    """AppendEntries frames as the leader sends them: regular entries of every size class, no-ops and
+    membership changes among them, hostile positions and terms."""
+    commands = st.one_of(
+        st.binary(max_size=300).map(lambda argument: entry_command(0, argument)),
+        st.integers(0, 70_000).map(lambda size: entry_command(0, os.urandom(size))),
+        st.sampled_from([NO_OP_COMMAND, membership_command(False, ADDRESSES[2]), entry_command(0, b"")]),
+    )
+    numbers = st.one_of(st.sampled_from([0, 1, 127, 128, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1))
+    entries = st.lists(st.tuples(commands, numbers, numbers), min_size=1, max_size=4)
+    return st.builds(
+        lambda entries, term, commit, previous: encode_message(
+            {
+                "type": "append_entries",
+                "term": term,
+                "commit_index": commit,
+                "entries": entries,
+                "prevLogIdx": previous,
+                "prevLogTerm": term,
+            }
+        ),
+        entries,
+        numbers,
+        numbers,
+        numbers,
+    )
+
+
+@st.composite
+def _mutated_append_frames(draw: st.DrawFn) -> bytes:
+    data = bytearray(draw(_append_frames()))
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(data) - 1))
+        kind = draw(st.sampled_from(["flip", "set", "insert", "drop"]))
+        if kind == "flip":
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "set":
+            data[at] = draw(st.sampled_from([0x00, 0x08, 0x10, 0x12, 0x1A, 0x22, 0x2A, 0x80, 0xFF]))
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=3))
+        else:
+            del data[at]
+    return bytes(data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_mutated_append_frames(), st.booleans())
+def test_a_split_parse_answers_as_the_whole_parse_or_leaves_it_the_frame(data: bytes, view: bool) -> None:
+    """The receiver's split parse (arguments sliced out, protobuf parses the rest) gives exactly the
+    whole parse's frame and arguments, or leaves the frame to it; and the whole parse decides alike."""
+    from kq.raft import wire
+
+    source: bytes | memoryview = memoryview(bytearray(data)) if view else data
+    split = wire._split_parsed(source)
+    try:
+        whole = wire._whole_parsed(data)
+    except WireError:
+        assert split is None
+        return
+    if split is not None:
+        assert split[1] == whole[1]
+        assert split[0].SerializeToString() == whole[0].SerializeToString() or split[0] == whole[0]
+
+
+def test_a_large_append_entries_is_parsed_split() -> None:
+    """A frame of the leader's (each size class) takes the split path, and decodes to its entries."""
+    from kq.raft import wire
+
+    entries = [(entry_command(0, os.urandom(size)), 5 + i, 2) for i, size in enumerate((20_000, 0, 70_000))]
+    entries.append((NO_OP_COMMAND, 8, 2))
+    message = {"type": "append_entries", "term": 2, "commit_index": 4, "entries": entries}
+    data = encode_message({**message, "prevLogIdx": 4, "prevLogTerm": 2})
+    assert wire._split_parsed(data) is not None and wire._split_parsed(memoryview(data)) is not None
+    assert decode_message(memoryview(bytearray(data)), TCPNode)["entries"] == entries
