@@ -138,17 +138,6 @@ def apply(store: Store, index: int, data: bytes, scope: GroupScope = SOLE_GROUP)
 
 
 def _apply_checked(store: Store, index: int, data: bytes, scope: GroupScope) -> ApplyResult:
-    entry = _append_entry(data)
-    if entry is not None:  # An append in its canonical form, decoded without protobuf (the hot path).
-        problem = append_envelope_problem(len(entry.appends), entry.leader_epoch)
-        if problem is not None:
-            return _reject(store, index, problem)
-        with store.write() as writer:
-            if index <= writer.applied_index():
-                return SkippedResult(index)
-            append_result = _apply_append(writer, entry, index, scope.allocates_producer_ids)
-            writer.set_applied_index(index)
-        return append_result
     problem, command = _decode_and_check(data)
     if problem is not None or command is None:
         return _reject(store, index, problem or "undecodable entry")
@@ -160,21 +149,18 @@ def _apply_checked(store: Store, index: int, data: bytes, scope: GroupScope) -> 
     return result
 
 
-def _append_entry(data: bytes) -> commands.AppendEntry | None:
-    """The append entry in `data` when it is one in the canonical form (None: protobuf decodes it).
+def _decode_and_check(data: bytes) -> tuple[str | None, kq_pb2.Command | commands.AppendEntry | None]:
+    """The decoded command and why it must be refused (None when it may be applied).
 
-    The leader takes back the values it encoded the very bytes from (commands.APPEND_ENTRIES), a
-    follower decodes them (`decode_append`); both are what protobuf would read (the codec's tests),
-    so every replica applies the same appends, only with fewer copies of their batches."""
-    if len(data) > ENTRY_BYTES_MAX:
-        return None  # Refused by _decode_and_check, with its reason.
-    return commands.APPEND_ENTRIES.recall(data) or commands.decode_append(data)
-
-
-def _decode_and_check(data: bytes) -> tuple[str | None, kq_pb2.Command | None]:
-    """The decoded command and why it must be refused (None when it may be applied)."""
+    An append entry in its canonical form is not decoded by protobuf (the hot path): the leader takes
+    back the values it encoded the very bytes from (commands.APPEND_ENTRIES), a follower decodes them
+    (`decode_append`); both are what protobuf would read (the codec's tests), so every replica
+    applies the same appends, only with fewer copies of their batches."""
     if len(data) > ENTRY_BYTES_MAX:
         return f"entry of {len(data)} bytes exceeds {ENTRY_BYTES_MAX}", None
+    entry = commands.APPEND_ENTRIES.recall(data) or commands.decode_append(data)
+    if entry is not None:
+        return append_envelope_problem(len(entry.appends), entry.leader_epoch), entry
     try:
         command = commands.decode(data)
     except commands.UnknownCommandError as error:
@@ -200,8 +186,10 @@ def _first_line(error: BaseException) -> str:
 
 
 def _dispatch(
-    writer: StoreWriter, command: kq_pb2.Command, index: int, scope: GroupScope
+    writer: StoreWriter, command: kq_pb2.Command | commands.AppendEntry, index: int, scope: GroupScope
 ) -> ApplyResult:
+    if isinstance(command, commands.AppendEntry):
+        return _apply_append(writer, command, index, scope.allocates_producer_ids)
     kind = command.WhichOneof("kind")
     if kind == "append":
         return _apply_append(writer, command.append, index, scope.allocates_producer_ids)
