@@ -465,9 +465,6 @@ RAFT_PENDING_CONNECTIONS_MAX = 64  # Incoming connections still in their handsha
 RAFT_SEND_BUFFER_BYTES_MAX = 128 * 1024 * 1024
 RAFT_RECEIVE_BYTES = 256 * 1024  # One recv() call's bytes.
 RAFT_RECEIVE_LARGE_BYTES_MIN = 64 * 1024  # A frame this large is received straight into its own buffer.
-# An AppendEntries frame this large has its entries' arguments sliced out before protobuf parses the
-# rest (raft/wire.py `_split_parsed`); a smaller one is parsed whole (the split's Python costs more).
-RAFT_SPLIT_FRAME_BYTES_MIN = 16 * 1024
 RAFT_SEND_BYTES = 256 * 1024  # One send() call's bytes.
 RAFT_SEND_PIECES_MAX = 64  # Pieces of queued frames one sendmsg() call takes (the kernel allows 1,024).
 RAFT_SEND_PIECE_BYTES_MIN = 4 * 1024  # A frame's piece this large is sent from where it is, not joined.

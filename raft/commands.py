@@ -221,7 +221,7 @@ def decode_append(data: bytes) -> AppendEntry | None:
     zero values left out, shortest varints, nothing after the message) makes the answer protobuf's
     own: a byte string has one canonical parse. tests/raft/test_append_codec.py checks it on entries
     and on their mutations against `decode`."""
-    reader = WireReader(data)
+    reader = _Reader(data)
     if COMMAND_VERSION and (not reader.tag(_VERSION_TAG) or reader.varint() != COMMAND_VERSION):
         return None
     if not reader.tag(_APPEND_TAG) or reader.length() != reader.left():
@@ -251,7 +251,7 @@ def decode_append(data: bytes) -> AppendEntry | None:
     return AppendEntry(timestamp_ms, leader_epoch, tuple(appends))
 
 
-def _partition_append(reader: WireReader, end: int) -> RecordsAppend | None:
+def _partition_append(reader: _Reader, end: int) -> RecordsAppend | None:
     """The canonical PartitionAppend from the reader's offset up to `end`; None for any other bytes."""
     topic = ""
     if reader.offset < end and reader.tag(_TOPIC_TAG):
@@ -277,14 +277,13 @@ def _partition_append(reader: WireReader, end: int) -> RecordsAppend | None:
     return RecordsAppend(topic, partition, records)
 
 
-class WireReader:
-    """Reads protobuf's wire format from `data` (bytes, or a view: raft/wire.py reads a received
-    frame's); any malformed or non-canonical read sets `failed` (and returns zero values), so the
-    caller checks once at the end."""
+class _Reader:
+    """Reads protobuf's wire format from `data`; any malformed or non-canonical read sets `failed`
+    (and returns zero values), so the caller checks once at the end."""
 
     __slots__ = ("data", "failed", "offset")
 
-    def __init__(self, data: bytes | memoryview) -> None:
+    def __init__(self, data: bytes) -> None:
         self.data = data
         self.offset = 0
         self.failed = False
@@ -294,7 +293,7 @@ class WireReader:
 
     def tag(self, tag: bytes) -> bool:
         """Whether the next bytes are `tag` (read past them when they are)."""
-        if self.failed or self.data[self.offset : self.offset + len(tag)] != tag:
+        if self.failed or not self.data.startswith(tag, self.offset):
             return False
         self.offset += len(tag)
         return True
@@ -324,7 +323,7 @@ class WireReader:
 
     def take(self, size: int) -> bytes:
         """The next `size` bytes (a copy)."""
-        chunk = bytes(self.data[self.offset : self.offset + size])
+        chunk = self.data[self.offset : self.offset + size]
         self.offset += size
         return chunk
 

@@ -34,10 +34,9 @@ from kq.proto.limits import (
     RAFT_ENTRIES_PER_MESSAGE_MAX,
     RAFT_FAIL_REASON_MAX,
     RAFT_METHODS,
-    RAFT_SPLIT_FRAME_BYTES_MIN,
 )
 from kq.raft import local_pickle
-from kq.raft.commands import WireReader, varint
+from kq.raft.commands import varint
 from kq.raft.local_pickle import LocalPickleError
 from kq.raft.pysyncobj_adapter import (
     ENTRY_CALLS,
@@ -312,103 +311,7 @@ def parse_frame(data: bytes) -> raft_pb2.RaftFrame:
 
 
 def _parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[bytes]]:
-    """`parse_frame`'s frame, and the arguments of its AppendEntries' regular entries, taken out: by
-    `_split_parsed` for a large AppendEntries in the canonical form, else by `_whole_parsed`."""
-    if len(data) >= RAFT_SPLIT_FRAME_BYTES_MIN:
-        split = _split_parsed(data)
-        if split is not None:
-            return split
-    return _whole_parsed(data)
-
-
-def _split_parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[bytes]] | None:
-    """`_whole_parsed(data)` for an AppendEntries frame in exactly the canonical form, with each
-    regular argument copied once out of `data` (a slice): protobuf parses only the frame without them
-    (`_split_arguments`), where parsing the whole copied each argument into its arena and reading it
-    copied it again (and a view was first copied whole into bytes). None for any other frame, or any
-    doubt (an entry protobuf reads as regular that the split did not take apart): `_whole_parsed`
-    decides. tests/raft/test_wire.py checks the two agree on frames and their mutations."""
-    split = _split_arguments(data)
-    if split is None:
-        return None
-    stripped, arguments, taken = split
-    frame = raft_pb2.RaftFrame()
-    try:
-        frame.ParseFromString(stripped)
-    except (DecodeError, RecursionError, ValueError):
-        return None
-    frame.DiscardUnknownFields()
-    if frame.ByteSize() != len(stripped) or frame.WhichOneof("message") != "append_entries":
-        return None
-    entries = frame.append_entries.entries
-    if len(entries) != len(taken):
-        return None
-    for entry, was_regular in zip(entries, taken, strict=True):
-        if (entry.WhichOneof("command") == "regular") != was_regular:
-            return None
-    return frame, arguments
-
-
-_VARINT_FIELD_TAGS = (b"\x08", b"\x10", b"\x18", b"\x20")  # Fields 1-4, varints.
-
-
-def _split_arguments(data: bytes | memoryview) -> tuple[bytes, list[bytes], list[bool]] | None:
-    """An AppendEntries frame in the layout `encode_message_parts` writes, taken apart: the frame
-    without its regular entries' arguments (length prefixes adjusted), the arguments (b"" for an entry
-    without one), and which entries were regular. Only the canonical layout: fields in order, no zero
-    value written, shortest varints, exact lengths; None for anything else."""
-    reader = WireReader(data)
-    if not reader.tag(_FRAME_APPEND_TAG) or reader.length() != reader.left() or reader.failed:
-        return None
-    start = reader.offset
-    for tag in _VARINT_FIELD_TAGS:  # term, commit_index, prev_log_index, prev_log_term.
-        if reader.tag(tag) and reader.varint() == 0:
-            return None
-    body = [bytes(data[start : reader.offset])]
-    arguments: list[bytes] = []
-    taken: list[bool] = []
-    while reader.left() and not reader.failed:
-        if not reader.tag(_ENTRIES_TAG):
-            return None
-        size = reader.length()
-        start, end = reader.offset, reader.offset + size
-        for tag in _VARINT_FIELD_TAGS[:2]:  # index, term.
-            if reader.offset < end and reader.tag(tag) and reader.varint() == 0:
-                return None
-        position_end = reader.offset
-        if not (reader.offset < end and reader.tag(_REGULAR_TAG)):
-            reader.offset = end  # Another kind of entry: protobuf reads it as it is.
-            body += (_ENTRIES_TAG, varint(size), bytes(data[start:end]))
-            arguments.append(b"")
-            taken.append(False)
-            continue
-        if reader.length() != end - reader.offset:
-            return None
-        method_start = reader.offset
-        if reader.offset < end and reader.tag(b"\x08") and reader.varint() == 0:
-            return None
-        method_end = reader.offset
-        argument = b""
-        if reader.offset < end and reader.tag(_ARGUMENT_TAG):
-            if reader.length() != end - reader.offset or reader.offset == end:
-                return None
-            argument = bytes(data[reader.offset : end])
-            reader.offset = end
-        if reader.offset != end:
-            return None
-        method = bytes(data[method_start:method_end])
-        entry = bytes(data[start:position_end]) + _REGULAR_TAG + varint(len(method)) + method
-        body += (_ENTRIES_TAG, varint(len(entry)), entry)
-        arguments.append(argument)
-        taken.append(True)
-    if reader.failed or not taken:
-        return None
-    rest = b"".join(body)
-    return _FRAME_APPEND_TAG + varint(len(rest)) + rest, arguments, taken
-
-
-def _whole_parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[bytes]]:
-    """The frame parsed whole, and its arguments taken out (`_parsed`).
+    """`parse_frame`'s frame, and the arguments of its AppendEntries' regular entries, taken out.
 
     The canonical check compares the length of the frame encoded again with the bytes received.
     Encoding copies every byte, an entry's megabytes too, so the arguments are taken out first (each
