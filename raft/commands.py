@@ -212,9 +212,10 @@ def encode_append(timestamp_ms: int, appends: Sequence[RecordsAppend], leader_ep
     return b"".join((*version, _APPEND_TAG, varint(body_size), *body))
 
 
-def decode_append(data: bytes) -> AppendEntry | None:
+def decode_append(data: bytes, batch_bytes_min: int = 0) -> AppendEntry | None:
     """The append entry in `data` when it is in exactly the form `encode_append` writes; None for any
-    other bytes (another command, or an append in another encoding), which `decode` then parses.
+    other bytes (another command, or an append in another encoding), which `decode` then parses, and
+    for an entry with a batch shorter than `batch_bytes_min` (where protobuf's parse is faster).
 
     Each batch is one slice of `data` (one copy), where protobuf's parse copied it into its arena and
     each read of the field copied it again. Accepting only the canonical form (tags in field order,
@@ -237,7 +238,7 @@ def decode_append(data: bytes) -> AppendEntry | None:
     while reader.tag(_APPENDS_TAG):
         size = reader.length()
         end = reader.offset + size
-        append = _partition_append(reader, end)
+        append = _partition_append(reader, end, batch_bytes_min)
         if append is None or reader.offset != end:
             return None
         appends.append(append)
@@ -251,7 +252,7 @@ def decode_append(data: bytes) -> AppendEntry | None:
     return AppendEntry(timestamp_ms, leader_epoch, tuple(appends))
 
 
-def _partition_append(reader: _Reader, end: int) -> RecordsAppend | None:
+def _partition_append(reader: _Reader, end: int, batch_bytes_min: int) -> RecordsAppend | None:
     """The canonical PartitionAppend from the reader's offset up to `end`; None for any other bytes."""
     topic = ""
     if reader.offset < end and reader.tag(_TOPIC_TAG):
@@ -269,10 +270,13 @@ def _partition_append(reader: _Reader, end: int) -> RecordsAppend | None:
             return None
     records = b""
     if reader.offset < end and reader.tag(_RECORDS_TAG):
-        records = reader.take(reader.length())
+        size = reader.length()
+        if size < batch_bytes_min:
+            return None
+        records = reader.take(size)
         if not records:
             return None
-    if reader.failed or reader.offset > end:
+    if reader.failed or reader.offset > end or len(records) < batch_bytes_min:
         return None
     return RecordsAppend(topic, partition, records)
 

@@ -9,12 +9,21 @@ otherwise or refuse. Hypothesis generates entries with hostile values and mutate
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kq.proto import kq_pb2
+from kq.proto.limits import APPEND_DECODE_BATCH_BYTES_MIN
 from kq.raft import commands
 from kq.raft.commands import APPEND_ENTRIES, AppendEntry, RecordsAppend
+from kq.raft.results import AppendResult
+from kq.raft.state_machine import apply
+from kq.storage import Store
+from tests.raft.helpers import CLOCK_MS, batch, create
 
 topics = st.one_of(
     st.sampled_from(["", "t", "orders", "é" * 3, "\U0001f600", "a" * 249, "a" * 300]),
@@ -129,3 +138,48 @@ def test_leader_recalls_what_it_encoded_by_identity() -> None:
     entry = APPEND_ENTRIES.recall(data)
     assert entry == AppendEntry(7, 3, tuple(items)) and entry.appends[0].records is items[0].records
     assert APPEND_ENTRIES.recall(bytes(bytearray(data))) is None
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(timestamps, st.lists(appends, max_size=4), epochs, st.sampled_from([0, 1, 100, 300]))
+def test_a_minimum_batch_leaves_smaller_ones_to_protobuf(
+    timestamp_ms: int, items: list[RecordsAppend], epoch: int, batch_bytes_min: int
+) -> None:
+    """With `batch_bytes_min`, the decoder answers as without it when every batch is that long, and
+    None (protobuf decodes) when one is shorter."""
+    data = commands.encode_append(timestamp_ms, items, epoch)
+    decoded = commands.decode_append(data, batch_bytes_min)
+    if all(len(item.records) >= batch_bytes_min for item in items):
+        assert decoded == commands.decode_append(data) == AppendEntry(timestamp_ms, epoch, tuple(items))
+    else:
+        assert decoded is None
+
+
+def test_a_large_entry_applies_alike_decoded_with_or_without_protobuf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry of large batches (a follower's common case) applied through `decode_append` leaves the
+    very store the protobuf path leaves, and answers the same."""
+    values = [os.urandom(150_000), os.urandom(200_000)]
+    parts = [commands.partition_append("t", 0, batch(value)) for value in values]
+    entry = commands.encode(commands.append(CLOCK_MS, parts, 3))
+    assert all(len(part.records) >= APPEND_DECODE_BATCH_BYTES_MIN for part in parts)
+    calls: list[int] = []
+    real = commands.decode_append
+
+    def counting(data: bytes, batch_bytes_min: int = 0) -> AppendEntry | None:
+        decoded = real(data, batch_bytes_min)
+        calls.append(decoded is not None)
+        return decoded
+
+    results, dumps = [], []
+    for name, fast in (("fast", True), ("protobuf", False)):
+        monkeypatch.setattr(commands, "decode_append", counting if fast else lambda *_: None)
+        store = Store.open(tmp_path / name, map_size_bytes=64 * 1024**2)
+        apply(store, 1, create("t", 1))
+        results.append(apply(store, 2, entry))
+        dumps.append(store.dump())
+        store.close()
+    assert calls == [True]  # The fast replica decoded it without protobuf.
+    assert results[0] == results[1] and dumps[0] == dumps[1]
+    assert isinstance(results[0], AppendResult) and [a.base_offset for a in results[0].appends] == [0, 1]
