@@ -164,8 +164,7 @@ _UINT32_MAX = 2**32 - 1
 _UINT64 = 2**64
 
 
-def varint(value: int) -> bytes:
-    """Protobuf's varint of a value in [0, 2**64) (an int64 below 0 is written as value + 2**64)."""
+def _encoded_varint(value: int) -> bytes:
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)
@@ -174,22 +173,31 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _append_parts(append: RecordsAppend) -> list[bytes]:
-    """The serialized `PartitionAppend` of `append`, in pieces (its records one piece, not copied)."""
-    parts: list[bytes] = []
-    if append.topic:
-        topic = append.topic.encode()
-        parts += (_TOPIC_TAG, varint(len(topic)), topic)
-    if append.partition:
-        parts += (_PARTITION_TAG, varint(append.partition))
-    if append.records:
-        parts += (_RECORDS_TAG, varint(len(append.records)), append.records)
-    return parts
+_SMALL_VARINTS = tuple(_encoded_varint(value) for value in range(1 << 14))  # One and two bytes: a lookup.
+
+
+def varint(value: int) -> bytes:
+    """Protobuf's varint of a value in [0, 2**64) (an int64 below 0 is written as value + 2**64)."""
+    return _SMALL_VARINTS[value] if value < 16384 else _encoded_varint(value)
+
+
+def _append_head(append: RecordsAppend) -> bytes:
+    """The serialized `PartitionAppend` of `append` up to its records' bytes (the records follow)."""
+    topic, partition, records = append
+    head = b""
+    if topic:
+        name = topic.encode()
+        head = _TOPIC_TAG + varint(len(name)) + name
+    if partition:
+        head += _PARTITION_TAG + varint(partition)
+    if records:
+        head += _RECORDS_TAG + varint(len(records))
+    return head
 
 
 def append_size(append: RecordsAppend) -> int:
     """The bytes of `append` in an entry: its PartitionAppend's `ByteSize()` and the field around it."""
-    size = sum(len(part) for part in _append_parts(append))
+    size = len(_append_head(append)) + len(append.records)
     return len(_APPENDS_TAG) + len(varint(size)) + size
 
 
@@ -200,16 +208,23 @@ def encode_append(timestamp_ms: int, appends: Sequence[RecordsAppend], leader_ep
     generated entries). Values are the caller's to bound: the batcher's come from checked requests,
     and `check_command`'s envelope limits are checked on the plain values (append_envelope_problem)."""
     body: list[bytes] = []
+    size = 0
     if timestamp_ms:
-        body += (_TIMESTAMP_TAG, varint(timestamp_ms % _UINT64))
+        stamp = _TIMESTAMP_TAG + varint(timestamp_ms % _UINT64)
+        body.append(stamp)
+        size += len(stamp)
     for append in appends:
-        parts = _append_parts(append)
-        body += (_APPENDS_TAG, varint(sum(len(part) for part in parts)), *parts)
+        head = _append_head(append)
+        records = append.records
+        field = _APPENDS_TAG + varint(len(head) + len(records)) + head
+        body += (field, records)
+        size += len(field) + len(records)
     if leader_epoch:
-        body += (_EPOCH_TAG, varint(leader_epoch))
-    body_size = sum(len(part) for part in body)
-    version = (_VERSION_TAG, varint(COMMAND_VERSION)) if COMMAND_VERSION else ()
-    return b"".join((*version, _APPEND_TAG, varint(body_size), *body))
+        epoch = _EPOCH_TAG + varint(leader_epoch)
+        body.append(epoch)
+        size += len(epoch)
+    version = _VERSION_TAG + varint(COMMAND_VERSION) if COMMAND_VERSION else b""
+    return b"".join((version, _APPEND_TAG, varint(size), *body))
 
 
 def decode_append(data: bytes, batch_bytes_min: int = 0) -> AppendEntry | None:

@@ -238,6 +238,9 @@ _FRAME_APPEND_TAG = b"\x2a"  # RaftFrame.append_entries (5), length-delimited.
 _ENTRIES_TAG = b"\x2a"  # AppendEntries.entries (5), length-delimited, repeated.
 _REGULAR_TAG = b"\x1a"  # Entry.regular (3), length-delimited.
 _ARGUMENT_TAG = b"\x12"  # RegularCommand.argument (2), length-delimited.
+_METHOD_TAG = b"\x08"  # RegularCommand.method_id (1), varint.
+_INDEX_TAG = b"\x08"  # Entry.index (1), varint.
+_TERM_TAG = b"\x10"  # Entry.term (2), varint.
 
 
 def encode_message_parts(message: Message) -> list[bytes]:
@@ -251,9 +254,9 @@ def encode_message_parts(message: Message) -> list[bytes]:
     entries = message.get("entries")
     if message.get("type") != "append_entries" or not entries or "serialized" in message:
         return [encode_message(message)]
-    head = raft_pb2.AppendEntries()
-    _append_to_wire({**message, "entries": ()}, head)
-    body: list[bytes] = [head.SerializeToString()]
+    fields = raft_pb2.AppendEntries()  # Everything but the entries.
+    _append_to_wire({**message, "entries": ()}, fields)
+    body: list[bytes] = [fields.SerializeToString()]
     for entry in entries:
         command, index, term = entry
         if not command or command[0] != REGULAR_TYPE:
@@ -263,13 +266,16 @@ def encode_message_parts(message: Message) -> list[bytes]:
             body += (_ENTRIES_TAG, varint(len(serialized)), serialized)
             continue
         method_id, argument = _regular_to_wire(command)
-        regular = raft_pb2.RegularCommand(method_id=method_id).SerializeToString()
-        argument_head = _ARGUMENT_TAG + varint(len(argument)) if argument else b""
-        regular_size = len(regular) + len(argument_head) + len(argument)
-        position = raft_pb2.Entry(index=index, term=term).SerializeToString()
-        regular_head = _REGULAR_TAG + varint(regular_size)
-        entry_size = len(position) + len(regular_head) + regular_size
-        body += (_ENTRIES_TAG, varint(entry_size), position, regular_head, regular, argument_head, argument)
+        # Entry.index (1) and term (2), RegularCommand.method_id (1): varints, left out when zero.
+        regular = _METHOD_TAG + varint(method_id) if method_id else b""
+        if argument:
+            regular += _ARGUMENT_TAG + varint(len(argument))
+        regular_size = len(regular) + len(argument)
+        position = _INDEX_TAG + varint(index) if index else b""
+        if term:
+            position += _TERM_TAG + varint(term)
+        head = position + _REGULAR_TAG + varint(regular_size) + regular
+        body += (_ENTRIES_TAG + varint(len(head) + len(argument)) + head, argument)
     return [_FRAME_APPEND_TAG, varint(sum(len(part) for part in body)), *body]
 
 
