@@ -12,7 +12,7 @@ import random
 import struct
 
 from kq.broker.auth import Principal
-from kq.broker.kafka.listener import Connection, KafkaListener
+from kq.broker.kafka.listener import Connection, FrameStream, KafkaListener
 from kq.proto.limits import KAFKA_RECEIVE_BUFFER_BYTES
 
 WAIT_S = 10.0
@@ -112,3 +112,69 @@ def test_the_end_of_the_stream_inside_a_large_frame_closes_that_connection_only(
         other_writer.close()
 
     asyncio.run(_with_listener(scenario))
+
+
+class _Transport(asyncio.Transport):
+    """What FrameStream calls on its transport, recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def test_an_idle_connection_holds_no_buffer_and_a_busy_one_is_paused_when_full() -> None:
+    """Between requests a connection keeps no receive buffer (10,000 idle Kafka connections cost what
+    they did); bytes arriving get one; a buffer full of unread frames pauses reading until the reader
+    takes them, and everything arrives in order."""
+
+    async def scenario() -> None:
+        async def serve(_stream: FrameStream) -> None:
+            return None
+
+        stream = FrameStream(serve)
+        transport = _Transport()
+        stream.connection_made(transport)
+
+        def feed(data: bytes) -> int:
+            """Gives the stream what it takes of `data` before it pauses reading; how much that was."""
+            fed = 0
+            while fed < len(data) and not transport.paused:
+                into = stream.get_buffer(-1)
+                taken = min(len(into), len(data) - fed)
+                into[:taken] = data[fed : fed + taken]
+                stream.buffer_updated(taken)
+                fed += taken
+            return fed
+
+        waiting = asyncio.ensure_future(stream.read_size())
+        await asyncio.sleep(0)
+        assert len(stream._buffer) == 0  # Waiting for a request: nothing held.
+        feed(struct.pack(">i", 3) + b"abc")
+        assert await waiting == 3 and await stream.read_body(3) == b"abc"
+        data = b"".join(struct.pack(">i", 1000) + bytes([n]) * 1000 for n in range(40))
+        fed = feed(data)
+        assert transport.paused and fed <= KAFKA_RECEIVE_BUFFER_BYTES  # Full: reading stopped.
+
+        async def feeder() -> None:
+            nonlocal fed
+            while fed < len(data):
+                fed += feed(data[fed:])
+                await asyncio.sleep(0)
+
+        feeding = asyncio.ensure_future(feeder())
+        for n in range(40):
+            assert await asyncio.wait_for(stream.read_size(), WAIT_S) == 1000
+            assert await stream.read_body(1000) == bytes([n]) * 1000
+        await feeding
+        waiting = asyncio.ensure_future(stream.read_size())
+        await asyncio.sleep(0)
+        assert len(stream._buffer) == 0
+        waiting.cancel()
+
+    asyncio.run(scenario())
