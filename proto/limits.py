@@ -507,7 +507,8 @@ KAFKA_FRAME_BYTES_MIN = 64 * 1024
 # node. Kafka's largest real arrays (a Fetch's or ListOffsets' partitions) are far below.
 KAFKA_ARRAY_ELEMENTS_MAX = 1_000_000
 # A Kafka connection's receive buffer (broker/kafka/listener.py FrameStream): a request frame up to
-# this size is read out of it; a larger one into a buffer of its own size. Allocated per connection.
+# this size is read out of it; a larger one into a buffer of its own size. Held while bytes are in
+# it (a connection waiting for its next request has none).
 KAFKA_RECEIVE_BUFFER_BYTES = 16 * 1024
 KAFKA_CONNECTIONS_MAX = 10_000  # Open Kafka client connections per node; one more is closed at once.
 KAFKA_IDLE_CONNECTION_S = 600.0  # Kafka's connections.max.idle.ms: a silent connection is closed.
