@@ -96,7 +96,7 @@ def mutated(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(mutated(), st.binary(max_size=40)))
 def test_decoder_answers_as_protobuf_or_not_at_all(data: bytes) -> None:
     """On any bytes the fast decoder gives protobuf's entry, or None (and protobuf decides)."""

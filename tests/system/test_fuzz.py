@@ -2,7 +2,7 @@
 
 Seeded and bounded: the seed is printed and named in the failure message, and `KQ_FUZZ_SEED=<seed>`
 replays the same sequence of requests (which node leads may differ). The whole test, cluster start
-and end checks included, takes at most KQ_FUZZ_BUDGET_S seconds (default 40). The cases, in
+and end checks included, takes at most KQ_FUZZ_BUDGET_S seconds (default 32). The cases, in
 tests/system/fuzz_*.py: hostile field values for every RPC, valid and mutated record batches
 (truncated, count-lying, empty, zstd/lz4 of nothing, bit flips, garbage, bombs, oversized), and raw
 wire bytes (random, truncated, wrong wire types, huge varints, nesting thousands deep), sent to the
@@ -35,7 +35,7 @@ from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile, Known
 
 pytestmark = pytest.mark.system
 
-BUDGET_S = float(os.environ.get("KQ_FUZZ_BUDGET_S", "40"))
+BUDGET_S = float(os.environ.get("KQ_FUZZ_BUDGET_S", "32"))
 READ_BACK_S = 5.0  # Nodes are read in parallel; a follower may still be applying the last entries.
 # After the fuzzing: in-flight calls end, a last canary, the read-back from every node, the nodes stop.
 END_CHECKS_S = UNARY_TIMEOUT_S + CANARY_DEADLINE_S + READ_BACK_S + STOP_TIMEOUT_S
