@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from kq.proto import kq_pb2
 from kq.proto.limits import PRODUCE_MANY_REQUESTS_MAX, RAFT_GROUPS_MAX
@@ -475,7 +475,24 @@ class CaseGenerator:
         return LEADER if self.rng.random() < 0.6 else self.rng.choice(self.node_ids)
 
     def next_case(self) -> Case:
-        """The next case."""
+        """The next case; never one that removes a member of the cluster (a random name, a mutation
+        or raw bytes can spell "1"): a removed node rightly stops serving, and the end checks expect
+        every node to serve the canary (the membership tests cover removal)."""
+        while True:
+            case = self._any_case()
+            if not self._removes_a_member(case):
+                return case
+
+    def _removes_a_member(self, case: Case) -> bool:
+        if case.rpc != "RemoveNode":
+            return False
+        try:
+            request = kq_pb2.RemoveNodeRequest.FromString(case.payload)
+        except DecodeError:
+            return False
+        return request.node_id in self.node_ids
+
+    def _any_case(self) -> Case:
         roll = self.rng.random()
         if roll < 0.15:
             return self._batch_case()

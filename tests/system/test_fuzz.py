@@ -22,6 +22,7 @@ import pytest
 
 from kq.client import KqClient, ProducerRecord
 from kq.deploy.cluster import LocalCluster
+from kq.proto import kq_pb2
 from tests.system.fuzz_harness import (
     CANARY_DEADLINE_S,
     CANARY_TOPIC,
@@ -30,7 +31,7 @@ from tests.system.fuzz_harness import (
     FuzzRun,
 )
 from tests.system.fuzz_report import Findings, log_problems
-from tests.system.fuzz_requests import RPCS, CaseGenerator
+from tests.system.fuzz_requests import RPCS, Case, CaseGenerator
 from tests.system.fuzz_values import BACKTRACKING_TOPICS, Hostile, Known
 
 pytestmark = pytest.mark.system
@@ -114,3 +115,20 @@ def _summary(findings: Findings, run: FuzzRun | None, fuzz_s: float, total_s: fl
         f"{per_rpc[least]} times ({least}); {run.bad_requests} rejected; "
         f"{len(run.canaries)} canary records committed"
     )
+
+
+def test_the_generator_never_removes_a_member_of_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile name, a mutation or raw bytes can spell a member's id ("1"); such a RemoveNode case is
+    drawn again, since a removed node rightly stops serving and the canary read-back expects every node
+    (a seed in a suite run removed node 1 that way)."""
+    generator = CaseGenerator(Hostile(random.Random(1), Known(), HUGE_PROBABILITY), ["1", "2", "3"])
+    drawn = iter(
+        [
+            Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="1").SerializeToString(), "member", "1"),
+            Case("RemoveNode", b"\xff\xff", "raw", "1"),  # Not a RemoveNodeRequest: the node refuses it.
+        ]
+    )
+    monkeypatch.setattr(generator, "_any_case", lambda: next(drawn))
+    assert generator.next_case().label == "raw"
+    stranger = Case("RemoveNode", kq_pb2.RemoveNodeRequest(node_id="9").SerializeToString(), "9", "1")
+    assert not generator._removes_a_member(stranger)
