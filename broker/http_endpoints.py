@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kq.broker.consensus import REMOVED_ROLE, ConsensusStatus
 from kq.broker.metrics import REGISTRY
-from kq.proto.limits import HTTP_REQUEST_TIMEOUT_S, HTTP_THREADS_MAX, READY_APPLY_LAG_MAX
+from kq.proto.limits import HTTP_REQUEST_TIMEOUT_S, HTTP_STOP_POLL_S, HTTP_THREADS_MAX, READY_APPLY_LAG_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,9 @@ class HttpEndpoints:
         """Binds (OSError if it cannot) and starts `kq-http`; returns the bound port."""
         self._server = _Server(self._address, self._status)
         self._server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="kq-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(HTTP_STOP_POLL_S,), name="kq-http", daemon=True
+        )
         self._thread.start()
         return int(self._server.server_address[1])
 

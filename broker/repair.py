@@ -25,6 +25,7 @@ stopped is kept in memory: a restarted node starts over from the first partition
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -81,7 +82,7 @@ class BatchRepairer:
         self._on_tick = on_tick
         self._credentials = credentials
         self._metadata = metadata
-        self._jobs: queue.Queue[_Job] = queue.Queue(REPAIR_QUEUE_MAX)
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(REPAIR_QUEUE_MAX)  # None: wakes it to stop.
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._scrub_rate = scrub_bytes_per_s
@@ -102,6 +103,8 @@ class BatchRepairer:
     def stop(self) -> None:
         """Stops the thread after the batch in hand (a fetch is bounded by REPAIR_CALL_TIMEOUT_S)."""
         self._stopping.set()
+        with contextlib.suppress(queue.Full):  # Wakes an idle thread now (a full queue: it is busy).
+            self._jobs.put_nowait(None)
         if self._thread is not None:
             self._thread.join(REPAIR_CALL_TIMEOUT_S + 1.0)
 
@@ -118,6 +121,8 @@ class BatchRepairer:
                 job = self._jobs.get(timeout=SCRUB_TICK_S)
             except queue.Empty:
                 continue
+            if job is None:
+                return
             try:
                 done = self._repair(job)
             except Exception:  # A bug: logged, and the batch left for a later read to find again.
