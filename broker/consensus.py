@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from kq.raft.node import RaftNode
 from kq.raft.results import ApplyResult
-
-if TYPE_CHECKING:
-    from kq.broker.membership import Membership
 
 PYSYNCOBJ_SUCCESS = 0  # pysyncobj.FAIL_REASON.SUCCESS
 # The role of a node a leader told it is not a voter (removed, still running): ClusterStatus, /readyz,
@@ -66,10 +63,35 @@ class Consensus(Protocol):
         """This replica's current Raft term (cheap: the Kafka leader epoch of its partitions)."""
 
 
+class MembersView(Protocol):
+    """What the consensus reads of the members as one node knows them (broker/membership.py
+    `MembershipView`): a Protocol here, so that membership, which proposes through a Consensus,
+    is imported by no module it imports."""
+
+    @property
+    def known(self) -> Mapping[str, Peer]:
+        """Every node whose addresses are known, by Raft address."""
+        ...
+
+    @property
+    def peers(self) -> tuple[Peer, ...]:
+        """The other voters."""
+        ...
+
+
+class MembersSource(Protocol):
+    """The latest `MembersView` (broker/membership.py `Membership`)."""
+
+    @property
+    def view(self) -> MembersView:
+        """The latest view (any thread)."""
+        ...
+
+
 class PySyncObjConsensus:
     """Consensus over a RaftNode, mapping Raft addresses to members (broker/membership.py)."""
 
-    def __init__(self, node: RaftNode, membership: Membership) -> None:
+    def __init__(self, node: RaftNode, membership: MembersSource) -> None:
         self._node = node
         self._membership = membership
 

@@ -35,8 +35,9 @@ from typing import Any
 from kq.broker.auth import CLUSTER
 from kq.broker.errors import KqError
 from kq.broker.kafka.authorize import CLUSTER_AUTHORIZATION_FAILED, ApiKey
-from kq.broker.kafka.base import INVALID_REQUEST, NONE, NOT_CONTROLLER, KafkaBase, kafka_code
+from kq.broker.kafka.base import KafkaBase, kafka_code
 from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import INVALID_REQUEST, NONE, NOT_CONTROLLER
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.proto import kq_pb2

@@ -24,7 +24,9 @@ from typing import Any
 from kq.broker.auth import TOPIC
 from kq.broker.errors import KqError
 from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
-from kq.broker.kafka.base import (
+from kq.broker.kafka.base import KafkaBase, kafka_code
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import (
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REQUEST,
@@ -33,10 +35,7 @@ from kq.broker.kafka.base import (
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaBase,
-    kafka_code,
 )
-from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.proto import kq_pb2

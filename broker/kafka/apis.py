@@ -26,9 +26,9 @@ from kq.broker.edge import RateLimitedLog
 from kq.broker.kafka.acls import AclApis
 from kq.broker.kafka.admin import AdminApis
 from kq.broker.kafka.authorize import DENIED_CODE, DENIED_MESSAGE, OPEN_APIS, WHOLE, ApiKey, access
-from kq.broker.kafka.base import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.build import build, has_field, response_module
 from kq.broker.kafka.cluster_admin import ClusterAdminApis
+from kq.broker.kafka.codes import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_VERSION
 from kq.broker.kafka.configs import ConfigApis
 from kq.broker.kafka.consumer_groups import ConsumerGroupApis
 from kq.broker.kafka.epochs import EpochApis

@@ -19,6 +19,16 @@ from kq.broker.consensus import Peer
 from kq.broker.deadlines import capped
 from kq.broker.errors import KqError, UnavailableError
 from kq.broker.kafka.authorize import ApiKey, access
+from kq.broker.kafka.codes import (
+    COORDINATOR_NOT_AVAILABLE,
+    FENCED_LEADER_EPOCH,
+    LEADER_NOT_AVAILABLE,
+    NOT_CONTROLLER,
+    NOT_COORDINATOR,
+    NOT_LEADER_OR_FOLLOWER,
+    UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from kq.broker.kafka.forward import LeaderForwarder
 from kq.broker.kafka.listener import Connection
 from kq.broker.membership import MembershipView
@@ -32,46 +42,6 @@ from kq.raft.placement import METADATA_GROUP
 from kq.raft.validation import topic_name_problem
 
 logger = logging.getLogger(__name__)
-
-
-# Kafka error codes the handlers answer themselves (kio.schema.errors.ErrorCode names them all).
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-MESSAGE_TOO_LARGE = 10
-INVALID_TOPIC = 17
-RECORD_LIST_TOO_LARGE = 18
-INVALID_REQUIRED_ACKS = 21
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-UNSUPPORTED_VERSION = 35
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REPLICA_ASSIGNMENT = 39
-INVALID_CONFIG = 40
-NOT_CONTROLLER = 41
-INVALID_REQUEST = 42
-KAFKA_STORAGE_ERROR = 56  # A partition's stored data this broker cannot serve (broker/corruption.py).
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-SASL_AUTHENTICATION_FAILED = 58
-UNSUPPORTED_COMPRESSION_TYPE = 76
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-MEMBER_ID_REQUIRED = 79
-INVALID_RECORD = 87
 
 
 BROKER_ID_MAX = 2**31 - 1  # Kafka's broker ids are int32.

@@ -24,7 +24,9 @@ from kq.broker.kafka.authorize import (
     access,
     writes_some_topic,
 )
-from kq.broker.kafka.base import (
+from kq.broker.kafka.base import KafkaBase, KafkaBrokerInfo, kafka_code
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_CONFIG,
     INVALID_PARTITIONS,
@@ -37,11 +39,7 @@ from kq.broker.kafka.base import (
     NOT_CONTROLLER,
     TOPIC_ALREADY_EXISTS,
     UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaBase,
-    KafkaBrokerInfo,
-    kafka_code,
 )
-from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.broker.validation import check_partition_count, check_topic_name

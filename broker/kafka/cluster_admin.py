@@ -32,14 +32,9 @@ from typing import Any
 
 from kq.broker.auth import CLUSTER, TOPIC
 from kq.broker.kafka.authorize import CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, ApiKey
-from kq.broker.kafka.base import (
-    INVALID_REQUEST,
-    LEADER_NOT_AVAILABLE,
-    NONE,
-    UNKNOWN_TOPIC_OR_PARTITION,
-)
 from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.cluster import NO_AUTHORIZED_OPERATIONS, ClusterApis
+from kq.broker.kafka.codes import INVALID_REQUEST, LEADER_NOT_AVAILABLE, NONE, UNKNOWN_TOPIC_OR_PARTITION
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.broker.leader_balance import Election, LeaderBalancer

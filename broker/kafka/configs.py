@@ -14,17 +14,16 @@ from typing import Any
 from kq.broker.auth import CLUSTER, TOPIC
 from kq.broker.errors import KqError
 from kq.broker.kafka.authorize import DENIED_CODE, ApiKey
-from kq.broker.kafka.base import (
+from kq.broker.kafka.base import KafkaBase, kafka_code
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import (
     INVALID_CONFIG,
     INVALID_REQUEST,
     INVALID_TOPIC,
     NONE,
     NOT_CONTROLLER,
     UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaBase,
-    kafka_code,
 )
-from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.proto import kq_pb2

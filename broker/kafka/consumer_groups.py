@@ -22,8 +22,8 @@ from typing import Any
 
 from kq.broker.auth import GROUP, TOPIC
 from kq.broker.kafka.authorize import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, ApiKey
-from kq.broker.kafka.base import INVALID_GROUP_ID, INVALID_REQUEST, NONE
 from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import INVALID_GROUP_ID, INVALID_REQUEST, NONE
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.groups import GroupApis, _client_host
 from kq.broker.kafka.listener import Connection

@@ -18,8 +18,9 @@ from typing import Any
 
 from kq.broker.auth import TOPIC
 from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
-from kq.broker.kafka.base import NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, KafkaBase
+from kq.broker.kafka.base import KafkaBase
 from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.proto.limits import KAFKA_PARTITIONS_PER_REQUEST_MAX

@@ -30,17 +30,16 @@ from kq.broker.corruption import CORRUPTION
 from kq.broker.errors import KqError, TooManyReadersError
 from kq.broker.group_service import first_offset_at
 from kq.broker.kafka.authorize import TOPIC_AUTHORIZATION_FAILED, ApiKey
-from kq.broker.kafka.base import (
+from kq.broker.kafka.base import KafkaBase, KafkaBrokerInfo
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import (
     INVALID_REQUEST,
     KAFKA_STORAGE_ERROR,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaBase,
-    KafkaBrokerInfo,
 )
-from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.broker.metrics import count_fetched

@@ -20,14 +20,14 @@ from typing import Any
 from kq.broker.auth import GROUP, TOPIC
 from kq.broker.errors import KqError
 from kq.broker.kafka.authorize import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, ApiKey
-from kq.broker.kafka.base import (
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import (
     INVALID_GROUP_ID,
     INVALID_REQUEST,
     NONE,
     REBALANCE_IN_PROGRESS,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.groups import GroupApis
 from kq.broker.kafka.listener import Connection

@@ -35,7 +35,9 @@ from typing import Any
 from kq.broker.auth import GROUP, TOPIC
 from kq.broker.errors import KqError
 from kq.broker.kafka.authorize import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, ApiKey
-from kq.broker.kafka.base import (
+from kq.broker.kafka.base import KafkaBase, KafkaSettings, kafka_code
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import (
     COORDINATOR_NOT_AVAILABLE,
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
@@ -49,11 +51,7 @@ from kq.broker.kafka.base import (
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
-    KafkaBase,
-    KafkaSettings,
-    kafka_code,
 )
-from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.broker.proposals import propose_and_wait, wall_clock_ms

@@ -24,10 +24,11 @@ import ssl
 import struct
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kq.broker.auth import Principal
 from kq.broker.edge import RateLimitedLog
+from kq.broker.kafka.sasl import SaslSession
 from kq.proto.limits import (
     KAFKA_AUTHENTICATION_S,
     KAFKA_CONNECTIONS_MAX,
@@ -36,9 +37,6 @@ from kq.proto.limits import (
     KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX,
     LOG_INTERVAL_S,
 )
-
-if TYPE_CHECKING:
-    from kq.broker.kafka.sasl import SaslSession
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,9 @@ from kq.broker.kafka.authorize import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ApiKey,
 )
-from kq.broker.kafka.base import (
+from kq.broker.kafka.base import KafkaBase, kafka_code
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
     INVALID_REQUEST,
@@ -29,10 +31,7 @@ from kq.broker.kafka.base import (
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     RECORD_LIST_TOO_LARGE,
-    KafkaBase,
-    kafka_code,
 )
-from kq.broker.kafka.build import build, response_module
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.broker.validation import only_a_record_too_large

@@ -36,7 +36,7 @@ import scramp
 
 from kq.broker.auth import Principal, Security
 from kq.broker.config import KAFKA_SASL_MECHANISMS
-from kq.broker.kafka.base import (
+from kq.broker.kafka.codes import (
     ILLEGAL_SASL_STATE,
     NONE,
     SASL_AUTHENTICATION_FAILED,

@@ -23,8 +23,9 @@ from typing import Any
 from kq.broker.auth import CLUSTER
 from kq.broker.errors import KqError
 from kq.broker.kafka.authorize import CLUSTER_AUTHORIZATION_FAILED, DENIED_MESSAGE, ApiKey
-from kq.broker.kafka.base import NONE, NOT_CONTROLLER, UNSUPPORTED_SASL_MECHANISM, KafkaBase, kafka_code
+from kq.broker.kafka.base import KafkaBase, kafka_code
 from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import NONE, NOT_CONTROLLER, UNSUPPORTED_SASL_MECHANISM
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.listener import Connection
 from kq.proto import kq_pb2

@@ -26,8 +26,9 @@ from kq.broker.kafka.authorize import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     ApiKey,
 )
-from kq.broker.kafka.base import NONE, NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER, KafkaBase, kafka_code
+from kq.broker.kafka.base import KafkaBase, kafka_code
 from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.codes import NONE, NOT_COORDINATOR, NOT_LEADER_OR_FOLLOWER
 from kq.broker.kafka.framing import Request
 from kq.broker.kafka.groups import OFFSET_METADATA_TOO_LARGE, committed_details
 from kq.broker.kafka.listener import Connection

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from kq.broker.corruption import CorruptionLog
-from kq.broker.kafka.base import KAFKA_STORAGE_ERROR, NONE
+from kq.broker.kafka.codes import KAFKA_STORAGE_ERROR, NONE
 from kq.broker.kafka.fetch import _read_partition
 from kq.broker.metrics import CORRUPT_BATCHES_FOUND
 from kq.broker.repair import BatchRepairer

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from kq.broker.errors import InvalidArgumentError, NotLeaderError, UnavailableError
-from kq.broker.kafka.base import (
+from kq.broker.kafka.base import kafka_code
+from kq.broker.kafka.codes import (
     NOT_CONTROLLER,
     NOT_COORDINATOR,
     NOT_LEADER_OR_FOLLOWER,
     UNKNOWN_TOPIC_OR_PARTITION,
-    kafka_code,
 )
 from kq.proto.errors import ErrorCode
 

@@ -25,7 +25,7 @@ from kq.broker.auth import (
 from kq.broker.config import ConfigError, parse_sasl_mechanisms
 from kq.broker.kafka import sasl
 from kq.broker.kafka.authorize import ACLS, OPEN_APIS, WHOLE, ApiKey, access, writes_some_topic
-from kq.broker.kafka.base import (
+from kq.broker.kafka.codes import (
     ILLEGAL_SASL_STATE,
     NONE,
     SASL_AUTHENTICATION_FAILED,
