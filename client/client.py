@@ -100,6 +100,8 @@ class KqClient(GroupsApi, SecurityApi, TransactionsApi):
     (Node:admin): how an operator creates the first users and ACLs.
     """
 
+    _connections: Connections  # The mixins see it as `Calls` (client/calls.py).
+
     def __init__(
         self,
         bootstrap: Sequence[str],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from kq.client.connection import Connections
+from kq.client.calls import Calls
 from kq.client.types import GroupAssignment, GroupDescription, GroupMemberInfo, GroupSummary, PartitionLag
 from kq.proto import kq_pb2
 
@@ -22,7 +22,7 @@ class GroupsApi:
     groups live in Raft group 0 (DESIGN.md, "Scale-out"): their calls go where the cluster's state's
     do, with group 0's read-your-writes index."""
 
-    _connections: Connections
+    _connections: Calls
     _index_seen: int
 
     def _saw(self, index: int, group: int = 0) -> None:

@@ -13,15 +13,13 @@ import hmac
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
+from kq.client.calls import Calls
 from kq.proto import kq_pb2
 from kq.proto.limits import SCRAM_ITERATIONS_MIN
-
-if TYPE_CHECKING:
-    from kq.client.connection import Connections
 
 SCRAM_HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 SCRAM_SALT_BYTES = 24
@@ -129,7 +127,7 @@ class MetadataInterceptor(
 class SecurityApi:
     """Users, tokens, ACLs; `KqClient` provides `_connections` and `_saw`."""
 
-    _connections: Connections
+    _connections: Calls
 
     def _saw(self, index: int, group: int = 0) -> None:
         raise NotImplementedError

@@ -5,14 +5,10 @@ a Kafka client's (README, "Kafka clients"); kq's own producer is idempotent, not
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from kq.client.calls import Calls
 from kq.proto import kq_pb2
 from kq.proto.txn_states import STATE_NAMES
-
-if TYPE_CHECKING:
-    from kq.client.connection import Connections
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +28,7 @@ class TransactionDescription:
 class TransactionsApi:
     """ListTransactions; `KqClient` provides `_connections`."""
 
-    _connections: Connections
+    _connections: Calls
 
     def list_transactions(self, transactional_id: str = "") -> list[TransactionDescription]:
         """Every transactional id (up to the broker's limit) with its state, or only `transactional_id`'s
