@@ -1,9 +1,10 @@
-"""What every Kafka API handler shares: the node's parts, the cluster as Kafka sees it, error codes.
+"""What every Kafka API handler shares: the node's parts, the cluster as Kafka sees it, error mapping.
 
 The Kafka handlers call the same broker layer as gRPC (`ServiceBase`'s parts and `BrokerService`'s
 operations), so produce, fetch, topics, offsets and groups have one implementation, and every
 request passes the same validation before anything reaches Raft. A `KqError` becomes the Kafka
-error code of its row in kq's one error table (proto/errors.py).
+error code of its row in kq's one error table (proto/errors.py); the codes the handlers answer
+themselves are in broker/kafka/codes.py.
 """
 
 from __future__ import annotations
