@@ -351,7 +351,8 @@ class KqClient(GroupsApi, SecurityApi, TransactionsApi):
         """
         by_partition: dict[int, list[int]] = {}
         for position, record in enumerate(records):
-            by_partition.setdefault(self._choose_partition(topic, record), []).append(position)
+            chosen = self.choose_partition(topic, record.key, record.partition)
+            by_partition.setdefault(chosen, []).append(position)
         results: list[RecordMetadata | None] = [None] * len(records)
         now_ms = wall_clock_ms()  # The CreateTime of records without a timestamp, read once.
         for partition, positions in by_partition.items():
@@ -365,12 +366,14 @@ class KqClient(GroupsApi, SecurityApi, TransactionsApi):
                     results[position] = item
         return [item for item in results if item is not None]
 
-    def _choose_partition(self, topic: str, record: ProducerRecord) -> int:
-        if record.partition is not None:
-            return record.partition
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None = None) -> int:
+        """The partition a record goes to: `partition` if given, else murmur2(key) like Kafka, else the
+        next one in turn."""
+        if partition is not None:
+            return partition
         count = self.partition_count(topic)
-        if record.key is not None:
-            return partition_for_key(record.key, count)
+        if key is not None:
+            return partition_for_key(key, count)
         with self._state_lock:
             return next(self._round_robin) % count
 

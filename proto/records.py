@@ -794,13 +794,25 @@ class BatchBuilder:
 
         A record without a timestamp gets `now_ms` (None: the wall clock).
         """
-        timestamp_ms = record.timestamp_ms
+        return self.add(record.key, record.value, record.headers, record.timestamp_ms, now_ms)
+
+    def add(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+        timestamp_ms: int | None,
+        now_ms: int | None = None,
+    ) -> int:
+        """`append` of a record given by its fields: what the client's Producer calls for each record
+        it is sent, without building a `NewRecord` first (the same bytes)."""
         if timestamp_ms is None:
             timestamp_ms = wall_clock_ms() if now_ms is None else now_ms
         if self._base_timestamp_ms is None:
             self._base_timestamp_ms = timestamp_ms
         self._max_timestamp_ms = max(self._max_timestamp_ms, timestamp_ms)
-        encoded = encode_record(record, len(self._encoded), timestamp_ms - self._base_timestamp_ms)
+        delta_ms = timestamp_ms - self._base_timestamp_ms
+        encoded = encode_fields(key, value, headers, len(self._encoded), delta_ms)
         self._encoded.append(encoded)
         return len(encoded)
 
@@ -898,12 +910,22 @@ def control_type(key: bytes | None) -> int | None:
 
 
 def encode_record(record: NewRecord, offset_delta: int, timestamp_delta_ms: int) -> bytes:
-    """One record, its length prefix included; batches hold these back to back.
+    """One record, its length prefix included; batches hold these back to back."""
+    return encode_fields(record.key, record.value, record.headers, offset_delta, timestamp_delta_ms)
+
+
+def encode_fields(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]],
+    offset_delta: int,
+    timestamp_delta_ms: int,
+) -> bytes:
+    """`encode_record` of a record given by its fields.
 
     Every record a client sends is encoded here, so the varints of the usual sizes come from a
     table (a loop per varint made encoding three times slower than the struct-based layout before).
     """
-    key, value, headers = record.key, record.value, record.headers
     parts = [b"\x00", _varint_bytes(timestamp_delta_ms), _varint_bytes(offset_delta)]
     if key is None:
         parts.append(_MINUS_ONE)
@@ -927,11 +949,16 @@ def record_size_max(record: NewRecord) -> int:
     What the client's Producer charges a record against its batch and buffer limits before the
     record's position in a batch is known (like Kafka's estimateSizeInBytesUpperBound).
     """
+    return fields_size_max(record.key, record.value, record.headers)
+
+
+def fields_size_max(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> int:
+    """`record_size_max` of a record given by its fields."""
     body = 1 + VARLONG_BYTES_MAX + VARINT_BYTES_MAX
-    for blob in (record.key, record.value):
+    for blob in (key, value):
         body += 1 if blob is None else _varint_size(len(blob)) + len(blob)
-    body += _varint_size(len(record.headers))
-    for name, header_value in record.headers:
+    body += _varint_size(len(headers))
+    for name, header_value in headers:
         name_bytes = len(name.encode())
         body += _varint_size(name_bytes) + name_bytes + _varint_size(len(header_value)) + len(header_value)
     return _varint_size(body) + body

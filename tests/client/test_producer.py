@@ -17,7 +17,7 @@ from kq.client.producer import (
     BufferFullError,
     RecordFuture,
 )
-from kq.client.types import ProducedBatch, ProducerRecord
+from kq.client.types import ProducedBatch
 from kq.deploy.waiting import wait_for
 from kq.proto.records import BatchSource, NewRecord, encode_record, parse_batch, record_size_max
 
@@ -44,8 +44,8 @@ class FakeClient(KqClient):
         self.calls_in_flight = 0
         self.peak_calls = 0
 
-    def _choose_partition(self, topic: str, record: ProducerRecord) -> int:
-        return record.partition or 0
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None = None) -> int:
+        return partition or 0
 
     def produce_batch(
         self, topic: str, partition: int, batch: BatchSource, compression: str | None = None
