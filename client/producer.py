@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from kq.client.client import KqClient
@@ -69,8 +69,9 @@ ACKS = ("all", "none")
 # caller's reference to it (~9 B). The margin covers callers' containers and arena fragmentation.
 RECORD_OVERHEAD_BYTES = 160
 # What one batch costs beyond its records, measured with tracemalloc: its Future (a Condition, an
-# RLock, lists), the batch object and its list (~1.8 KiB), and a partition's deque when the batch
-# opens one (~0.8 KiB). Charged so that a tiny `batch_size` cannot escape the bound.
+# RLock, lists; the records' callback list and its lock), the batch object and its list (~2.0 KiB;
+# 2,223 B a one-record batch), and a partition's deque when the batch opens one (~0.8 KiB). Charged so
+# that a tiny `batch_size` cannot escape the bound.
 BATCH_OVERHEAD_BYTES = 3 * 1024
 
 
@@ -139,6 +140,66 @@ def _following(first: RecordMetadata, position: int) -> RecordMetadata:
     return RecordMetadata(first.topic, first.partition, first.offset + position, first.duplicate, first.index)
 
 
+class _BatchFuture(Future[BatchMetadata]):
+    """A batch's Future, which also keeps its records' done callbacks apart from its own.
+
+    A caller that hangs a callback on every record (a delivery report, a counter: the benchmarks do)
+    would otherwise put one callback object on the Future per record, each taking its Condition to
+    register, being called through the Future's callback loop, and taking the Condition again for each
+    `exception()` or `result()` it asks: ~4 µs of the sending and sender threads a record, as much
+    again as `send` itself. Here a record's callback is one append under a plain lock, the batch's one
+    callback of its own calls them all in order, and once the outcome is known it is read without a
+    lock (`known`, `error`, `metadata`, set before any record's callback runs).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known = False
+        self.error: BaseException | None = None
+        self.metadata: BatchMetadata | None = None
+        self._record_lock = threading.Lock()
+        self._record_callbacks: list[tuple[RecordFuture, Callable[[RecordFuture], object]]] | None = []
+        super().add_done_callback(_resolved)
+
+    def add_record_callback(self, record: RecordFuture, callback: Callable[[RecordFuture], object]) -> None:
+        """Calls `callback(record)` once the batch is resolved: at once, here, if it already is."""
+        with self._record_lock:
+            waiting = self._record_callbacks
+            if waiting is not None:
+                waiting.append((record, callback))
+                return
+        _call(record, callback)
+
+    def note_outcome(self) -> None:
+        """Run once, by whichever thread resolved the batch: notes the outcome, then calls the records'
+        callbacks in the order they were added."""
+        try:
+            self.error = self.exception(timeout=0)
+        except CancelledError as cancelled:  # The Producer never cancels a batch; kept whole regardless.
+            self.error = cancelled
+        if self.error is None:
+            self.metadata = self.result(timeout=0)
+        self.known = True
+        with self._record_lock:
+            waiting, self._record_callbacks = self._record_callbacks, None
+        for record, callback in waiting or ():
+            _call(record, callback)
+
+
+def _resolved(future: Future[BatchMetadata]) -> None:
+    """A `_BatchFuture`'s own done callback (a function, not a bound method: no reference cycle)."""
+    assert isinstance(future, _BatchFuture)
+    future.note_outcome()
+
+
+def _call(record: RecordFuture, callback: Callable[[RecordFuture], object]) -> None:
+    """One record's done callback; what it raises is logged, as `Future` does, and never stops the rest."""
+    try:
+        callback(record)
+    except Exception:
+        logger.exception("a record's done callback raised")
+
+
 class RecordFuture:
     """One record's outcome: its batch's single Future seen at the record's position.
 
@@ -149,45 +210,38 @@ class RecordFuture:
 
     __slots__ = ("_batch_future", "_position")
 
-    def __init__(self, batch_future: Future[BatchMetadata], position: int) -> None:
+    def __init__(self, batch_future: _BatchFuture, position: int) -> None:
         self._batch_future = batch_future
         self._position = position
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         """The record's metadata once its batch is acknowledged; raises the batch's error if it failed."""
-        return self._batch_future.result(timeout).at(self._position)
+        batch = self._batch_future
+        metadata = batch.metadata if batch.known else batch.result(timeout)
+        if metadata is None:  # Known, and failed.
+            return batch.result(0).at(self._position)  # Raises the batch's error, as Future does.
+        return metadata.at(self._position)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The batch's error, or None once it succeeded; waits up to `timeout` seconds."""
-        return self._batch_future.exception(timeout)
+        batch = self._batch_future
+        return batch.error if batch.known else batch.exception(timeout)
 
     def done(self) -> bool:
         """Whether the record's batch has been resolved (acknowledged or failed)."""
-        return self._batch_future.done()
+        batch = self._batch_future
+        return batch.known or batch.done()
 
     def cancelled(self) -> bool:
         """Always False: a queued record cannot be withdrawn (kept for Future-like callers)."""
-        return self._batch_future.cancelled()
+        return False
 
     def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
         """Calls `callback(self)` once the batch is resolved (at once if it already is).
 
-        Each callback costs an object until the batch resolves; it is not charged to the buffer.
+        Each callback costs a small tuple until the batch resolves; it is not charged to the buffer.
         """
-        self._batch_future.add_done_callback(_ForwardDone(self, callback))
-
-
-class _ForwardDone:
-    """Calls a record's callback with the record's handle rather than the batch's Future."""
-
-    __slots__ = ("_callback", "_record")
-
-    def __init__(self, record: RecordFuture, callback: Callable[[RecordFuture], object]) -> None:
-        self._record = record
-        self._callback = callback
-
-    def __call__(self, _: Future[BatchMetadata]) -> None:
-        self._callback(self._record)
+        self._batch_future.add_record_callback(self, callback)
 
 
 @dataclass(slots=True)
@@ -196,7 +250,7 @@ class _Batch:
 
     opened: float
     records: BatchBuilder = field(default_factory=BatchBuilder)  # Each record encoded once, in order.
-    future: Future[BatchMetadata] = field(default_factory=Future)
+    future: _BatchFuture = field(default_factory=_BatchFuture)
     size_bytes: int = 0  # Encoded bytes (upper bounds): what `batch_size` limits.
     cost_bytes: int = BATCH_OVERHEAD_BYTES  # Encoded bytes and overheads: what `buffer_memory` limits.
 
@@ -232,7 +286,7 @@ class Producer:
         self._open: dict[tuple[str, int], deque[_Batch]] = {}  # Oldest first; only the last one fills.
         self._in_flight: set[tuple[str, int]] = set()  # Partitions with a batch in a call in flight.
         self._calls_in_flight = 0
-        self._acknowledged_now: dict[tuple[str, int], Future[BatchMetadata]] = {}  # acks="none".
+        self._acknowledged_now: dict[tuple[str, int], _BatchFuture] = {}  # acks="none".
         self._pending_bytes = 0  # Cost of every record and batch not yet resolved.
         self._pending_records = 0
         self._flushing = 0
@@ -312,13 +366,13 @@ class Producer:
             self._pending_bytes += BATCH_OVERHEAD_BYTES
         return queue[-1]
 
-    def _acknowledged(self, key: tuple[str, int]) -> Future[BatchMetadata]:
+    def _acknowledged(self, key: tuple[str, int]) -> _BatchFuture:
         """acks="none": one resolved Future per partition that every record of it points at."""
         future = self._acknowledged_now.get(key)
         if future is None:
             if len(self._acknowledged_now) >= PRODUCER_ACKED_PARTITIONS_MAX:
                 self._acknowledged_now.clear()  # Each is only a resolved Future: made again on demand.
-            future = Future()
+            future = _BatchFuture()
             future.set_result(BatchMetadata(RecordMetadata(key[0], key[1], -1)))
             self._acknowledged_now[key] = future
         return future

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import tracemalloc
@@ -16,6 +17,7 @@ from kq.client.producer import (
     BatchMetadata,
     BufferFullError,
     RecordFuture,
+    _BatchFuture,
 )
 from kq.client.types import ProducedBatch
 from kq.deploy.waiting import wait_for
@@ -387,3 +389,91 @@ def test_produced_batch_is_the_list_of_its_records_metadata() -> None:
     assert produced == ProducedBatch("t", 1, 40, 5, True, 7) and ProducedBatch("t", 1, 0, 0, False, 0) == []
     compact = BatchMetadata.of(produced)
     assert compact.listed is None and [compact.at(i) for i in range(5)] == listed
+
+
+def test_a_one_record_batch_allocates_less_than_its_charged_overhead() -> None:
+    """What a batch allocates (its Future, callback list, builder), one record included, is within
+    BATCH_OVERHEAD_BYTES: what `buffer_memory` charges it is not an undercount."""
+    fake = FakeClient()
+    fake.release.clear()
+    producer = Producer(fake, linger_ms=60_000, batch_size=1)
+    producer.send("t", b"v")  # The partition's queue exists before measuring.
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        handles = [producer.send("t", b"v") for _ in range(1_000)]
+        per_batch_bytes = (tracemalloc.get_traced_memory()[0] - before) / len(handles)
+    finally:
+        tracemalloc.stop()
+    assert per_batch_bytes <= BATCH_OVERHEAD_BYTES
+    fake.release.set()
+    producer.close()
+
+
+def test_record_callbacks_run_once_each_in_order_and_a_raising_one_stops_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Callbacks hung on a batch's records run in the order added, each once, when it resolves; one
+    that raises is logged and the rest still run; one added afterwards runs at once, on the caller."""
+    batch = _BatchFuture()
+    handles = [RecordFuture(batch, position) for position in range(5)]
+    called: list[int] = []
+
+    def note(handle: RecordFuture) -> None:
+        called.append(handle.result(timeout=0).offset)
+        if handle is handles[1]:
+            raise RuntimeError("a caller's bug")
+
+    for handle in handles:
+        handle.add_done_callback(note)
+    assert not called and not handles[0].done()
+    with caplog.at_level(logging.ERROR, logger="kq.client.producer"):
+        batch.set_result(BatchMetadata(RecordMetadata("t", 0, 10)))
+    assert called == [10, 11, 12, 13, 14]
+    assert [record.getMessage() for record in caplog.records] == ["a record's done callback raised"]
+    handles[2].add_done_callback(note)
+    assert called[-1] == 12 and handles[2].exception(timeout=0) is None and not handles[2].cancelled()
+
+
+def test_a_failed_batch_gives_every_record_its_error_without_waiting() -> None:
+    """Once a batch has failed, each record's result raises the error and exception returns it."""
+    batch = _BatchFuture()
+    error = UnavailableError("no leader")
+    batch.set_exception(error)
+    handle = RecordFuture(batch, 3)
+    assert handle.done() and handle.exception() is error
+    with pytest.raises(UnavailableError):
+        handle.result()
+
+
+def test_callbacks_added_from_threads_while_the_batch_resolves_each_run_once() -> None:
+    """Threads adding callbacks across the moment the batch resolves: none is lost, none runs twice."""
+    for _ in range(20):
+        assert resolve_while_threads_add(records=4_000, threads=4) == [1] * 4_000
+
+
+def resolve_while_threads_add(records: int, threads: int) -> list[int]:
+    """How many times each record's callback ran when `threads` threads hang one on each of `records`
+    records of one batch while the main thread resolves it."""
+    batch = _BatchFuture()
+    counts = [0] * records
+    lock = threading.Lock()
+    start = threading.Barrier(threads + 1)
+
+    def count(handle: RecordFuture) -> None:
+        with lock:
+            counts[handle.result(timeout=0).offset] += 1
+
+    def add(first: int) -> None:
+        start.wait()
+        for position in range(first, records, threads):
+            RecordFuture(batch, position).add_done_callback(count)
+
+    adders = [threading.Thread(target=add, args=(first,)) for first in range(threads)]
+    for adder in adders:
+        adder.start()
+    start.wait()
+    batch.set_result(BatchMetadata(RecordMetadata("t", 0, 0)))
+    for adder in adders:
+        adder.join()
+    return counts
