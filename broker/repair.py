@@ -16,10 +16,11 @@ round in which no replica answered with a whole copy is tried again after REPAIR
 as the node runs; at most REPAIR_QUEUE_MAX batches wait (more are reported and left until a read
 meets them again).
 
-Between repairs the same thread scrubs: at `--scrub-bytes-per-s` (SCRUB_BYTES_PER_S_DEFAULT; 0: off)
-it reads the stored batches of every partition in turn, each round one read transaction of at most
-SCRUB_ROUND_BYTES_MAX, checks each batch's CRC32C, and reports a corrupt one as a read would (so it is
-repaired before a consumer meets it); `kq_scrubbed_bytes_total` counts what it checked. Where it
+Between repairs the same thread scrubs: at `--scrub-bytes-per-s` (SCRUB_BYTES_PER_S_DEFAULT; 0: off;
+each batch counted as at least SCRUB_BATCH_BYTES_MIN, so that small batches cannot make it a CPU
+cost) it reads the stored batches of every partition in turn, each round one read transaction of at
+most SCRUB_ROUND_BYTES_MAX, checks each batch's CRC32C, and reports a corrupt one as a read would
+(so it is repaired before a consumer meets it); `kq_scrubbed_bytes_total` counts what it checked. Where it
 stopped is kept in memory: a restarted node starts over from the first partition.
 """
 
@@ -43,6 +44,7 @@ from kq.proto.limits import (
     REPAIR_CALL_TIMEOUT_S,
     REPAIR_QUEUE_MAX,
     REPAIR_RETRY_S,
+    SCRUB_BATCH_BYTES_MIN,
     SCRUB_BYTES_PER_S_DEFAULT,
     SCRUB_ROUND_BYTES_MAX,
     SCRUB_TICK_S,
@@ -135,8 +137,10 @@ class BatchRepairer:
     def scrub(self, budget: int) -> int:
         """Checks at least `budget` bytes of stored batches (one more batch past it at most) from where
         the last round stopped, in one read transaction; reports each corrupt one; the bytes checked.
-        A round that reaches the last partition goes on from the first."""
-        checked = 0
+        Each batch counts against `budget` as at least SCRUB_BATCH_BYTES_MIN: what bounds the round's
+        CPU is the count of batches more than their bytes. A round that reaches the last partition
+        goes on from the first."""
+        checked = charged = 0
         with self._store.read() as reader:
             partitions = sorted((t.topic_id, p, t.name) for t in reader.topics() for p in range(t.partitions))
             if not partitions:
@@ -152,6 +156,7 @@ class BatchRepairer:
                 start = key_offset if step == 0 else 0
                 for base_offset, raw in reader.batches_from_key(topic_id, partition, start):
                     checked += len(raw)
+                    charged += max(len(raw), SCRUB_BATCH_BYTES_MIN)
                     try:
                         decode_batch(raw, base_offset)
                     except CorruptRecordError as error:
@@ -160,7 +165,7 @@ class BatchRepairer:
                             name,
                             partition,
                         )
-                    if checked >= budget:
+                    if charged >= budget:
                         self._scrub_at = (topic_id, partition, base_offset + 1)
                         SCRUBBED_BYTES.inc(checked)
                         return checked

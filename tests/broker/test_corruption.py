@@ -15,6 +15,7 @@ from kq.broker.metrics import CORRUPT_BATCHES_FOUND
 from kq.broker.repair import BatchRepairer
 from kq.proto import kq_pb2
 from kq.proto.errors import ERROR_CODE_METADATA_KEY, ErrorCode, metadata_value
+from kq.proto.limits import SCRUB_BATCH_BYTES_MIN
 from kq.storage import CorruptRecordError, Store
 from tests.broker.conftest import Edge
 from tests.raft.helpers import batch
@@ -101,3 +102,23 @@ def test_the_scrubber_finds_a_corrupt_batch_before_a_reader_and_goes_round_in_bo
     assert found == [((meta.topic_id, 1, 1), "t")]
     assert scrubber.scrub(1 << 20) > 0  # Round the end and on from the first partition again.
     assert len(found) == 1  # Reported once.
+
+
+def test_the_scrubber_counts_a_small_batch_as_scrub_batch_bytes_min_against_its_budget(edge: Edge) -> None:
+    """Small batches cost the scrubber their Python more than their bytes: each counts as at least
+    SCRUB_BATCH_BYTES_MIN against a round's budget, so a budget of three such counts checks three
+    batches (the round still reports the bytes it actually checked)."""
+    for value in (b"a", b"b", b"c", b"d", b"e"):
+        edge.stub.Produce(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(value)))
+
+    def scrubber() -> BatchRepairer:
+        return BatchRepairer(
+            edge.store, CorruptionLog(), lambda: [], lambda call: call(), scrub_bytes_per_s=0
+        )
+
+    one_by_one = scrubber()
+    batches = [one_by_one.scrub(1) for _ in range(4)]  # Partition 0's first batch, then three of ours.
+    assert all(0 < size < SCRUB_BATCH_BYTES_MIN for size in batches)
+    in_one_round = scrubber()
+    assert in_one_round.scrub(SCRUB_BATCH_BYTES_MIN) == batches[0]
+    assert in_one_round.scrub(3 * SCRUB_BATCH_BYTES_MIN) == sum(batches[1:])
