@@ -141,3 +141,16 @@ def test_a_copy_carries_the_pieces(store: Store, tmp_path: Path) -> None:
             assert [b.base_offset for b in reader.batches(topic.topic_id, 0, 0, 1 << 20)] == [0]
     finally:
         copy.close()
+
+
+def test_a_batch_of_more_pieces_than_the_packed_suffixes_reads_back_whole(store: Store) -> None:
+    """A batch past the table of packed piece suffixes (1,024 pieces: ~4 MiB of 4 KiB pages) is stored
+    and read back byte for byte, its later pieces keyed as the first ones are."""
+    batch = big_batch(2, records=9, value_bytes=500_000)
+    assert len(batch) > 1_030 * store._piece_bytes
+    with store.write() as writer:
+        topic = writer.create_topic("t", 1, 0)
+        writer.append(topic.topic_id, 0, batch)
+    assert len(rows(store, b"record_pieces")) == -(-len(batch) // store._piece_bytes) - 1
+    with store.read() as reader:
+        assert reader.stored_batch(topic.topic_id, 0, 0) == with_base_offset(batch, 0)
