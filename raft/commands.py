@@ -140,7 +140,7 @@ class RecordsAppend(NamedTuple):
 
     topic: str
     partition: int
-    records: bytes
+    records: bytes | memoryview  # A view of the entry's bytes when `decode_append` read it.
 
 
 class AppendEntry(NamedTuple):
@@ -207,7 +207,7 @@ def encode_append(timestamp_ms: int, appends: Sequence[RecordsAppend], leader_ep
     proto3 zero values; this writes the same (tests/raft/test_append_codec.py proves the equality on
     generated entries). Values are the caller's to bound: the batcher's come from checked requests,
     and `check_command`'s envelope limits are checked on the plain values (append_envelope_problem)."""
-    body: list[bytes] = []
+    body: list[bytes | memoryview] = []
     size = 0
     if timestamp_ms:
         stamp = _TIMESTAMP_TAG + varint(timestamp_ms % _UINT64)
@@ -232,8 +232,8 @@ def decode_append(data: bytes, batch_bytes_min: int = 0) -> AppendEntry | None:
     other bytes (another command, or an append in another encoding), which `decode` then parses, and
     for an entry with a batch shorter than `batch_bytes_min` (where protobuf's parse is faster).
 
-    Each batch is one slice of `data` (one copy), where protobuf's parse copied it into its arena and
-    each read of the field copied it again. Accepting only the canonical form (tags in field order,
+    Each batch is a view of `data` (no copy: `data` is the entry's bytes, which never change), where
+    protobuf's parse copied it into its arena and each read of the field copied it again. Accepting only the canonical form (tags in field order,
     zero values left out, shortest varints, nothing after the message) makes the answer protobuf's
     own: a byte string has one canonical parse. tests/raft/test_append_codec.py checks it on entries
     and on their mutations against `decode`."""
@@ -283,12 +283,12 @@ def _partition_append(reader: _Reader, end: int, batch_bytes_min: int) -> Record
         partition = reader.varint()
         if not 0 < partition <= _UINT32_MAX:
             return None
-    records = b""
+    records: bytes | memoryview = b""
     if reader.offset < end and reader.tag(_RECORDS_TAG):
         size = reader.length()
         if size < batch_bytes_min:
             return None
-        records = reader.take(size)
+        records = reader.view(size)
         if not records:
             return None
     if reader.failed or reader.offset > end or len(records) < batch_bytes_min:
@@ -343,6 +343,12 @@ class _Reader:
     def take(self, size: int) -> bytes:
         """The next `size` bytes (a copy)."""
         chunk = self.data[self.offset : self.offset + size]
+        self.offset += size
+        return chunk
+
+    def view(self, size: int) -> memoryview:
+        """The next `size` bytes, as a view of `data` (no copy: `data` is bytes, which never change)."""
+        chunk = memoryview(self.data)[self.offset : self.offset + size]
         self.offset += size
         return chunk
 

@@ -115,10 +115,10 @@ class PassedBatches:
         self._kept_max = kept_max
         self._bytes_max = bytes_max
         self._lock = threading.Lock()
-        self._batches: OrderedDict[tuple[int, bytes], tuple[bytes, int]] = OrderedDict()
+        self._batches: OrderedDict[tuple[int, bytes], tuple[bytes | memoryview, int]] = OrderedDict()
         self._bytes = 0
 
-    def remember(self, records: bytes, work: int) -> None:
+    def remember(self, records: bytes | memoryview, work: int) -> None:
         """Notes that `records` passed `check_batch` at a cost of `work` units."""
         if len(records) > self._bytes_max:
             return
@@ -132,7 +132,7 @@ class PassedBatches:
             while len(self._batches) > self._kept_max or self._bytes > self._bytes_max:
                 self._bytes -= len(self._batches.popitem(last=False)[1][0])
 
-    def recall(self, records: bytes) -> int | None:
+    def recall(self, records: bytes | memoryview) -> int | None:
         """The work units `records` cost when they passed, forgetting them; None if they did not."""
         key = _batch_key(records)
         with self._lock:
@@ -144,9 +144,9 @@ class PassedBatches:
         return found[1]
 
 
-def _batch_key(records: bytes) -> tuple[int, bytes]:
+def _batch_key(records: bytes | memoryview) -> tuple[int, bytes]:
     """A batch's length and the bytes where RecordBatch v2 keeps its CRC32C: few batches share both."""
-    return len(records), records[17:21]
+    return len(records), bytes(records[17:21])
 
 
 PASSED_BATCHES = PassedBatches(PASSED_BATCHES_KEPT, PASSED_BATCHES_BYTES_MAX)
@@ -157,7 +157,7 @@ def append_problem(
     meter: WorkMeter | None = None,
     *,
     edge: bool = False,
-    records: bytes | None = None,
+    records: bytes | memoryview | None = None,
 ) -> str | None:
     """Why one produce request's batch cannot be appended: not one valid RecordBatch v2, or over a limit.
 

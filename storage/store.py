@@ -783,7 +783,11 @@ class StoreWriter(StoreReader, TransactionWrites):
         self._piece_bytes = piece_bytes
 
     def _put_batch(
-        self, record_key: bytes, value: bytes, base_offset: int | None = None, leader_epoch: int | None = None
+        self,
+        record_key: bytes,
+        value: bytes | memoryview,
+        base_offset: int | None = None,
+        leader_epoch: int | None = None,
     ) -> None:
         """Stores a batch under `record_key`: its first `piece_bytes` in `records`, the rest in
         `record_pieces`, one page-sized piece per value, so that every value that LMDB keeps on
@@ -969,7 +973,7 @@ class StoreWriter(StoreReader, TransactionWrites):
             db=self._partitions,
         )
 
-    def append(self, topic_id: int, partition: int, batch: bytes, leader_epoch: int = 0) -> int:
+    def append(self, topic_id: int, partition: int, batch: bytes | memoryview, leader_epoch: int = 0) -> int:
         """Appends a RecordBatch v2 at the partition's end, its base offset stamped; returns that offset.
 
         The base offset is the partition's log end: a pure function of the store's state, so every

@@ -39,10 +39,13 @@ timestamps = st.one_of(
 epochs = st.one_of(st.sampled_from([0, 1, 127, 128, 2**31 - 1, 2**32 - 1]), st.integers(0, 2**32 - 1))
 
 
+def _partition(item: RecordsAppend) -> kq_pb2.PartitionAppend:
+    """The protobuf message of one plain append (its batch as bytes: a decoded one may be a view)."""
+    return commands.partition_append(item.topic, item.partition, bytes(item.records))
+
+
 def _protobuf(timestamp_ms: int, items: list[RecordsAppend], epoch: int) -> bytes:
-    return commands.encode(
-        commands.append(timestamp_ms, [commands.partition_append(*item) for item in items], epoch)
-    )
+    return commands.encode(commands.append(timestamp_ms, [_partition(item) for item in items], epoch))
 
 
 def _as_entry(data: bytes) -> AppendEntry | None:
@@ -70,7 +73,7 @@ def test_encoded_as_protobuf_and_decoded_back(
     assert data == _protobuf(timestamp_ms, items, epoch)
     assert commands.decode_append(data) == AppendEntry(timestamp_ms, epoch, tuple(items))
     assert sum(commands.append_size(item) for item in items) == len(
-        kq_pb2.AppendCommand(appends=[commands.partition_append(*item) for item in items]).SerializeToString()
+        kq_pb2.AppendCommand(appends=[_partition(item) for item in items]).SerializeToString()
     )
 
 
