@@ -480,6 +480,12 @@ RAFT_PENDING_CONNECTIONS_MAX = 64  # Incoming connections still in their handsha
 RAFT_SEND_BUFFER_BYTES_MAX = 128 * 1024 * 1024
 RAFT_RECEIVE_BYTES = 256 * 1024  # One recv() call's bytes.
 RAFT_RECEIVE_LARGE_BYTES_MIN = 64 * 1024  # A frame this large is received straight into its own buffer.
+# An AppendEntries whose regular entries each carry an argument this large is parsed split (raft/wire.py
+# `_split_parsed`): the arguments stay views of the received frame until each is joined into its
+# command, once; a frame with a smaller one is parsed whole by protobuf (for many small entries the
+# split's Python costs more than the copies it saves). At least pysyncobj_adapter's
+# `_JOIN_ARGUMENT_BYTES_MIN`, so that every argument split out is joined, never pickled.
+RAFT_SPLIT_ARGUMENT_BYTES_MIN = 64 * 1024
 RAFT_SEND_BYTES = 256 * 1024  # One send() call's bytes.
 RAFT_SEND_PIECES_MAX = 64  # Pieces of queued frames one sendmsg() call takes (the kernel allows 1,024).
 RAFT_SEND_PIECE_BYTES_MIN = 4 * 1024  # A frame's piece this large is sent from where it is, not joined.

@@ -24,11 +24,11 @@ def encode(command: kq_pb2.Command) -> bytes:
     return command.SerializeToString()
 
 
-def decode(data: bytes) -> kq_pb2.Command:
+def decode(data: bytes | memoryview) -> kq_pb2.Command:
     """Parses a log entry; raises UnknownCommandError for an entry this version cannot apply."""
     command = kq_pb2.Command()
     try:
-        command.ParseFromString(data)
+        command.ParseFromString(data)  # type: ignore[arg-type]  # upb reads any buffer (a follower's view).
     except Exception as error:  # protobuf raises its own DecodeError hierarchy.
         raise UnknownCommandError(f"undecodable command: {error}") from error
     if command.version > COMMAND_VERSION:
@@ -227,17 +227,18 @@ def encode_append(timestamp_ms: int, appends: Sequence[RecordsAppend], leader_ep
     return b"".join((version, _APPEND_TAG, varint(size), *body))
 
 
-def decode_append(data: bytes, batch_bytes_min: int = 0) -> AppendEntry | None:
+def decode_append(data: bytes | memoryview, batch_bytes_min: int = 0) -> AppendEntry | None:
     """The append entry in `data` when it is in exactly the form `encode_append` writes; None for any
     other bytes (another command, or an append in another encoding), which `decode` then parses, and
     for an entry with a batch shorter than `batch_bytes_min` (where protobuf's parse is faster).
 
-    Each batch is a view of `data` (no copy: `data` is the entry's bytes, which never change), where
-    protobuf's parse copied it into its arena and each read of the field copied it again. Accepting only the canonical form (tags in field order,
-    zero values left out, shortest varints, nothing after the message) makes the answer protobuf's
-    own: a byte string has one canonical parse. tests/raft/test_append_codec.py checks it on entries
+    Each batch is a view of `data` (no copy: `data` is the entry's bytes, or a view of the command
+    that holds them, which never change), where protobuf's parse copied it into its arena and each
+    read of the field copied it again. Accepting only the canonical form (tags in field order, zero
+    values left out, shortest varints, nothing after the message) makes the answer protobuf's own: a
+    byte string has one canonical parse. tests/raft/test_append_codec.py checks it on entries
     and on their mutations against `decode`."""
-    reader = _Reader(data)
+    reader = WireReader(data)
     if COMMAND_VERSION and (not reader.tag(_VERSION_TAG) or reader.varint() != COMMAND_VERSION):
         return None
     if not reader.tag(_APPEND_TAG) or reader.length() != reader.left():
@@ -267,7 +268,7 @@ def decode_append(data: bytes, batch_bytes_min: int = 0) -> AppendEntry | None:
     return AppendEntry(timestamp_ms, leader_epoch, tuple(appends))
 
 
-def _partition_append(reader: _Reader, end: int, batch_bytes_min: int) -> RecordsAppend | None:
+def _partition_append(reader: WireReader, end: int, batch_bytes_min: int) -> RecordsAppend | None:
     """The canonical PartitionAppend from the reader's offset up to `end`; None for any other bytes."""
     topic = ""
     if reader.offset < end and reader.tag(_TOPIC_TAG):
@@ -296,13 +297,14 @@ def _partition_append(reader: _Reader, end: int, batch_bytes_min: int) -> Record
     return RecordsAppend(topic, partition, records)
 
 
-class _Reader:
-    """Reads protobuf's wire format from `data`; any malformed or non-canonical read sets `failed`
-    (and returns zero values), so the caller checks once at the end."""
+class WireReader:
+    """Reads protobuf's wire format from `data` (bytes, or a view: raft/wire.py reads a received frame's,
+    and a follower's entry may be a view of its command); any malformed or non-canonical read sets
+    `failed` (and returns zero values), so the caller checks once at the end."""
 
     __slots__ = ("data", "failed", "offset")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | memoryview) -> None:
         self.data = data
         self.offset = 0
         self.failed = False
@@ -312,7 +314,7 @@ class _Reader:
 
     def tag(self, tag: bytes) -> bool:
         """Whether the next bytes are `tag` (read past them when they are)."""
-        if self.failed or not self.data.startswith(tag, self.offset):
+        if self.failed or self.data[self.offset : self.offset + len(tag)] != tag:
             return False
         self.offset += len(tag)
         return True
@@ -342,7 +344,7 @@ class _Reader:
 
     def take(self, size: int) -> bytes:
         """The next `size` bytes (a copy)."""
-        chunk = self.data[self.offset : self.offset + size]
+        chunk = bytes(self.data[self.offset : self.offset + size])
         self.offset += size
         return chunk
 
@@ -380,7 +382,7 @@ entries, oldest out first. Any thread."""
                 self._bytes -= len(self._entries.popleft()[0])
         return data
 
-    def recall(self, data: bytes) -> AppendEntry | None:
+    def recall(self, data: bytes | memoryview) -> AppendEntry | None:
         """The entry `data` was encoded from, if it is one of those remembered (this very object)."""
         with self._lock:
             for encoded, entry in reversed(self._entries):

@@ -528,7 +528,7 @@ class RaftNode(PySyncObjAdapter):
             self._request_tick()
 
     @replicated  # type: ignore[untyped-decorator]
-    def _apply_entry(self, data: bytes) -> ApplyResult:
+    def _apply_entry(self, data: bytes | memoryview) -> ApplyResult:
         """Applied on every node in log order; PySyncObj increments raftLastApplied right after."""
         index = self.raftLastApplied + 1
         try:

@@ -203,6 +203,19 @@ def entry_command(method_id: int, argument: bytes) -> bytes:
     return out.getvalue()
 
 
+def _command_holding(method_id: int, argument: memoryview) -> tuple[bytes, bytes | memoryview]:
+    """`entry_command(method_id, argument)` and the argument as it stands in it: a view of the
+    command where the joined layout puts it (`_large_call_pieces`), else (a call the pickler writes)
+    its own bytes."""
+    if _JOIN_LARGE_CALLS and 0 <= method_id < 256 and _JOIN_ARGUMENT_BYTES_MIN <= len(argument) < 2**32:
+        head, tail = _large_call_pieces(method_id, len(argument))
+        command = b"".join((_REGULAR_PREFIX, head, argument, tail))
+        start = len(_REGULAR_PREFIX) + len(head)
+        return command, memoryview(command)[start : start + len(argument)]
+    copied = bytes(argument)
+    return entry_command(method_id, copied), copied
+
+
 class EntryCalls:
     """The (method id, argument) of the REGULAR entries this process built lately with `entry_command`
     (a leader's proposals, a follower's entries rebuilt from the wire), found by the identity of
@@ -217,12 +230,20 @@ class EntryCalls:
         self._kept = kept
         self._bytes_max = bytes_max
         self._lock = threading.Lock()
-        self._calls: deque[tuple[bytes, int, bytes]] = deque()  # (command, method id, argument).
+        # (command, method id, argument): a bytes argument as given, a view one as a view of the command.
+        self._calls: deque[tuple[bytes, int, bytes | memoryview]] = deque()
         self._bytes = 0
 
-    def built(self, method_id: int, argument: bytes) -> bytes:
-        """`entry_command(method_id, argument)`, remembered."""
-        command = entry_command(method_id, argument)
+    def built(self, method_id: int, argument: bytes | memoryview) -> bytes:
+        """`entry_command(method_id, argument)`, remembered.
+
+        An argument given as a view (a follower's, still in the frame it received: raft/wire.py
+        `_split_parsed`) is copied once, into the command, and remembered as the view of the command
+        that holds it; the view given is not kept."""
+        if isinstance(argument, memoryview):
+            command, argument = _command_holding(method_id, argument)
+        else:
+            command = entry_command(method_id, argument)
         with self._lock:
             self._calls.append((command, method_id, argument))
             self._bytes += len(argument)
@@ -230,7 +251,7 @@ class EntryCalls:
                 self._bytes -= len(self._calls.popleft()[2])
         return command
 
-    def recall(self, command: bytes) -> tuple[int, bytes] | None:
+    def recall(self, command: bytes) -> tuple[int, bytes | memoryview] | None:
         """The call `command` was built from, if it is one of the remembered commands (this object)."""
         with self._lock:
             for built, method_id, argument in reversed(self._calls):

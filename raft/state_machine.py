@@ -115,7 +115,7 @@ class GroupScope:
 SOLE_GROUP = GroupScope()  # A cluster of one Raft group.
 
 
-def apply(store: Store, index: int, data: bytes, scope: GroupScope = SOLE_GROUP) -> ApplyResult:
+def apply(store: Store, index: int, data: bytes | memoryview, scope: GroupScope = SOLE_GROUP) -> ApplyResult:
     """Applies the log entry at Raft `index` in one write transaction that also records `index`.
 
     An entry at or below the stored applied index was applied before a restart and is skipped. An
@@ -138,7 +138,7 @@ def apply(store: Store, index: int, data: bytes, scope: GroupScope = SOLE_GROUP)
         return _reject(store, index, reason)
 
 
-def _apply_checked(store: Store, index: int, data: bytes, scope: GroupScope) -> ApplyResult:
+def _apply_checked(store: Store, index: int, data: bytes | memoryview, scope: GroupScope) -> ApplyResult:
     problem, command = _decode_and_check(data)
     if problem is not None or command is None:
         return _reject(store, index, problem or "undecodable entry")
@@ -150,7 +150,9 @@ def _apply_checked(store: Store, index: int, data: bytes, scope: GroupScope) -> 
     return result
 
 
-def _decode_and_check(data: bytes) -> tuple[str | None, kq_pb2.Command | commands.AppendEntry | None]:
+def _decode_and_check(
+    data: bytes | memoryview,
+) -> tuple[str | None, kq_pb2.Command | commands.AppendEntry | None]:
     """The decoded command and why it must be refused (None when it may be applied).
 
     An append entry in its canonical form is not decoded by protobuf (the hot path): the leader takes

@@ -341,7 +341,7 @@ class PeerConnection:
         """Bytes queued that the socket has not taken yet."""
         return self._out_bytes
 
-    def send_frame(self, payload: bytes | Sequence[bytes]) -> None:
+    def send_frame(self, payload: bytes | Sequence[bytes | memoryview]) -> None:
         """Queues one frame, whole or in pieces (raft/wire.py `encode_message_parts`), and sends what
         the socket takes now. A piece of RAFT_SEND_PIECE_BYTES_MIN or more is queued as it is (the
         socket copies it from there: an entry's batches are not copied here); smaller ones are joined
@@ -349,7 +349,7 @@ class PeerConnection:
         if self.state == _State.CLOSED:
             return
         parts = (payload,) if isinstance(payload, bytes) else payload
-        small = [_LENGTH.pack(sum(len(part) for part in parts))]
+        small: list[bytes | memoryview] = [_LENGTH.pack(sum(len(part) for part in parts))]
         for part in parts:
             if len(part) < RAFT_SEND_PIECE_BYTES_MIN:
                 small.append(part)
@@ -364,7 +364,7 @@ class PeerConnection:
         self._flush()
         self._resubscribe()
 
-    def _queue(self, piece: bytes) -> None:
+    def _queue(self, piece: bytes | memoryview) -> None:
         if piece:
             self._out.append(memoryview(piece))
             self._out_bytes += len(piece)
@@ -567,7 +567,7 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         self._last_dial_s: dict[Any, float] = {}
         # The last AppendEntries with entries encoded, and its frame: PySyncObj sends each follower
         # the same message in turn, and an entry's encoding copies its bytes about ten times.
-        self._last_append: tuple[Message, list[bytes]] | None = None
+        self._last_append: tuple[Message, list[bytes | memoryview]] | None = None
         self._server: socket.socket | None = None
         self._bind_attempts = 0
         self._ready = False
@@ -630,7 +630,7 @@ class RaftTransport(Transport):  # type: ignore[misc]  # PySyncObj ships no type
         connection.send_frame(payload)
         return connection.is_open
 
-    def _encoded(self, message: Message) -> bytes | list[bytes]:
+    def _encoded(self, message: Message) -> bytes | list[bytes | memoryview]:
         """`encode_message(message)`, an AppendEntries with entries in pieces (`encode_message_parts`:
         its batches not copied), from the last AppendEntries when `message` equals it (a pure function
         of the message; comparing finds the very entry tuples of PySyncObj's log at once)."""

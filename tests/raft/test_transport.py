@@ -222,7 +222,7 @@ def test_followers_sent_the_same_append_entries_share_one_encoding(monkeypatch: 
     acceptor, dialer, transport, peer = open_transport()
     encoded: list[dict[str, Any]] = []
 
-    def counting(message: dict[str, Any]) -> list[bytes]:
+    def counting(message: dict[str, Any]) -> list[bytes | memoryview]:
         encoded.append(message)
         return encode_message_parts(message)
 
