@@ -13,14 +13,14 @@ contiguous; up to `max_in_flight` calls are in flight at once. While a partition
 flight its next batch keeps filling, so batches grow with load by themselves.
 
 Memory is bounded by what a pending record really costs, not only by its encoded bytes: each one
-is charged an upper bound of its encoded size (`record_size_max`: its position and timestamp delta
+is charged an upper bound of its encoded size (`fields_size_max`: its position and timestamp delta
 are not known before it joins a batch) plus `RECORD_OVERHEAD_BYTES` (and each batch
 `BATCH_OVERHEAD_BYTES`) against `buffer_memory`, and at most `max_pending_records` may wait.
 `send` blocks up to `max_block_ms` for room, then raises `BufferFullError` naming the bound that
-was hit. A batch has one `concurrent.futures.Future`; a record's `RecordFuture` is two references
-into it, so a pending record costs about 130 B beyond its encoded bytes, where a Future per record
-cost ~1.8 KiB and filled the heap with locks and lists that every full garbage collection had to
-scan.
+was hit. A batch has one `concurrent.futures.Future` (`_BatchFuture`, which also keeps its records'
+done callbacks); a record's `RecordFuture` is two references into it, so a pending record costs
+about 130 B beyond its encoded bytes, where a Future per record cost ~1.8 KiB and filled the heap
+with locks and lists that every full garbage collection had to scan.
 """
 
 from __future__ import annotations
