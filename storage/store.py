@@ -49,8 +49,8 @@ _PARTITION_STATE = struct.Struct(">QQQ")
 _RECORD_KEY = struct.Struct(">QIQ")
 _NO_RECORD_LIMIT = 1 << 62  # `batches` without `max_records`: only the byte limit ends a read.
 _PIECE_INDEX = struct.Struct(">I")  # After a _RECORD_KEY: a `record_pieces` key.
-# The suffixes of the first pieces, packed once: a 1 MB batch is ~250 pieces of a 4 KiB page.
-_PIECE_SUFFIXES = tuple(_PIECE_INDEX.pack(index) for index in range(1024))
+# The key suffixes of pieces 1 to 1,024, packed once: a 1 MB batch is ~250 pieces of a 4 KiB page.
+_PIECE_SUFFIXES = tuple(_PIECE_INDEX.pack(index) for index in range(1, 1025))
 _TIMESTAMP_KEY = struct.Struct(">QIQQ")  # topic_id, partition, INT64_MAX - maxTimestamp, base_offset
 _INT64_MAX = 2**63 - 1
 _PRODUCER_KEY = struct.Struct(">QIQ")  # topic_id, partition, producer_id: a topic's rows are one range.
@@ -164,11 +164,6 @@ class ProducerSweep:
     expired: int  # Rows deleted: idle for the expiration time and no open transaction there.
     stamped: int  # Rows without a time (written before rows carried one), given the entry's time.
     wrapped: bool  # The sweep reached the table's end: the next entry starts again at its first row.
-
-
-def _piece_suffix(index: int) -> bytes:
-    """`_PIECE_INDEX.pack(index)`, from the table for the common indexes."""
-    return _PIECE_SUFFIXES[index] if index < len(_PIECE_SUFFIXES) else _PIECE_INDEX.pack(index)
 
 
 class Store:
@@ -802,12 +797,20 @@ class StoreWriter(StoreReader, TransactionWrites):
             else stamp_base_offset(view[:piece], base_offset, leader_epoch)
         )
         self._transaction.put(record_key, head, db=self._records)
-        if len(value) > piece:  # One call into LMDB for every piece: a put each cost as much again in Python.
+        starts = range(piece, len(value), piece)  # Piece i (from 1) starts at i * piece.
+        if not starts:
+            return
+        if len(starts) <= len(_PIECE_SUFFIXES):  # Each piece's key suffix from the table: no call a piece.
             pieces = [
-                (record_key + _piece_suffix(index), view[start : start + piece])
-                for index, start in enumerate(range(piece, len(value), piece), start=1)
+                (record_key + suffix, view[start : start + piece])
+                for suffix, start in zip(_PIECE_SUFFIXES, starts, strict=False)  # As many as `starts`.
             ]
-            self._transaction.cursor(db=self._pieces).putmulti(pieces)
+        else:
+            pieces = [
+                (record_key + _PIECE_INDEX.pack(index), view[start : start + piece])
+                for index, start in enumerate(starts, start=1)
+            ]
+        self._transaction.cursor(db=self._pieces).putmulti(pieces)  # One call into LMDB for them all.
 
     def _delete_pieces(self, record_key: bytes | memoryview, head: bytes | memoryview) -> None:
         """Deletes the `record_pieces` of the batch whose `records` row is `head` (the caller deletes
