@@ -411,14 +411,20 @@ class PeerConnection:
         return self._sock.sendmsg(pieces)
 
     def _read(self) -> None:
+        # A plain socket that gave less than asked for is empty: the next recv would only say so (a
+        # system call a wake-up, ~2 µs here); the loop's poll, level-triggered, calls again when more
+        # comes. A TLS socket may hold decrypted bytes the poll does not see: read until it says none.
+        plain = not isinstance(self._sock, ssl.SSLSocket)
         while self.state not in (_State.CLOSED, _State.CONNECTING, _State.TLS):
             large = self._large
             try:
                 if large is None:
-                    data = self._sock.recv(RAFT_RECEIVE_BYTES)
+                    requested = RAFT_RECEIVE_BYTES
+                    data = self._sock.recv(requested)
                     received = len(data)
                 else:
                     end = min(len(large), self._large_filled + RAFT_RECEIVE_BYTES)
+                    requested = end - self._large_filled
                     received = self._sock.recv_into(large[self._large_filled : end])
             except (BlockingIOError, ssl.SSLWantReadError):
                 return
@@ -434,11 +440,13 @@ class PeerConnection:
             self.last_read_s = time.monotonic()
             if large is None:
                 self._deliver(data)
-                continue
-            self._large_filled += received
-            if self._large_filled == len(large):
-                self._large = None
-                self._on_frame(large)  # Decoding copies out what it keeps: the buffer is free again.
+            else:
+                self._large_filled += received
+                if self._large_filled == len(large):
+                    self._large = None
+                    self._on_frame(large)  # Decoding copies out what it keeps: the buffer is free again.
+            if plain and received < requested:
+                return
 
     def _deliver(self, data: bytes) -> None:
         """Hands every whole frame in what was buffered and `data` to the handshake or to PySyncObj, in

@@ -238,3 +238,34 @@ def test_followers_sent_the_same_append_entries_share_one_encoding(monkeypatch: 
     assert [m["commit_index"] for m in acceptor.messages] == [1, 1, 2]
     assert all(m["entries"] == entries for m in acceptor.messages)
     transport.destroy()
+
+
+class CountingSocket:
+    """A plain socket that counts its recv calls (everything else is the socket's own)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.recvs = 0
+
+    def recv(self, size: int) -> bytes:
+        self.recvs += 1
+        return self.sock.recv(size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+def test_a_short_read_leaves_the_empty_socket_to_the_poll() -> None:
+    """A plain socket that gave less than asked for is not read again until the poll says so: one
+    recv a frame that arrives whole (the next one would only find nothing); the frame after it still
+    arrives, when the poll reports it."""
+    acceptor, accepted, dialer, dialed = pair()
+    pump((acceptor, dialer), lambda: accepted.is_open and dialed.is_open)
+    counting = CountingSocket(accepted._sock)
+    accepted._sock = counting  # type: ignore[assignment]
+    dialed.send_frame(encode_message({"type": "response_vote", "term": 3}))
+    accepted._read()
+    assert acceptor.messages == [{"type": "response_vote", "term": 3}] and counting.recvs == 1
+    dialed.send_frame(encode_message({"type": "response_vote", "term": 4}))
+    pump((acceptor, dialer), lambda: len(acceptor.messages) == 2)
+    assert acceptor.messages[-1] == {"type": "response_vote", "term": 4} and counting.recvs == 2
