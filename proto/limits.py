@@ -427,6 +427,11 @@ TICK_FAILED_PAUSE_S = 0.01  # After a tick raised (logged), as PySyncObj's own t
 LEADER_LOST_ELECTION_DELAY_S = 0.05
 LEADER_LOST_ELECTION_SLOT_S = 0.1
 LEADER_LOST_ELECTION_JITTER_S = 0.03
+# A new group's voters stand for its first election in the same line once a majority is connected
+# (raft/node.py `_first_election_line`), the line drawn for this election timeout (kq-node's default
+# minimum) and stretched in proportion to a node's own: a node given a longer timeout (a test's
+# patient follower) stays that much more patient.
+FIRST_ELECTION_LINE_TIMEOUT_S = 0.5
 # A leader answers a vote request from a node that is not one of its voters (a removed node still
 # running) with NOT_A_VOTER only when its voters are committed: no MEMBERSHIP entry after its commit
 # index. It reads at most this many uncommitted entries to know; a longer tail: no answer this time

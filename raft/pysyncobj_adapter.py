@@ -493,6 +493,10 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         """Every node of the cluster, this one included (PySyncObj's node objects)."""
         return set(self._SyncObj__otherNodes | {self._SyncObj__selfNode})
 
+    def connected_addresses(self) -> frozenset[str]:
+        """The Raft addresses of the nodes this one has an open connection to (tick thread)."""
+        return frozenset(str(node.address) for node in self._SyncObj__connectedNodes)
+
     def voter_addresses(self) -> frozenset[str]:
         """The Raft addresses of the cluster's voters as this node knows them, its own included."""
         return frozenset(str(node.address) for node in self.cluster_nodes())

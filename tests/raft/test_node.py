@@ -451,3 +451,60 @@ def test_the_byte_trigger_counts_entry_bytes_from_the_last_compaction_whatever_s
         assert forced == []
     finally:
         cluster.close()
+
+
+class FirstElection:
+    """What `RaftNode._first_election_line` reads of its node, set by the test."""
+
+    def __init__(self, term: int, connected: frozenset[str], joining: bool = False) -> None:
+        self._first_line_pending = True
+        self._joining = joining
+        self._removed = None
+        self._address = "10.0.0.1:7000"
+        self._group = 0
+        self._election_timeout_min_s = 0.5
+        self.voters = frozenset({"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"})
+        self.term = term
+        self.connected = connected
+        self.due_s = 0.7
+        self.hastened: list[float] = []
+
+    def current_term(self) -> int:
+        return self.term
+
+    def pending(self) -> bool:
+        return self._first_line_pending
+
+    def voter_addresses(self) -> frozenset[str]:
+        return self.voters
+
+    def connected_addresses(self) -> frozenset[str]:
+        return self.connected
+
+    def election_due_s(self) -> float:
+        return self.due_s
+
+    def hasten_election(self, seconds: float) -> None:
+        self.hastened.append(seconds)
+
+
+def test_a_new_groups_voter_stands_in_line_once_a_majority_is_connected() -> None:
+    """At term 0 a voter waits until it and the voters it is connected to are a majority, then puts
+    its election at its place in the group's line (once); a group that has held an election, and a
+    joining node, keep the timeout; a longer election timeout stretches the line in proportion."""
+    node = FirstElection(term=0, connected=frozenset())
+    RaftNode._first_election_line(node)  # type: ignore[arg-type]
+    assert node.hastened == [] and node.pending()  # Alone: not a majority yet.
+    node.connected = frozenset({"10.0.0.3:7000", "10.0.0.9:7000"})  # One voter (and a stranger).
+    RaftNode._first_election_line(node)  # type: ignore[arg-type]
+    place_s = leader_lost_delay_s(node.voters, node._address, "", 0, 0.0)
+    assert len(node.hastened) == 1 and place_s <= node.hastened[0] <= place_s + LEADER_LOST_ELECTION_JITTER_S
+    RaftNode._first_election_line(node)  # type: ignore[arg-type]
+    assert len(node.hastened) == 1 and not node.pending()  # Once.
+    patient = FirstElection(term=0, connected=node.connected)
+    patient._election_timeout_min_s, patient.due_s = 5.0, 9.0
+    RaftNode._first_election_line(patient)  # type: ignore[arg-type]
+    assert 10 * place_s <= patient.hastened[0] <= 10 * (place_s + LEADER_LOST_ELECTION_JITTER_S)
+    for kept in (FirstElection(term=3, connected=node.connected), FirstElection(0, node.connected, True)):
+        RaftNode._first_election_line(kept)  # type: ignore[arg-type]
+        assert kept.hastened == []
