@@ -328,8 +328,7 @@ def _parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[bytes | 
         split = _split_parsed(data)
         if split is not None:
             return split
-    frame, arguments = _whole_parsed(data)
-    return frame, list(arguments)
+    return _whole_parsed(data)
 
 
 def _split_parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[bytes | memoryview]] | None:
@@ -420,7 +419,7 @@ def _split_arguments(data: bytes | memoryview) -> tuple[bytes, list[bytes | memo
     return _FRAME_APPEND_TAG + varint(len(rest)) + rest, arguments, taken
 
 
-def _whole_parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[bytes]]:
+def _whole_parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[bytes | memoryview]]:
     """The frame parsed whole, and its arguments taken out (`_parsed`).
 
     The canonical check compares the length of the frame encoded again with the bytes received.
@@ -433,7 +432,7 @@ def _whole_parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[by
     except (DecodeError, RecursionError, ValueError) as error:
         raise WireError(f"not a Raft frame: {error}") from error
     frame.DiscardUnknownFields()
-    arguments: list[bytes] = []
+    arguments: list[bytes | memoryview] = []  # Bytes here (read out of protobuf); views by `_split_parsed`.
     if frame.WhichOneof("message") == "append_entries" and frame.append_entries.entries:
         size = _with_arguments_size(frame, arguments)
     else:
@@ -443,7 +442,7 @@ def _whole_parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[by
     return frame, arguments
 
 
-def _with_arguments_size(frame: raft_pb2.RaftFrame, arguments: list[bytes]) -> int:
+def _with_arguments_size(frame: raft_pb2.RaftFrame, arguments: list[bytes | memoryview]) -> int:
     """The canonical size of `frame`, whose AppendEntries has entries, after moving each entry's
     regular argument into `arguments` (b"" for an entry without one): each nested message's size
     without the arguments, plus what they add to it and to the length prefixes around it."""
