@@ -349,7 +349,8 @@ class WireReader:
         return chunk
 
     def view(self, size: int) -> memoryview:
-        """The next `size` bytes, as a view of `data` (no copy: `data` is bytes, which never change)."""
+        """The next `size` bytes, as a view of `data` (no copy: `data`, bytes or a view of a command's
+        bytes, never changes)."""
         chunk = memoryview(self.data)[self.offset : self.offset + size]
         self.offset += size
         return chunk

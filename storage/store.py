@@ -800,16 +800,15 @@ class StoreWriter(StoreReader, TransactionWrites):
         starts = range(piece, len(value), piece)  # Piece i (from 1) starts at i * piece.
         if not starts:
             return
-        if len(starts) <= len(_PIECE_SUFFIXES):  # Each piece's key suffix from the table: no call a piece.
-            pieces = [
-                (record_key + suffix, view[start : start + piece])
-                for suffix, start in zip(_PIECE_SUFFIXES, starts, strict=False)  # As many as `starts`.
-            ]
-        else:
-            pieces = [
-                (record_key + _PIECE_INDEX.pack(index), view[start : start + piece])
-                for index, start in enumerate(starts, start=1)
-            ]
+        suffixes = (  # Each piece's key suffix from the table (no call a piece), past it packed.
+            _PIECE_SUFFIXES
+            if len(starts) <= len(_PIECE_SUFFIXES)
+            else [_PIECE_INDEX.pack(index) for index in range(1, len(starts) + 1)]
+        )
+        pieces = [
+            (record_key + suffix, view[start : start + piece])
+            for suffix, start in zip(suffixes, starts, strict=False)  # As many as `starts`.
+        ]
         self._transaction.cursor(db=self._pieces).putmulti(pieces)  # One call into LMDB for them all.
 
     def _delete_pieces(self, record_key: bytes | memoryview, head: bytes | memoryview) -> None:
