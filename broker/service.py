@@ -59,7 +59,7 @@ from kq.proto.records import WireRecord, parse_batch, read_header
 from kq.raft import commands, topic_config
 from kq.raft.placement import METADATA_GROUP
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
-from kq.raft.topic_config import altered, applied_config, configs_problem, decode_overrides, effective
+from kq.raft.topic_config import altered, configs_problem, decode_overrides
 from kq.storage import CorruptRecordError, StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
@@ -334,14 +334,14 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
             topic = self._partition_topic(reader, request.topic)
             _check_partition(topic, request.partition)
             self._require_partition_leader(topic, request.partition)
-            overrides = decode_overrides(reader.topic_configs(topic.topic_id))
-        limit = applied_config(overrides).max_message_bytes
+            applied, in_effect = self._topic_configs.parsed(reader.topic_configs(topic.topic_id))
+        limit = applied.max_message_bytes
         if len(records) > limit:  # Apply decides it too (the config may change meanwhile).
             raise InvalidArgumentError(
                 f"a record batch of {len(records)} bytes; the topic's max.message.bytes is {limit}",
                 ErrorCode.MESSAGE_TOO_LARGE,
             )
-        if effective(overrides, self._topic_defaults).compacts:
+        if in_effect.compacts:
             _check_keyed(request.topic, records)
         self._require_room(len(records))  # Last: a bad request is told what is wrong with it.
         return append

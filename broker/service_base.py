@@ -25,6 +25,7 @@ from kq.broker.waiters import AppliedNotifier, WatchKey, wait_for_wake
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import CATCH_UP_WAIT_S, RAFT_GROUPS_MAX, REPLICA_CATCH_UP_POLL_S
 from kq.proto.records import WireRecord, parse_batch
+from kq.raft.topic_config import ConfigParser
 from kq.storage import Store, StoredBatch, StoreReader, TopicMeta
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class ServiceBase:
         self._groups = groups or GroupsView(0, 1, lambda: membership.view, consensus.status)
         # This node's defaults of the leader-run topic configs (`--topic-default`, raft/topic_config.py).
         self._topic_defaults: Mapping[str, str] = dict(topic_defaults or {})
+        self._topic_configs = ConfigParser(self._topic_defaults)  # Parsed once per stored overrides.
         self._membership = membership  # The members as this node knows them (broker/membership.py).
         self._membership_changes = membership_changes  # AddNode, RemoveNode; None: no Raft node here.
         # Authentication and ACLs (broker/auth.py); None: off, every call allowed.

@@ -85,6 +85,13 @@ ENTRY_WORK_MAX = 160_000
 # least the requests in flight to one leader, in count and in bytes.
 PASSED_BATCHES_KEPT = 256
 PASSED_BATCHES_BYTES_MAX = 32 * 1024 * 1024
+# Topic configs parsed from their stored overrides, kept by those bytes (raft/topic_config.py
+# `applied_config_of`, `ConfigParser`): apply and the edge parse a topic's configs for every produce
+# request; a topic's stored overrides change rarely, and topics with none share one entry.
+TOPIC_CONFIGS_PARSED_KEPT = 1024
+# Topic and group names found legal, kept so that a produce request's topic is not matched against
+# the name pattern again on every node (raft/validation.py `topic_name_problem`).
+LEGAL_NAMES_KEPT = 4096
 # REGULAR entries whose call a node remembers by the identity of their command bytes (raft/
 # pysyncobj_adapter.py EntryCalls: built here, so neither the sender's canonical check nor apply
 # unpickles them), and their arguments' bytes in all: the entries in flight between proposal (or

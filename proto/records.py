@@ -55,7 +55,7 @@ import struct
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import crc32c as crc32c_module
 
@@ -75,6 +75,9 @@ from kq.proto.limits import (
 )
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # Every field from baseOffset to recordsCount.
+# `BatchHeader` from the unpacked fields, as its `_make` does without the length check: the format has
+# exactly its fields.
+_new_header = tuple.__new__
 _BEFORE_CRC = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc.
 _FROM_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordsCount: the start of what the CRC covers.
 _BASE_OFFSET = struct.Struct(">q")
@@ -146,9 +149,11 @@ class WorkMeter:
         self.spent += units
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of a RecordBatch v2, field by field (names as in the layout, units last)."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a RecordBatch v2, field by field (names as in the layout, units last).
+
+    A NamedTuple, built straight from the unpacked fields (`_new_header`): every produce request reads
+    it several times on every node, and a frozen dataclass's constructor cost 2.2 µs against 0.45."""
 
     base_offset: int
     batch_length: int
@@ -247,7 +252,7 @@ def _unpack_header(data: bytes | memoryview, position: int, end: int) -> BatchHe
     """The header at `position`, checked for its length, magic and the smallest batchLength."""
     if end - position < BATCH_HEADER_BYTES:
         raise MalformedBatchError(f"{end - position} bytes: less than a {BATCH_HEADER_BYTES}-byte header")
-    header = BatchHeader(*_HEADER.unpack_from(data, position))
+    header = _new_header(BatchHeader, _HEADER.unpack_from(data, position))
     if header.magic != MAGIC:
         raise MalformedBatchError(f"magic byte {header.magic}: kq reads only RecordBatch v2 (magic 2)")
     if header.total_bytes < BATCH_HEADER_BYTES:

@@ -58,7 +58,7 @@ from kq.raft.results import (
     TopicResult,
     TrimResult,
 )
-from kq.raft.topic_config import TopicConfig, altered, applied_config, decode_overrides, encode_overrides
+from kq.raft.topic_config import TopicConfig, altered, applied_config_of, decode_overrides, encode_overrides
 from kq.raft.validation import append_envelope_problem, append_problem, command_problem
 from kq.storage import ProducerAppend, ProducerWindow, Store, StoreWriter
 from kq.storage.transactions import OpenTransaction
@@ -422,9 +422,7 @@ def _apply_partition_append(
         return PartitionAppendResult(ErrorCode.UNKNOWN_PARTITION)
     config = configs.get(topic.topic_id)
     if config is None:  # Read once per topic and entry: most appends of an entry share a few topics.
-        config = configs[topic.topic_id] = applied_config(
-            decode_overrides(writer.topic_configs(topic.topic_id))
-        )
+        config = configs[topic.topic_id] = applied_config_of(writer.topic_configs(topic.topic_id))
     if len(records) > config.max_message_bytes:
         reason = f"a batch of {len(records)} bytes; max.message.bytes is {config.max_message_bytes}"
         return PartitionAppendResult(ErrorCode.MESSAGE_TOO_LARGE, reason=reason)

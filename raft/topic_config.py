@@ -17,11 +17,12 @@ that differs between nodes:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kq.proto import kq_pb2
-from kq.proto.limits import APPEND_BYTES_MAX, TOPIC_CONFIG_VALUE_LENGTH_MAX
+from kq.proto.limits import APPEND_BYTES_MAX, TOPIC_CONFIG_VALUE_LENGTH_MAX, TOPIC_CONFIGS_PARSED_KEPT
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -280,6 +281,35 @@ def effective(overrides: Mapping[str, str], defaults: Mapping[str, str] | None =
 def applied_config(overrides: Mapping[str, str]) -> TopicConfig:
     """What apply may read: the overrides over kq's built-in defaults only (no node's flags)."""
     return effective(overrides, None)
+
+
+@functools.lru_cache(maxsize=TOPIC_CONFIGS_PARSED_KEPT)
+def applied_config_of(stored: bytes | None) -> TopicConfig:
+    """`applied_config` of a topic's stored overrides (`StoreReader.topic_configs`; None: none), kept by
+    those bytes: a pure function of them (a TopicConfig is immutable), so every replica's apply reads
+    the same config, and a produce request no longer parses its topic's configs (~8 µs) each time."""
+    return applied_config(decode_overrides(stored))
+
+
+class ConfigParser:
+    """A node's parsed topic configs by their stored overrides: what apply reads (`applied_config`)
+    and what is in effect with the node's defaults (`effective`), for the edge's checks of each
+    produce request. Keeps at most TOPIC_CONFIGS_PARSED_KEPT, then starts again (any thread: a race
+    parses the same bytes twice)."""
+
+    def __init__(self, defaults: Mapping[str, str]) -> None:
+        self._defaults = dict(defaults)
+        self._parsed: dict[bytes | None, tuple[TopicConfig, TopicConfig]] = {}
+
+    def parsed(self, stored: bytes | None) -> tuple[TopicConfig, TopicConfig]:
+        """(what apply reads, what is in effect on this node) for a topic's stored overrides."""
+        found = self._parsed.get(stored)
+        if found is None:
+            if len(self._parsed) >= TOPIC_CONFIGS_PARSED_KEPT:
+                self._parsed = {}
+            overrides = decode_overrides(stored)
+            found = self._parsed[stored] = (applied_config(overrides), effective(overrides, self._defaults))
+        return found
 
 
 def parse_assignments(texts: Iterable[str]) -> dict[str, str]:

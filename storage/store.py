@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lmdb
 
@@ -58,6 +58,10 @@ _OLD_PRODUCER_KEY = struct.Struct(">QQI")  # producer_id, topic_id, partition: l
 _PRODUCER_EPOCH = struct.Struct(">HB")  # epoch, count of the appends that follow
 _PRODUCER_APPEND = struct.Struct(">IIQ")  # first sequence, record count, base offset
 _PRODUCER_STAMP = struct.Struct(">q")  # last_append_ms: after the appends (a row without it: unstamped)
+# A whole stamped `producers` row of 0 to PRODUCER_APPENDS_KEPT appends: the three above back to back.
+_PRODUCER_ROWS = tuple(
+    struct.Struct(">HB" + "IIQ" * count + "q") for count in range(PRODUCER_APPENDS_KEPT + 1)
+)
 _LEADER_EPOCH_KEY = struct.Struct(">QII")  # topic_id, partition, leader epoch
 _EPOCH_MAX = 2**32 - 1
 
@@ -98,9 +102,12 @@ _OFFSET_TAIL = struct.Struct(">QI")  # topic_id, partition
 _COMMITTED = struct.Struct(">Qq")  # offset, commit time
 
 
-@dataclass(frozen=True, slots=True)
-class TopicMeta:
-    """A topic's metadata row."""
+class TopicMeta(NamedTuple):
+    """A topic's metadata row.
+
+    This, `PartitionState`, `ProducerAppend` and `ProducerWindow` are NamedTuples, not frozen
+    dataclasses: apply reads each for every produce request, and a frozen dataclass's constructor
+    costs three times a tuple's (~0.2 µs a field)."""
 
     name: str
     topic_id: int
@@ -111,8 +118,7 @@ class TopicMeta:
     groups: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionState:
+class PartitionState(NamedTuple):
     """Where a partition log starts and ends; offsets in [log_start_offset, log_end_offset) exist
     (in a compacted partition, some of them are gaps: records compaction dropped)."""
 
@@ -136,8 +142,7 @@ class BatchSpan:
         return self.base_offset + self.offset_span
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerAppend:
+class ProducerAppend(NamedTuple):
     """One remembered append of an idempotent producer to one partition."""
 
     first_sequence: int  # A batch's baseSequence: a non-negative int32.
@@ -145,8 +150,7 @@ class ProducerAppend:
     base_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerWindow:
+class ProducerWindow(NamedTuple):
     """What one partition remembers of an idempotent producer: its epoch there and its last appends."""
 
     epoch: int
@@ -166,6 +170,28 @@ class ProducerSweep:
     wrapped: bool  # The sweep reached the table's end: the next entry starts again at its first row.
 
 
+class _Writing:
+    """`Store.write()`: the write transaction, begun; a StoreWriter over it on entry; commits when the
+    block ends normally, aborts if it raises (as LMDB's own transaction context does). A class rather
+    than a generator context: every applied entry opens one, and the generator's frames cost ~2 µs."""
+
+    __slots__ = ("_piece_bytes", "_tables", "_transaction")
+
+    def __init__(self, transaction: Any, tables: dict[str, Any], piece_bytes: int) -> None:
+        self._transaction = transaction
+        self._tables = tables
+        self._piece_bytes = piece_bytes
+
+    def __enter__(self) -> StoreWriter:
+        return StoreWriter(self._transaction, self._tables, self._piece_bytes)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        if kind is None:
+            self._transaction.commit()
+        else:
+            self._transaction.abort()
+
+
 class Store:
     """One node's LMDB environment. Writes come only from `apply`; reads come from any thread."""
 
@@ -174,6 +200,7 @@ class Store:
         self.path = path
         self._map_size_bytes = map_size_bytes
         self._databases = {name: environment.open_db(name) for name in DATABASE_NAMES}
+        self._tables = reader_tables(self._databases)
         self._piece_bytes = int(environment.stat()["psize"]) - OVERFLOW_PAGE_HEADER_BYTES
 
     @classmethod
@@ -251,17 +278,16 @@ class Store:
         """Closes the environment; the store must not be used afterwards."""
         self._environment.close()
 
-    @contextmanager
-    def write(self) -> Iterator[StoreWriter]:
-        """One write transaction: committed when the block ends normally, aborted if it raises."""
-        with self._environment.begin(write=True) as transaction:
-            yield StoreWriter(transaction, self._databases, self._piece_bytes)
+    def write(self) -> _Writing:
+        """One write transaction (`with store.write() as writer:`): committed when the block ends
+        normally, aborted if it raises."""
+        return _Writing(self._environment.begin(write=True), self._tables, self._piece_bytes)
 
     @contextmanager
     def read(self) -> Iterator[StoreReader]:
         """One consistent read-only view of the store."""
         with self._environment.begin(write=False, buffers=True) as transaction:
-            yield StoreReader(transaction, self._databases)
+            yield StoreReader(transaction, self._tables)
 
     def applied_index(self) -> int:
         """Raft index of the last applied entry, 0 for an empty store."""
@@ -274,7 +300,7 @@ class Store:
 
     def applied_index_in(self, transaction: Any) -> int:
         """Applied index as seen by a transaction from `begin_snapshot`."""
-        return StoreReader(transaction, self._databases).applied_index()
+        return StoreReader(transaction, self._tables).applied_index()
 
     def copy_to_fd(self, fd: int, transaction: Any) -> None:
         """Writes the state seen by `transaction` as a compacted LMDB file into `fd` (mdb_env_copyfd:
@@ -392,29 +418,58 @@ def _timestamp_key(record_key: bytes | memoryview, batch: bytes | memoryview) ->
     return _TIMESTAMP_KEY.pack(topic_id, partition, _INT64_MAX - max_timestamp_ms, base_offset)
 
 
+def reader_tables(databases: dict[bytes, Any]) -> dict[str, Any]:
+    """A store's named databases by the attribute a StoreReader reads each by: built once per Store,
+    then set on each reader in one call (every applied entry opens one; 20 lookups a transaction
+    cost as much as two LMDB reads)."""
+    return {
+        "_meta": databases[b"meta"],
+        "_topics": databases[b"topics"],
+        "_partitions": databases[b"partitions"],
+        "_records": databases[b"records"],
+        "_producers": databases[b"producers"],
+        "_groups": databases[b"groups"],
+        "_offsets": databases[b"offsets"],
+        "_topic_configs": databases[b"topic_configs"],
+        "_topic_groups": databases[b"topic_groups"],
+        "_timestamps": databases[b"timestamps"],
+        "_purges": databases[b"purges"],
+        "_pieces": databases[b"record_pieces"],
+        "_offset_topics": databases[b"offset_topics"],
+        "_members": databases[b"members"],
+        "_leader_epochs": databases[b"leader_epochs"],
+        "_security": {name: databases[name] for name in SECURITY_TABLES},
+        "_txn_tables": {name: databases[name] for name in TRANSACTION_TABLES},
+        "_offset_metadata": databases[b"offset_metadata"],
+    }
+
+
 class StoreReader(TransactionReads):
     """Typed reads inside one transaction."""
 
-    def __init__(self, transaction: Any, databases: dict[bytes, Any]) -> None:
+    # The store's named databases (`reader_tables`).
+    _meta: Any
+    _topics: Any
+    _partitions: Any
+    _records: Any
+    _producers: Any
+    _groups: Any
+    _offsets: Any
+    _topic_configs: Any
+    _topic_groups: Any
+    _timestamps: Any
+    _purges: Any
+    _pieces: Any
+    _offset_topics: Any
+    _members: Any
+    _leader_epochs: Any
+    _security: dict[bytes, Any]
+    _txn_tables: dict[bytes, Any]
+    _offset_metadata: Any
+
+    def __init__(self, transaction: Any, tables: dict[str, Any]) -> None:
+        self.__dict__.update(tables)  # Every attribute `reader_tables` names.
         self._transaction = transaction
-        self._meta = databases[b"meta"]
-        self._topics = databases[b"topics"]
-        self._partitions = databases[b"partitions"]
-        self._records = databases[b"records"]
-        self._producers = databases[b"producers"]
-        self._groups = databases[b"groups"]
-        self._offsets = databases[b"offsets"]
-        self._topic_configs = databases[b"topic_configs"]
-        self._topic_groups = databases[b"topic_groups"]
-        self._timestamps = databases[b"timestamps"]
-        self._purges = databases[b"purges"]
-        self._pieces = databases[b"record_pieces"]
-        self._offset_topics = databases[b"offset_topics"]
-        self._members = databases[b"members"]
-        self._leader_epochs = databases[b"leader_epochs"]
-        self._security = {name: databases[name] for name in SECURITY_TABLES}
-        self._txn_tables = {name: databases[name] for name in TRANSACTION_TABLES}
-        self._offset_metadata = databases[b"offset_metadata"]
 
     def _meta_u64(self, name: bytes) -> int:
         raw = self._transaction.get(name, db=self._meta)
@@ -749,15 +804,18 @@ def _producer_window(raw: bytes) -> ProducerWindow:
     epoch, count = _PRODUCER_EPOCH.unpack_from(raw, 0)
     start = _PRODUCER_EPOCH.size
     end = start + count * _PRODUCER_APPEND.size
-    fields = _PRODUCER_APPEND.iter_unpack(raw[start:end])
+    appends = tuple(map(ProducerAppend._make, _PRODUCER_APPEND.iter_unpack(raw[start:end])))
     stamped = len(raw) >= end + _PRODUCER_STAMP.size  # A row written before the time was added has none.
     last_append_ms = _PRODUCER_STAMP.unpack_from(raw, end)[0] if stamped else None
-    return ProducerWindow(epoch, tuple(ProducerAppend(*field) for field in fields), last_append_ms)
+    return ProducerWindow(epoch, appends, last_append_ms)
 
 
 def _producer_row(epoch: int, appends: Iterable[ProducerAppend], last_append_ms: int) -> bytes:
     """A `producers` value (storage/__init__.py): epoch, count, the appends, the last append time."""
     kept = tuple(appends)
+    if len(kept) < len(_PRODUCER_ROWS):  # One pack (every append applied writes one).
+        fields = itertools.chain.from_iterable(kept)
+        return _PRODUCER_ROWS[len(kept)].pack(epoch, len(kept), *fields, last_append_ms)
     return (
         _PRODUCER_EPOCH.pack(epoch, len(kept))
         + b"".join(_PRODUCER_APPEND.pack(a.first_sequence, a.record_count, a.base_offset) for a in kept)
@@ -773,9 +831,11 @@ def _group_prefix(group: str) -> bytes:
 class StoreWriter(StoreReader, TransactionWrites):
     """Typed writes inside the one write transaction of an applied entry."""
 
-    def __init__(self, transaction: Any, databases: dict[bytes, Any], piece_bytes: int) -> None:
-        super().__init__(transaction, databases)
+    def __init__(self, transaction: Any, tables: dict[str, Any], piece_bytes: int) -> None:
+        self.__dict__.update(tables)  # As StoreReader's, without the call.
+        self._transaction = transaction
         self._piece_bytes = piece_bytes
+        self._applied_index: int | None = None  # Read once (`applied_index`).
 
     def _put_batch(
         self,
@@ -788,7 +848,8 @@ class StoreWriter(StoreReader, TransactionWrites):
         `record_pieces`, one page-sized piece per value, so that every value that LMDB keeps on
         overflow pages takes exactly one page and any page a trim frees fits any later piece.
         `base_offset` (and `leader_epoch`): stamped into the first piece as it is stored (the batch
-        itself is not copied)."""
+        itself is not copied), which must then be a new row: a taken offset raises AssertionError
+        before anything is written (LMDB's put checks it, where a read before it cost a lookup)."""
         view = memoryview(value)
         piece = self._piece_bytes
         head = (
@@ -796,7 +857,8 @@ class StoreWriter(StoreReader, TransactionWrites):
             if base_offset is None
             else stamp_base_offset(view[:piece], base_offset, leader_epoch)
         )
-        self._transaction.put(record_key, head, db=self._records)
+        if not self._transaction.put(record_key, head, db=self._records, overwrite=base_offset is None):
+            raise AssertionError(f"an offset was already taken: {_RECORD_KEY.unpack(record_key)}")
         starts = range(piece, len(value), piece)  # Piece i (from 1) starts at i * piece.
         if not starts:
             return
@@ -826,10 +888,18 @@ class StoreWriter(StoreReader, TransactionWrites):
     def _put_meta_u64(self, name: bytes, value: int) -> None:
         self._transaction.put(name, _U64.pack(value), db=self._meta)
 
+    def applied_index(self) -> int:
+        """Raft index of the last applied entry; read once a transaction (only `set_applied_index`
+        changes it, and apply reads it before it applies an entry and checks it as it records one)."""
+        if self._applied_index is None:
+            self._applied_index = self._meta_u64(_APPLIED_INDEX)
+        return self._applied_index
+
     def set_applied_index(self, index: int) -> None:
         """Records that the entry at `index` is applied; it only ever grows."""
         assert index > self.applied_index(), "applied index must only move forward"
         self._put_meta_u64(_APPLIED_INDEX, index)
+        self._applied_index = index
 
     def count_rejected_entry(self) -> None:
         """Counts one entry that apply refused as a whole (its index is still recorded as applied)."""
@@ -991,9 +1061,8 @@ class StoreWriter(StoreReader, TransactionWrites):
         record_count = record_count_of(batch)  # A producer's batch: as many as its offsets.
         assert 0 < record_count == offset_span_of(batch), "apply appends only checked batches"
         record_key = _RECORD_KEY.pack(topic_id, partition, base_offset)
-        assert self._transaction.get(record_key, db=self._records) is None, "an offset was already taken"
         epoch = self._stamped_epoch(topic_id, partition, leader_epoch, base_offset) if leader_epoch else None
-        self._put_batch(record_key, batch, base_offset, epoch)  # Stored as `stamp_base_offset` makes it.
+        self._put_batch(record_key, batch, base_offset, epoch)  # A new row, as `stamp_base_offset` makes it.
         timestamp_key = _timestamp_key(record_key, batch)  # The header's maxTimestamp: not stamped.
         if timestamp_key is not None:
             self._transaction.put(timestamp_key, b"", db=self._timestamps)

@@ -9,17 +9,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kq.proto import kq_pb2
-from kq.proto.limits import APPEND_BYTES_MAX, TRIM_BATCHES_PER_ENTRY_MAX
+from kq.proto.limits import APPEND_BYTES_MAX, TOPIC_CONFIGS_PARSED_KEPT, TRIM_BATCHES_PER_ENTRY_MAX
 from kq.proto.records import LOG_APPEND_TIME_FLAG, check_batch, parse_batch, read_header
 from kq.raft import commands
 from kq.raft.results import AppendResult, ErrorCode, TopicResult, TrimResult
 from kq.raft.state_machine import apply
 from kq.raft.topic_config import (
+    ConfigParser,
     applied_config,
+    applied_config_of,
     configs_problem,
     decode_overrides,
     defaults_problem,
     effective,
+    encode_overrides,
     entry_problem,
     values,
 )
@@ -88,6 +91,25 @@ def test_node_defaults_reach_leader_run_configs_only() -> None:
     assert applied_config({}).retention_ms == -1
     assert values({}, {})["cleanup.policy"] == "delete"
     assert effective({"cleanup.policy": "compact"}).deletes is False
+
+
+def test_parsed_configs_are_kept_by_their_stored_bytes() -> None:
+    """What apply reads of a topic's stored overrides is `applied_config` of them, parsed once for the
+    same bytes; the edge's parser gives the same and, beside it, the configs in effect with the node's
+    defaults; it keeps a bounded number."""
+    stored = encode_overrides({"max.message.bytes": "1000", "retention.ms": "5"})
+    assert applied_config_of(stored) == applied_config(decode_overrides(stored))
+    assert applied_config_of(stored) is applied_config_of(bytes(stored))
+    assert applied_config_of(None) == applied_config({})
+    parser = ConfigParser({"retention.ms": "1000"})
+    applied, in_effect = parser.parsed(stored)
+    assert applied == applied_config_of(stored)
+    assert (applied.max_message_bytes, in_effect.max_message_bytes) == (1000, 1000)
+    assert parser.parsed(None)[1].retention_ms == 1000  # The node's default, never apply's.
+    assert parser.parsed(None)[0].retention_ms == -1
+    for value in range(TOPIC_CONFIGS_PARSED_KEPT + 5):
+        parser.parsed(encode_overrides({"retention.ms": str(value)}))
+        assert len(parser._parsed) <= TOPIC_CONFIGS_PARSED_KEPT
 
 
 @given(st.text(max_size=40), st.text(max_size=300))

@@ -17,9 +17,10 @@ from pysyncobj.node import TCPNode
 import kq.raft.groups
 import kq.raft.patterns
 import kq.raft.state_machine
+import kq.raft.validation
 from kq.proto import kq_pb2
 from kq.proto.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
-from kq.proto.limits import PATTERN_PROGRAM_SIZE_MAX, TOPIC_NAME_LENGTH_MAX
+from kq.proto.limits import LEGAL_NAMES_KEPT, PATTERN_PROGRAM_SIZE_MAX, TOPIC_NAME_LENGTH_MAX
 from kq.proto.records import (
     TRANSACTIONAL_FLAG,
     NewRecord,
@@ -34,7 +35,7 @@ from kq.raft.results import ErrorCode, GroupResult, RejectedResult, SkippedResul
 from kq.raft.state_machine import EnvironmentFaultError, apply
 from kq.raft.topic_config import CONFIGS
 from kq.raft.transactions import TRANSACTION_COMMAND_KINDS, transaction_problem
-from kq.raft.validation import append_problem, cluster_member_problem, command_problem
+from kq.raft.validation import append_problem, cluster_member_problem, command_problem, topic_name_problem
 from kq.storage import Store
 
 MAP_BYTES = 64 * 1024**2
@@ -606,3 +607,25 @@ def test_pattern_matching_cost_is_bounded_by_counts(tmp_path: Path, monkeypatch:
         assert pattern_problem(pattern) is None
         assert compile_pattern(pattern).programsize <= PATTERN_PROGRAM_SIZE_MAX
     assert pattern_problem(".{1000}.{1000}") is not None
+
+
+@given(st.text(max_size=300))
+def test_a_name_is_judged_alike_first_and_when_remembered(name: str) -> None:
+    """Fuzz: `topic_name_problem` remembers legal names only; a name's verdict (for topics and groups)
+    is the same the first time, from memory, and after memory was cleared."""
+    kq.raft.validation._LEGAL_NAMES.clear()
+    first = topic_name_problem(name)
+    again = topic_name_problem(name, "group")
+    assert (first is None) == (again is None)
+    assert (name in kq.raft.validation._LEGAL_NAMES) == (first is None)
+    assert first is None or ("topic" in first and again is not None and "group" in again)
+
+
+def test_remembered_names_are_bounded() -> None:
+    """At most LEGAL_NAMES_KEPT names are kept; a name too long is never kept."""
+    kq.raft.validation._LEGAL_NAMES.clear()
+    for number in range(LEGAL_NAMES_KEPT + 10):
+        assert topic_name_problem(f"t{number}") is None
+        assert len(kq.raft.validation._LEGAL_NAMES) <= LEGAL_NAMES_KEPT
+    assert topic_name_problem("a" * (TOPIC_NAME_LENGTH_MAX + 1)) is not None
+    assert "a" * (TOPIC_NAME_LENGTH_MAX + 1) not in kq.raft.validation._LEGAL_NAMES

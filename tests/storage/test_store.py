@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import lmdb
 import pytest
 
 from kq.proto.records import NewRecord, encode_batch, parse_batch, with_base_offset
-from kq.storage import CorruptRecordError, ProducerAppend, Store
+from kq.storage import CorruptRecordError, PartitionState, ProducerAppend, ProducerWindow, Store
+from kq.storage.store import PRODUCER_APPENDS_KEPT, _producer_row, _producer_window
 
 
 def batch(*values: bytes, timestamp_ms: int = 100) -> bytes:
@@ -111,6 +113,46 @@ def test_producer_windows_keep_the_last_appends_of_one_epoch(store: Store) -> No
         writer.remember_producer_append(3, 1, 0, 1, ProducerAppend(0, 4, 20), window, appended_ms=7)
         assert writer.producer_window(3, 1, 0) == type(window)(1, (ProducerAppend(0, 4, 20),), 7)
         assert writer.producer_window(3, 1, 1) is None
+
+
+def test_producer_rows_are_the_fields_back_to_back_whatever_the_count() -> None:
+    """A `producers` row packed in one call (up to PRODUCER_APPENDS_KEPT appends) is the epoch, the
+    count, each append and the time, field after field, as the row was always laid out; more appends
+    than that (a row no apply writes) fall back to the same layout; each reads back as written."""
+    for count in range(PRODUCER_APPENDS_KEPT + 3):
+        appends = [ProducerAppend(7 * i, i + 1, 2**40 + i) for i in range(count)]
+        laid_out = (
+            struct.pack(">HB", 3, count)
+            + b"".join(struct.pack(">IIQ", *a) for a in appends)
+            + struct.pack(">q", -5)
+        )
+        assert _producer_row(3, appends, -5) == laid_out
+        assert _producer_window(laid_out) == ProducerWindow(3, tuple(appends), -5)
+
+
+def test_an_append_at_a_taken_offset_fails_and_writes_nothing(store: Store) -> None:
+    """The base offset comes from the partition's state; a row already there (a state that went
+    wrong) stops the append before any byte of the new batch is written, and the transaction is
+    aborted: the stored batch and the partition's state stay as they were."""
+    before = store.dump()
+    with pytest.raises(AssertionError, match="already taken"), store.write() as writer:
+        writer._put_partition(1, 0, PartitionState(0, 0, 0))  # Pretends the partition is empty.
+        writer.append(1, 0, batch(b"x" * 10_000))  # Pieces too: none may be written.
+    assert store.dump() == before
+
+
+def test_a_write_commits_when_its_block_ends_and_aborts_when_it_raises(store: Store) -> None:
+    """`Store.write()`: the applied index a block sets is there after it, not after one that raised;
+    inside the block the writer reads the index it set."""
+    with store.write() as writer:
+        writer.set_applied_index(5)
+        assert writer.applied_index() == 5
+    with pytest.raises(RuntimeError), store.write() as writer:
+        writer.set_applied_index(9)
+        raise RuntimeError("stop")
+    assert store.applied_index() == 5
+    with store.write() as writer, pytest.raises(AssertionError):
+        writer.set_applied_index(5)  # Never backwards, nor twice.
 
 
 def test_copy_replaces_another_store_exactly(store: Store, tmp_path: Path) -> None:
