@@ -498,6 +498,10 @@ RAFT_RECEIVE_LARGE_BYTES_MIN = 64 * 1024  # A frame this large is received strai
 # split's Python costs more than the copies it saves). At least pysyncobj_adapter's
 # `_JOIN_ARGUMENT_BYTES_MIN`, so that every argument split out is joined, never pickled.
 RAFT_SPLIT_ARGUMENT_BYTES_MIN = 64 * 1024
+# A received Raft frame up to this size is measured for the canonical check by encoding it whole
+# (raft/wire.py `_whole_parsed`: its arguments' copies are cheaper than taking them out and adding
+# their sizes back); a larger one's arguments are taken out first.
+RAFT_WHOLE_MEASURE_BYTES_MAX = 16 * 1024
 RAFT_SEND_BYTES = 256 * 1024  # One send() call's bytes.
 RAFT_SEND_PIECES_MAX = 64  # Pieces of queued frames one sendmsg() call takes (the kernel allows 1,024).
 RAFT_SEND_PIECE_BYTES_MIN = 4 * 1024  # A frame's piece this large is sent from where it is, not joined.

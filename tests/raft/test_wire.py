@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 from pysyncobj.node import TCPNode
 
 from kq.proto import raft_pb2
-from kq.proto.limits import ENTRY_BYTES_MAX, RAFT_CHUNK_BYTES_MAX, RAFT_SPLIT_ARGUMENT_BYTES_MIN
+from kq.proto.limits import (
+    ENTRY_BYTES_MAX,
+    RAFT_CHUNK_BYTES_MAX,
+    RAFT_SPLIT_ARGUMENT_BYTES_MIN,
+    RAFT_WHOLE_MEASURE_BYTES_MAX,
+)
 from kq.raft import wire
 from kq.raft.pysyncobj_adapter import (
     ENTRY_CALLS,
@@ -394,6 +399,23 @@ def test_the_canonical_check_agrees_with_encoding_the_whole_frame(
     assert expected
     if bytes(mutated) == original:
         assert decode_message(original, TCPNode)["entries"] == entries
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([size for size in ARGUMENT_SIZES if size < 4096]), min_size=1, max_size=4))
+def test_a_small_frame_measured_whole_parses_as_one_measured_without_its_arguments(sizes: list[int]) -> None:
+    """A frame of at most RAFT_WHOLE_MEASURE_BYTES_MAX is measured by encoding it whole: the same frame
+    (arguments taken out) and arguments as when they are taken out before it is measured."""
+    entries = [(entry_command(0, bytes([n]) * size), 7 + n, 2) for n, size in enumerate(sizes)]
+    entries.append((NO_OP_COMMAND, 7 + len(sizes), 2))
+    message = {"type": "append_entries", "term": 5, "commit_index": 6, "entries": entries}
+    data = encode_message({**message, "prevLogIdx": 6, "prevLogTerm": 2})
+    assert len(data) <= RAFT_WHOLE_MEASURE_BYTES_MAX
+    whole = wire._whole_parsed(data)
+    measured_apart = raft_pb2.RaftFrame.FromString(data)
+    arguments: list[bytes | memoryview] = []
+    assert wire._with_arguments_size(measured_apart, arguments) == len(data)
+    assert whole == (measured_apart, arguments)
 
 
 def test_an_entry_built_here_is_sent_and_rebuilt_as_its_unpickled_copy_would_be() -> None:
