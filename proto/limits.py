@@ -229,6 +229,9 @@ LOOP_CALL_TIMEOUT_S = 10.0  # A thread waiting for the serving loop to run a cal
 # Series stay bounded whatever the cluster holds: topics counted by name (later ones as "_other"),
 # partitions and groups a scrape reports (the rest counted in kq_metrics_series_dropped).
 METRICS_TOPICS_MAX = 200
+# Labelled metric children found once and kept (broker/metrics.py `child`): every label value is
+# from a bounded set (topics above, request and method names), so all of them fit.
+METRIC_CHILDREN_KEPT = 4096
 METRICS_PARTITION_SERIES_MAX = 4_096
 METRICS_GROUPS_MAX = 512
 # /readyz: ready while this node's applied index is within this many entries of the commit index.

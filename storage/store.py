@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -804,10 +805,14 @@ def _producer_window(raw: bytes) -> ProducerWindow:
     epoch, count = _PRODUCER_EPOCH.unpack_from(raw, 0)
     start = _PRODUCER_EPOCH.size
     end = start + count * _PRODUCER_APPEND.size
-    appends = tuple(map(ProducerAppend._make, _PRODUCER_APPEND.iter_unpack(raw[start:end])))
+    appends = tuple(map(_new_producer_append, _PRODUCER_APPEND.iter_unpack(raw[start:end])))
     stamped = len(raw) >= end + _PRODUCER_STAMP.size  # A row written before the time was added has none.
     last_append_ms = _PRODUCER_STAMP.unpack_from(raw, end)[0] if stamped else None
     return ProducerWindow(epoch, appends, last_append_ms)
+
+
+# `ProducerAppend` from its unpacked fields, as its `_make` does without the Python call and check.
+_new_producer_append = functools.partial(tuple.__new__, ProducerAppend)
 
 
 def _producer_row(epoch: int, appends: Iterable[ProducerAppend], last_append_ms: int) -> bytes:

@@ -16,7 +16,7 @@ import grpc
 
 from kq.broker.deadlines import capped
 from kq.broker.errors import KqError, UnavailableError
-from kq.broker.metrics import FORWARDED_REQUESTS
+from kq.broker.metrics import FORWARDED_REQUESTS, child
 from kq.proto import kq_pb2_grpc
 from kq.proto.errors import ErrorCode, code_from_metadata
 from kq.proto.limits import GRPC_MESSAGE_BYTES_MAX, PEERS_MAX, PROPOSAL_TIMEOUT_S
@@ -50,7 +50,7 @@ class LeaderForwarder:
                 channel = grpc.aio.secure_channel(leader_address, self._credentials, options=options)
             self._channels[leader_address] = channel
         stub = kq_pb2_grpc.BrokerStub(channel)
-        FORWARDED_REQUESTS.labels(method).inc()
+        child(FORWARDED_REQUESTS, method).inc()
         try:
             # Never past the Kafka request's own timeout (broker/deadlines.py).
             timeout_s = capped(FORWARD_TIMEOUT_S)
