@@ -448,6 +448,10 @@ FIRST_ELECTION_LINE_TIMEOUT_S = 0.5
 # (the node asks again at its next election). raft/node.py, DESIGN.md "A removed node".
 REMOVED_NOTICE_SCAN_ENTRIES_MAX = 1_000
 TRANSPORT_BUFFER_BYTES = 4 * 1024 * 1024  # Socket buffers (PySyncObj's 64 KiB default broke big entries).
+# A journal record whose command is at most this long is written in one call, its header joined to
+# it (raft/journal.py `add`): the copy costs less than a second system call; a longer one is written
+# in two, so that its megabytes are not copied.
+JOURNAL_JOINED_WRITE_BYTES_MAX = 16 * 1024
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
 # to each other while a leader lives, so the first vote request after the leader dies was lost and

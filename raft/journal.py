@@ -64,7 +64,7 @@ from typing import Any
 
 import crc32c as crc32c_module
 
-from kq.proto.limits import TRANSPORT_BUFFER_BYTES
+from kq.proto.limits import JOURNAL_JOINED_WRITE_BYTES_MAX, TRANSPORT_BUFFER_BYTES
 from kq.raft.faults import journal_fault_message
 from kq.storage import FormatError
 
@@ -297,9 +297,12 @@ class RaftJournal:
         """Appends an entry (to the page cache; durable at the next `flush` in fsync mode)."""
         command = bytes(command)  # A bytes subclass (an old snapshot header's entry) as plain bytes.
         header = record_header(command, idx, term)
-        with self._failing(f"append entry {idx}"):  # Two writes: joining them copied the entry.
-            self._disk.write_at(self._fd, self._end, header)
-            self._disk.write_at(self._fd, self._end + len(header), command)
+        with self._failing(f"append entry {idx}"):
+            if len(command) <= JOURNAL_JOINED_WRITE_BYTES_MAX:  # One write: the copy costs less.
+                self._disk.write_at(self._fd, self._end, header + command)
+            else:  # Two writes: joining them would copy the entry.
+                self._disk.write_at(self._fd, self._end, header)
+                self._disk.write_at(self._fd, self._end + len(header), command)
         self._entries.append((command, idx, term))
         self._offsets.append(self._end)
         self._end += len(header) + len(command)
