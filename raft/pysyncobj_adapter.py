@@ -38,8 +38,9 @@ as Python mangles it):
   first two also written): the AppendEntries round is kq's. PySyncObj sends AppendEntries to every
   peer at once after applying entries, only to tell the followers the new commit index, a second
   round trip per entry; kq sends at once to the peers that lack entries (new ones, or a follower
-  catching up) and to all when the heartbeat is due, and otherwise moves the next full round to at
-  most COMMIT_NOTICE_DELAY_S away (`commit_notice`); an applied entry other than an append (a topic,
+  catching up) and to all when the heartbeat is due, or when a peer was still not sent a commit index
+  COMMIT_NOTICE_DELAY_S after the leader found it untold (`commit_notice`: under load the entries
+  carry it, and no such round goes); an applied entry other than an append (a topic,
   config, group or security change) is told at once (`notify_commit_now`), so only produce entries
   wait. Each peer gets one message a round, so a follower catching up or receiving a store copy
   does not hold the tick thread. Messages are built as PySyncObj builds them, from
@@ -309,6 +310,12 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         self._commit_notice_now = False  # Tick thread only: `notify_commit_now`.
         self._heartbeat_period_s: float = conf.appendEntriesPeriod
         self._heartbeat_due = 0.0  # Tick thread only: when every peer next hears from the leader.
+        # Tick thread only: the commit index each peer was last sent (`_send_to`), and the commit
+        # notice: when every peer hears from the leader because one still lacks commit index
+        # `_notice_for` (None: each connected peer was told the commit index). See `commit_notice`.
+        self._commit_told: dict[Any, int] = {}
+        self._notice_for = 0
+        self._notice_due: float | None = None
         self._append_batch_bytes: int = conf.appendEntriesBatchSizeBytes
         self._journal = journal
         self._install_journal(journal)
@@ -331,8 +338,8 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         self._SyncObj__raftCommitIndex = journal.getRaftCommitIndex()
 
     def append_entries_due_s(self) -> float:
-        """Seconds until the leader's next AppendEntries round (a heartbeat, or a commit notice moved
-        closer by `commit_notice`); negative when overdue. Tick thread only."""
+        """Seconds until the leader's next AppendEntries round (a heartbeat, a commit notice
+        (`commit_notice`), or a catch-up round); negative when overdue. Tick thread only."""
         due: float = self._SyncObj__newAppendEntriesTime
         now: float = pysyncobj_clock()
         return due - now
@@ -361,8 +368,9 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         asked); between heartbeats, only the peers that lack entries do: the new ones, or a follower
         catching up. After applying, PySyncObj would tell every peer the new commit index at once, a
         second round trip per entry; peers that hold the log learn it with the next entry or heartbeat,
-        moved to at most COMMIT_NOTICE_DELAY_S away (`commit_notice`), even while another follower
-        catches up (a full round on each call then cost every acknowledgement half a millisecond).
+        or a round to every peer COMMIT_NOTICE_DELAY_S after one was found not sent it (`commit_notice`,
+        `_next_notice`), even while another follower catches up (a full round on each call then cost
+        every acknowledgement half a millisecond).
 
         Each peer gets one message a round (or the store-copy chunks the send rate releases: raft/
         snapshot.py), the peers that hold the log up to its end first. PySyncObj's own round sends a
@@ -372,12 +380,15 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         behind gets its next message within CATCH_UP_ROUND_S (and sooner when entries come): catch-up
         paced by rounds and the transport's queue, not by one round's loop."""
         now = pysyncobj_clock()
-        everyone = now >= self._heartbeat_due or self._commit_notice_now
+        notice_due = self._notice_due
+        everyone = (
+            now >= self._heartbeat_due
+            or self._commit_notice_now
+            or (notice_due is not None and now >= notice_due)
+        )
         if everyone:
             self._commit_notice_now = False
             self._heartbeat_due = now + self._heartbeat_period_s
-        else:
-            self._heartbeat_due = commit_notice(self._heartbeat_due, now)
         connected = self._SyncObj__connectedNodes
         next_index: dict[Any, int] = self._SyncObj__raftNextIndex
         last: int = self._SyncObj__getCurrentLogIndex()
@@ -388,10 +399,32 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
                 self._SyncObj__serializer.cancelTransmisstion(node)
             elif everyone or next_index.get(node, 0) <= last:
                 lagging = self._send_to(node) or lagging
-        wake = self._heartbeat_due
+        self._notice_due = self._next_notice(now, peers, connected, everyone)
+        wake = self._heartbeat_due if self._notice_due is None else min(self._heartbeat_due, self._notice_due)
         if lagging:
             wake = min(wake, pysyncobj_clock() + CATCH_UP_ROUND_S)
         self._SyncObj__newAppendEntriesTime = wake
+
+    def _next_notice(self, now: float, peers: Any, connected: Any, everyone: bool) -> float | None:
+        """When the leader next tells every peer the commit index (`commit_notice`), after this round's
+        sends (`everyone`: to every connected peer): None when each connected peer was sent the
+        current one. A notice stays while a peer still lacks the commit it is for; after a round to
+        everyone a new one is always in the future (a peer the round could not reach waits for it)."""
+        told = self._commit_told
+        if len(told) > len(peers):  # A removed peer's row.
+            for node in [node for node in told if node not in peers]:
+                del told[node]
+        commit_index: int = self._SyncObj__raftCommitIndex
+        if all(told.get(node, 0) >= commit_index for node in peers if node in connected):
+            return None
+        if (
+            not everyone
+            and self._notice_due is not None
+            and any(told.get(node, 0) < self._notice_for for node in peers if node in connected)
+        ):
+            return self._notice_due  # The commit the notice is for is still untold: it stays.
+        self._notice_for = commit_index
+        return commit_notice(now)
 
     def _send_to(self, node: Any) -> bool:
         """This round's message(s) to the connected `node` (`_SyncObj__sendAppendEntries`); True while
@@ -433,7 +466,8 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
             "prevLogIdx": prev_index,
             "prevLogTerm": prev_term,
         }
-        transport.send(node, message)
+        if transport.send(node, message):
+            self._commit_told[node] = commit_index
         return bool(self._SyncObj__raftNextIndex[node] <= last)
 
     def notify_commit_now(self) -> None:
@@ -621,17 +655,21 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
             SyncObj._SyncObj__onMessageReceived(self, node, handled)
 
 
-def commit_notice(heartbeat_due: float, now: float) -> float:
-    """When the leader next sends AppendEntries that only carry a new commit index: the next
-    heartbeat, but at most COMMIT_NOTICE_DELAY_S from `now`.
+def commit_notice(now: float) -> float:
+    """When the leader tells every peer a commit index one of them was not sent yet, with
+    AppendEntries that may carry nothing else: COMMIT_NOTICE_DELAY_S from `now` (unless the
+    heartbeat comes first), or never, if by then every peer was sent it, or a later one, with an entry.
 
     Followers apply an entry once they learn it committed. Telling them at once cost every entry a
     second round of messages, sent while the leader answers the producer (measured: the answer left
     the leader ~1 ms later, bench/README.md "Profiles"). Under load the next entry carries the
-    commit index sooner anyway; an idle cluster's followers learn it at the first tick after
-    COMMIT_NOTICE_DELAY_S (a tick waits at most TICK_WAIT_S).
+    commit index sooner anyway: the notice waits for the commit it is for, and goes only if that one
+    is still untold when it is due (a notice every 5 ms whatever the entries carried cost one record
+    in flight a quarter more messages on every node). An idle cluster's
+    followers learn a commit within COMMIT_NOTICE_DELAY_S of the round that told them the one before
+    it (twice that at most), plus a tick.
     """
-    return min(heartbeat_due, now + COMMIT_NOTICE_DELAY_S)
+    return now + COMMIT_NOTICE_DELAY_S
 
 
 def read_pysyncobj_journal(path: Path) -> LegacyJournal:

@@ -29,6 +29,7 @@ from pysyncobj.node import TCPNode
 from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
 from kq.proto.limits import (
+    COMMIT_NOTICE_DELAY_S,
     ENTRY_BYTES_MAX,
     ENTRY_COMMAND_OVERHEAD_BYTES,
     LEADER_LOST_ELECTION_DELAY_S,
@@ -508,3 +509,60 @@ def test_a_new_groups_voter_stands_in_line_once_a_majority_is_connected() -> Non
     for kept in (FirstElection(term=3, connected=node.connected), FirstElection(0, node.connected, True)):
         RaftNode._first_election_line(kept)  # type: ignore[arg-type]
         assert kept.hastened == []
+
+
+class _NoticeState:
+    """What `PySyncObjAdapter._next_notice` reads and writes of the leader's state."""
+
+    def __init__(self, commit_index: int, told: dict[str, int]) -> None:
+        self._SyncObj__raftCommitIndex = commit_index
+        self._commit_told = dict(told)
+        self._notice_for = 0
+        self._notice_due: float | None = None
+
+    def next_notice(
+        self, now: float, peers: set[str], connected: set[str], everyone: bool = False
+    ) -> tuple[float | None, int]:
+        """Runs `_next_notice` after a round; returns (when the notice is due, the commit it is for)."""
+        self._notice_due = pysyncobj_adapter.PySyncObjAdapter._next_notice(
+            self,  # type: ignore[arg-type]  # Only the attributes above are read.
+            now,
+            peers,
+            connected,
+            everyone,
+        )
+        return self._notice_due, self._notice_for
+
+
+def test_a_commit_notice_waits_for_its_commit_and_goes_only_while_a_peer_lacks_it() -> None:
+    """The leader tells every peer a commit index COMMIT_NOTICE_DELAY_S after it found a peer not sent
+    it, unless entries carried it by then: under steady load no notice round goes (each entry carries
+    the commit before it); a notice for a commit still untold stays where it is; a peer the notice's
+    round could not reach gets the next one later, never at once again; disconnected peers wait for
+    their connection, removed ones are forgotten."""
+    delay = COMMIT_NOTICE_DELAY_S
+    peers = {"a", "b"}
+    state = _NoticeState(5, {"a": 5, "b": 5})
+    assert state.next_notice(0.0, peers, peers)[0] is None  # Both were sent commit index 5.
+    state._SyncObj__raftCommitIndex = 6  # Entry 6 committed (applied); nobody was told yet.
+    assert state.next_notice(1.0, peers, peers) == (1.0 + delay, 6)
+    state._SyncObj__raftCommitIndex = 7
+    # 7 committed too: the notice for 6 stays where it was.
+    assert state.next_notice(1.001, peers, peers) == (1.0 + delay, 6)
+    state._commit_told.update(a=7, b=7)  # Entry 8's AppendEntries carried commit index 7.
+    assert state.next_notice(1.002, peers, peers)[0] is None
+    state._SyncObj__raftCommitIndex = 8
+    state.next_notice(1.003, peers, peers)
+    state._commit_told["a"] = 8  # Only "a" was sent 8 (entry 9 went to it first).
+    state._SyncObj__raftCommitIndex = 9
+    assert state.next_notice(1.004, peers, peers) == (1.003 + delay, 8)  # "b" still lacks 8.
+    state._commit_told["b"] = 8
+    # 8 told to both, 9 to none: a notice for 9, from now.
+    assert state.next_notice(1.005, peers, peers) == (1.005 + delay, 9)
+    state._commit_told["a"] = 9  # The notice's round reached "a" only.
+    due, _ = state.next_notice(1.005 + delay, peers, peers, everyone=True)
+    assert due == pytest.approx(1.005 + 2 * delay)  # Later, not at once again.
+    assert state.next_notice(1.006 + delay, peers, {"a"})[0] is None  # "b" disconnected: all told.
+    state._commit_told["gone"] = 1  # A peer removed from the cluster.
+    state.next_notice(1.007 + delay, peers, {"a"})
+    assert "gone" not in state._commit_told
