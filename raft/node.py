@@ -392,8 +392,18 @@ class RaftNode(PySyncObjAdapter):
 
     async def _attach(self) -> None:
         self._loop_thread = threading.get_ident()
-        self.poller.attach(asyncio.get_running_loop(), self._request_tick)
+        self.messages_quiet = None  # What the tick thread's messages left (it ticked each burst).
+        self.poller.attach(asyncio.get_running_loop(), self._after_socket_event)
         self._loop_tick()
+
+    def _after_socket_event(self) -> None:
+        """After the loop handled a socket's event (loop thread): a tick soon, unless the event brought
+        only followers' answers that leave a tick nothing to do (`messages_quiet`); Raft's clocks tick
+        by the timer as always. Any other event (a message, a connection, a write) asks for one."""
+        quiet = self.messages_quiet
+        self.messages_quiet = None
+        if quiet is not True:
+            self._request_tick()
 
     def _request_tick(self) -> None:
         """A tick soon (loop thread): after the callbacks the loop is running now, at most one."""

@@ -20,6 +20,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pysyncobj.pickle
 import pytest
@@ -566,3 +567,40 @@ def test_a_commit_notice_waits_for_its_commit_and_goes_only_while_a_peer_lacks_i
     state._commit_told["gone"] = 1  # A peer removed from the cluster.
     state.next_notice(1.007 + delay, peers, {"a"})
     assert "gone" not in state._commit_told
+
+
+class _AnswerState:
+    """What `PySyncObjAdapter._acknowledges_committed` reads of the node's state."""
+
+    def __init__(self, leader: bool, commit_index: int, last_index: int) -> None:
+        self._leader = leader
+        self._SyncObj__raftCommitIndex = commit_index
+        self._last_index = last_index
+
+    def _isLeader(self) -> bool:  # noqa: N802 - PySyncObj's name.
+        return self._leader
+
+    def _SyncObj__getCurrentLogIndex(self) -> int:  # noqa: N802 - PySyncObj's name.
+        return self._last_index
+
+    def quiet(self, message: dict[str, Any]) -> bool:
+        return bool(pysyncobj_adapter.PySyncObjAdapter._acknowledges_committed(self, message))  # type: ignore[arg-type]
+
+
+def test_only_a_success_for_a_committed_whole_log_leaves_the_leader_no_tick() -> None:
+    """A follower's answer that a tick could act on asks for one: a success that may move the commit
+    index, one for a log the follower does not hold whole (entries to send), a failure or a reset
+    (entries to send again), any other message, or any message on a follower. Only a success for
+    the whole log, committed already, on the leader, does not (the second follower's answer)."""
+
+    def answer(next_index: int, success: bool = True, reset: bool = False) -> dict[str, Any]:
+        return {"type": "next_node_idx", "next_node_idx": next_index, "success": success, "reset": reset}
+
+    leader = _AnswerState(leader=True, commit_index=10, last_index=10)
+    assert leader.quiet(answer(11))
+    assert not leader.quiet(answer(11, success=False))
+    assert not leader.quiet(answer(11, reset=True))
+    assert not leader.quiet(answer(10))  # It lacks entry 10: send it.
+    assert not _AnswerState(leader=True, commit_index=9, last_index=10).quiet(answer(11))  # Commits 10.
+    assert not _AnswerState(leader=False, commit_index=10, last_index=10).quiet(answer(11))
+    assert not leader.quiet({"type": "append_entries", "term": 1, "commit_index": 10})
