@@ -202,10 +202,12 @@ class ServiceBase:
         it (created moments ago: broker/topic_sync.py copies it within a round) is UNAVAILABLE,
         retriable, not NOT_FOUND."""
         topic = reader.topic(name)
-        if topic is None and self._groups.known_to_group0(name):
+        if topic is not None:
+            return topic
+        if self._groups.known_to_group0(name):
             message = f"topic {name} is not in group {self._groups.group}'s copy yet; retry"
             raise UnavailableError(message, ErrorCode.NOT_CAUGHT_UP)
-        return self._topic(reader, name)
+        raise NotFoundError(f"unknown topic {name}")
 
     @staticmethod
     def _topic(reader: StoreReader, name: str) -> TopicMeta:

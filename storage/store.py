@@ -6,7 +6,6 @@ import functools
 import itertools
 import struct
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -193,6 +192,23 @@ class _Writing:
             self._transaction.abort()
 
 
+class _Reading:
+    """`Store.read()`: a read transaction, begun; a StoreReader over it on entry; ended when the block
+    ends (as `_Writing`: every produce request and fetch opens one)."""
+
+    __slots__ = ("_tables", "_transaction")
+
+    def __init__(self, transaction: Any, tables: dict[str, Any]) -> None:
+        self._transaction = transaction
+        self._tables = tables
+
+    def __enter__(self) -> StoreReader:
+        return StoreReader(self._transaction, self._tables)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        self._transaction.abort()  # A read-only transaction: ending it is all LMDB's own exit does.
+
+
 class Store:
     """One node's LMDB environment. Writes come only from `apply`; reads come from any thread."""
 
@@ -284,11 +300,9 @@ class Store:
         normally, aborted if it raises."""
         return _Writing(self._environment.begin(write=True), self._tables, self._piece_bytes)
 
-    @contextmanager
-    def read(self) -> Iterator[StoreReader]:
-        """One consistent read-only view of the store."""
-        with self._environment.begin(write=False, buffers=True) as transaction:
-            yield StoreReader(transaction, self._tables)
+    def read(self) -> _Reading:
+        """One consistent read-only view of the store (`with store.read() as reader:`)."""
+        return _Reading(self._environment.begin(write=False, buffers=True), self._tables)
 
     def applied_index(self) -> int:
         """Raft index of the last applied entry, 0 for an empty store."""
