@@ -310,15 +310,15 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         self._commit_notice_now = False  # Tick thread only: `notify_commit_now`.
         self._heartbeat_period_s: float = conf.appendEntriesPeriod
         self._heartbeat_due = 0.0  # Tick thread only: when every peer next hears from the leader.
-        # Tick thread only: the commit index each peer was last sent (`_send_to`), and the commit
-        # notice: when every peer hears from the leader because one still lacks commit index
-        # `_notice_for` (None: each connected peer was told the commit index). See `commit_notice`.
         # Tick thread only: the peer messages handled since the last socket event (raft/node.py reads
         # and resets it): None, none; True, only answers that leave a tick nothing to do
         # (`_acknowledges_committed`); False, another.
         self.messages_quiet: bool | None = None
         self._voters_key: tuple[int, int, int] | None = None  # `voter_addresses`, kept.
         self._voters_found: frozenset[str] = frozenset()
+        # Tick thread only: the commit index each peer was last sent (`_send_to`), and the commit
+        # notice: when every peer hears from the leader because one still lacks commit index
+        # `_notice_for` (None: each connected peer was told the commit index). See `commit_notice`.
         self._commit_told: dict[Any, int] = {}
         self._notice_for = 0
         self._notice_due: float | None = None
@@ -678,7 +678,12 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         for entries already committed, holding the whole log (nothing to send it, no commit to move).
         One record in flight, the second follower's answer is one: its tick cost ~25 µs and a turn of
         the loop (`messages_quiet`). Tick thread only."""
-        if message.get("type") != "next_node_idx" or not message["success"] or message["reset"]:
+        if (
+            not isinstance(message, dict)
+            or message.get("type") != "next_node_idx"
+            or not message["success"]
+            or message["reset"]
+        ):
             return False
         acknowledged = int(message["next_node_idx"]) - 1
         return (
@@ -698,9 +703,9 @@ def commit_notice(now: float) -> float:
     the leader ~1 ms later, bench/README.md "Profiles"). Under load the next entry carries the
     commit index sooner anyway: the notice waits for the commit it is for, and goes only if that one
     is still untold when it is due (a notice every 5 ms whatever the entries carried cost one record
-    in flight a quarter more messages on every node). An idle cluster's
-    followers learn a commit within COMMIT_NOTICE_DELAY_S of the round that told them the one before
-    it (twice that at most), plus a tick.
+    in flight a quarter more messages on every node). An idle cluster's followers learn a commit
+    within COMMIT_NOTICE_DELAY_S of the round that told them the one before it (twice that at most),
+    plus a tick.
     """
     return now + COMMIT_NOTICE_DELAY_S
 

@@ -58,12 +58,17 @@ _OLD_PRODUCER_KEY = struct.Struct(">QQI")  # producer_id, topic_id, partition: l
 _PRODUCER_EPOCH = struct.Struct(">HB")  # epoch, count of the appends that follow
 _PRODUCER_APPEND = struct.Struct(">IIQ")  # first sequence, record count, base offset
 _PRODUCER_STAMP = struct.Struct(">q")  # last_append_ms: after the appends (a row without it: unstamped)
-# A whole stamped `producers` row of 0 to PRODUCER_APPENDS_KEPT appends: the three above back to back.
-_PRODUCER_ROWS = tuple(
-    struct.Struct(">HB" + "IIQ" * count + "q") for count in range(PRODUCER_APPENDS_KEPT + 1)
-)
+
 _LEADER_EPOCH_KEY = struct.Struct(">QII")  # topic_id, partition, leader epoch
 _EPOCH_MAX = 2**32 - 1
+
+
+def _producer_row_layout(count: int) -> struct.Struct:
+    """A whole stamped `producers` row of `count` appends: the three producer layouts back to back."""
+    return struct.Struct(">HB" + "IIQ" * count + "q")
+
+
+_PRODUCER_ROWS = tuple(_producer_row_layout(count) for count in range(PRODUCER_APPENDS_KEPT + 1))
 
 _APPLIED_INDEX = b"applied_index"
 _NEXT_TOPIC_ID = b"next_topic_id"
@@ -832,14 +837,8 @@ _new_producer_append = functools.partial(tuple.__new__, ProducerAppend)
 def _producer_row(epoch: int, appends: Iterable[ProducerAppend], last_append_ms: int) -> bytes:
     """A `producers` value (storage/__init__.py): epoch, count, the appends, the last append time."""
     kept = tuple(appends)
-    if len(kept) < len(_PRODUCER_ROWS):  # One pack (every append applied writes one).
-        fields = itertools.chain.from_iterable(kept)
-        return _PRODUCER_ROWS[len(kept)].pack(epoch, len(kept), *fields, last_append_ms)
-    return (
-        _PRODUCER_EPOCH.pack(epoch, len(kept))
-        + b"".join(_PRODUCER_APPEND.pack(a.first_sequence, a.record_count, a.base_offset) for a in kept)
-        + _PRODUCER_STAMP.pack(last_append_ms)
-    )
+    layout = _PRODUCER_ROWS[len(kept)] if len(kept) < len(_PRODUCER_ROWS) else _producer_row_layout(len(kept))
+    return layout.pack(epoch, len(kept), *itertools.chain.from_iterable(kept), last_append_ms)  # One call.
 
 
 def _group_prefix(group: str) -> bytes:
@@ -851,8 +850,7 @@ class StoreWriter(StoreReader, TransactionWrites):
     """Typed writes inside the one write transaction of an applied entry."""
 
     def __init__(self, transaction: Any, tables: dict[str, Any], piece_bytes: int) -> None:
-        self.__dict__.update(tables)  # As StoreReader's, without the call.
-        self._transaction = transaction
+        super().__init__(transaction, tables)
         self._piece_bytes = piece_bytes
         self._applied_index: int | None = None  # Read once (`applied_index`).
 
