@@ -292,24 +292,23 @@ def applied_config_of(stored: bytes | None) -> TopicConfig:
 
 
 class ConfigParser:
-    """A node's parsed topic configs by their stored overrides: what apply reads (`applied_config`)
+    """A node's parsed topic configs by their stored overrides: what apply reads (`applied_config_of`)
     and what is in effect with the node's defaults (`effective`), for the edge's checks of each
-    produce request. Keeps at most TOPIC_CONFIGS_PARSED_KEPT, then starts again (any thread: a race
-    parses the same bytes twice)."""
+    produce request. Keeps at most TOPIC_CONFIGS_PARSED_KEPT of the latter, then starts again (any
+    thread: a race parses the same bytes twice)."""
 
     def __init__(self, defaults: Mapping[str, str]) -> None:
         self._defaults = dict(defaults)
-        self._parsed: dict[bytes | None, tuple[TopicConfig, TopicConfig]] = {}
+        self._parsed: dict[bytes | None, TopicConfig] = {}
 
     def parsed(self, stored: bytes | None) -> tuple[TopicConfig, TopicConfig]:
         """(what apply reads, what is in effect on this node) for a topic's stored overrides."""
-        found = self._parsed.get(stored)
-        if found is None:
+        in_effect = self._parsed.get(stored)
+        if in_effect is None:
             if len(self._parsed) >= TOPIC_CONFIGS_PARSED_KEPT:
                 self._parsed = {}
-            overrides = decode_overrides(stored)
-            found = self._parsed[stored] = (applied_config(overrides), effective(overrides, self._defaults))
-        return found
+            in_effect = self._parsed[stored] = effective(decode_overrides(stored), self._defaults)
+        return applied_config_of(stored), in_effect
 
 
 def parse_assignments(texts: Iterable[str]) -> dict[str, str]:
