@@ -449,8 +449,7 @@ def _whole_parsed(data: bytes | memoryview) -> tuple[raft_pb2.RaftFrame, list[by
 
 
 def _take_arguments(append: raft_pb2.AppendEntries, arguments: list[bytes | memoryview]) -> None:
-    """Moves each entry's regular argument into `arguments` (b"" for an entry without one), as
-    `_with_arguments_size` does, without measuring anything."""
+    """Moves each entry's regular argument into `arguments` (b"" for an entry without one)."""
     for entry in append.entries:
         if entry.WhichOneof("command") != "regular":
             arguments.append(b"")
@@ -464,14 +463,11 @@ def _with_arguments_size(frame: raft_pb2.RaftFrame, arguments: list[bytes | memo
     regular argument into `arguments` (b"" for an entry without one): each nested message's size
     without the arguments, plus what they add to it and to the length prefixes around it."""
     append = frame.append_entries
+    _take_arguments(append, arguments)
     added = 0  # To the AppendEntries' size, from its entries' grown sizes and length prefixes.
-    for entry in append.entries:
-        # Read once: each read of the field copies it.
-        argument = entry.regular.argument if entry.WhichOneof("command") == "regular" else b""
-        arguments.append(argument)
+    for entry, argument in zip(append.entries, arguments, strict=True):
         if not argument:
             continue
-        entry.regular.ClearField("argument")
         regular_after = entry.regular.ByteSize()
         regular_full = regular_after + _field_size(len(argument))
         entry_after = entry.ByteSize()
