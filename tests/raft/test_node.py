@@ -604,3 +604,40 @@ def test_only_a_success_for_a_committed_whole_log_leaves_the_leader_no_tick() ->
     assert not _AnswerState(leader=True, commit_index=9, last_index=10).quiet(answer(11))  # Commits 10.
     assert not _AnswerState(leader=False, commit_index=10, last_index=10).quiet(answer(11))
     assert not leader.quiet({"type": "append_entries", "term": 1, "commit_index": 10})
+
+
+class _VotersState:
+    """What `PySyncObjAdapter.voter_addresses` reads of PySyncObj's state."""
+
+    def __init__(self, others: set[TCPNode], log: list[tuple[bytes, int, int]]) -> None:
+        self._SyncObj__otherNodes = others
+        self._SyncObj__selfNode = TCPNode("127.0.0.1:1")
+        self._SyncObj__raftLog = log
+        self._voters_key: tuple[int, int, int] | None = None
+        self._voters_found: frozenset[str] = frozenset()
+
+    def cluster_nodes(self) -> set[TCPNode]:
+        return set(self._SyncObj__otherNodes | {self._SyncObj__selfNode})
+
+    def voters(self) -> frozenset[str]:
+        return frozenset(pysyncobj_adapter.PySyncObjAdapter.voter_addresses(self))  # type: ignore[arg-type]
+
+
+def test_the_voters_are_read_again_when_the_log_or_their_count_changes() -> None:
+    """The voters are kept by the log's last entry and their count: a MEMBERSHIP entry appended, one
+    rolled back and replaced by another entry of a later term at the same index, or a store copy,
+    each change the key, and the voters are read again; an unchanged log gives the kept set."""
+    others = {TCPNode("127.0.0.1:2")}
+    log = [(b"", 1, 1)]
+    state = _VotersState(others, log)
+    assert state.voters() == {"127.0.0.1:1", "127.0.0.1:2"}
+    others.add(TCPNode("127.0.0.1:3"))  # PySyncObj adds a voter as its MEMBERSHIP entry enters the log.
+    log.append((b"add", 2, 1))
+    assert state.voters() == {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
+    others.discard(TCPNode("127.0.0.1:3"))  # Rolled back: a new leader's entry of term 2 at index 2.
+    others.add(TCPNode("127.0.0.1:4"))  # Same count, another voter.
+    log[-1] = (b"add", 2, 2)
+    assert state.voters() == {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4"}
+    others.discard(TCPNode("127.0.0.1:4"))  # Not something PySyncObj does without a log change:
+    others.add(TCPNode("127.0.0.1:5"))  # it shows the voters are kept, not read again, while the key stays.
+    assert state.voters() == {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4"}
