@@ -312,7 +312,7 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         self._heartbeat_due = 0.0  # Tick thread only: when every peer next hears from the leader.
         # Tick thread only: the peer messages handled since the last socket event (raft/node.py reads
         # and resets it): None, none; True, only answers that leave a tick nothing to do
-        # (`_acknowledges_committed`); False, another.
+        # (`_acknowledges_committed`); False, another, or a connection that closed.
         self.messages_quiet: bool | None = None
         self._voters_key: tuple[int, int, int] | None = None  # `voter_addresses`, kept.
         self._voters_found: frozenset[str] = frozenset()
@@ -654,6 +654,7 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
 
     def _SyncObj__onNodeDisconnected(self, node: Any) -> None:  # noqa: N802 - PySyncObj's name.
         SyncObj._SyncObj__onNodeDisconnected(self, node)
+        self.messages_quiet = False  # The event that closed it asks for a tick, whatever it brought.
         self.peer_disconnected(node)
 
     def _SyncObj__doApplyCommand(self, command: bytes) -> Any:  # noqa: N802 - PySyncObj's name.
