@@ -112,6 +112,7 @@ from __future__ import annotations
 import io
 import pickle
 import queue
+import struct
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -167,37 +168,72 @@ NO_OP_COMMAND = bytes([NO_OP_TYPE])  # A new leader's first entry, as PySyncObj 
 _REGULAR_PREFIX = bytes([REGULAR_TYPE])
 
 
-def _large_call_pieces(method_id: int, size: int) -> tuple[bytes, bytes]:
-    """What protocol 5 writes around an argument of `size` bytes (65,536 or more: outside any pickle
-    frame) in the call `(method_id, (argument,))`, for a method id below 256: PROTO 5, BININT1, BINBYTES
-    and its length; then a FRAME of the 6 closing bytes (MEMOIZE, TUPLE1, MEMOIZE, TUPLE2, MEMOIZE, STOP)."""
-    head = b"\x80\x05K" + bytes([method_id]) + b"B" + size.to_bytes(4, "little")
-    return head, b"\x95" + (6).to_bytes(8, "little") + b"\x94\x85\x94\x86\x94."
+_CLOSING = b"\x94\x85\x94\x86\x94."  # MEMOIZE, TUPLE1, MEMOIZE, TUPLE2, MEMOIZE, STOP.
+_FRAMED_ARGUMENT_BYTES_MAX = 65_535  # Protocol 5 frames an argument this long with the rest of the call.
+# The type byte, PROTO 5, FRAME and its length, BININT1 and the method id, then SHORT_BINBYTES and the
+# argument's length (below 256 bytes) or BINBYTES and its length (a framed call's layouts, one pack).
+_FRAMED_SHORT = struct.Struct("<B2scQcBcB")
+_FRAMED = struct.Struct("<B2scQcBcI")
+# Past the frame: the type byte, PROTO 5, BININT1 and the method id, BINBYTES and the length; the
+# argument stands outside any frame, then a FRAME of the closing bytes.
+_UNFRAMED = struct.Struct("<B2scBcI")
+_UNFRAMED_TAIL = b"\x95" + len(_CLOSING).to_bytes(8, "little") + _CLOSING
 
 
-def _pickler_writes_large_calls_so() -> bool:
-    """Whether this Python's pickler writes a large call as `_large_call_pieces` says (checked once,
-    at import: a pickler that frames differently leaves every call to the pickler itself)."""
-    argument = bytes(_JOIN_ARGUMENT_BYTES_MIN)
-    head, tail = _large_call_pieces(0, len(argument))
-    return pickle.dumps((0, (argument,)), protocol=5) == head + argument + tail
+def _call_pieces(method_id: int, size: int) -> tuple[bytes, bytes]:
+    """The entry bytes around an argument of `size` bytes in the REGULAR entry of the call
+    `(method_id, (argument,))` pickled at protocol 5, for a method id below 256 and a size below 2**32:
+    the type byte and what the pickler writes before the argument, and what it writes after it. Up to
+    _FRAMED_ARGUMENT_BYTES_MAX bytes one FRAME holds the whole call; a longer argument is written
+    outside any frame (the pickler's FRAME_SIZE_TARGET), and only the closing opcodes are framed."""
+    if size > _FRAMED_ARGUMENT_BYTES_MAX:
+        return _UNFRAMED.pack(REGULAR_TYPE, b"\x80\x05", b"K", method_id, b"B", size), _UNFRAMED_TAIL
+    if size < 256:
+        frame = 4 + size + len(_CLOSING)  # BININT1 and its byte, SHORT_BINBYTES and its length byte.
+        head = _FRAMED_SHORT.pack(REGULAR_TYPE, b"\x80\x05", b"\x95", frame, b"K", method_id, b"C", size)
+        return head, _CLOSING
+    frame = 7 + size + len(_CLOSING)  # BININT1 and its byte, BINBYTES and its 4-byte length.
+    return _FRAMED.pack(REGULAR_TYPE, b"\x80\x05", b"\x95", frame, b"K", method_id, b"B", size), _CLOSING
 
 
-_JOIN_ARGUMENT_BYTES_MIN = 65_536  # Protocol 5 writes bytes this long outside its frames.
-_JOIN_LARGE_CALLS = _pickler_writes_large_calls_so()
+# Sizes whose layouts `_call_pieces` tells apart: each side of each boundary, and the ends.
+_LAYOUT_SIZES = (0, 1, 255, 256, _FRAMED_ARGUMENT_BYTES_MAX, _FRAMED_ARGUMENT_BYTES_MAX + 1, 200_000)
+
+
+def _pickler_writes_calls_so() -> bool:
+    """Whether this Python's pickler writes calls as `_call_pieces` says, at every layout's sizes and
+    method ids (checked once, at import: a pickler that frames differently leaves every call to the
+    pickler itself)."""
+    for size in _LAYOUT_SIZES:
+        argument = bytes(range(256)) * (size // 256) + bytes(size % 256)
+        for method_id in (0, 255):
+            head, tail = _call_pieces(method_id, size)
+            pickled = bytes([REGULAR_TYPE]) + pickle.dumps((method_id, (argument,)), protocol=5)
+            if pickled != head + argument + tail:
+                return False
+    return True
+
+
+_JOIN_CALLS = _pickler_writes_calls_so()
+
+
+def _joins(method_id: int, size: int) -> bool:
+    """Whether the entry of a call is joined from `_call_pieces` (else the pickler writes it)."""
+    return _JOIN_CALLS and 0 <= method_id < 256 and size < 2**32
 
 
 def entry_command(method_id: int, argument: bytes) -> bytes:
     """The log entry of one call `method(argument)`: PySyncObj's layout, pickled once at protocol 5.
 
-    Byte for byte `bytes([REGULAR_TYPE]) + pickle.dumps((method_id, (argument,)), protocol=5)`. A large
-    argument (an entry's batches) is joined with the opcodes around it (`_large_call_pieces`): one
-    copy, where the pickler's buffer copied it in and grew and trimmed by copies; a smaller one is
-    pickled straight after the type byte into one buffer (`pickle.dumps` grows its own buffer by
-    copies, 246 us for a 512 KiB argument against 17 here), on the leader and every follower."""
-    if _JOIN_LARGE_CALLS and 0 <= method_id < 256 and _JOIN_ARGUMENT_BYTES_MIN <= len(argument) < 2**32:
-        head, tail = _large_call_pieces(method_id, len(argument))
-        return b"".join((_REGULAR_PREFIX, head, argument, tail))
+    Byte for byte `bytes([REGULAR_TYPE]) + pickle.dumps((method_id, (argument,)), protocol=5)`: the
+    argument joined with the bytes the pickler writes around it (`_call_pieces`), one copy, on the
+    leader and every follower. The pickler's own buffer copied a large argument in and grew and
+    trimmed by copies (246 µs for a 512 KiB argument against 17 joined), and a small call cost a
+    Pickler and a BytesIO (1.57 µs for 200 bytes against 0.5 joined); a method id or size outside
+    `_call_pieces` (none kq makes) is pickled."""
+    if _joins(method_id, len(argument)):
+        head, tail = _call_pieces(method_id, len(argument))
+        return b"".join((head, argument, tail))
     out = io.BytesIO()
     out.write(_REGULAR_PREFIX)
     pickle.Pickler(out, protocol=5).dump((method_id, (argument,)))
@@ -206,13 +242,12 @@ def entry_command(method_id: int, argument: bytes) -> bytes:
 
 def _command_holding(method_id: int, argument: memoryview) -> tuple[bytes, bytes | memoryview]:
     """`entry_command(method_id, argument)` and the argument as it stands in it: a view of the
-    command where the joined layout puts it (`_large_call_pieces`), else (a call the pickler writes)
-    its own bytes."""
-    if _JOIN_LARGE_CALLS and 0 <= method_id < 256 and _JOIN_ARGUMENT_BYTES_MIN <= len(argument) < 2**32:
-        head, tail = _large_call_pieces(method_id, len(argument))
-        command = b"".join((_REGULAR_PREFIX, head, argument, tail))
-        start = len(_REGULAR_PREFIX) + len(head)
-        return command, memoryview(command)[start : start + len(argument)]
+    command where the joined layout puts it (`_call_pieces`), else (a call the pickler writes) its
+    own bytes."""
+    if _joins(method_id, len(argument)):
+        head, tail = _call_pieces(method_id, len(argument))
+        command = b"".join((head, argument, tail))
+        return command, memoryview(command)[len(head) : len(head) + len(argument)]
     copied = bytes(argument)
     return entry_command(method_id, copied), copied
 
