@@ -299,6 +299,8 @@ class RaftNode(PySyncObjAdapter):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_due = 0.0  # When the timer fires (loop clock).
+        self._tick_due = 0.0  # When the last tick wants the next one at the latest (loop clock).
         self._tick_requested = False
         raft_dir = config.data_dir / "raft"
         raft_dir.mkdir(parents=True, exist_ok=True)
@@ -416,8 +418,21 @@ class RaftNode(PySyncObjAdapter):
         self._loop_tick()
 
     def _timer_tick(self) -> None:
+        """The timer's tick, unless a tick since it was set put the next one later (`_tick_due`): then
+        the timer is set for that instead. One record in flight, the leader's commit-notice deadline
+        moves 5 ms on with each record, and the timer set for the previous one fired a tick with
+        nothing to do (0.42 a record, ~60 µs each here); ticks after socket events, proposals and
+        apply see to everything else, and each sets `_tick_due` anew."""
         self._timer = None
+        if self._loop is not None and self._tick_due > self._timer_due:
+            self._arm_timer(self._tick_due)
+            return
         self._loop_tick()
+
+    def _arm_timer(self, due_s: float) -> None:
+        assert self._loop is not None
+        self._timer_due = due_s
+        self._timer = self._loop.call_at(due_s, self._timer_tick)
 
     def _loop_tick(self) -> None:
         """One tick on the loop, as `_tick` makes them, then the timer for the next one."""
@@ -437,12 +452,12 @@ class RaftNode(PySyncObjAdapter):
         except Exception:  # As on the thread: log, pause, carry on (apply fail-stops).
             logger.exception("Raft tick failed")
             pause_s = TICK_FAILED_PAUSE_S
-        due_s = self._loop.time() + pause_s
+        due_s = self._tick_due = self._loop.time() + pause_s
         if self._timer is not None:
-            if self._timer.when() <= due_s:
-                return  # The timer set before fires first: its tick sets the next.
+            if self._timer_due <= due_s:
+                return  # The timer set before fires first: it sets the next (`_timer_tick`).
             self._timer.cancel()
-        self._timer = self._loop.call_at(due_s, self._timer_tick)
+        self._arm_timer(due_s)
 
     def close(self) -> None:
         """Stops ticking (joins the tick thread, or leaves the loop), then closes PySyncObj's sockets

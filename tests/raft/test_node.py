@@ -641,3 +641,96 @@ def test_the_voters_are_read_again_when_the_log_or_their_count_changes() -> None
     others.discard(TCPNode("127.0.0.1:4"))  # Not something PySyncObj does without a log change:
     others.add(TCPNode("127.0.0.1:5"))  # it shows the voters are kept, not read again, while the key stays.
     assert state.voters() == {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:4"}
+
+
+class _FakeTimer:
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when, self.callback, self.cancelled = when, callback, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _FakeLoop:
+    """The loop clock and timers `RaftNode`'s loop ticks use, the clock moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[_FakeTimer] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> _FakeTimer:
+        timer = _FakeTimer(when, callback)
+        self.timers.append(timer)
+        return timer
+
+    def pending(self) -> list[float]:
+        return [timer.when for timer in self.timers if not timer.cancelled]
+
+    def advance(self, now: float) -> None:
+        """Moves the clock to `now`, firing each timer due by then in order, as asyncio would."""
+        while due := [timer for timer in self.timers if not timer.cancelled and timer.when <= now]:
+            first = min(due, key=lambda timer: timer.when)
+            self.now = first.when
+            self.timers.remove(first)
+            first.callback()
+        self.now = now
+
+
+class _LoopTickState:
+    """What `RaftNode`'s loop ticks read and write of a leader: the next AppendEntries `due_s` away."""
+
+    def __init__(self, due_s: float) -> None:
+        self._loop = _FakeLoop()
+        self._stopping = threading.Event()
+        self._timer: _FakeTimer | None = None
+        self._timer_due = 0.0
+        self._tick_due = 0.0
+        self.due_s = due_s
+        self.ticks: list[float] = []
+
+    def sync_journal(self) -> None:
+        pass
+
+    def doTick(self, _wait: float) -> None:  # noqa: N802 - PySyncObj's name.
+        self.ticks.append(self._loop.now)
+
+    def is_leader(self) -> bool:
+        return True
+
+    def append_entries_due_s(self) -> float:
+        return self.due_s
+
+    def _loop_tick(self) -> None:
+        RaftNode._loop_tick(self)  # type: ignore[arg-type]
+
+    def _timer_tick(self) -> None:
+        RaftNode._timer_tick(self)  # type: ignore[arg-type]
+
+    def _arm_timer(self, due_s: float) -> None:
+        RaftNode._arm_timer(self, due_s)  # type: ignore[arg-type]
+
+
+def test_the_timer_ticks_only_when_no_tick_since_moved_the_next_one_later() -> None:
+    """The loop's timer ticks when the last tick's deadline comes: a timer whose deadline a later
+    tick moved on is set again for the new one instead of ticking (one record in flight, the leader's
+    commit notice moves 5 ms on with each record); a tick that wants one sooner replaces the timer."""
+    state = _LoopTickState(due_s=0.005)
+    state._loop_tick()  # t=0: the next tick at 5 ms at the latest.
+    assert state._loop.pending() == [0.005]
+    state._loop.advance(0.002)
+    state._loop_tick()  # A tick after a socket event: the next one 7 ms at the latest.
+    assert state._loop.pending() == [0.005]  # The timer is not replaced on every tick.
+    state._loop.advance(0.006)
+    assert state.ticks == [0.0, 0.002]  # The timer at 5 ms found the deadline moved on: no tick.
+    assert state._loop.pending() == [0.007]
+    state._loop.advance(0.0075)
+    assert state.ticks == [0.0, 0.002, 0.007]  # Nothing since: the timer ticks, and sets the next.
+    assert state._loop.pending() == [0.012]
+    state.due_s = 0.001  # A tick that wants the next one sooner (a heartbeat due) replaces the timer.
+    state._loop_tick()
+    assert state._loop.pending() == [0.0085]
+    state._loop.advance(0.009)
+    assert state.ticks == [0.0, 0.002, 0.007, 0.0075, 0.0085]
