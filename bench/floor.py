@@ -39,7 +39,8 @@ a time (always 100 B: compare's stream; its CPU figure includes the 20 warm-up p
 
 Each round starts fresh processes for each variant, in turn (so a slow minute of the VM falls on
 every variant alike); the table gives the medians over rounds of each round's p50, p99, rate, and
-CPU per message (utime + stime from /proc, leader and followers apart).
+CPU per message (utime + stime from /proc, leader and followers apart), and, when `kq` ran, its p50
+and server CPU over each other variant's, round by round (the median of the rounds' ratios).
 """
 
 from __future__ import annotations
@@ -637,11 +638,35 @@ def table(results: dict[str, list[Round]]) -> str:
             f"| {median('leader_cpu_us'):,.0f} | {median('followers_cpu_us'):,.0f} "
             f"| {median('client_cpu_us'):,.0f} |"
         )
+    lines.extend(_ratio_lines(results))
     for variant, rounds in results.items():
         if any(r.failed for r in rounds):
             per_round = ", ".join(str(r.failed) for r in rounds)
             lines.append(f"\n{variant}: sends answered with an error, by round: {per_round} (not timed)")
     return "\n".join(lines)
+
+
+def _ratio_lines(results: dict[str, list[Round]]) -> list[str]:
+    """kq against each other variant of the same run, round by round: the median of each round's kq
+    figure over that round's figure of the variant (issue 40's point 2 compares p50 and server CPU
+    with the `grpc+raft+lmdb` floor "in the same run"). Rounds taken in pairs follow the machine's
+    minutes together, where two sets of medians can each land in a different minute (or, for stock
+    PySyncObj, a different mode: bench/README.md); the rounds' ratios are listed too."""
+    ours = results.get("kq")
+    if not ours:
+        return []
+    lines: list[str] = []
+    for variant, rounds in results.items():
+        if variant == "kq" or len(rounds) != len(ours):
+            continue
+        p50 = [mine.p50_ms / theirs.p50_ms for mine, theirs in zip(ours, rounds, strict=True)]
+        cpu = [mine.server_cpu_us / theirs.server_cpu_us for mine, theirs in zip(ours, rounds, strict=True)]
+        lines.append(
+            f"\nkq / {variant}, the median of the rounds' ratios: p50 {statistics.median(p50):.2f}x "
+            f"({', '.join(f'{ratio:.2f}' for ratio in p50)}), server CPU {statistics.median(cpu):.2f}x "
+            f"({', '.join(f'{ratio:.2f}' for ratio in cpu)})"
+        )
+    return lines
 
 
 @click.command()

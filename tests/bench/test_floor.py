@@ -62,6 +62,24 @@ def test_failed_sends_are_listed_by_round_under_the_table() -> None:
     assert text.endswith("\ngrpc+raft: sends answered with an error, by round: 0, 2, 0 (not timed)")
 
 
+def test_kq_is_set_against_each_variant_round_by_round() -> None:
+    """Each round's kq figure over the same round's figure of the variant, then their median: a slow
+    minute of the machine falls on both figures of a round."""
+    kq = [Round(2.0, 5.0, 500.0, 1000.0, 1000.0, 400.0), Round(1.2, 5.0, 800.0, 700.0, 500.0, 300.0)]
+    kq.append(Round(1.8, 5.0, 550.0, 900.0, 900.0, 400.0))
+    floor_rounds = [Round(1.0, 2.0, 900.0, 800.0, 200.0, 50.0), Round(1.0, 2.0, 900.0, 600.0, 400.0, 50.0)]
+    floor_rounds.append(Round(1.2, 2.0, 900.0, 1000.0, 500.0, 50.0))
+    text = table({"kq": kq, "grpc+raft+lmdb": floor_rounds, "grpc": floor_rounds[:2]})
+    # p50 2.0, 1.2 and 1.5 times; server CPU 2.0, 1.2, 1.2 times. The medians of the sets would give
+    # 1.8 / 1.0 = 1.8x and 1,800 / 1,000 = 1.8x. A variant with fewer rounds is not paired.
+    assert text.endswith(
+        "\nkq / grpc+raft+lmdb, the median of the rounds' ratios: p50 1.50x (2.00, 1.20, 1.50), "
+        "server CPU 1.20x (2.00, 1.20, 1.20)"
+    )
+    assert "kq / grpc," not in text
+    assert "kq /" not in table({"grpc": floor_rounds})
+
+
 @pytest.mark.system
 def test_a_short_run_measures_the_floors_and_kq_on_real_processes() -> None:
     """Plain replication behind gRPC and behind a socket (with LMDB), stock PySyncObj, and a real kq
