@@ -20,6 +20,12 @@ nothing); only `sync=True` (`--durability=fsync`) adds the syncs:
   never a mix.
 - The term and vote are written at once, by rename, synced in fsync mode before the vote or vote
   request goes out (Raft's rule); the commit index is written once a second (PySyncObj's timer).
+- Only the newest entries' commands stay in memory (JOURNAL_HELD_BYTES_MAX, and always the first and
+  the last entry's); an older entry keeps its index and term, and its command is read back from the
+  file when PySyncObj asks for it (a lagging follower's catch-up, a compaction), its record checked
+  as at open: one that changed on disk is a fault (`on_fault`), never an entry handed on. A group's
+  log so costs a bounded amount of RAM, not the 128 MiB of entries between two compactions, and the
+  heap reuses what an entry freed for the next one instead of faulting in fresh pages.
 
 File layout (integers big-endian), `journal.kq`:
 
@@ -53,6 +59,7 @@ new file and renames it over).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -64,7 +71,7 @@ from typing import Any
 
 import crc32c as crc32c_module
 
-from kq.proto.limits import JOURNAL_JOINED_WRITE_BYTES_MAX, TRANSPORT_BUFFER_BYTES
+from kq.proto.limits import JOURNAL_HELD_BYTES_MAX, JOURNAL_JOINED_WRITE_BYTES_MAX, TRANSPORT_BUFFER_BYTES
 from kq.raft.faults import journal_fault_message
 from kq.storage import FormatError
 
@@ -97,6 +104,17 @@ class Disk:
     def open(self, path: Path) -> int:
         """Opens an existing file for reading and writing."""
         return os.open(path, os.O_RDWR)
+
+    def read_at(self, fd: int, offset: int, length: int) -> bytes:
+        """`length` bytes of the file from `offset` (fewer only where the file ends)."""
+        pieces: list[bytes] = []
+        while length > 0:
+            piece = os.pread(fd, length, offset)
+            if not piece:
+                break
+            pieces.append(piece)
+            offset, length = offset + len(piece), length - len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def write_at(self, fd: int, offset: int, data: bytes) -> None:
         """Writes `data` at `offset` (to the page cache: a killed process loses nothing)."""
@@ -251,11 +269,16 @@ class RaftJournal:
         sync: bool,
         disk: Disk = OS_DISK,
         on_fault: Callable[[str], None] = _ignore_fault,
+        held_bytes_max: int = JOURNAL_HELD_BYTES_MAX,
     ) -> None:
         """Opens (creating) the journal in `directory`; a torn tail is cut off. In fsync mode the file
         is synced once here: entries a killed process left in the page cache become durable before
         this node counts them. `on_fault` gets one line when the disk fails a call (module docstring).
-        A file of a newer format, or not a journal, raises JournalFormatError and is left as it is."""
+        A file of a newer format, or not a journal, raises JournalFormatError and is left as it is.
+
+        The newest entries' commands, `held_bytes_max` bytes of them (and always the last entry's),
+        stay in memory; an older entry keeps its index and term there and its command is read back
+        from the file, its record checked again, when PySyncObj asks for it (`__getitem__`)."""
         self._path = directory / JOURNAL_NAME
         self._meta_path = directory / (JOURNAL_NAME + ".meta")
         self._sync = sync
@@ -272,6 +295,13 @@ class RaftJournal:
                 disk.replace(self._path, MAGIC, sync)
             data = MAGIC
         self._entries, self._offsets, self._end = decode_records(data)
+        # Entries from position 1 to `_held_from` hold None for their command (read back on demand);
+        # the others hold theirs, `_held` bytes in all. The first is held: PySyncObj reads its index
+        # at every lookup.
+        self._held_bytes_max = held_bytes_max
+        self._held_from = 1
+        self._held = sum(len(entry[0]) for entry in self._entries)
+        self._release()
         with self._failing("open it"):
             self._fd = disk.open(self._path)
         self._dirty = sync  # One sync at open (see above).
@@ -307,6 +337,26 @@ class RaftJournal:
         self._offsets.append(self._end)
         self._end += len(header) + len(command)
         self._dirty = True
+        self._held += len(command)
+        if self._held > self._held_bytes_max:
+            self._release()
+
+    def _release(self) -> None:
+        """Drops the commands of the oldest held entries while more than `held_bytes_max` bytes are
+        held, the first and the last entry's always kept (what `__getitem__` reads back from the
+        file)."""
+        entries = self._entries
+        last = len(entries) - 1
+        while self._held > self._held_bytes_max and self._held_from < last:
+            command, index, term = entries[self._held_from]
+            self._held -= len(command)
+            entries[self._held_from] = (None, index, term)
+            self._held_from += 1
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of the commands held in memory."""
+        return self._held
 
     def clear(self) -> None:
         """Drops every entry."""
@@ -320,6 +370,8 @@ class RaftJournal:
         if position >= len(self._entries):
             return
         self._end = self._offsets[position] if position > 0 else len(MAGIC)
+        self._held -= sum(len(entry[0]) for entry in self._entries[position:] if entry[0] is not None)
+        self._held_from = max(1, min(self._held_from, position))
         del self._entries[position:], self._offsets[position:]
         with self._failing("truncate it"):
             self._disk.truncate(self._fd, self._end)
@@ -328,7 +380,7 @@ class RaftJournal:
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802, N803 - PySyncObj's names.
         """Drops the entries before list position `entryTo` (log compaction): the retained entries go
         to a new file renamed over the journal, so a crash leaves the old journal or the new one."""
-        retained = self._entries[entryTo:]
+        retained: list[Entry] = self[entryTo:]  # The commands read back where not held.
         records = [encode_record(bytes(command), index, term) for command, index, term in retained]
         with self._failing("compact it"):
             # The new file first: a failure leaves the old one open and whole. (Closing first, as this
@@ -344,9 +396,54 @@ class RaftJournal:
             self._offsets.append(self._end)
             self._end += len(record)
         self._dirty = False  # replace() synced it in fsync mode; nothing to sync otherwise.
+        self._held_from = 1
+        self._held = sum(len(entry[0]) for entry in retained)
+        self._release()
 
     def __getitem__(self, item: int | slice) -> Any:
-        return self._entries[item]
+        """Entries as PySyncObj reads them, (command, index, term): a command no longer held is read
+        back from the file (one read for a slice's)."""
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self._entries))
+            if step != 1:
+                return [self[position] for position in range(start, stop, step)]
+            low, high = max(start, 1), min(stop, self._held_from)  # The slice's entries not held.
+            if low >= high:
+                return self._entries[start:stop]
+            return self._entries[start:low] + self._read_back(low, high) + self._entries[high:stop]
+        entry = self._entries[item]
+        if entry[0] is None:
+            position = item if item >= 0 else item + len(self._entries)
+            return self._read_back(position, position + 1)[0]
+        return entry
+
+    def _read_back(self, start: int, stop: int) -> list[Entry]:
+        """The entries at positions `start` to `stop` (none held), their records read from the file in
+        one call and checked as at open: a record that differs is a fault of the disk (`on_fault`,
+        then JournalFaultError), never an entry handed on."""
+        base = self._offsets[start]
+        end = self._offsets[stop] if stop < len(self._offsets) else self._end
+        with self._failing(f"read back entries {self._entries[start][1]} to {self._entries[stop - 1][1]}"):
+            data = self._disk.read_at(self._fd, base, end - base)
+        entries: list[Entry] = []
+        for position in range(start, stop):
+            at = self._offsets[position] - base
+            _, index, term = self._entries[position]
+            if len(data) - at >= _RECORD.size:
+                length, checksum, found_index, found_term = _RECORD.unpack_from(data, at)
+                command = data[at + _RECORD.size : at + _RECORD.size + length]
+                index_term = data[at + 8 : at + _RECORD.size]
+                if (
+                    (found_index, found_term) == (index, term)
+                    and len(command) == length
+                    and crc32c_module.crc32c(command, crc32c_module.crc32c(index_term)) == checksum
+                ):
+                    entries.append((command, index, term))
+                    continue
+            error = OSError(errno.EIO, f"entry {index}'s record no longer reads as it was written")
+            self._on_fault(journal_fault_message(f"read back entry {index}", self._path, error))
+            raise JournalFaultError(f"the journal {self._path}: entry {index}'s record changed on disk")
+        return entries
 
     def __len__(self) -> int:
         return len(self._entries)

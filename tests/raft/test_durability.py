@@ -20,11 +20,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal
 
 from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
-from kq.raft.journal import JOURNAL_NAME, MAGIC, Disk, RaftJournal, convert_legacy_journal, encode_record
+from kq.raft.journal import (
+    JOURNAL_NAME,
+    MAGIC,
+    Disk,
+    JournalFaultError,
+    RaftJournal,
+    convert_legacy_journal,
+    encode_record,
+)
 from kq.raft.node import Durability, RaftConfig, RaftNode, finish_compaction
 from kq.raft.pysyncobj_adapter import read_pysyncobj_journal
 from kq.raft.results import ApplyResult
@@ -76,6 +86,72 @@ def test_truncation_and_compaction_survive_a_reopen(tmp_path: Path) -> None:
     ]
     assert again[-1][0] == b"after"
     again.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(0, 300)),
+            st.tuples(st.just("from"), st.integers(0, 40)),
+            st.tuples(st.just("to"), st.integers(0, 40)),
+            st.tuples(st.just("reopen"), st.just(0)),
+        ),
+        max_size=60,
+    ),
+    held_bytes_max=st.integers(0, 600),
+)
+def test_entries_not_held_read_back_as_they_were_added(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int]], held_bytes_max: int
+) -> None:
+    """Whatever adds, truncations, compactions and reopens did, every entry (by index, by negative
+    index, by slice) is the one added, read back from the file where its command is no longer held,
+    and the journal holds at most `held_bytes_max` bytes of commands beyond its first and last."""
+    directory = tmp_path_factory.mktemp("journal")
+    journal = RaftJournal(directory, sync=False, held_bytes_max=held_bytes_max)
+    model: list[tuple[bytes, int, int]] = []
+    for kind, number in steps:
+        if kind == "add":
+            index = model[-1][1] + 1 if model else 1
+            model.append((bytes([index % 251]) * number, index, 1 + index // 7))
+            journal.add(*model[-1])
+        elif kind == "from":
+            del model[number:]
+            journal.deleteEntriesFrom(number)
+        elif kind == "to" and number < len(model):
+            del model[:number]
+            journal.deleteEntriesTo(number)
+        elif kind == "reopen":
+            journal.close()
+            journal = RaftJournal(directory, sync=False, held_bytes_max=held_bytes_max)
+        assert len(journal) == len(model)
+        assert [journal[position] for position in range(len(model))] == model
+        assert journal[:] == model and journal[1:-1] == model[1:-1] and journal[3:7] == model[3:7]
+        if model:
+            assert journal[-1] == model[-1] and journal[0] == model[0]
+            ends = len(model[0][0]) + (len(model[-1][0]) if len(model) > 1 else 0)
+            assert journal.held_bytes <= held_bytes_max + ends
+    journal.close()
+
+
+def test_a_command_changed_on_disk_is_a_fault_not_an_entry(tmp_path: Path) -> None:
+    """An entry read back (no longer held) whose record does not read as written is never handed on:
+    `on_fault` gets one line and the read raises JournalFaultError."""
+    faults: list[str] = []
+    journal = RaftJournal(tmp_path, sync=False, on_fault=faults.append, held_bytes_max=0)
+    for index in range(1, 5):
+        journal.add(b"command %d" % index, index, 1)
+    assert journal[1] == (b"command 2", 2, 1)  # Read back: only the first and the last are held.
+    with (tmp_path / JOURNAL_NAME).open("r+b") as file:
+        data = file.read()
+        at = data.index(b"command 2")
+        file.seek(at)
+        file.write(b"COMMAND")
+    with pytest.raises(JournalFaultError, match="entry 2"):
+        journal[1]  # The read is what is tested.
+    assert len(faults) == 1 and "read back entry 2" in faults[0] and "\n" not in faults[0]
+    assert journal[2] == (b"command 3", 3, 1)  # Its neighbours read as written.
+    journal.close()
 
 
 def test_a_torn_tail_is_cut_off_at_the_last_whole_record(tmp_path: Path) -> None:
