@@ -417,6 +417,21 @@ class RaftJournal:
             return self._read_back(position, position + 1)[0]
         return entry
 
+    def entries_within(self, position: int, count: int, bytes_max: int) -> list[Entry]:
+        """Up to `count` entries from list position `position`, cut as PySyncObj's `__getEntries`
+        cuts them to `maxSizeBytes`: the first entry whose command brings the total to `bytes_max` or
+        more is the last. The cut is made on the records' lengths, so only the entries handed out are
+        read back (a lagging follower's catch-up round: not up to CATCH_UP_ENTRIES_PER_ROUND of them)."""
+        stop = min(len(self._entries), position + count)
+        total = 0
+        for at in range(position, stop):
+            following = self._offsets[at + 1] if at + 1 < len(self._offsets) else self._end
+            total += following - self._offsets[at] - _RECORD.size
+            if total >= bytes_max:
+                stop = at + 1
+                break
+        return self[position:stop] if position < stop else []
+
     def _read_back(self, start: int, stop: int) -> list[Entry]:
         """The entries at positions `start` to `stop` (none held), their records read from the file in
         one call and checked as at open: a record that differs is a fault of the disk (`on_fault`,

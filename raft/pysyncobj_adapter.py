@@ -497,7 +497,9 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
                 count_max, batch = CATCH_UP_ENTRIES_PER_ROUND, CATCH_UP_BYTES_PER_ROUND
             else:
                 count_max, batch = RAFT_ENTRIES_PER_ROUND_MAX, self._append_batch_bytes
-            entries = self._SyncObj__getEntries(next_index, min(last - next_index + 1, count_max), batch)
+            # PySyncObj's `__getEntries(next_index, count, batch)`, reading back only what it hands out.
+            position = next_index - self._SyncObj__raftLog[0][1]
+            entries = self._journal.entries_within(position, min(last - next_index + 1, count_max), batch)
             self._SyncObj__raftNextIndex[node] = entries[-1][1] + 1
         message = {
             "type": "append_entries",

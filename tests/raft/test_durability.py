@@ -134,6 +134,45 @@ def test_entries_not_held_read_back_as_they_were_added(
     journal.close()
 
 
+def _pysyncobj_cut(entries: list[tuple[bytes, int, int]], bytes_max: int) -> list[tuple[bytes, int, int]]:
+    """PySyncObj's `__getEntries` cut to `maxSizeBytes` (syncobj.py), on entries already sliced."""
+    total = 0
+    for last, entry in enumerate(entries):
+        total += len(entry[0])
+        if total >= bytes_max:
+            return entries[: last + 1]
+    return entries
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 200), min_size=1, max_size=30),
+    position=st.integers(0, 35),
+    count=st.integers(1, 40),
+    bytes_max=st.integers(1, 700),
+    held_bytes_max=st.integers(0, 400),
+)
+def test_entries_within_cuts_as_pysyncobj_does(
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    position: int,
+    count: int,
+    bytes_max: int,
+    held_bytes_max: int,
+) -> None:
+    """A leader's round to a lagging follower takes `entries_within` (reading back only the entries
+    it hands out) where PySyncObj's `__getEntries(index, count, maxSizeBytes)` would slice, then cut:
+    the same entries."""
+    journal = RaftJournal(tmp_path_factory.mktemp("journal"), sync=False, held_bytes_max=held_bytes_max)
+    model = [(bytes([index]) * size, index, 1) for index, size in enumerate(sizes, start=1)]
+    for entry in model:
+        journal.add(*entry)
+    assert journal.entries_within(position, count, bytes_max) == _pysyncobj_cut(
+        model[position : position + count], bytes_max
+    )
+    journal.close()
+
+
 def test_a_command_changed_on_disk_is_a_fault_not_an_entry(tmp_path: Path) -> None:
     """An entry read back (no longer held) whose record does not read as written is never handed on:
     `on_fault` gets one line and the read raises JournalFaultError."""

@@ -33,6 +33,7 @@ from kq.proto.limits import (
     COMMIT_NOTICE_DELAY_S,
     ENTRY_BYTES_MAX,
     ENTRY_COMMAND_OVERHEAD_BYTES,
+    JOURNAL_HELD_BYTES_MAX,
     LEADER_LOST_ELECTION_DELAY_S,
     LEADER_LOST_ELECTION_JITTER_S,
     LEADER_LOST_ELECTION_SLOT_S,
@@ -208,6 +209,31 @@ def test_a_closed_node_restarts_from_its_journal_and_store(cluster: Cluster) -> 
     cluster.nodes[follower] = RaftNode(config, cluster.stores[follower], lambda applied, result: None)
     cluster.nodes[follower].start()
     wait_for(lambda: cluster.stores[follower].applied_index() >= index, "the follower applied it", WAIT_S)
+    assert cluster.stores[follower].dump() == cluster.stores[cluster.nodes.index(cluster.leader())].dump()
+
+
+def test_a_follower_catches_up_on_entries_its_leader_holds_only_on_disk(cluster: Cluster) -> None:
+    """A follower away while more than JOURNAL_HELD_BYTES_MAX of entries commit comes back to a leader
+    whose journal holds only the newest in memory: the older ones are read back from its file for
+    the catch-up, and the follower's store ends as the leader's."""
+    for node in cluster.nodes:
+        node.start()
+    cluster.propose(create("t", 1))
+    follower = next(number for number, node in enumerate(cluster.nodes) if not node.is_leader())
+    cluster.nodes[follower].close()
+    first = cluster.leader()._journal[0][1]
+    value = os.urandom(100 * 1024)
+    written = 0
+    while written <= JOURNAL_HELD_BYTES_MAX + 4 * 1024 * 1024:
+        index = cluster.propose(append("t", 0, *[value] * 10))
+        written += 10 * len(value)
+    journal = cluster.leader()._journal
+    assert journal.held_bytes < written  # Evicted: the first entries' commands are on disk only.
+    assert journal[0][1] == first  # No compaction: the follower gets entries, not a copy of the store.
+    config = cluster.configs[follower]
+    cluster.nodes[follower] = RaftNode(config, cluster.stores[follower], lambda applied, result: None)
+    cluster.nodes[follower].start()
+    wait_for(lambda: cluster.stores[follower].applied_index() >= index, "the follower caught up", WAIT_S)
     assert cluster.stores[follower].dump() == cluster.stores[cluster.nodes.index(cluster.leader())].dump()
 
 
