@@ -417,6 +417,15 @@ class RaftJournal:
             return self._read_back(position, position + 1)[0]
         return entry
 
+    def command_bytes(self, start: int, stop: int) -> int:
+        """The bytes of the commands of the entries at list positions `start` to `stop`, from the
+        records' lengths (nothing read back)."""
+        stop = min(stop, len(self._entries))
+        if start >= stop:
+            return 0
+        end = self._offsets[stop] if stop < len(self._offsets) else self._end
+        return end - self._offsets[start] - (stop - start) * _RECORD.size
+
     def entries_within(self, position: int, count: int, bytes_max: int) -> list[Entry]:
         """Up to `count` entries from list position `position`, cut as PySyncObj's `__getEntries`
         cuts them to `maxSizeBytes`: the first entry whose command brings the total to `bytes_max` or

@@ -642,7 +642,8 @@ class RaftNode(PySyncObjAdapter):
         target = max(min([proposed, *(m for m in matches if m > 0)]), self.first_index())
         if target >= proposed or proposed - target > self._retain_entries_max:
             return proposed
-        retained = sum(len(entry[0]) for entry in self.entries(target, proposed - target))
+        first = self.first_index()  # The journal's lengths: the commands of entries not held are not read.
+        retained = self._journal.command_bytes(target - first, proposed - first)
         return target if retained <= COMPACTION_RETAIN_BYTES_MAX else proposed
 
     # Peer messages and connections (tick thread) ------------------------------------------------

@@ -170,6 +170,9 @@ def test_entries_within_cuts_as_pysyncobj_does(
     assert journal.entries_within(position, count, bytes_max) == _pysyncobj_cut(
         model[position : position + count], bytes_max
     )
+    assert journal.command_bytes(position, position + count) == sum(
+        len(entry[0]) for entry in model[position : position + count]
+    )
     journal.close()
 
 
