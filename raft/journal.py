@@ -234,21 +234,30 @@ def decode_records(data: bytes) -> tuple[list[Entry], list[int], int]:
     entries: list[Entry] = []
     offsets: list[int] = []
     position = len(MAGIC)
-    while position + _RECORD.size <= len(data):
-        length, checksum, index, term = _RECORD.unpack_from(data, position)
-        end = position + _RECORD.size + length
-        if length > RECORD_COMMAND_BYTES_MAX or end > len(data):
+    while (record := _checked_record(data, position)) is not None:
+        entry, end = record
+        if entries and entry[1] != entries[-1][1] + 1:
             break
-        command = data[position + _RECORD.size : end]
-        index_term = data[position + 8 : position + _RECORD.size]
-        if crc32c_module.crc32c(command, crc32c_module.crc32c(index_term)) != checksum:
-            break
-        if entries and index != entries[-1][1] + 1:
-            break
-        entries.append((command, index, term))
+        entries.append(entry)
         offsets.append(position)
         position = end
     return entries, offsets, position
+
+
+def _checked_record(data: bytes, position: int) -> tuple[Entry, int] | None:
+    """The entry of the record at `position` in `data` and where the record ends; None if it is cut
+    short, longer than the largest entry, or fails its CRC32C."""
+    if position + _RECORD.size > len(data):
+        return None
+    length, checksum, index, term = _RECORD.unpack_from(data, position)
+    end = position + _RECORD.size + length
+    if length > RECORD_COMMAND_BYTES_MAX or end > len(data):
+        return None
+    command = data[position + _RECORD.size : end]
+    index_term = data[position + 8 : position + _RECORD.size]
+    if crc32c_module.crc32c(command, crc32c_module.crc32c(index_term)) != checksum:
+        return None
+    return (command, index, term), end
 
 
 class JournalFaultError(Exception):
@@ -276,9 +285,10 @@ class RaftJournal:
         this node counts them. `on_fault` gets one line when the disk fails a call (module docstring).
         A file of a newer format, or not a journal, raises JournalFormatError and is left as it is.
 
-        The newest entries' commands, `held_bytes_max` bytes of them (and always the last entry's),
-        stay in memory; an older entry keeps its index and term there and its command is read back
-        from the file, its record checked again, when PySyncObj asks for it (`__getitem__`)."""
+        The newest entries' commands, `held_bytes_max` bytes of them (and always the first and the
+        last entry's), stay in memory; an older entry keeps its index and term there and its command
+        is read back from the file, its record checked again, when PySyncObj asks for it
+        (`__getitem__`)."""
         self._path = directory / JOURNAL_NAME
         self._meta_path = directory / (JOURNAL_NAME + ".meta")
         self._sync = sync
@@ -417,14 +427,17 @@ class RaftJournal:
             return self._read_back(position, position + 1)[0]
         return entry
 
+    def _records_end(self, stop: int) -> int:
+        """Where the record before list position `stop` ends in the file."""
+        return self._offsets[stop] if stop < len(self._offsets) else self._end
+
     def command_bytes(self, start: int, stop: int) -> int:
         """The bytes of the commands of the entries at list positions `start` to `stop`, from the
         records' lengths (nothing read back)."""
         stop = min(stop, len(self._entries))
         if start >= stop:
             return 0
-        end = self._offsets[stop] if stop < len(self._offsets) else self._end
-        return end - self._offsets[start] - (stop - start) * _RECORD.size
+        return self._records_end(stop) - self._offsets[start] - (stop - start) * _RECORD.size
 
     def entries_within(self, position: int, count: int, bytes_max: int) -> list[Entry]:
         """Up to `count` entries from list position `position`, cut as PySyncObj's `__getEntries`
@@ -434,8 +447,7 @@ class RaftJournal:
         stop = min(len(self._entries), position + count)
         total = 0
         for at in range(position, stop):
-            following = self._offsets[at + 1] if at + 1 < len(self._offsets) else self._end
-            total += following - self._offsets[at] - _RECORD.size
+            total += self._records_end(at + 1) - self._offsets[at] - _RECORD.size
             if total >= bytes_max:
                 stop = at + 1
                 break
@@ -446,24 +458,20 @@ class RaftJournal:
         one call and checked as at open: a record that differs is a fault of the disk (`on_fault`,
         then JournalFaultError), never an entry handed on."""
         base = self._offsets[start]
-        end = self._offsets[stop] if stop < len(self._offsets) else self._end
         with self._failing(f"read back entries {self._entries[start][1]} to {self._entries[stop - 1][1]}"):
-            data = self._disk.read_at(self._fd, base, end - base)
+            data = self._disk.read_at(self._fd, base, self._records_end(stop) - base)
         entries: list[Entry] = []
         for position in range(start, stop):
             at = self._offsets[position] - base
             _, index, term = self._entries[position]
-            if len(data) - at >= _RECORD.size:
-                length, checksum, found_index, found_term = _RECORD.unpack_from(data, at)
-                command = data[at + _RECORD.size : at + _RECORD.size + length]
-                index_term = data[at + 8 : at + _RECORD.size]
-                if (
-                    (found_index, found_term) == (index, term)
-                    and len(command) == length
-                    and crc32c_module.crc32c(command, crc32c_module.crc32c(index_term)) == checksum
-                ):
-                    entries.append((command, index, term))
-                    continue
+            record = _checked_record(data, at)
+            if (
+                record is not None
+                and record[0][1:] == (index, term)
+                and record[1] + base == self._records_end(position + 1)
+            ):
+                entries.append(record[0])
+                continue
             error = OSError(errno.EIO, f"entry {index}'s record no longer reads as it was written")
             self._on_fault(journal_fault_message(f"read back entry {index}", self._path, error))
             raise JournalFaultError(f"the journal {self._path}: entry {index}'s record changed on disk")
