@@ -659,14 +659,22 @@ def _ratio_lines(results: dict[str, list[Round]]) -> list[str]:
     for variant, rounds in results.items():
         if variant == "kq" or len(rounds) != len(ours):
             continue
-        p50 = [mine.p50_ms / theirs.p50_ms for mine, theirs in zip(ours, rounds, strict=True)]
-        cpu = [mine.server_cpu_us / theirs.server_cpu_us for mine, theirs in zip(ours, rounds, strict=True)]
+        pairs = list(zip(ours, rounds, strict=True))
         lines.append(
-            f"\nkq / {variant}, the median of the rounds' ratios: p50 {statistics.median(p50):.2f}x "
-            f"({', '.join(f'{ratio:.2f}' for ratio in p50)}), server CPU {statistics.median(cpu):.2f}x "
-            f"({', '.join(f'{ratio:.2f}' for ratio in cpu)})"
+            f"\nkq / {variant}, the median of the rounds' ratios: p50 "
+            f"{_ratios([(mine.p50_ms, theirs.p50_ms) for mine, theirs in pairs])}, server CPU "
+            f"{_ratios([(mine.server_cpu_us, theirs.server_cpu_us) for mine, theirs in pairs])}"
         )
     return lines
+
+
+def _ratios(pairs: list[tuple[float, float]]) -> str:
+    """The median of the pairs' ratios and the ratios; a pair whose second figure is 0 (a run too short
+    for /proc's 10 ms CPU ticks) has none, and with none at all the figure reads "-"."""
+    ratios = [mine / theirs for mine, theirs in pairs if theirs > 0]
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f}x ({', '.join(f'{ratio:.2f}' for ratio in ratios)})"
 
 
 @click.command()

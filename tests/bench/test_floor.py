@@ -78,6 +78,11 @@ def test_kq_is_set_against_each_variant_round_by_round() -> None:
     )
     assert "kq / grpc," not in text
     assert "kq /" not in table({"grpc": floor_rounds})
+    # A round too short for /proc's CPU ticks measured no CPU: it has no CPU ratio (nor a failure).
+    idle = [Round(1.0, 2.0, 900.0, 0.0, 0.0, 50.0), Round(1.0, 2.0, 900.0, 600.0, 400.0, 50.0)]
+    text = table({"kq": kq[:2], "tcp": idle})
+    assert text.endswith("p50 1.60x (2.00, 1.20), server CPU 1.20x (1.20)")
+    assert table({"kq": kq[:1], "tcp": idle[:1]}).endswith("server CPU -")
 
 
 @pytest.mark.system
