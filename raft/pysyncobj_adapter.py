@@ -222,6 +222,13 @@ def _joins(method_id: int, size: int) -> bool:
     return _JOIN_CALLS and 0 <= method_id < 256 and size < 2**32
 
 
+def _joined(method_id: int, argument: bytes | memoryview) -> tuple[bytes, int]:
+    """The entry of a call `_joins` takes, joined from `_call_pieces` (one copy of the argument), and
+    where the argument starts in it."""
+    head, tail = _call_pieces(method_id, len(argument))
+    return b"".join((head, argument, tail)), len(head)
+
+
 def entry_command(method_id: int, argument: bytes) -> bytes:
     """The log entry of one call `method(argument)`: PySyncObj's layout, pickled once at protocol 5.
 
@@ -232,8 +239,7 @@ def entry_command(method_id: int, argument: bytes) -> bytes:
     Pickler and a BytesIO (1.57 µs for 200 bytes against 0.8 joined); a method id or size outside
     `_call_pieces` (none kq makes) is pickled."""
     if _joins(method_id, len(argument)):
-        head, tail = _call_pieces(method_id, len(argument))
-        return b"".join((head, argument, tail))
+        return _joined(method_id, argument)[0]
     out = io.BytesIO()
     out.write(_REGULAR_PREFIX)
     pickle.Pickler(out, protocol=5).dump((method_id, (argument,)))
@@ -245,9 +251,8 @@ def _command_holding(method_id: int, argument: memoryview) -> tuple[bytes, bytes
     command where the joined layout puts it (`_call_pieces`), else (a call the pickler writes) its
     own bytes."""
     if _joins(method_id, len(argument)):
-        head, tail = _call_pieces(method_id, len(argument))
-        command = b"".join((head, argument, tail))
-        return command, memoryview(command)[len(head) : len(head) + len(argument)]
+        command, start = _joined(method_id, argument)
+        return command, memoryview(command)[start : start + len(argument)]
     copied = bytes(argument)
     return entry_command(method_id, copied), copied
 
@@ -498,7 +503,7 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
             else:
                 count_max, batch = RAFT_ENTRIES_PER_ROUND_MAX, self._append_batch_bytes
             # PySyncObj's `__getEntries(next_index, count, batch)`, reading back only what it hands out.
-            position = next_index - self._SyncObj__raftLog[0][1]
+            position = next_index - self.first_index()
             entries = self._journal.entries_within(position, min(last - next_index + 1, count_max), batch)
             self._SyncObj__raftNextIndex[node] = entries[-1][1] + 1
         message = {
