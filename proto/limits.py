@@ -459,6 +459,11 @@ JOURNAL_JOINED_WRITE_BYTES_MAX = 16 * 1024
 # ENTRY_CALLS_BYTES_MAX and a few of the largest entries: the entries between proposal and apply
 # stay held (apply takes their calls by identity).
 JOURNAL_HELD_BYTES_MAX = 16 * 1024 * 1024
+# What a Raft journal reads of its file at once when it opens (its records checked a window at a
+# time) or compacts (the retained records copied to the new file a window at a time): opening or
+# compacting a log of its compaction threshold's 128 MiB costs this and JOURNAL_HELD_BYTES_MAX of
+# RAM, not the file's size twice over. A window always holds at least one whole record.
+JOURNAL_READ_BYTES = 4 * 1024 * 1024
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
 # to each other while a leader lives, so the first vote request after the leader dies was lost and

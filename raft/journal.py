@@ -25,7 +25,9 @@ nothing); only `sync=True` (`--durability=fsync`) adds the syncs:
   file when PySyncObj asks for it (a lagging follower's catch-up, a compaction), its record checked
   as at open: one that changed on disk is a fault (`on_fault`), never an entry handed on. A group's
   log so costs a bounded amount of RAM, not the 128 MiB of entries between two compactions, and the
-  heap reuses what an entry freed for the next one instead of faulting in fresh pages.
+  heap reuses what an entry freed for the next one instead of faulting in fresh pages. Opening the
+  file and compacting it read it a window (JOURNAL_READ_BYTES, whole records) at a time: neither
+  holds the file, nor the records a compaction keeps, at once.
 
 File layout (integers big-endian), `journal.kq`:
 
@@ -64,14 +66,19 @@ import json
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import crc32c as crc32c_module
 
-from kq.proto.limits import JOURNAL_HELD_BYTES_MAX, JOURNAL_JOINED_WRITE_BYTES_MAX, TRANSPORT_BUFFER_BYTES
+from kq.proto.limits import (
+    JOURNAL_HELD_BYTES_MAX,
+    JOURNAL_JOINED_WRITE_BYTES_MAX,
+    JOURNAL_READ_BYTES,
+    TRANSPORT_BUFFER_BYTES,
+)
 from kq.raft.faults import journal_fault_message
 from kq.storage import FormatError
 
@@ -123,6 +130,10 @@ class Disk:
             written = os.pwrite(fd, view, offset)
             view, offset = view[written:], offset + written
 
+    def size(self, fd: int) -> int:
+        """The file's length in bytes."""
+        return os.fstat(fd).st_size
+
     def truncate(self, fd: int, size: int) -> None:
         """Cuts the file to `size` bytes."""
         os.ftruncate(fd, size)
@@ -135,13 +146,18 @@ class Disk:
         """Closes a file `open` returned."""
         os.close(fd)
 
-    def replace(self, path: Path, data: bytes, sync: bool) -> None:
+    def replace(self, path: Path, data: bytes | Iterable[bytes], sync: bool) -> None:
         """Atomically makes `data` the content of `path` (write a temporary file, rename it over);
-        with `sync`, durably: the file is synced before the rename and the directory after it."""
+        with `sync`, durably: the file is synced before the rename and the directory after it. `data`
+        may come in pieces, written one after the other as the iterable gives them (a compaction's
+        retained records, a window at a time)."""
         temporary = path.with_name(path.name + ".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            self.write_at(fd, 0, data)
+            offset = 0
+            for piece in (data,) if isinstance(data, bytes) else data:
+                self.write_at(fd, offset, piece)
+                offset += len(piece)
             if sync:
                 os.fsync(fd)
         finally:
@@ -229,24 +245,39 @@ def record_header(command: bytes, index: int, term: int) -> bytes:
     return _RECORD.pack(len(command), checksum, index, term)
 
 
-def decode_records(data: bytes) -> tuple[list[Entry], list[int], int]:
-    """The entries of a journal file, each record's offset, and where the valid records end."""
-    entries: list[Entry] = []
-    offsets: list[int] = []
-    position = len(MAGIC)
-    while (record := _checked_record(data, position)) is not None:
-        entry, end = record
-        if entries and entry[1] != entries[-1][1] + 1:
-            break
-        entries.append(entry)
-        offsets.append(position)
-        position = end
-    return entries, offsets, position
+def file_records(disk: Disk, fd: int, window_bytes: int = JOURNAL_READ_BYTES) -> Iterator[tuple[Entry, int]]:
+    """Each record of the journal file `fd` that checks, in file order, with its offset; stops at the
+    first that is cut short, too long or fails its CRC32C (the caller stops at one that does not
+    follow its predecessor's index). The file is read `window_bytes` at a time (more for a record
+    longer than that), never whole: each command is a copy of its bytes, the window is let go."""
+    position = window_start = len(MAGIC)
+    window = b""
+    ended = False  # The last read reached the file's end.
+    while True:
+        at = position - window_start
+        record = _checked_record(window, at)
+        if record is not None:
+            entry, end = record
+            yield entry, position
+            position = window_start + end
+            continue
+        needed = _RECORD.size  # The record's bytes as far as the window tells them.
+        if at + _RECORD.size <= len(window):
+            length = _RECORD.unpack_from(window, at)[0]
+            if length > RECORD_COMMAND_BYTES_MAX:
+                return
+            needed += length
+        if ended or at + needed <= len(window):
+            return  # Cut short by the file's end, or whole and failing its check.
+        asked = max(window_bytes, needed)
+        window = b""  # Let go before the next is read: one window at a time in memory.
+        window = disk.read_at(fd, position, asked)
+        window_start, ended = position, len(window) < asked
 
 
-def _checked_record(data: bytes, position: int) -> tuple[Entry, int] | None:
-    """The entry of the record at `position` in `data` and where the record ends; None if it is cut
-    short, longer than the largest entry, or fails its CRC32C."""
+def _checked_record(data: bytes | memoryview, position: int) -> tuple[Entry, int] | None:
+    """The entry of the record at `position` in `data` and where the record ends in `data`; None if it
+    is cut short, longer than the largest entry, or fails its CRC32C."""
     if position + _RECORD.size > len(data):
         return None
     length, checksum, index, term = _RECORD.unpack_from(data, position)
@@ -288,38 +319,41 @@ class RaftJournal:
         The newest entries' commands, `held_bytes_max` bytes of them (and always the first and the
         last entry's), stay in memory; an older entry keeps its index and term there and its command
         is read back from the file, its record checked again, when PySyncObj asks for it
-        (`__getitem__`)."""
+        (`__getitem__`). The file is read a window of JOURNAL_READ_BYTES at a time (`file_records`),
+        so opening a long log costs that window and what is held, not the file's size."""
         self._path = directory / JOURNAL_NAME
         self._meta_path = directory / (JOURNAL_NAME + ".meta")
         self._sync = sync
         self._disk = disk
         self._on_fault = on_fault
         self.syncs = 0  # fdatasyncs of the journal file: group commit makes them fewer than entries.
-        data = disk.read(self._path)
-        if data is not None:
-            check_journal_head(self._path, data[: len(MAGIC)])
-        if data is None or not data.startswith(MAGIC):
-            if data is not None:
-                logger.warning("%s holds a part of its magic only: starting an empty journal", self._path)
-            with self._failing("create it"):
-                disk.replace(self._path, MAGIC, sync)
-            data = MAGIC
-        self._entries, self._offsets, self._end = decode_records(data)
+        self._fd = self._open_or_create()
         # Entries from position 1 to `_held_from` hold None for their command (read back on demand);
         # the others hold theirs, `_held` bytes in all. The first is held: PySyncObj reads its index
         # at every lookup.
+        self._entries: list[Entry] = []
+        self._offsets: list[int] = []
+        self._end = len(MAGIC)
         self._held_bytes_max = held_bytes_max
         self._held_from = 1
-        self._held = sum(len(entry[0]) for entry in self._entries)
-        self._release()
-        with self._failing("open it"):
-            self._fd = disk.open(self._path)
+        self._held = 0
+        with self._failing("read it"):
+            for entry, offset in file_records(disk, self._fd):
+                if self._entries and entry[1] != self._entries[-1][1] + 1:
+                    break
+                self._entries.append(entry)
+                self._offsets.append(offset)
+                self._end = offset + _RECORD.size + len(entry[0])
+                self._held += len(entry[0])
+                if self._held > held_bytes_max:
+                    self._release()  # As it reads: a file of any size costs the window and what is held.
+            size = disk.size(self._fd)
         self._dirty = sync  # One sync at open (see above).
-        if self._end < len(data):
+        if self._end < size:
             logger.warning(
                 "journal %s: dropping a torn tail of %d bytes after index %s",
                 self._path,
-                len(data) - self._end,
+                size - self._end,
                 self._entries[-1][1] if self._entries else "none",
             )
             with self._failing("cut its torn tail"):
@@ -330,6 +364,31 @@ class RaftJournal:
         if raw_meta is not None:
             self._meta.update(json.loads(raw_meta))
         self._meta_dirty = False
+
+    def _open_or_create(self) -> int:
+        """The journal file, opened for reading and writing, its magic checked (JournalFormatError for
+        a newer format or another file, closed again first); created holding the magic alone when
+        there is none, or only a part of the magic (no record was ever written after it)."""
+        with self._failing("open it"):
+            try:
+                fd: int | None = self._disk.open(self._path)
+            except FileNotFoundError:
+                fd = None
+        if fd is not None:
+            try:
+                with self._failing("read it"):
+                    head = self._disk.read_at(fd, 0, len(MAGIC))
+                check_journal_head(self._path, head)
+            except BaseException:
+                self._disk.close(fd)
+                raise
+            if head == MAGIC:
+                return fd
+            logger.warning("%s holds a part of its magic only: starting an empty journal", self._path)
+            self._disk.close(fd)
+        with self._failing("create it"):
+            self._disk.replace(self._path, MAGIC, self._sync)
+            return self._disk.open(self._path)
 
     # Entries ------------------------------------------------------------------------------------
 
@@ -388,27 +447,48 @@ class RaftJournal:
         self._dirty = True
 
     def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802, N803 - PySyncObj's names.
-        """Drops the entries before list position `entryTo` (log compaction): the retained entries go
-        to a new file renamed over the journal, so a crash leaves the old journal or the new one."""
-        retained: list[Entry] = self[entryTo:]  # The commands read back where not held.
-        records = [encode_record(bytes(command), index, term) for command, index, term in retained]
+        """Drops the entries before list position `entryTo` (log compaction): the retained entries'
+        records go to a new file renamed over the journal, so a crash leaves the old journal or the new
+        one. The records are copied from the old file a window at a time, each checked as it is read
+        (`_checked_window`: one that changed on disk is a fault, never copied on), so a compaction
+        costs JOURNAL_READ_BYTES of RAM whatever it retains."""
+        start = min(max(entryTo, 0), len(self._entries))
+        retained, offsets = self._entries[start:], self._offsets[start:]
+        shift = (offsets[0] if offsets else self._end) - len(MAGIC)
+        first: Entry | None = None
+        if retained and retained[0][0] is None:  # The new first entry is always held: read back.
+            first = self._read_back(start, start + 1)[0]
         with self._failing("compact it"):
             # The new file first: a failure leaves the old one open and whole. (Closing first, as this
             # once did, left a closed descriptor behind a failed write, whose number the process
             # could reuse for another file that the next append would then write into.)
-            self._disk.replace(self._path, MAGIC + b"".join(records), self._sync)
+            self._disk.replace(self._path, self._retained_records(start), self._sync)
             self._disk.close(self._fd)
             self._fd = self._disk.open(self._path)
+        if first is not None:
+            retained[0] = first
         self._entries = retained
-        self._offsets = []
-        self._end = len(MAGIC)
-        for record in records:
-            self._offsets.append(self._end)
-            self._end += len(record)
+        self._offsets = [offset - shift for offset in offsets]
+        self._end -= shift
         self._dirty = False  # replace() synced it in fsync mode; nothing to sync otherwise.
-        self._held_from = 1
-        self._held = sum(len(entry[0]) for entry in retained)
+        self._held_from = max(1, self._held_from - start)
+        self._held = sum(len(entry[0]) for entry in retained if entry[0] is not None)
         self._release()
+
+    def _retained_records(self, start: int) -> Iterator[bytes]:
+        """The new file's bytes after a compaction to list position `start`: the magic, then the
+        records from `start` on as the old file holds them, a window of about JOURNAL_READ_BYTES
+        (whole records) at a time, each checked against the entry it is."""
+        yield MAGIC
+        position = start
+        while position < len(self._entries):
+            stop = position + 1
+            while stop < len(self._entries) and self._records_end(stop + 1) - self._offsets[position] <= (
+                JOURNAL_READ_BYTES
+            ):
+                stop += 1
+            yield self._checked_window(position, stop, entries_wanted=False)[0]
+            position = stop
 
     def __getitem__(self, item: int | slice) -> Any:
         """Entries as PySyncObj reads them, (command, index, term): a command no longer held is read
@@ -457,25 +537,35 @@ class RaftJournal:
         """The entries at positions `start` to `stop` (none held), their records read from the file in
         one call and checked as at open: a record that differs is a fault of the disk (`on_fault`,
         then JournalFaultError), never an entry handed on."""
+        return self._checked_window(start, stop)[1]
+
+    def _checked_window(
+        self, start: int, stop: int, entries_wanted: bool = True
+    ) -> tuple[bytes, list[Entry]]:
+        """The records of the entries at positions `start` to `stop` as the file holds them (one read)
+        and, if `entries_wanted`, their entries (each command a copy), each record checked against the
+        entry it is (`_read_back`). Without entries the checks read views: nothing is copied."""
         base = self._offsets[start]
         with self._failing(f"read back entries {self._entries[start][1]} to {self._entries[stop - 1][1]}"):
             data = self._disk.read_at(self._fd, base, self._records_end(stop) - base)
+        source = data if entries_wanted else memoryview(data)
         entries: list[Entry] = []
         for position in range(start, stop):
             at = self._offsets[position] - base
             _, index, term = self._entries[position]
-            record = _checked_record(data, at)
+            record = _checked_record(source, at)
             if (
                 record is not None
                 and record[0][1:] == (index, term)
                 and record[1] + base == self._records_end(position + 1)
             ):
-                entries.append(record[0])
+                if entries_wanted:
+                    entries.append(record[0])
                 continue
             error = OSError(errno.EIO, f"entry {index}'s record no longer reads as it was written")
             self._on_fault(journal_fault_message(f"read back entry {index}", self._path, error))
             raise JournalFaultError(f"the journal {self._path}: entry {index}'s record changed on disk")
-        return entries
+        return data, entries
 
     def __len__(self) -> int:
         return len(self._entries)

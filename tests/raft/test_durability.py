@@ -12,11 +12,13 @@ what keeps them.
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 import struct
 import threading
-from collections.abc import Callable, Iterator
+import tracemalloc
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from pysyncobj.journal import FileJournal
 
 from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
+from kq.proto.limits import JOURNAL_READ_BYTES
 from kq.raft.journal import (
     JOURNAL_NAME,
     MAGIC,
@@ -34,6 +37,7 @@ from kq.raft.journal import (
     RaftJournal,
     convert_legacy_journal,
     encode_record,
+    file_records,
 )
 from kq.raft.node import Durability, RaftConfig, RaftNode, finish_compaction
 from kq.raft.pysyncobj_adapter import read_pysyncobj_journal
@@ -131,7 +135,114 @@ def test_entries_not_held_read_back_as_they_were_added(
             assert journal[-1] == model[-1] and journal[0] == model[0]
             ends = len(model[0][0]) + (len(model[-1][0]) if len(model) > 1 else 0)
             assert journal.held_bytes <= held_bytes_max + ends
+        # The file holds exactly the model's records: a compaction copied the retained ones as written.
+        assert (directory / JOURNAL_NAME).read_bytes() == MAGIC + b"".join(encode_record(*e) for e in model)
     journal.close()
+
+
+def _whole_file_records(data: bytes) -> list[tuple[tuple[bytes, int, int], int]]:
+    """The records `file_records` must find, read the way the journal read its file before it read
+    windows: the whole file at once, record after record until one does not check."""
+    found = []
+    position = len(MAGIC)
+    while position + 24 <= len(data):
+        length, _, index, term = struct.unpack_from(">IIQQ", data, position)
+        end = position + 24 + length
+        if end > len(data) or encode_record(data[position + 24 : end], index, term) != data[position:end]:
+            break
+        found.append(((data[position + 24 : end], index, term), position))
+        position = end
+    return found
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 120), max_size=25),
+    window_bytes=st.integers(1, 200),
+    damage=st.one_of(
+        st.none(),
+        st.tuples(st.just("cut"), st.integers(0, 4_000)),
+        st.tuples(st.just("flip"), st.integers(0, 4_000)),
+        st.tuples(st.just("long"), st.integers(0, 24)),
+    ),
+)
+def test_file_records_read_in_windows_find_what_the_whole_file_holds(
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    window_bytes: int,
+    damage: tuple[str, int] | None,
+) -> None:
+    """Reading a journal a window at a time (windows that cut records anywhere, records longer than a
+    window) finds the very records, at the very offsets, that one read of the whole file finds, torn,
+    flipped or absurdly long tails included."""
+    data = bytearray(MAGIC + b"".join(encode_record(bytes([n % 256]) * n, n + 1, 2) for n in sizes))
+    if damage is not None:
+        kind, at = damage
+        at = len(MAGIC) + at % max(1, len(data) - len(MAGIC))
+        if kind == "cut":
+            del data[at:]
+        elif kind == "flip" and at < len(data):
+            data[at] ^= 0x5A
+        elif kind == "long":  # A record header claiming more than the largest entry.
+            data += struct.pack(">IIQQ", 0xFFFFFFF0, 0, len(sizes) + 1, 2)[: max(1, damage[1])]
+    path = tmp_path_factory.mktemp("journal") / JOURNAL_NAME
+    path.write_bytes(bytes(data))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert list(file_records(Disk(), fd, window_bytes)) == _whole_file_records(bytes(data))
+    finally:
+        os.close(fd)
+
+
+class ReadCountingDisk(Disk):
+    """The real disk, counting what is read of the journal and how: whole-file reads and each
+    `read_at`'s length."""
+
+    def __init__(self) -> None:
+        self.whole_reads: list[Path] = []
+        self.read_lengths: list[int] = []
+
+    def read(self, path: Path) -> bytes | None:
+        self.whole_reads.append(path)
+        return super().read(path)
+
+    def read_at(self, fd: int, offset: int, length: int) -> bytes:
+        self.read_lengths.append(length)
+        return super().read_at(fd, offset, length)
+
+
+def test_opening_and_compacting_a_long_journal_read_a_window_at_a_time(tmp_path: Path) -> None:
+    """A journal of 48 MiB opens and compacts with reads of at most JOURNAL_READ_BYTES and never a
+    whole-file read: the memory either takes (Python's allocations, tracemalloc) stays a fraction of
+    the file. The entries read back are the ones written."""
+    entry_bytes, count, held = 256 * 1024, 192, 1024 * 1024
+    entries = [(bytes([index % 256]) * entry_bytes, index, 1) for index in range(1, count + 1)]
+    journal = RaftJournal(tmp_path, sync=False, held_bytes_max=held)
+    for entry in entries:
+        journal.add(*entry)
+    journal.close()
+    file_bytes = (tmp_path / JOURNAL_NAME).stat().st_size
+    disk = ReadCountingDisk()
+    tracemalloc.start()
+    try:
+        journal = RaftJournal(tmp_path, sync=False, disk=disk, held_bytes_max=held)
+        opened_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        journal.deleteEntriesTo(count // 4)
+        compacted_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert tmp_path / JOURNAL_NAME not in disk.whole_reads
+    assert max(disk.read_lengths) <= JOURNAL_READ_BYTES
+    bound = 3 * JOURNAL_READ_BYTES + held + 2 * entry_bytes  # The windows (two at once), what is held.
+    assert opened_peak < bound < file_bytes // 2, (opened_peak, bound, file_bytes)
+    assert compacted_peak < bound, (compacted_peak, bound)
+    assert len(journal) == count - count // 4
+    assert journal[:] == entries[count // 4 :]
+    journal.close()
+    again = RaftJournal(tmp_path, sync=False, held_bytes_max=held)
+    assert again[:] == entries[count // 4 :] and again.held_bytes <= held + 2 * entry_bytes
+    again.close()
 
 
 def _pysyncobj_cut(entries: list[tuple[bytes, int, int]], bytes_max: int) -> list[tuple[bytes, int, int]]:
@@ -286,12 +397,12 @@ class PowerCutDisk(Disk):
             if not self.cut_off:
                 self._durable[self._paths[fd]] = self._paths[fd].read_bytes()
 
-    def replace(self, path: Path, data: bytes, sync: bool) -> None:
+    def replace(self, path: Path, data: bytes | Iterable[bytes], sync: bool) -> None:
         with self.lock:
             super().replace(path, data, sync)
             self._touched.add(path)
-            if sync and not self.cut_off:
-                self._durable[path] = data
+            if sync and not self.cut_off:  # Pieces (a compaction's) are gone once written: read back.
+                self._durable[path] = data if isinstance(data, bytes) else path.read_bytes()
 
     def rename(self, source: Path, destination: Path, sync: bool) -> None:
         with self.lock:

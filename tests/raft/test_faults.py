@@ -10,7 +10,7 @@ import errno
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import lmdb
@@ -145,7 +145,7 @@ class FullDisk(Disk):
             raise self.sync_error
         super().sync(fd)
 
-    def replace(self, path: Path, data: bytes, sync: bool) -> None:
+    def replace(self, path: Path, data: bytes | Iterable[bytes], sync: bool) -> None:
         if self.replace_error is not None and path.name.endswith(".kq"):
             raise self.replace_error
         super().replace(path, data, sync)
