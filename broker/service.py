@@ -43,10 +43,13 @@ from kq.broker.validation import (
 )
 from kq.broker.waiters import EVERY, WatchKey, wait_for_wake
 from kq.proto import kq_pb2, kq_pb2_grpc
+from kq.proto.compression import NONE
 from kq.proto.limits import (
     ENTRY_BYTES_MAX,
     FETCH_STREAM_S_MAX,
     PRODUCE_CHECK_ON_LOOP_BYTES_MAX,
+    PRODUCE_CHECK_ON_LOOP_PLAIN_BYTES_MAX,
+    PRODUCE_CHECK_ON_LOOP_RECORDS_MAX,
     PRODUCE_STREAM_S_MAX,
     PROPOSAL_TIMEOUT_S,
     READER_RECHECK_S,
@@ -55,7 +58,7 @@ from kq.proto.limits import (
     TOPIC_COPY_WAIT_S,
     TOPIC_SPREAD_WAIT_S,
 )
-from kq.proto.records import WireRecord, parse_batch, read_header
+from kq.proto.records import MalformedBatchError, WireRecord, parse_batch, read_header
 from kq.raft import commands, topic_config
 from kq.raft.placement import METADATA_GROUP
 from kq.raft.results import ErrorCode, ProducerResult, TopicResult, TrimResult
@@ -307,10 +310,11 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
     async def produce(self, request: kq_pb2.ProduceRequest) -> kq_pb2.ProduceResponse:
         """Checks, proposes and answers one produce request (gRPC and Kafka); raises KqError.
 
-        A coroutine on the serving loop: the wait for the commit holds no thread, and a request of at
-        most PRODUCE_CHECK_ON_LOOP_BYTES_MAX is checked on the loop too, so a small write costs no
-        hand-off to a worker and back (two thread wake-ups, measured: bench/README.md, "Profiles").
-        A larger one is checked on a worker, where its longer walk does not hold up the loop's calls.
+        A coroutine on the serving loop: the wait for the commit holds no thread, and most batches are
+        checked on the loop too (`checks_on_loop`), so a write costs no hand-off to a worker and back
+        (two thread wake-ups, and the GIL the worker then holds against the loop: bench/README.md,
+        "Profiles" and "Sixth session"). A compressed or very large one is checked on a worker, where
+        its longer work does not hold up the loop's calls.
         """
         # Read once: each read of the field copies the batch.
         return await self.produce_records(request, request.records)
@@ -318,7 +322,7 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
     async def produce_records(self, request: kq_pb2.ProduceRequest, records: bytes) -> kq_pb2.ProduceResponse:
         """`produce` of a request whose batch is `records` (its own `records` field is not read): the
         Kafka edge passes the batch it decoded, where a protobuf field would copy it in and out."""
-        if len(records) <= PRODUCE_CHECK_ON_LOOP_BYTES_MAX:
+        if checks_on_loop(records):
             append = self.prepared_append(request, records)
         else:
             append = await self._in_workers(self.prepared_append, request, records)
@@ -622,6 +626,22 @@ def _watch_key(request: kq_pb2.FetchRequest, caught_up: bool) -> WatchKey:
     """What wakes a read of `request`: appends to its partition, or any entry while this node has not
     applied the caller's `min_index` yet."""
     return (request.topic, request.partition) if caught_up else EVERY
+
+
+def checks_on_loop(records: bytes) -> bool:
+    """Whether a produce request's batch is checked on the serving loop rather than on a worker: any
+    batch of at most PRODUCE_CHECK_ON_LOOP_BYTES_MAX, and an uncompressed one within
+    PRODUCE_CHECK_ON_LOOP_PLAIN_BYTES_MAX and PRODUCE_CHECK_ON_LOOP_RECORDS_MAX (its header says;
+    one whose header does not read goes to a worker, where the check says what is wrong)."""
+    if len(records) <= PRODUCE_CHECK_ON_LOOP_BYTES_MAX:
+        return True
+    if len(records) > PRODUCE_CHECK_ON_LOOP_PLAIN_BYTES_MAX:
+        return False
+    try:
+        header = read_header(records)
+    except MalformedBatchError:
+        return False
+    return header.compression == NONE and header.record_count <= PRODUCE_CHECK_ON_LOOP_RECORDS_MAX
 
 
 def _check_partition(topic: TopicMeta, partition: int) -> None:

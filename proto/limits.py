@@ -213,6 +213,16 @@ UNARY_CALLS_MAX = 4_096
 # 64 KiB of records is at most about 3 ms of checking (10,000 records walked as arrays, proto/arrays.py).
 # Measured, 1 KiB `Producer`, three A/B pairs against 16 KiB: 6-13 % more msgs/s, up to 12 % less CPU.
 PRODUCE_CHECK_ON_LOOP_BYTES_MAX = 64 * 1024
+# An uncompressed batch of at most these bytes and records is checked on the loop too (`checks_on_loop`):
+# a worker walking it holds the GIL the loop then waits for, switch by switch (the check is Python and
+# numpy calls, few of which let the GIL go), which cost more than the walk itself. A follower's apply
+# checks the same batch on its loop, so the leader's loop takes a pause every replica already takes;
+# the records bound keeps a walk in Python (records with headers, ~2.3 µs each) within ~5 ms, and a
+# compressed batch, whose expansion can be far larger than its bytes, stays on a worker. Measured
+# (bench/README.md, "Sixth session"): 1 KiB records through the Kafka port, 160-record batches of 165
+# KB, the leader's CPU 6.4-7.1 -> 5.6 µs a record.
+PRODUCE_CHECK_ON_LOOP_PLAIN_BYTES_MAX = 1024 * 1024
+PRODUCE_CHECK_ON_LOOP_RECORDS_MAX = 2_048
 GRPC_WORKERS_MIN = 4
 GRPC_WORKERS_MAX = 1_024
 GRPC_WORKERS_DEFAULT = 64  # Threads start on demand: an idle node runs a few.

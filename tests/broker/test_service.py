@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import queue
+import threading
 import time
 from collections.abc import Callable
 
@@ -10,11 +12,23 @@ import grpc
 import pytest
 
 import kq.broker.service
+from kq.broker.service import BrokerService, checks_on_loop
+from kq.broker.validation import CheckedAppend
 from kq.proto import kq_pb2
+from kq.proto.compression import GZIP
 from kq.proto.errors import ERROR_CODE_METADATA_KEY, LEADER_METADATA_KEY, ErrorCode, metadata_value
-from kq.proto.limits import PARTITIONS_MAX, PRODUCE_MANY_REQUESTS_MAX, RECORD_BYTES_MAX, TOPIC_NAME_LENGTH_MAX
+from kq.proto.limits import (
+    PARTITIONS_MAX,
+    PRODUCE_CHECK_ON_LOOP_BYTES_MAX,
+    PRODUCE_CHECK_ON_LOOP_PLAIN_BYTES_MAX,
+    PRODUCE_CHECK_ON_LOOP_RECORDS_MAX,
+    PRODUCE_MANY_REQUESTS_MAX,
+    RECORD_BYTES_MAX,
+    TOPIC_NAME_LENGTH_MAX,
+)
+from kq.proto.records import NewRecord, encode_batch
 from tests.broker.conftest import Edge, expect, produce, status_of
-from tests.raft.helpers import batch
+from tests.raft.helpers import CLOCK_MS, batch
 
 
 def test_bad_topic_requests_are_rejected_without_proposing(edge: Edge) -> None:
@@ -235,3 +249,52 @@ def test_produce_many_refuses_a_call_it_cannot_take_whole(edge: Edge) -> None:
     assert status_of(caught.value) == grpc.StatusCode.FAILED_PRECONDITION
     assert metadata_value(caught.value.trailing_metadata(), LEADER_METADATA_KEY) == "127.0.0.1:9999"
     assert edge.store.dump() == before and edge.consensus.proposals == proposals
+
+
+def test_a_batch_is_checked_on_the_loop_unless_compressed_or_large_and_answers_alike(
+    edge: Edge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the edge checks a produce request's batch (`checks_on_loop`): on the serving loop when it
+    is small, or uncompressed within PRODUCE_CHECK_ON_LOOP_PLAIN_BYTES_MAX and _RECORDS_MAX; on a
+    worker when it is compressed, has more records or more bytes. Either way the answer is the same:
+    stored at the next offsets, or refused with nothing proposed."""
+    where: list[str] = []
+    prepared = BrokerService.prepared_append
+
+    def recording(service: BrokerService, request: kq_pb2.ProduceRequest, records: bytes) -> CheckedAppend:
+        where.append(threading.current_thread().name)
+        return prepared(service, request, records)
+
+    monkeypatch.setattr(BrokerService, "prepared_append", recording)
+    values = [os.urandom(1_000) for _ in range(200)]  # Random: gzip leaves them over 64 KiB.
+    plain = encode_batch([NewRecord(None, value) for value in values], base_timestamp_ms=CLOCK_MS)
+    gzipped = encode_batch([NewRecord(None, value) for value in values], GZIP, base_timestamp_ms=CLOCK_MS)
+    many = encode_batch(
+        [NewRecord(None, b"x" * 30)] * (PRODUCE_CHECK_ON_LOOP_RECORDS_MAX + 1), base_timestamp_ms=CLOCK_MS
+    )
+    large = encode_batch([NewRecord(None, value) for value in values * 6], base_timestamp_ms=CLOCK_MS)
+    assert min(len(gzipped), len(many)) > PRODUCE_CHECK_ON_LOOP_BYTES_MAX
+    assert len(large) > PRODUCE_CHECK_ON_LOOP_PLAIN_BYTES_MAX >= len(plain)
+    assert [checks_on_loop(data) for data in (plain, gzipped, many, large)] == [True, False, False, False]
+    assert not checks_on_loop(b"\xff" * (PRODUCE_CHECK_ON_LOOP_BYTES_MAX + 1))  # No header: a worker says.
+    assert checks_on_loop(batch(b"v"))
+
+    offsets = []
+    for data in (plain, gzipped, many, large):
+        request = kq_pb2.ProduceRequest(topic="t", partition=1, records=data)
+        offsets.append(edge.stub.Produce(request).base_offset)
+    counts = [len(values), len(values), PRODUCE_CHECK_ON_LOOP_RECORDS_MAX + 1, 6 * len(values)]
+    assert offsets == [sum(counts[:at]) for at in range(4)]
+    assert where[0] == "kq-grpc-loop" and all(name.startswith("kq-grpc_") for name in where[1:]), where
+
+    before, proposals = edge.store.dump(), edge.consensus.proposals
+    torn = bytearray(plain)
+    torn[-1] ^= 0xFF  # The CRC no longer matches: refused on the loop as on a worker.
+    expect(grpc.StatusCode.INVALID_ARGUMENT, edge.stub.Produce, produce_of(bytes(torn)))
+    assert where[-1] == "kq-grpc-loop"
+    assert edge.store.dump() == before and edge.consensus.proposals == proposals
+
+
+def produce_of(records: bytes) -> kq_pb2.ProduceRequest:
+    """A produce request to partition 1 of `t` carrying `records` as they are."""
+    return kq_pb2.ProduceRequest(topic="t", partition=1, records=records)
