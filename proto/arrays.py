@@ -47,7 +47,7 @@ Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 Bytes = npt.NDArray[np.uint8]
 
-# After the records, so that every read below stays inside the buffer.
+# After the records in `joined`, so that a fixed-width read from any record's start stays inside it.
 PADDING = bytes(VARLONG_BYTES_MAX + 16)
 POSITION_MAX = 2**31 - 1  # Positions are int64 here, but binary views (spark/columns.py) hold int32.
 
@@ -86,18 +86,20 @@ class RecordArrays:
 
 
 def joined(regions: Sequence[bytes | memoryview]) -> bytes:
-    """The records regions of consecutive batches in one buffer, padded for `walk_records`."""
+    """The records regions of consecutive batches in one buffer for `walk_records`, padded so that
+    fixed-width reads from any record's start stay inside it (spark/columns.py's binary views)."""
     return b"".join([*regions, PADDING])
 
 
 def walk_records(
-    buffer: bytes, shapes: Sequence[BatchShape], ends: Sequence[int], record_bytes_max: int
+    buffer: bytes | memoryview, shapes: Sequence[BatchShape], ends: Sequence[int], record_bytes_max: int
 ) -> RecordArrays | None:
-    """The records of the batches whose records regions `buffer` holds one after the other (`joined`;
-    batch k's ends at ends[k]), checked as `records._walk` checks records without headers whose key
-    and value hold at most `record_bytes_max` bytes; None if a record has headers or fails a check
-    (the walk then says which)."""
-    if len(buffer) > POSITION_MAX or not shapes:
+    """The records of the batches whose records regions `buffer` holds one after the other (`joined`,
+    or one batch's region as it is: the walk reads nothing past the buffer; batch k's ends at
+    ends[k]), checked as `records._walk` checks records without headers whose key and value hold at
+    most `record_bytes_max` bytes; None if a record has headers or fails a check (the walk then says
+    which)."""
+    if len(buffer) > POSITION_MAX or not shapes or not len(buffer):
         return None
     counts = [shape.record_count for shape in shapes]
     array = np.frombuffer(buffer, np.uint8)
@@ -120,7 +122,9 @@ def walk_records(
     return RecordArrays(offset_deltas, timestamps_ms, key_starts, key_lengths, value_starts, value_lengths)
 
 
-def _record_bounds(buffer: Bytes, data: bytes, counts: list[int], ends: Ints) -> tuple[Ints, Ints] | None:
+def _record_bounds(
+    buffer: Bytes, data: bytes | memoryview, counts: list[int], ends: Ints
+) -> tuple[Ints, Ints] | None:
     """Where each record's fields start (after its length) and where it stops; None if a length is
     wrong.
 
@@ -141,7 +145,7 @@ def _record_bounds(buffer: Bytes, data: bytes, counts: list[int], ends: Ints) ->
     return bodies, stops
 
 
-def _record_starts(buffer: Bytes, data: bytes, total: int) -> Ints | None:
+def _record_starts(buffer: Bytes, data: bytes | memoryview, total: int) -> Ints | None:
     """Where `total` records start, each where the one before stopped; None if a length cannot be
     read.
 
@@ -242,15 +246,20 @@ def _fields(buffer: Bytes, bodies: Ints, stops: Ints) -> tuple[Ints, ...] | None
 def _varints(buffer: Bytes, position: Ints, stops: Ints, bytes_max: int) -> tuple[Ints, Ints, Bools]:
     """The zigzag varint at each position: (values, positions after them, which are well formed: within
     their record, at most `bytes_max` bytes, inside int32 (5 bytes) or int64 (10 bytes)), as
-    `read_varint` reads one. Positions past the records read the padding and are not fine.
+    `read_varint` reads one.
+
+    Bytes are read with `take(mode="clip")`: a read past the buffer's end reads its last byte, so the
+    buffer needs no padding (the edge's and apply's check walk the batch's own bytes, uncopied). A
+    varint is fine only if it ends within its record, so whatever such a read gives, a varint that
+    needs it is not fine: it runs past its record (a terminating byte) or past `bytes_max` (the last
+    byte, which continued the varint, continues it again), as with zeros read from padding.
 
     One pass a byte of the longest varint: most are one or two bytes (lengths below 8 KiB)."""
-    position = np.minimum(position, len(buffer) - VARLONG_BYTES_MAX - 1)
-    first = buffer[position]
+    first = buffer.take(position, mode="clip")
     if int(first.max()) < 0x80:  # One byte each: lengths and deltas below 64, the common case.
         value = first.astype(np.int64)
         return (value >> 1) ^ -(value & 1), position + 1, position < stops
-    second = buffer[position + 1]
+    second = buffer.take(position + 1, mode="clip")
     if int(np.minimum(first, second).max()) < 0x80:  # At most two bytes each (below 8 KiB).
         two = first >= 0x80
         value = (first & 0x7F).astype(np.int64) | np.where(two, second.astype(np.int64) << 7, 0)
@@ -263,7 +272,7 @@ def _varints(buffer: Bytes, position: Ints, stops: Ints, bytes_max: int) -> tupl
     for index in range(1, bytes_max):
         if not going.any():
             break
-        byte = buffer[position + index]
+        byte = buffer.take(position + index, mode="clip")
         raw |= np.where(going, (byte & 0x7F).astype(np.uint64) << np.uint64(7 * index), np.uint64(0))
         if index == VARLONG_BYTES_MAX - 1:  # The tenth byte may hold only bit 63.
             fine &= ~going | (byte <= 1)

@@ -504,9 +504,9 @@ def _walk(
     if decoded is None and spans is None and header.record_count >= ARRAY_WALK_RECORDS_MIN:
         from kq.proto import arrays  # numpy: loaded by the node at start, so never first in apply.
 
-        joined = arrays.joined([memoryview(buffer)[position:end]])
+        region = memoryview(buffer)[position:end]  # Walked as it is: no copy (arrays.py `_varints`).
         shapes = [arrays.BatchShape.of(header)]
-        if arrays.walk_records(joined, shapes, [end - position], limits[1]) is not None:
+        if arrays.walk_records(region, shapes, [end - position], limits[1]) is not None:
             return
     affordable = meter.remaining // WORK_PER_HEADER
     headers_left = headers_allowed = min(HEADERS_PER_BATCH_MAX, affordable)
