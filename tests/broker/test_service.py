@@ -281,8 +281,7 @@ def test_a_batch_is_checked_on_the_loop_unless_compressed_or_large_and_answers_a
 
     offsets = []
     for data in (plain, gzipped, many, large):
-        request = kq_pb2.ProduceRequest(topic="t", partition=1, records=data)
-        offsets.append(edge.stub.Produce(request).base_offset)
+        offsets.append(edge.stub.Produce(produce_of(data)).base_offset)
     counts = [len(values), len(values), PRODUCE_CHECK_ON_LOOP_RECORDS_MAX + 1, 6 * len(values)]
     assert offsets == [sum(counts[:at]) for at in range(4)]
     assert where[0] == "kq-grpc-loop" and all(name.startswith("kq-grpc_") for name in where[1:]), where
