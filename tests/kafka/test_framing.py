@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode as KafkaErrorCode
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 
-from kq.broker.kafka.framing import FrameError, decode_request, null_array, request_schema
+from kq.broker.kafka.build import build, response_module
+from kq.broker.kafka.framing import FrameError, decode_request, encode_response, null_array, request_schema
+from kq.broker.kafka.produce import produce_response
 from tests.kafka.wire import request_frame
 
 
@@ -75,3 +81,56 @@ def test_the_length_walk_lets_real_requests_through() -> None:
     )
     decoded = decode_request(request_frame(request)[4:], MetadataRequest)
     assert decoded.body == request
+
+
+Result = tuple[int, int, "str | None"]
+KAFKA_CODES = sorted(code.value for code in KafkaErrorCode)
+
+
+def kio_produce_response(version: int, wanted: list[tuple[str, int, Any]], results: list[Result]) -> bytes:
+    """The Produce response frame as kio writes it, from kio's classes (what kq built before it wrote
+    the response itself)."""
+    module = response_module(0, version)
+    by_topic: dict[str, list[Any]] = {}
+    for (name, index, _), (code, base_offset, message) in zip(wanted, results, strict=True):
+        by_topic.setdefault(name, []).append(
+            build(
+                module.PartitionProduceResponse,
+                index=index,
+                error_code=code,
+                base_offset=base_offset,
+                log_start_offset=-1,
+                error_message=message,
+            )
+        )
+    topics = tuple(
+        build(module.TopicProduceResponse, name=name, partition_responses=tuple(partitions))
+        for name, partitions in by_topic.items()
+    )
+    return encode_response(7, build(module.ProduceResponse, responses=topics, throttle_time=0))
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(3, 9),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["t", "topic-a", "ü" * 70, "x" * 200]),
+            st.integers(0, 2**31 - 1),
+            st.sampled_from(KAFKA_CODES),
+            st.integers(-1, 2**63 - 1),
+            st.one_of(st.none(), st.text(max_size=150)),
+        ),
+        max_size=12,
+    ),
+)
+def test_the_produce_response_is_written_as_kio_writes_it(
+    version: int, partitions: list[tuple[str, int, int, int, str | None]]
+) -> None:
+    """Every served version (3 to 9), any topics, partitions, codes, offsets and messages (null, empty,
+    non-ASCII, long enough for a two-byte length): kq's own writer gives kio's bytes."""
+    wanted = [(name, index, b"") for name, index, _, _, _ in partitions]
+    results = [(code, base_offset, message) for _, _, code, base_offset, message in partitions]
+    frame = encode_response(7, produce_response(version, wanted, results))
+    assert frame == kio_produce_response(version, wanted, results)
