@@ -567,6 +567,9 @@ KAFKA_FRAME_BYTES_MIN = 64 * 1024
 # native reader reserves room for a declared length before reading, and a hostile one aborted the
 # node. Kafka's largest real arrays (a Fetch's or ListOffsets' partitions) are far below.
 KAFKA_ARRAY_ELEMENTS_MAX = 1_000_000
+# kio's request and response classes found by (API key, version), kept: the served versions of every
+# API (the handler looks one up only for a version it serves), with room to spare.
+KAFKA_SCHEMAS_KEPT = 1024
 # A Kafka connection's receive buffer (broker/kafka/listener.py FrameStream): a request frame up to
 # this size is read out of it; a larger one into a buffer of its own size. Held while bytes are in
 # it (a connection waiting for its next request has none).
