@@ -117,25 +117,42 @@ def null_array(entity: Any, path: str = "") -> str | None:
     does not allow null, or None. kio reads a -1 length as None for every array, nullable or not; a
     handler would meet a None where Kafka's schema promises a list (a fuzzed IncrementalAlterConfigs
     crashed that way), so the decoder refuses it, for every API at once."""
-    for name, nullable in _array_fields(type(entity)):
+    entity_type = type(entity)
+    for name, nullable in _array_fields(entity_type):
         value = getattr(entity, name)
-        where = f"{path}{name}"
         if value is None:
             if not nullable:
-                return where
+                return f"{path}{name}"
             continue
-        for item in value:
-            if dataclasses.is_dataclass(item):
-                found = null_array(item, f"{where}[].")
+        # kio's arrays hold one type: of entities (walked), or of primitives (the first one says).
+        if value and _is_entity(value[0]):
+            for item in value:
+                found = null_array(item, f"{path}{name}[].")
                 if found is not None:
                     return found
-    for field in dataclasses.fields(entity):
-        value = getattr(entity, field.name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            found = null_array(value, f"{path}{field.name}.")
+    for name in _field_names(entity_type):
+        value = getattr(entity, name)
+        if _is_entity(value):
+            found = null_array(value, f"{path}{name}.")
             if found is not None:
                 return found
     return None
+
+
+def _is_entity(value: Any) -> bool:
+    """`dataclasses.is_dataclass(value)` of a value that is not a class (a kio entity instance)."""
+    return not isinstance(value, type) and hasattr(type(value), "__dataclass_fields__")
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # By kio entity class: a fixed set.
+
+
+def _field_names(entity_type: type) -> tuple[str, ...]:
+    """An entity class's field names, found once per class (`dataclasses.fields` builds them each call)."""
+    names = _FIELD_NAMES.get(entity_type)
+    if names is None:
+        names = _FIELD_NAMES[entity_type] = tuple(field.name for field in dataclasses.fields(entity_type))
+    return names
 
 
 _ARRAY_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}  # By kio entity class: a fixed set.

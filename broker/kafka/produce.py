@@ -81,7 +81,8 @@ class ProduceApis(KafkaBase):
             if body.acks == 0:
                 self._append_unacknowledged(appends)
                 return None
-            results = list(await asyncio.gather(*appends))
+            # One partition (a producer's usual request): awaited itself, without gather's task.
+            results = [await appends[0]] if len(appends) == 1 else list(await asyncio.gather(*appends))
         return produce_response(request.api_version, wanted, results)
 
     def _append_unacknowledged(self, appends: list[Any]) -> None:
