@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -40,6 +40,12 @@ PROCESSES = 3
 PARTITIONS = 24
 RECORDS = 2_400
 WAIT_S = 30.0
+# What a group's coordinator answers while it moves (Kafka's clients look it up again and retry).
+RETRIABLE_COORDINATOR_ERRORS = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+)
 TXN_PARTITIONS = 6  # Two partitions in each group.
 SPREAD_WAIT_S = 30.0  # Issue 37: leaders per running node differ by at most 1 within 30 s.
 
@@ -147,6 +153,21 @@ def _read_values(cluster: LocalCluster, topic: str, isolation: str, expected: in
     return values
 
 
+def _committed(consumer: Consumer, topic: str) -> list[TopicPartition] | None:
+    """The group's committed offsets of `topic`, or None while its coordinator moves: a leader moved
+    by the leader balancing (or an election) answers NOT_COORDINATOR until librdkafka finds the new
+    one, and `committed()` gives that answer up rather than asking again."""
+    try:
+        offsets: list[TopicPartition] = consumer.committed(
+            [TopicPartition(topic, p) for p in range(TXN_PARTITIONS)], WAIT_S
+        )
+    except KafkaException as error:
+        if error.args[0].code() not in RETRIABLE_COORDINATOR_ERRORS:
+            raise
+        return None
+    return offsets
+
+
 def test_transactions_span_every_group_and_expired_ones_are_aborted(groups_cluster: LocalCluster) -> None:
     """Issue 38 on several Raft groups: a transaction over partitions of every group commits or aborts
     everywhere (its markers through each group's leader), with offsets it sent; one left open past its
@@ -172,7 +193,7 @@ def test_transactions_span_every_group_and_expired_ones_are_aborted(groups_clust
         else:
             producer.flush(WAIT_S)  # Sent, then aborted (an abort purges what is still queued).
             producer.abort_transaction(WAIT_S)
-    committed = consumer.committed([TopicPartition(source, p) for p in range(TXN_PARTITIONS)], WAIT_S)
+    committed = wait_for(lambda: _committed(consumer, source), "the committed offsets", WAIT_S)
     consumer.close()
     assert [c.offset for c in committed] == [3] * TXN_PARTITIONS
     kept = sorted(f"True-{p}".encode() for p in range(TXN_PARTITIONS)) * 2
