@@ -34,8 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,8 @@ ROOT_SHARE = 0.8  # A frame on at least this share of a thread's busy stacks is 
 PRODUCER_TIMEOUT_S = 600.0
 KAFKA_POLL_S = 0.05  # librdkafka's queue is full: serve delivery reports this long before producing on.
 KAFKA_FAILURES_KEPT = 10
+METRICS_TIMEOUT_S = 10.0
+PRODUCE_REQUESTS_METRIC = 'kq_kafka_request_latency_seconds_count{request="produce"}'
 IDLE_LEAVES = (  # Innermost frames of a thread that waits: not work, though the OS may call it running.
     "PollPoller.poll (pysyncobj/poller.py:88)",
     "EpollSelector.select",
@@ -194,14 +198,27 @@ def spying(
                 spy.wait()
 
 
-def run_workload(cluster: LocalCluster, scenario: str, messages: int, value: bytes) -> float:
+@dataclass(frozen=True)
+class KafkaShape:
+    """How the `kafka-producer` scenario's librdkafka producer batches: `batch.size` (None:
+    `kq.bench.scale`'s, librdkafka's default of 1,000,000; Java's clients default to 16 KiB), and
+    how many keys its records cycle through (0: none, librdkafka's sticky partitioner fills one
+    partition's batch at a time)."""
+
+    batch_bytes: int | None = None
+    keys: int = 0
+
+
+def run_workload(
+    cluster: LocalCluster, scenario: str, messages: int, value: bytes, kafka: KafkaShape = KafkaShape()
+) -> float:
     """Runs `scenario` once; its elapsed seconds."""
     started = time.monotonic()
     if scenario == "one-in-flight":
         produce_latency(cluster.bootstrap, TOPIC, messages, value, 0, PRODUCER_TIMEOUT_S)
         return time.monotonic() - started
     if scenario == "kafka-producer":
-        kafka_produce(cluster.kafka_bootstrap, messages, value)
+        kafka_produce(cluster.kafka_bootstrap, messages, value, kafka)
         return time.monotonic() - started
     with KqClient(cluster.bootstrap) as client, Producer(client, batch_size=BATCH_BYTES_DEFAULT) as producer:
         for _ in range(messages):
@@ -210,9 +227,9 @@ def run_workload(cluster: LocalCluster, scenario: str, messages: int, value: byt
     return time.monotonic() - started
 
 
-def kafka_produce(bootstrap: str, messages: int, value: bytes) -> None:
-    """`messages` records of `value` through librdkafka (`kq.bench.scale`'s producer settings), every
-    delivery report awaited; raises when one is an error."""
+def kafka_produce(bootstrap: str, messages: int, value: bytes, shape: KafkaShape = KafkaShape()) -> None:
+    """`messages` records of `value` through librdkafka (`kq.bench.scale`'s producer settings, batched
+    as `shape` says), every delivery report awaited; raises when one is an error."""
     from confluent_kafka import Producer as KafkaProducer  # Only this scenario needs the client.
 
     from kq.bench.scale import ScaleSettings, producer_config
@@ -223,11 +240,14 @@ def kafka_produce(bootstrap: str, messages: int, value: bytes) -> None:
         if error is not None and len(failures) < KAFKA_FAILURES_KEPT:
             failures.append(str(error))
 
-    producer = KafkaProducer({**producer_config(bootstrap, ScaleSettings()), "on_delivery": delivered})
-    for _ in range(messages):
+    settings = ScaleSettings() if shape.batch_bytes is None else ScaleSettings(batch_bytes=shape.batch_bytes)
+    config = producer_config(bootstrap, settings)
+    producer = KafkaProducer({**config, "on_delivery": delivered})
+    keys: list[bytes | None] = [f"key-{index}".encode() for index in range(shape.keys)] or [None]
+    for index in range(messages):
         while True:
             try:
-                producer.produce(TOPIC, value)
+                producer.produce(TOPIC, value, key=keys[index % len(keys)])
                 break
             except BufferError:  # Its queue is full: serve delivery reports, then again.
                 producer.poll(KAFKA_POLL_S)
@@ -263,6 +283,19 @@ def report(
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--timeline", is_flag=True, help="One-in-flight: each step's median time (see the docstring).")
 @click.option("--native", is_flag=True, help="py-spy unwinds C frames too (see the docstring).")
+@click.option(
+    "--kafka-batch-bytes",
+    type=click.IntRange(1024, 16 * 1024 * 1024),
+    default=None,
+    help="kafka-producer: librdkafka's batch.size (default kq.bench.scale's, 1,000,000; Java's: 16384).",
+)
+@click.option(
+    "--keys",
+    type=click.IntRange(0, 1_000_000),
+    default=0,
+    show_default=True,
+    help="kafka-producer: keys the records cycle through (0: no key).",
+)
 def main(
     scenario: str,
     messages: int,
@@ -271,6 +304,8 @@ def main(
     output_dir: Path | None,
     timeline: bool,
     native: bool,
+    kafka_batch_bytes: int | None,
+    keys: int,
 ) -> None:
     """Profiles one workload on a fresh three-node cluster (see the module docstring)."""
     if timeline:
@@ -284,7 +319,8 @@ def main(
         with KqClient(cluster.bootstrap) as admin:
             admin.create_topic(TOPIC, PARTITIONS[scenario])
         value = b"v" * value_bytes
-        run_workload(cluster, scenario, min(messages, 300), value)  # Warm-up: connections, producer id.
+        shape = KafkaShape(kafka_batch_bytes, keys)
+        run_workload(cluster, scenario, min(messages, 300), value, shape)  # Warm-up: connections, ids.
         pids = cluster.pids()
         follower = next(node for node in sorted(pids) if node != leader)
         names = {"leader": pids[leader], "follower": pids[follower]}
@@ -292,9 +328,11 @@ def main(
         spy_dir = output_dir or Path(tempfile.mkdtemp(dir=base))
         spy_dir.mkdir(parents=True, exist_ok=True)
         before = procfs.cpu_seconds_each(pids)
+        requests_before = produce_requests(cluster.nodes[leader].metrics_url)
         with spying(names, spy_seconds, spy_dir, native) as files:
-            elapsed_s = run_workload(cluster, scenario, messages, value)
+            elapsed_s = run_workload(cluster, scenario, messages, value, shape)
             after = procfs.cpu_seconds_each(pids)
+        requests = produce_requests(cluster.nodes[leader].metrics_url) - requests_before
         cpu_us = {
             ("leader " if node == leader else "follower ") + node: (after[node] - before[node])
             * 1e6
@@ -302,7 +340,21 @@ def main(
             for node in sorted(pids)
         }
         profiles = {name: path.read_text() for name, path in files.items() if path.exists()}
-        click.echo("\n".join(report(scenario, messages, elapsed_s, cpu_us, profiles)))
+        lines = report(scenario, messages, elapsed_s, cpu_us, profiles)
+        if scenario == "kafka-producer" and requests > 0:  # What a request costs is what its records share.
+            lines.insert(1, f"{requests:,.0f} Produce requests: {messages / requests:,.1f} records a request")
+        click.echo("\n".join(lines))
+
+
+def produce_requests(metrics_url: str) -> float:
+    """The Kafka Produce requests a node has answered (its metrics: the request latency's count)."""
+    with urllib.request.urlopen(metrics_url, timeout=METRICS_TIMEOUT_S) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(PRODUCE_REQUESTS_METRIC)
+    )
 
 
 def run_timeline(base: Path, messages: int, value: bytes) -> list[str]:

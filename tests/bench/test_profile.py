@@ -4,13 +4,15 @@ of one record's commit (`--timeline`)."""
 
 from __future__ import annotations
 
+import http.server
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from kq.bench.profile import report, thread_profile, timeline
+from kq.bench.profile import KafkaShape, produce_requests, report, thread_profile, timeline
 
 REPO = Path(__file__).resolve().parents[2]
 TIMELINE_RUN_TIMEOUT_S = 180.0  # Three nodes start, 200 sends, they stop: seconds; bounds a hang.
@@ -119,3 +121,35 @@ def test_a_timeline_run_reads_every_step_of_the_commit_path() -> None:
     ):
         assert expected in steps, (expected, steps)
     assert steps[-1] == "leader produce ends"
+
+
+def test_the_produce_requests_are_read_from_the_leaders_metrics() -> None:
+    """The Kafka Produce requests a node answered: the count of its Produce latency (the report's
+    records a request), other requests' and other metrics' lines left out; the Kafka producer
+    batches as kq.bench.scale's unless told otherwise."""
+    text = "\n".join(
+        [
+            "# HELP kq_kafka_request_latency_seconds Kafka requests",
+            'kq_kafka_request_latency_seconds_count{request="produce"} 314.0',
+            'kq_kafka_request_latency_seconds_count{request="metadata"} 3.0',
+            'kq_kafka_request_latency_seconds_sum{request="produce"} 2.5',
+        ]
+    ).encode()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            assert produce_requests(f"http://127.0.0.1:{server.server_address[1]}/metrics") == 314.0
+        finally:
+            server.shutdown()
+    assert KafkaShape().batch_bytes is None and KafkaShape().keys == 0  # kq.bench.scale's batching, no key.
