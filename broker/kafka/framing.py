@@ -14,6 +14,8 @@ always v0 so that a client can read it before it knows which versions the broker
 body. `kio` knows which header each (API, version) uses and encodes and decodes every body,
 tagged fields included; this module only joins the pieces and turns every decoding failure into one
 exception type, so that the listener can answer or close without ever failing on a client's bytes.
+One response is written without kio, on the hot path: Produce's (broker/kafka/produce.py, a
+`WrittenResponse`), byte for byte kio's.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from kq.proto.limits import KAFKA_SCHEMAS_KEPT
 
 _PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: the same in every header version.
 _SIZE = struct.Struct(">i")
-_NO_TAGGED_FIELDS = b"\x00"  # A flexible header's or struct's tagged fields: none (a varint count of 0).
+NO_TAGGED_FIELDS = b"\x00"  # A flexible header's or struct's tagged fields: none (a varint count of 0).
 PREFIX_BYTES = _PREFIX.size
 
 
@@ -188,7 +190,7 @@ class WrittenResponse:
 def encode_response(correlation_id: int, response: ResponsePayload | WrittenResponse) -> bytes:
     """The whole response frame (size prefix, header for the response's version, body)."""
     if isinstance(response, WrittenResponse):
-        header = _SIZE.pack(correlation_id) + (_NO_TAGGED_FIELDS if response.flexible else b"")
+        header = _SIZE.pack(correlation_id) + (NO_TAGGED_FIELDS if response.flexible else b"")
         return _SIZE.pack(len(header) + len(response.body)) + header + response.body
     header_schema = type(response).__header_schema__
     buffer = io.BytesIO()

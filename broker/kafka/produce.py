@@ -32,7 +32,7 @@ from kq.broker.kafka.codes import (
     NOT_LEADER_OR_FOLLOWER,
     RECORD_LIST_TOO_LARGE,
 )
-from kq.broker.kafka.framing import Request, WrittenResponse
+from kq.broker.kafka.framing import NO_TAGGED_FIELDS, Request, WrittenResponse
 from kq.broker.kafka.listener import Connection
 from kq.broker.validation import only_a_record_too_large
 from kq.proto import kq_pb2
@@ -128,17 +128,16 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _NONE = -1  # log_append_time (none: CreateTime) and log_start_offset (not reported), as kq answers.
-_NO_TAGGED_FIELDS = b"\x00"
 
 
 def produce_response(
     version: int, wanted: list[tuple[str, int, Any]], results: list[tuple[int, int, str | None]]
 ) -> WrittenResponse:
     """The Produce response (versions 3 to 9) of each partition's (error code, base offset, message),
-    in `wanted`'s order, partitions grouped by topic: the bytes kio writes for `_produce_response`'s
-    objects (tests/kafka/test_framing.py compares them), written directly. Every produce request
-    pays for its response, and building and writing kio's frozen classes cost ~60 µs of the serving
-    loop for one partition's, ~12 times this."""
+    in `wanted`'s order, partitions grouped by topic: the bytes kio writes for the same response
+    built from its classes (tests/kafka/test_framing.py `kio_produce_response` compares them),
+    written directly. Every produce request pays for its response, and building and writing kio's
+    frozen classes cost ~60 µs of the serving loop for one partition's, ~12 times this."""
     flexible = version >= 9
     by_topic: dict[str, list[bytes]] = {}
     for (name, index, _), (code, base_offset, message) in zip(wanted, results, strict=True):
@@ -147,15 +146,15 @@ def produce_response(
             part += _INT64.pack(_NONE)
         if version >= 8:  # No record errors; the message.
             part += _length(0, flexible) + _nullable_string(message, flexible)
-        by_topic.setdefault(name, []).append(part + _NO_TAGGED_FIELDS if flexible else part)
+        by_topic.setdefault(name, []).append(part + NO_TAGGED_FIELDS if flexible else part)
     pieces = [_length(len(by_topic), flexible)]
     for name, parts in by_topic.items():
         pieces += (_nullable_string(name, flexible), _length(len(parts), flexible), *parts)
         if flexible:
-            pieces.append(_NO_TAGGED_FIELDS)
+            pieces.append(NO_TAGGED_FIELDS)
     pieces.append(_INT32.pack(0))  # throttle_time_ms
     if flexible:
-        pieces.append(_NO_TAGGED_FIELDS)
+        pieces.append(NO_TAGGED_FIELDS)
     return WrittenResponse(flexible, b"".join(pieces))
 
 
