@@ -41,6 +41,7 @@ from kq.proto.limits import (
     KAFKA_UNACKNOWLEDGED_APPENDS_MAX,
 )
 from kq.proto.records import MalformedBatchError, crc_matches, split_batches
+from kq.raft.commands import varint
 
 PRODUCE = 0
 ACKS = (-1, 0, 1)
@@ -159,8 +160,9 @@ def produce_response(
 
 
 def _length(count: int, flexible: bool) -> bytes:
-    """An array's length: int32, or (flexible) the compact form, an unsigned varint of count + 1."""
-    return _unsigned_varint(count + 1) if flexible else _INT32.pack(count)
+    """An array's length: int32, or (flexible) the compact form, an unsigned varint of count + 1 (the
+    LEB128 protobuf writes too: raft/commands.py `varint`)."""
+    return varint(count + 1) if flexible else _INT32.pack(count)
 
 
 def _nullable_string(text: str | None, flexible: bool) -> bytes:
@@ -168,16 +170,8 @@ def _nullable_string(text: str | None, flexible: bool) -> bytes:
     if text is None:
         return b"\x00" if flexible else _INT16.pack(-1)
     data = text.encode()
-    return (_unsigned_varint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
+    return (varint(len(data) + 1) if flexible else _INT16.pack(len(data))) + data
 
-
-def _unsigned_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _refusal_code(batch: memoryview) -> int:
