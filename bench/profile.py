@@ -328,11 +328,12 @@ def main(
         spy_dir = output_dir or Path(tempfile.mkdtemp(dir=base))
         spy_dir.mkdir(parents=True, exist_ok=True)
         before = procfs.cpu_seconds_each(pids)
-        requests_before = produce_requests(cluster.nodes[leader].metrics_url)
+        kafka = scenario == "kafka-producer"  # Only its requests are counted (the leader's metrics).
+        requests_before = produce_requests(cluster.nodes[leader].metrics_url) if kafka else 0.0
         with spying(names, spy_seconds, spy_dir, native) as files:
             elapsed_s = run_workload(cluster, scenario, messages, value, shape)
             after = procfs.cpu_seconds_each(pids)
-        requests = produce_requests(cluster.nodes[leader].metrics_url) - requests_before
+        requests = produce_requests(cluster.nodes[leader].metrics_url) - requests_before if kafka else 0.0
         cpu_us = {
             ("leader " if node == leader else "follower ") + node: (after[node] - before[node])
             * 1e6
@@ -341,7 +342,7 @@ def main(
         }
         profiles = {name: path.read_text() for name, path in files.items() if path.exists()}
         lines = report(scenario, messages, elapsed_s, cpu_us, profiles)
-        if scenario == "kafka-producer" and requests > 0:  # What a request costs is what its records share.
+        if requests > 0:  # What a request costs is what its records share.
             lines.insert(1, f"{requests:,.0f} Produce requests: {messages / requests:,.1f} records a request")
         click.echo("\n".join(lines))
 

@@ -219,8 +219,9 @@ PRODUCE_CHECK_ON_LOOP_BYTES_MAX = 64 * 1024
 # checks the same batch on its loop, so the leader's loop takes a pause every replica already takes;
 # the records bound keeps a walk in Python (records with headers, ~2.3 µs each) within ~5 ms, and a
 # compressed batch, whose expansion can be far larger than its bytes, stays on a worker. Measured
-# (bench/README.md, "Sixth session"): 1 KiB records through the Kafka port, 160-record batches of 165
-# KB, the leader's CPU 6.4-7.1 -> 5.6 µs a record.
+# (bench/README.md, "Sixth session"): 1 KiB records through the Kafka port, librdkafka's batches of
+# ~945 records, ~1 MB (one a request; counted in the store, "Seventh session"), the leader's CPU
+# 6.4-7.1 -> 5.6 µs a record.
 PRODUCE_CHECK_ON_LOOP_PLAIN_BYTES_MAX = 1024 * 1024
 PRODUCE_CHECK_ON_LOOP_RECORDS_MAX = 2_048
 GRPC_WORKERS_MIN = 4
