@@ -68,7 +68,7 @@ class TransactionRpcs(ServiceBase):
         if finisher is None:
             return False
         try:
-            finisher.finish(transactional_id, state)
+            finisher.finish(transactional_id)
         except KqError as error:
             logger.info(
                 "transaction %s decided; its markers wait for the driver: %s", transactional_id, error

@@ -34,6 +34,7 @@ from kq.proto.limits import (
     PROPOSAL_TIMEOUT_S,
     TRANSACTIONAL_IDS_MAX,
     TXN_DRIVER_PERIOD_S,
+    TXN_FINISH_LOCKS,
     TXN_HANGING_ABORT_MS,
     TXN_HANGING_CHECK_S,
     TXN_HANGING_ROWS_MAX,
@@ -104,21 +105,51 @@ class TransactionFinisher:
         self._groups = groups
         self._call = call
         self._clock_ms = clock_ms
+        # One finisher at a time per transactional id (striped: a lock per id would be a map to bound).
+        self._locks = tuple(threading.Lock() for _ in range(TXN_FINISH_LOCKS))
 
-    def finish(self, transactional_id: str, state: kq_pb2.TransactionState) -> None:
-        """Markers, then completion, for a transaction in PREPARE_COMMIT or PREPARE_ABORT; raises KqError
-        when a group's leader is unknown or a step does not commit (the driver tries again)."""
-        commit = state.phase == PREPARE_COMMIT
-        for group, marker in self._markers(state, commit).items():
-            self._write(group, marker)
-        complete = kq_pb2.CompleteTransactionCommand(
-            transactional_id=transactional_id,
-            producer_id=state.producer_id,
-            producer_epoch=state.producer_epoch,
-            commit=commit,
-            now_ms=self._clock_ms(),
-        )
-        propose_and_wait(self._consensus, commands.transaction(complete), PROPOSAL_TIMEOUT_S)
+    def finish(self, transactional_id: str) -> None:
+        """Markers, then completion, of the id's transaction if it is PREPARE_COMMIT or PREPARE_ABORT
+        (else nothing); raises KqError when a group's leader is unknown or a step does not commit (the
+        driver tries again).
+
+        The state is read here, under the id's lock, never taken from a caller: EndTxn's handler and the
+        driver both finish, and one that read the state before the other completed the transaction
+        would otherwise write that transaction's markers after it: the producer's next transaction
+        (the same producer id and epoch) may already be open in a partition, and a late COMMIT would
+        close it there as committed (its ABORT then finds nothing open), a late ABORT would drop its
+        records. Under the lock the state stays PREPARED until this call completes it (only a finisher
+        moves it on, and a newer leader's steps would be applied here first), and it is read again
+        before each group's markers, with this node's leadership, so that a coordinator deposed
+        mid-way stops (DESIGN.md "Transactions": what is left of that window)."""
+        with self._locks[hash(transactional_id) % len(self._locks)]:
+            state = self._prepared(transactional_id)
+            if state is None:
+                return
+            commit = state.phase == PREPARE_COMMIT
+            for group, marker in self._markers(state, commit).items():
+                if self._prepared(transactional_id) != state or not self._consensus.is_leader():
+                    raise UnavailableError(
+                        f"transaction {transactional_id} moved on or this node stopped leading; not marked"
+                    )
+                self._write(group, marker)
+            complete = kq_pb2.CompleteTransactionCommand(
+                transactional_id=transactional_id,
+                producer_id=state.producer_id,
+                producer_epoch=state.producer_epoch,
+                commit=commit,
+                now_ms=self._clock_ms(),
+            )
+            propose_and_wait(self._consensus, commands.transaction(complete), PROPOSAL_TIMEOUT_S)
+
+    def _prepared(self, transactional_id: str) -> kq_pb2.TransactionState | None:
+        """The id's state in this process's store when it is PREPARE_COMMIT or PREPARE_ABORT, else None."""
+        with self._store.read() as reader:
+            raw = reader.transaction_state(transactional_id)
+        if raw is None:
+            return None
+        state = kq_pb2.TransactionState.FromString(raw)
+        return state if state.phase in PREPARED else None
 
     def _markers(
         self, state: kq_pb2.TransactionState, commit: bool
@@ -243,7 +274,10 @@ class TransactionDriver(BackgroundThread):
         return aborted
 
     def run_once(self) -> int:
-        """One round; returns how many transactions it moved on (finished or aborted)."""
+        """One round; returns how many transactions it moved on (finished or aborted). Each id the
+        round's read shows expired or prepared is read again before its step (the read is older than
+        what EndTxn's handler and the producer did since: its next transaction must not be taken for
+        the one that expired)."""
         with self._store.read() as reader:
             rows = reader.transaction_states(TRANSACTIONAL_IDS_MAX)
         now_ms = self._clock_ms()
@@ -252,11 +286,15 @@ class TransactionDriver(BackgroundThread):
             if self._stopping.is_set():
                 break
             state = kq_pb2.TransactionState.FromString(raw)
+            expired = state.phase == ONGOING and now_ms - state.started_ms > state.timeout_ms
+            if not expired and state.phase not in PREPARED:
+                continue
             try:
-                if state.phase == ONGOING and now_ms - state.started_ms > state.timeout_ms:
-                    state = self._abort_expired(transactional_id, state, now_ms)
+                if expired:
+                    self._abort_expired(transactional_id, now_ms)
+                state = self._state(transactional_id) or state
                 if state.phase in PREPARED:
-                    self._finisher.finish(transactional_id, state)
+                    self._finisher.finish(transactional_id)
                     moved += 1
                 self._failing.discard(transactional_id)
             except KqError as error:
@@ -265,10 +303,17 @@ class TransactionDriver(BackgroundThread):
                     self._failing.add(transactional_id)
         return moved
 
-    def _abort_expired(
-        self, transactional_id: str, state: kq_pb2.TransactionState, now_ms: int
-    ) -> kq_pb2.TransactionState:
-        """Proposes the abort of a transaction past its timeout (its producer fenced); its new state."""
+    def _state(self, transactional_id: str) -> kq_pb2.TransactionState | None:
+        with self._store.read() as reader:
+            raw = reader.transaction_state(transactional_id)
+        return None if raw is None else kq_pb2.TransactionState.FromString(raw)
+
+    def _abort_expired(self, transactional_id: str, now_ms: int) -> None:
+        """Proposes the abort of the id's transaction if, read now, it is ONGOING past its timeout (its
+        producer fenced); apply aborts only that transaction (the same producer id and epoch, ONGOING)."""
+        state = self._state(transactional_id)
+        if state is None or state.phase != ONGOING or now_ms - state.started_ms <= state.timeout_ms:
+            return
         end = kq_pb2.EndTransactionCommand(
             transactional_id=transactional_id,
             producer_id=state.producer_id,
@@ -279,9 +324,6 @@ class TransactionDriver(BackgroundThread):
         )
         propose_and_wait(self._consensus, commands.transaction(end), PROPOSAL_TIMEOUT_S)
         logger.info("transaction %s aborted: past its timeout of %d ms", transactional_id, state.timeout_ms)
-        with self._store.read() as reader:
-            raw = reader.transaction_state(transactional_id)
-        return state if raw is None else kq_pb2.TransactionState.FromString(raw)
 
 
 class TransactionCoordinator:

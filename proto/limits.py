@@ -667,6 +667,7 @@ COMPACTION_ABORTED_ROWS_MAX = 10_000  # Aborted transactions one compaction pass
 TXN_LIST_MAX = 10_000  # Transactions one ListTransactions (or DescribeTransactions) answer holds.
 DESCRIBED_PRODUCERS_MAX = 1_000  # Producers one DescribeProducers answer lists for a partition.
 TXN_DRIVER_PERIOD_S = 0.2  # How often the coordinator completes decided transactions and aborts expired ones.
+TXN_FINISH_LOCKS = 64  # Locks (by the id's hash) that let one finisher at a time write an id's markers.
 TXN_MARKER_TIMEOUT_S = 10.0  # One WriteTxnMarkers call to a group's leader.
 MARKER_CHANNELS_MAX = 1_024  # gRPC channels the coordinator keeps to groups' leaders (then all closed).
 TXN_END_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering (the outcome is decided).

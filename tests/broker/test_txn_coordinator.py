@@ -4,7 +4,9 @@ fenced, and any group's leader aborts a transaction hanging open in one of its p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,12 +38,15 @@ class Clock:
 def parts(tmp_path: Path) -> tuple[Store, FakeConsensus, TransactionDriver, Clock]:
     store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
     consensus = FakeConsensus(store, lambda _index: None)
-    groups = GroupsView(0, 1, lambda: MembershipView("1", (), {}, frozenset(), ""), consensus.status)
     clock = Clock()
-    finisher = TransactionFinisher(store, consensus, groups, None, clock)
-    driver = TransactionDriver(store, consensus, groups, finisher, clock)
+    finisher = TransactionFinisher(store, consensus, _groups(consensus), None, clock)
+    driver = TransactionDriver(store, consensus, _groups(consensus), finisher, clock)
     apply(store, 1, create("t", 2))
     return store, consensus, driver, clock
+
+
+def _groups(consensus: FakeConsensus) -> GroupsView:
+    return GroupsView(0, 1, lambda: MembershipView("1", (), {}, frozenset(), ""), consensus.status)
 
 
 def _propose(store: Store, command: kq_pb2.Command) -> object:
@@ -149,3 +154,62 @@ def test_a_transaction_hanging_in_a_partition_is_aborted_by_its_leader(
             == state.log_end_offset
             == 2
         )
+
+
+class _LateFinisher:
+    """The driver's finisher, run only after `before` (what happened between the driver's read of the
+    transactions and its finishing of one: here EndTxn's own finishing and the client's next steps)."""
+
+    def __init__(self, inner: TransactionFinisher, before: Callable[[], None]) -> None:
+        self._inner = inner
+        self._before = before
+
+    def finish(self, *args: Any) -> None:
+        self._before()
+        self._inner.finish(*args)
+
+
+def test_a_round_that_read_a_transaction_before_its_end_finished_leaves_the_next_one_alone(
+    parts: tuple[Store, FakeConsensus, TransactionDriver, Clock],
+) -> None:
+    """The driver reads a transaction as PREPARE_COMMIT; before it writes the markers, EndTxn's own
+    finishing completes that transaction and the producer opens its next one (same epoch) in the same
+    partition. The driver's late round must write nothing: a COMMIT marker of the first transaction
+    would close the second's open records as committed, and the second's ABORT would then find nothing
+    open (a read_committed consumer would read records its producer aborted)."""
+    store, consensus, _, clock = parts
+    producer_id = _open_transaction(store, clock.now_ms)
+    end = kq_pb2.EndTransactionCommand(
+        transactional_id="tx", producer_id=producer_id, producer_epoch=0, commit=True, now_ms=clock.now_ms
+    )
+    _propose(store, commands.transaction(end))
+    finisher = TransactionFinisher(store, consensus, _groups(consensus), None, clock)
+
+    def end_finished_and_next_opened() -> None:
+        finisher.finish("tx")  # EndTxn's handler: markers and completion.
+        assert _state(store).phase == kq_pb2.TXN_COMPLETE_COMMIT
+        add = kq_pb2.AddToTransactionCommand(
+            transactional_id="tx",
+            producer_id=producer_id,
+            producer_epoch=0,
+            partitions=[kq_pb2.TxnPartition(topic="t", partition=0)],
+            now_ms=clock.now_ms,
+        )
+        _propose(store, commands.transaction(add))
+        batch = txn_batch(producer_id, 0, 1, b"b")
+        _propose(store, commands.append(CLOCK_MS, [commands.partition_append("t", 0, batch)]))
+
+    late = _LateFinisher(finisher, end_finished_and_next_opened)
+    TransactionDriver(store, consensus, _groups(consensus), late, clock).run_once()  # type: ignore[arg-type]
+    assert _state(store).phase == kq_pb2.TXN_ONGOING
+    assert _lso(store) == 2  # The second transaction's record (offset 2) is still open: not committed.
+    end = kq_pb2.EndTransactionCommand(
+        transactional_id="tx", producer_id=producer_id, producer_epoch=0, commit=False, now_ms=clock.now_ms
+    )
+    _propose(store, commands.transaction(end))
+    finisher.finish("tx")
+    with store.read() as reader:
+        topic = reader.topic("t")
+        assert topic is not None
+        aborted = reader.aborted_transactions(topic.topic_id, 0, 0, 10, 10)
+    assert [(row.producer_id, row.first_offset) for row in aborted] == [(producer_id, 2)]
