@@ -174,8 +174,9 @@ def test_transactions_span_every_group_and_expired_ones_are_aborted(groups_clust
     transaction.timeout.ms is aborted by the coordinator's driver (its producer fenced).
 
     It starts once the leaders have spread (the balancing moves leaders for a while after the
-    cluster starts): transactions while a group's leadership moves are not what this test is about
-    (an aborted record was once read as committed in such a run: the issue's note)."""
+    cluster starts): transactions while a group's leadership moves are not what this test is about.
+    (A run once read an aborted record as committed: the driver had written a completed transaction's
+    COMMIT markers late, into the next one; tests/broker/test_txn_coordinator.py has that race.)"""
     wait_for(lambda: spread(groups_cluster, list(groups_cluster.nodes)), "one leader per node", SPREAD_WAIT_S)
     admin = AdminClient({"bootstrap.servers": groups_cluster.kafka_bootstrap})
     topic, source = f"txn-{uuid.uuid4().hex[:6]}", f"txn-source-{uuid.uuid4().hex[:6]}"
