@@ -13,7 +13,7 @@ import logging
 
 import grpc
 
-from kq.broker.errors import InvalidArgumentError, KqError, error_for_code
+from kq.broker.errors import InvalidArgumentError, KqError, UnavailableError, error_for_code
 from kq.broker.proposals import propose_and_wait, wall_clock_ms
 from kq.broker.service_base import ServiceBase
 from kq.broker.txn_coordinator import TransactionFinisher
@@ -157,11 +157,23 @@ class TransactionRpcs(ServiceBase):
         if request.group >= self._groups.count:
             raise InvalidArgumentError(f"no Raft group {request.group}: the cluster has {self._groups.count}")
         self._require_leader(request.group)
+        known = self._groups.leader(METADATA_GROUP).term
+        if request.marker.coordinator_epoch > known:
+            # A coordinator epoch is group 0's term: one newer than this node knows would fence every
+            # later coordinator's markers in this group (raft/transactions.py `_marker`), so it waits
+            # until this node's replica of group 0 has seen that term (the coordinator retries).
+            raise UnavailableError(
+                f"coordinator epoch {request.marker.coordinator_epoch} is newer than group 0's term "
+                f"{known} here; retry",
+                ErrorCode.NOT_CAUGHT_UP,
+            )
         marker = kq_pb2.TransactionMarkerCommand()
         marker.CopyFrom(request.marker)
         marker.leader_epoch = self._consensus.term()  # This group's: the markers' partitionLeaderEpoch.
         result = propose_and_wait(self._consensus, commands.transaction(marker), PROPOSAL_TIMEOUT_S)
         assert isinstance(result, TransactionResult), f"a marker answered {result!r}"
+        if result.error != ErrorCode.OK:  # A deposed coordinator's (raft/transactions.py `_marker`).
+            raise KqError("a newer transaction coordinator marked here: this one is fenced", result.error)
         return kq_pb2.WriteTxnMarkersResponse(written=result.written)
 
     def ListTransactions(

@@ -42,7 +42,7 @@ from kq.proto.limits import (
 )
 from kq.raft import commands
 from kq.raft.placement import METADATA_GROUP
-from kq.raft.results import TransactionResult
+from kq.raft.results import ErrorCode, TransactionResult
 from kq.raft.transactions import ONGOING, PREPARE_COMMIT, PREPARED
 from kq.storage import Store
 
@@ -123,12 +123,17 @@ class TransactionFinisher:
         before each group's markers, with this node's leadership, so that a coordinator deposed
         mid-way stops (DESIGN.md "Transactions": what is left of that window)."""
         with self._locks[hash(transactional_id) % len(self._locks)]:
+            epoch = self._consensus.term()  # Read first: the state below is this term's leader's or newer.
             state = self._prepared(transactional_id)
             if state is None:
                 return
             commit = state.phase == PREPARE_COMMIT
-            for group, marker in self._markers(state, commit).items():
-                if self._prepared(transactional_id) != state or not self._consensus.is_leader():
+            for group, marker in self._markers(state, commit, epoch).items():
+                if (
+                    self._prepared(transactional_id) != state
+                    or not self._consensus.is_leader()
+                    or self._consensus.term() != epoch
+                ):
                     raise UnavailableError(
                         f"transaction {transactional_id} moved on or this node stopped leading; not marked"
                     )
@@ -152,10 +157,12 @@ class TransactionFinisher:
         return state if state.phase in PREPARED else None
 
     def _markers(
-        self, state: kq_pb2.TransactionState, commit: bool
+        self, state: kq_pb2.TransactionState, commit: bool, coordinator_epoch: int
     ) -> dict[int, kq_pb2.TransactionMarkerCommand]:
         """The marker command of each group: its partitions of the transaction; the consumer groups' offsets
-        go to the group that coordinates them (group 0, with or without partitions there)."""
+        go to the group that coordinates them (group 0, with or without partitions there). Each names
+        `coordinator_epoch`, group 0's term when the state was read (its groups ignore it once a newer
+        coordinator's marker was applied there: raft/transactions.py `_marker`)."""
         by_group: dict[int, list[kq_pb2.TxnPartition]] = {}
         with self._store.read() as reader:
             for named in state.partitions:
@@ -174,6 +181,7 @@ class TransactionFinisher:
                 partitions=partitions,
                 groups=state.groups if group == METADATA_GROUP else (),
                 timestamp_ms=now_ms,
+                coordinator_epoch=coordinator_epoch,
             )
             for group, partitions in sorted(by_group.items())
         }
@@ -183,6 +191,8 @@ class TransactionFinisher:
             marker.leader_epoch = self._consensus.term()
             result = propose_and_wait(self._consensus, commands.transaction(marker), PROPOSAL_TIMEOUT_S)
             assert isinstance(result, TransactionResult), f"a marker answered {result!r}"
+            if result.error != ErrorCode.OK:  # A newer coordinator's markers were applied: fenced.
+                raise KqError(f"group {group} fenced this coordinator's markers", result.error)
             return
         leader = self._groups.leader_process(group)
         if leader is None or self._call is None:

@@ -12,6 +12,8 @@ Named databases and their key/value layout (integers big-endian, so LMDB's byte 
                   b"producer_sweep"    -> a `producers` key: where the next producer expiry entry
                                           starts (none: at the first row); deleted at the table's end
                   b"txn_id_sweep"      -> a `transactions` key: the same for transactional id expiry
+                  b"coordinator_epoch" -> u64  the newest transaction coordinator epoch (group 0's
+                                               term) a marker applied in this group named (none: 0)
     topics      key: topic name (UTF-8, <= 249 bytes)
                 value: topic_id u64 | partitions u32 | created_ms i64                      (20 bytes)
     partitions  key: topic_id u64 | partition u32                                           (12 bytes)

@@ -78,6 +78,7 @@ _LAYOUT = b"layout"
 _CLUSTER_ID = b"cluster_id"
 _PRODUCER_SWEEP = b"producer_sweep"  # The `producers` key the next expiry entry starts at (none: the first).
 _TXN_ID_SWEEP = b"txn_id_sweep"  # The `transactions` key the next id expiry entry starts at (none: first).
+_COORDINATOR_EPOCH = b"coordinator_epoch"  # The newest transaction coordinator's epoch a marker named.
 LAYOUT_VERSION = 2  # 2: producers keyed topic first, offset_topics; a store without the row is 1.
 DATABASE_NAMES = (
     b"meta",
@@ -503,6 +504,11 @@ class StoreReader(TransactionReads):
         """How many committed entries apply refused as a whole (identical on every replica)."""
         return self._meta_u64(_REJECTED_ENTRIES)
 
+    def coordinator_epoch(self) -> int:
+        """The newest coordinator epoch (group 0's term) a transaction marker applied here named (0:
+        none): a marker of an older one comes from a deposed coordinator (raft/transactions.py)."""
+        return self._meta_u64(_COORDINATOR_EPOCH)
+
     def members(self) -> list[tuple[str, bytes]]:
         """Every registered cluster member: (node id, its encoded `Member`), by node id."""
         return [(bytes(key).decode(), bytes(raw)) for key, raw in self._transaction.cursor(db=self._members)]
@@ -917,6 +923,11 @@ class StoreWriter(StoreReader, TransactionWrites):
         assert index > self.applied_index(), "applied index must only move forward"
         self._put_meta_u64(_APPLIED_INDEX, index)
         self._applied_index = index
+
+    def raise_coordinator_epoch(self, epoch: int) -> None:
+        """Records `epoch` as the newest coordinator epoch when it is newer than the one recorded."""
+        if epoch > self.coordinator_epoch():
+            self._put_meta_u64(_COORDINATOR_EPOCH, epoch)
 
     def count_rejected_entry(self) -> None:
         """Counts one entry that apply refused as a whole (its index is still recorded as applied)."""

@@ -423,6 +423,14 @@ CASES = [
         _E.LEADER_UNKNOWN,
         leaderless,
     ),
+    Case(  # A coordinator epoch past group 0's term here would fence every later coordinator's markers.
+        "WriteTxnMarkers",
+        kq_pb2.WriteTxnMarkersRequest(
+            marker=kq_pb2.TransactionMarkerCommand(producer_id=1, coordinator_epoch=2)
+        ),
+        _S.UNAVAILABLE,
+        _E.NOT_CAUGHT_UP,
+    ),
     Case(
         "ListTransactions",
         kq_pb2.ListTransactionsRequest(),

@@ -112,6 +112,8 @@ def test_a_prepared_transaction_is_finished_by_the_next_round(
     assert _state(store).phase == kq_pb2.TXN_COMPLETE_COMMIT
     assert _lso(store) == 2  # The record and its marker.
     assert driver.run_once() == 0
+    with store.read() as reader:
+        assert reader.coordinator_epoch() == 1  # The markers named group 0's term (FakeConsensus: 1).
 
 
 def test_an_expired_transaction_is_aborted_and_its_producer_fenced(

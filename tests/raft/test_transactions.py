@@ -123,7 +123,12 @@ def end(producer_id: int, epoch: int, commit: bool, timed_out: bool = False) -> 
 
 
 def marker(
-    producer_id: int, epoch: int, commit: bool, *partitions: int, groups: tuple[str, ...] = ()
+    producer_id: int,
+    epoch: int,
+    commit: bool,
+    *partitions: int,
+    groups: tuple[str, ...] = (),
+    coordinator_epoch: int = 0,
 ) -> kq_pb2.Command:
     named = [kq_pb2.TxnPartition(topic="t", partition=p) for p in partitions]
     return commands.transaction(
@@ -134,6 +139,7 @@ def marker(
             partitions=named,
             groups=groups,
             timestamp_ms=4,
+            coordinator_epoch=coordinator_epoch,
         )
     )
 
@@ -228,6 +234,45 @@ def test_an_aborted_transaction_is_recorded_as_a_range_and_drops_its_offsets(log
         assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(pid, 0, 1)]
         assert reader.committed_offsets("g") == []
         assert reader.pending_offsets(pid, 10) == []
+
+
+def test_a_deposed_coordinator_s_late_marker_does_nothing_to_the_next_transaction(log: Log) -> None:
+    """A coordinator (group 0's term 3) read the first transaction as prepared, then lost group 0; the
+    next one (term 4) wrote its markers and completed it, and the producer's second transaction (same
+    producer id and epoch) wrote to the partition. The deposed coordinator's marker arriving now names
+    the older epoch and writes nothing: it would have committed the second transaction's records,
+    which its producer then aborts. A marker of no coordinator (0: a hanging transaction's abort by
+    the partition's leader) is not fenced."""
+    pid = log.txn(init()).producer_id
+    log.txn(add(pid, 0, 0, groups=("g",)))
+    log.produce(pid, 0, 0, b"first")
+    log.txn(offsets(pid, 0, 5))
+    log.txn(end(pid, 0, commit=True))
+    assert log.txn(marker(pid, 0, True, 0, groups=("g",), coordinator_epoch=4)).written == 1
+    log.txn(complete(pid, 0, True))
+    log.txn(add(pid, 0, 0, groups=("g",)))
+    log.produce(pid, 0, 1, b"second")  # Offset 2, after the first's record and marker.
+    log.txn(offsets(pid, 0, 9))
+    assert log.lso() == 2
+    late = log.txn(marker(pid, 0, True, 0, groups=("g",), coordinator_epoch=3))
+    assert (late.error, late.written) == (ErrorCode.INVALID_TXN_STATE, 0)
+    assert log.lso() == 2
+    with log.store.read() as reader:
+        assert [row.offset for row in reader.pending_offsets(pid, 10)] == [9]  # Not committed by it.
+        assert reader.coordinator_epoch() == 4
+    log.txn(end(pid, 0, commit=False))
+    assert log.txn(marker(pid, 0, False, 0, groups=("g",), coordinator_epoch=4)).written == 1
+    log.txn(complete(pid, 0, False))
+    with log.store.read() as reader:
+        topic = reader.topic("t")
+        assert topic is not None
+        aborted = reader.aborted_transactions(topic.topic_id, 0, 0, 10, TXN_ABORTED_PER_FETCH_MAX)
+        assert [(a.first_offset, a.last_offset) for a in aborted] == [(2, 3)]
+        assert [row[2] for row in reader.committed_offsets("g")] == [5]
+    log.txn(add(pid, 0, 0))
+    log.produce(pid, 0, 2, b"hanging")
+    assert log.txn(marker(pid, 0, False, 0)).written == 1  # Epoch 0: no coordinator's, never fenced.
+    assert log.lso() == 6
 
 
 def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(log: Log) -> None:

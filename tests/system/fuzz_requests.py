@@ -438,6 +438,7 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
             partitions=_txn_partitions(h),
             groups=[h.group()],
             timestamp_ms=h.i64(),
+            coordinator_epoch=h.u32(),
         ),
     ),
     "ListTransactions": lambda h: kq_pb2.ListTransactionsRequest(transactional_id=_transactional_id(h)),

@@ -206,6 +206,7 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
             commit=h.chance(0.5),
             partitions=[kq_pb2.TxnPartition(topic="fz-a", partition=0)],
             timestamp_ms=1,
+            coordinator_epoch=h.rng.choice([0, 1, 2**32 - 1]),  # Past group 0's term: refused, retried.
         ),
     ),
     "ListTransactions": lambda h: kq_pb2.ListTransactionsRequest(
