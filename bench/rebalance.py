@@ -13,7 +13,7 @@ Modes: `classic-cooperative-sticky` and `classic-range` (`group.protocol=classic
 SyncGroup, client-side assignors), `consumer-uniform` and `consumer-range` (`group.protocol=
 consumer`, ConsumerGroupHeartbeat with the server assignor). Every client setting is librdkafka's
 default (classic heartbeat.interval.ms 3000, session.timeout.ms 45000; the consumer protocol's
-heartbeat interval is the broker's CONSUMER_HEARTBEAT_INTERVAL_MS, Kafka's default 5000), so the
+heartbeat interval is the node's --group-consumer-heartbeat-interval-ms, Kafka's default 5000), so the
 numbers are what an application sees without tuning. One thread polls every consumer in turn
 (callbacks run in poll), every 50 ms each; a close runs on its own thread so the others keep polling.
 `--kill-leader` kills the leader (every group's coordinator) with -9 as the fourth member joins and

@@ -15,6 +15,8 @@ from kq.broker.consensus import Peer
 from kq.client.tls import TlsConfig
 from kq.proto.limits import (
     COMPACTION_CHECK_S_DEFAULT,
+    CONSUMER_HEARTBEAT_INTERVAL_MS,
+    CONSUMER_SESSION_TIMEOUT_MS,
     GRPC_WORKERS_DEFAULT,
     KAFKA_DEFAULT_PARTITIONS,
     KAFKA_FRAME_BYTES_DEFAULT,
@@ -152,6 +154,11 @@ class KafkaConfig:
     # `--kafka-sasl`: the SASL mechanisms clients must authenticate with (SASL_SSL with --kafka-tls,
     # else SASL_PLAINTEXT); () for none.
     sasl_mechanisms: tuple[str, ...] = ()
+    # `--group-consumer-heartbeat-interval-ms` and `--group-consumer-session-timeout-ms` (Kafka's
+    # group.consumer.heartbeat.interval.ms and group.consumer.session.timeout.ms): the interval every
+    # ConsumerGroupHeartbeat answer names, and the silence after which a consumer-group member expires.
+    consumer_heartbeat_interval_ms: int = CONSUMER_HEARTBEAT_INTERVAL_MS
+    consumer_session_timeout_ms: int = CONSUMER_SESSION_TIMEOUT_MS
 
 
 def _checked(text: str, problem: str | None) -> str:

@@ -78,6 +78,9 @@ from kq.proto import (
 )
 from kq.proto.limits import (
     COMPACTION_CHECK_S_DEFAULT,
+    CONSUMER_HEARTBEAT_INTERVAL_MS,
+    CONSUMER_HEARTBEAT_INTERVAL_MS_MIN,
+    CONSUMER_SESSION_TIMEOUT_MS,
     GIL_SWITCH_INTERVAL_S,
     GRPC_WORKERS_DEFAULT,
     GRPC_WORKERS_MAX,
@@ -96,6 +99,8 @@ from kq.proto.limits import (
     RETENTION_CHECK_S_DEFAULT,
     SCRUB_BYTES_PER_S_DEFAULT,
     SCRUB_BYTES_PER_S_MAX,
+    SESSION_TIMEOUT_MS_MAX,
+    SESSION_TIMEOUT_MS_MIN,
     TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
 )
 from kq.raft.auth import EVERYONE, principal_problem
@@ -590,6 +595,24 @@ def _load_config_file(context: click.Context, parameter: click.Parameter, value:
     help="Largest Kafka request; a bigger frame closes its connection (Kafka's socket.request.max.bytes).",
 )
 @click.option(
+    "--group-consumer-heartbeat-interval-ms",
+    default=CONSUMER_HEARTBEAT_INTERVAL_MS,
+    type=click.IntRange(CONSUMER_HEARTBEAT_INTERVAL_MS_MIN, SESSION_TIMEOUT_MS_MAX),
+    help=(
+        "How often consumer-group members (Kafka's group.protocol=consumer) heartbeat: the interval each"
+        " heartbeat's answer names (Kafka's group.consumer.heartbeat.interval.ms)."
+    ),
+)
+@click.option(
+    "--group-consumer-session-timeout-ms",
+    default=CONSUMER_SESSION_TIMEOUT_MS,
+    type=click.IntRange(SESSION_TIMEOUT_MS_MIN, SESSION_TIMEOUT_MS_MAX),
+    help=(
+        "A consumer-group member silent this long is removed from its group; above the heartbeat"
+        " interval (Kafka's group.consumer.session.timeout.ms)."
+    ),
+)
+@click.option(
     "--default-partitions",
     default=KAFKA_DEFAULT_PARTITIONS,
     type=click.IntRange(1, PARTITIONS_MAX),
@@ -771,6 +794,8 @@ def main(
     max_readers_per_connection: int,
     kafka_address: str,
     kafka_frame_bytes_max: int,
+    group_consumer_heartbeat_interval_ms: int,
+    group_consumer_session_timeout_ms: int,
     default_partitions: int,
     auto_create_topics: bool,
     topic_default: tuple[str, ...],
@@ -835,6 +860,10 @@ def main(
             _refuse_exposed_plain_text(
                 grpc_address, kafka_address if not kafka_tls else "", tls is not None, raft_address
             )
+        if group_consumer_heartbeat_interval_ms >= group_consumer_session_timeout_ms:
+            raise ConfigError(
+                "--group-consumer-heartbeat-interval-ms must be below --group-consumer-session-timeout-ms"
+            )
         kafka = None
         if kafka_address:
             kafka = KafkaConfig(
@@ -844,6 +873,8 @@ def main(
                 auto_create_topics,
                 kafka_tls,
                 mechanisms,
+                group_consumer_heartbeat_interval_ms,
+                group_consumer_session_timeout_ms,
             )
     except ConfigError as error:
         raise click.UsageError(str(error)) from error

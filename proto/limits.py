@@ -681,7 +681,11 @@ TXN_HANGING_ROWS_MAX = 10_000  # Open transactions one such look reads.
 # Kafka's group.consumer.heartbeat.interval.ms and group.consumer.session.timeout.ms (its defaults):
 # the interval every ConsumerGroupHeartbeat answer gives, and the silence after which the leader's
 # coordinator expires a member (the group's setting: the protocol lets no member choose its own).
+# Defaults of `--group-consumer-heartbeat-interval-ms` and `--group-consumer-session-timeout-ms`; the
+# interval is at least CONSUMER_HEARTBEAT_INTERVAL_MS_MIN and below the session timeout, which is within
+# SESSION_TIMEOUT_MS_MIN .. SESSION_TIMEOUT_MS_MAX (apply's bounds on a member's).
 CONSUMER_HEARTBEAT_INTERVAL_MS = 5_000
+CONSUMER_HEARTBEAT_INTERVAL_MS_MIN = 100
 CONSUMER_SESSION_TIMEOUT_MS = 45_000
 CONSUMER_GROUP_MEMBERS_MAX = GROUP_MEMBERS_MAX  # Kafka's group.consumer.max.size.
 # A member subscribes to at most SUBSCRIBED_TOPICS_MAX topics by name (or one pattern); the target

@@ -38,7 +38,7 @@ from kq.broker.service_base import ServiceBase
 from kq.broker.workers import shifted
 from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode, spec_of
-from kq.proto.limits import CATCH_UP_WAIT_S
+from kq.proto.limits import CATCH_UP_WAIT_S, CONSUMER_HEARTBEAT_INTERVAL_MS, CONSUMER_SESSION_TIMEOUT_MS
 from kq.raft.placement import METADATA_GROUP
 from kq.raft.validation import topic_name_problem
 
@@ -87,6 +87,8 @@ class KafkaSettings:
         forward_metadata: tuple[tuple[str, str], ...] = (),
         sasl_mechanisms: Sequence[str] = (),
         broker_id_of: Callable[[str], int] = int,
+        consumer_heartbeat_interval_ms: int = CONSUMER_HEARTBEAT_INTERVAL_MS,
+        consumer_session_timeout_ms: int = CONSUMER_SESSION_TIMEOUT_MS,
     ) -> None:
         self._view = view
         # A member's broker id from its node id: the id itself, or with worker processes its process
@@ -98,6 +100,9 @@ class KafkaSettings:
         self.self_broker_id = self_broker_id
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions
+        # Kafka's group.consumer.heartbeat.interval.ms and group.consumer.session.timeout.ms (node flags).
+        self.consumer_heartbeat_interval_ms = consumer_heartbeat_interval_ms
+        self.consumer_session_timeout_ms = consumer_session_timeout_ms
         self._brokers: tuple[MembershipView | None, tuple[KafkaBrokerInfo, ...]] = (None, ())
 
     @property

@@ -11,7 +11,7 @@ What is decided where:
   one `consumer_heartbeat` command, and apply decides it again on the state it finds (epochs, the
   target assignment, the member's reconciliation), identically on every replica.
 - Heartbeats refresh the leader's `GroupCoordinator`, whose timers propose the expiry of a member
-  silent for CONSUMER_SESSION_TIMEOUT_MS, or one that has not revoked its partitions within its
+  silent for `--group-consumer-session-timeout-ms`, or one that has not revoked its partitions within its
   rebalance timeout (a LeaveGroup(expired) command, as for classic groups).
 """
 
@@ -32,9 +32,7 @@ from kq.proto import kq_pb2
 from kq.proto.limits import (
     CLIENT_ID_LENGTH_MAX,
     CONSUMER_ASSIGNORS,
-    CONSUMER_HEARTBEAT_INTERVAL_MS,
     CONSUMER_OWNED_PARTITIONS_MAX,
-    CONSUMER_SESSION_TIMEOUT_MS,
     REBALANCE_TIMEOUT_MS_MAX,
     REBALANCE_TIMEOUT_MS_MIN,
 )
@@ -84,7 +82,7 @@ class ConsumerGroupApis(GroupApis):
                 error_message=message,
                 member_id=member_id or None,
                 member_epoch=epoch,
-                heartbeat_interval=CONSUMER_HEARTBEAT_INTERVAL_MS,
+                heartbeat_interval=self._settings.consumer_heartbeat_interval_ms,
                 assignment=assignment,
             )
 
@@ -174,7 +172,7 @@ class ConsumerGroupApis(GroupApis):
             group_instance_id=body.instance_id or "",
             rack_id=body.rack_id or "",
             server_assignor=body.server_assignor or "",
-            session_timeout_ms=CONSUMER_SESSION_TIMEOUT_MS,
+            session_timeout_ms=self._settings.consumer_session_timeout_ms,
             rebalance_timeout_ms=(
                 0
                 if rebalance_ms < 0

@@ -45,4 +45,6 @@ def kafka_settings(
         config.node_metadata,
         kafka.sasl_mechanisms,
         broker_id_of,
+        kafka.consumer_heartbeat_interval_ms,
+        kafka.consumer_session_timeout_ms,
     )

@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +40,19 @@ pytestmark = pytest.mark.system
 PARTITIONS = 6
 RECORDS = 300
 TIMEOUT_S = 90.0
+# The module's --group-consumer-heartbeat-interval-ms: a member learns a new assignment at its next
+# heartbeat, so at Kafka's 5 s default each rebalance here took 10-20 s.
+HEARTBEAT_INTERVAL_MS = 1_000
 
 Event = tuple[float, str, str, tuple[int, ...]]  # (monotonic s, member, "assign" | "revoke", partitions)
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The Kafka tests' three nodes (tests/kafka/conftest.py), members heartbeating every 1 s."""
+    heartbeat = ("--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_INTERVAL_MS))
+    with LocalCluster(tmp_path_factory.mktemp("kafka") / "cluster", node_args=heartbeat) as local:
+        yield local
 
 
 @dataclass
@@ -283,6 +294,22 @@ def test_fuzzed_heartbeats_keep_nodes_up_and_partitions_single_owned(kafka_clust
             call(address, request, timeout_s=10.0)
 
     one()
+    join = HeartbeatRequest(
+        group_id=GroupId(f"{group}-interval"),
+        member_id=uuid.uuid4().hex,
+        member_epoch=i32(0),
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_names=(TopicName(topic),),
+        subscribed_topic_regex=None,
+        server_assignor=None,
+        topic_partitions=(),
+    )
+    answered = [call(address, join) for address in addresses]  # The coordinator's answer: the interval.
+    assert [a.heartbeat_interval for a in answered if a.error_code == 0] == [
+        datetime.timedelta(milliseconds=HEARTBEAT_INTERVAL_MS)
+    ]
     for node_id in kafka_cluster.nodes:
         assert kafka_cluster.running(node_id)
         log = kafka_cluster.log_path(node_id).read_text(errors="replace")

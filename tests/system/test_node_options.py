@@ -27,6 +27,10 @@ def node_arguments(tmp_path: Path) -> list[str]:
             ["--leader-fallback-ms", "100", "--heartbeat-ms", "100", "--election-timeout-min-ms", "500"],
             "--leader-fallback-ms must be above --heartbeat-ms",
         ),
+        (
+            ["--group-consumer-heartbeat-interval-ms", "9000", "--group-consumer-session-timeout-ms", "9000"],
+            "must be below --group-consumer-session-timeout-ms",
+        ),
     ],
 )
 def test_timings_pysyncobj_refuses_are_usage_errors(tmp_path: Path, options: list[str], message: str) -> None:
