@@ -129,8 +129,12 @@ def test_kafka_clients_produce_and_consume_over_mutual_tls(secure: LocalCluster)
         auto_offset_reset="earliest",
         consumer_timeout_ms=10_000,
     )
+    values = []
     try:
-        values = [message.value for message in consumer][:5]
+        for message in consumer:  # Up to consumer_timeout_ms without a record: not a wait to the end.
+            values.append(message.value)
+            if len(values) == 5:
+                break
     finally:
         consumer.close()
     assert values == [f"ssl-{i}".encode() for i in range(5)]
