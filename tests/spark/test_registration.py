@@ -11,6 +11,7 @@ import pytest
 
 from kq.client import KqClient
 from kq.deploy.cluster import LocalCluster
+from kq.spark.session import QUICK_JVM_OPTIONS
 
 pytestmark = pytest.mark.system
 
@@ -22,6 +23,7 @@ from pyspark.sql import SparkSession
 nodes, source, sink = sys.argv[1:4]
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.driver.extraJavaOptions", sys.argv[4])  # A quick JVM: the tests' start-up.
          .getOrCreate())
 rows = spark.read.format("kq").option("kq.nodes", nodes).option("subscribe", source).load()
 writer = rows.select("key", "value").write.format("kq").option("kq.nodes", nodes).option("topic", sink)
@@ -44,8 +46,9 @@ def test_a_fresh_session_reads_and_writes_kq_after_one_import(
     environment = {
         k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
     }
+    arguments = [",".join(spark_cluster.bootstrap), topic_name, copy, QUICK_JVM_OPTIONS]
     finished = subprocess.run(
-        [sys.executable, "-c", PROGRAM, ",".join(spark_cluster.bootstrap), topic_name, copy],
+        [sys.executable, "-c", PROGRAM, *arguments],
         capture_output=True,
         text=True,
         env=environment,
