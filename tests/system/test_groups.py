@@ -82,9 +82,10 @@ def produce_in_background(cluster: LocalCluster, topic: str, stop: threading.Eve
     return acknowledged
 
 
-def test_members_share_partitions_and_take_over_from_a_dead_one(cluster: LocalCluster) -> None:
+def test_members_share_partitions_and_take_over_from_a_dead_one(shared_cluster: LocalCluster) -> None:
     """2 members → 3/3; a third → 2/2/2; it dies silently → 3/3 again within the session timeout;
     every record produced meanwhile is consumed at least once."""
+    cluster = shared_cluster
     with KqClient(cluster.bootstrap) as admin:
         admin.create_topic("shared", partitions=6)
     stop_producing = threading.Event()
@@ -149,8 +150,9 @@ def test_group_survives_leader_failover_and_continues_from_its_commits(cluster: 
         member.stop()
 
 
-def test_stale_commits_and_resets_of_active_groups_are_refused(cluster: LocalCluster) -> None:
+def test_stale_commits_and_resets_of_active_groups_are_refused(shared_cluster: LocalCluster) -> None:
     """A commit from an old generation is rejected; a reset while members are active is refused clearly."""
+    cluster = shared_cluster
     with KqClient(cluster.bootstrap) as admin:
         admin.create_topic("guarded", partitions=2)
     first = Member(cluster, "guards", "guarded", "a")
@@ -171,8 +173,9 @@ def test_stale_commits_and_resets_of_active_groups_are_refused(cluster: LocalClu
         first.stop()
 
 
-def test_describe_reports_lag_before_and_after_consuming(cluster: LocalCluster) -> None:
+def test_describe_reports_lag_before_and_after_consuming(shared_cluster: LocalCluster) -> None:
     """Lag equals the records produced after a reset to earliest, and zero once they are consumed."""
+    cluster = shared_cluster
     with KqClient(cluster.bootstrap) as admin:
         admin.create_topic("lagging", partitions=3)
         admin.send_batch("lagging", [ProducerRecord(f"{i}".encode()) for i in range(500)])
@@ -189,8 +192,9 @@ def test_describe_reports_lag_before_and_after_consuming(cluster: LocalCluster) 
     assert all(p.committed_offset == p.log_end_offset for p in after.partitions)
 
 
-def test_reset_to_a_timestamp_and_to_an_offset(cluster: LocalCluster) -> None:
+def test_reset_to_a_timestamp_and_to_an_offset(shared_cluster: LocalCluster) -> None:
     """Reset to a timestamp picks the first record at or after it; to an offset, that offset."""
+    cluster = shared_cluster
     with KqClient(cluster.bootstrap) as admin:
         admin.create_topic("timed", partitions=1)
         records = [ProducerRecord(f"{i}".encode(), timestamp_ms=1_000_000 + i * 10) for i in range(100)]

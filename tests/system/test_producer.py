@@ -42,19 +42,20 @@ def test_producer_keeps_order_and_exactly_once_through_a_leader_kill(cluster: Lo
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_compressed_batches_round_trip_through_every_node(cluster: LocalCluster, codec: str) -> None:
+def test_compressed_batches_round_trip_through_every_node(shared_cluster: LocalCluster, codec: str) -> None:
     """Batches sent compressed are stored compressed and read back identically from every node."""
+    cluster, topic = shared_cluster, f"squeezed-{codec}"
     with KqClient(cluster.bootstrap) as client:
-        client.create_topic("squeezed", partitions=2)
+        client.create_topic(topic, partitions=2)
         with Producer(client, linger_ms=5, compression=codec) as producer:
             futures = [
-                producer.send("squeezed", f"value-{i}".encode() * 20, key=f"k{i}".encode(), partition=i % 2)
+                producer.send(topic, f"value-{i}".encode() * 20, key=f"k{i}".encode(), partition=i % 2)
                 for i in range(2_000)
             ]
         assert all(future.result().offset >= 0 for future in futures)
         nodes = cluster.bootstrap
-        held = read_everywhere(client, "squeezed", 2, nodes)
-        described = client.describe_topic("squeezed")
+        held = read_everywhere(client, topic, 2, nodes)
+        described = client.describe_topic(topic)
     for partition in range(2):
         values = [r.value for r in held[nodes[0]][partition]]
         assert values == [f"value-{i}".encode() * 20 for i in range(partition, 2_000, 2)]
