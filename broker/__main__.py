@@ -1,5 +1,5 @@
-"""`python -m kq.broker` runs a node, like the `kq-node` script."""
+"""`python -m kq.broker` runs a node, like the `kq-node` script (both through broker/entry.py)."""
 
-from kq.broker.main import main
+from kq.broker.entry import run
 
-main()
+run()
