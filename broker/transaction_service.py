@@ -16,7 +16,7 @@ import grpc
 from kq.broker.errors import InvalidArgumentError, KqError, UnavailableError, error_for_code
 from kq.broker.proposals import propose_and_wait, wall_clock_ms
 from kq.broker.service_base import ServiceBase
-from kq.broker.txn_coordinator import TransactionFinisher
+from kq.broker.txn_coordinator import TransactionFinisher, stored_state
 from kq.broker.validation import check
 from kq.proto import kq_pb2
 from kq.proto.limits import PROPOSAL_TIMEOUT_S, TXN_LIST_MAX
@@ -58,12 +58,8 @@ class TransactionRpcs(ServiceBase):
         """Finishes the id's transaction when it is prepared (markers, completion); whether it is no
         longer prepared. A failure is left to the driver."""
         finisher = self.transaction_finisher
-        with self._store.read() as reader:
-            raw = reader.transaction_state(transactional_id)
-        if raw is None:
-            return True
-        state = kq_pb2.TransactionState.FromString(raw)
-        if state.phase not in PREPARED:
+        state = stored_state(self._store, transactional_id)
+        if state is None or state.phase not in PREPARED:
             return True
         if finisher is None:
             return False

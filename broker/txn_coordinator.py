@@ -48,6 +48,13 @@ from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 
+def stored_state(store: Store, transactional_id: str) -> kq_pb2.TransactionState | None:
+    """The id's transaction state in this process's store (group 0's replica), or None."""
+    with store.read() as reader:
+        raw = reader.transaction_state(transactional_id)
+    return None if raw is None else kq_pb2.TransactionState.FromString(raw)
+
+
 # Asks group `request.group`'s leader (at the gRPC address) to write markers; returns how many it wrote.
 MarkerCall = Callable[[str, kq_pb2.WriteTxnMarkersRequest, float], int]
 
@@ -149,12 +156,8 @@ class TransactionFinisher:
 
     def _prepared(self, transactional_id: str) -> kq_pb2.TransactionState | None:
         """The id's state in this process's store when it is PREPARE_COMMIT or PREPARE_ABORT, else None."""
-        with self._store.read() as reader:
-            raw = reader.transaction_state(transactional_id)
-        if raw is None:
-            return None
-        state = kq_pb2.TransactionState.FromString(raw)
-        return state if state.phase in PREPARED else None
+        state = stored_state(self._store, transactional_id)
+        return state if state is not None and state.phase in PREPARED else None
 
     def _markers(
         self, state: kq_pb2.TransactionState, commit: bool, coordinator_epoch: int
@@ -302,7 +305,7 @@ class TransactionDriver(BackgroundThread):
             try:
                 if expired:
                     self._abort_expired(transactional_id, now_ms)
-                state = self._state(transactional_id) or state
+                state = stored_state(self._store, transactional_id) or state
                 if state.phase in PREPARED:
                     self._finisher.finish(transactional_id)
                     moved += 1
@@ -313,15 +316,10 @@ class TransactionDriver(BackgroundThread):
                     self._failing.add(transactional_id)
         return moved
 
-    def _state(self, transactional_id: str) -> kq_pb2.TransactionState | None:
-        with self._store.read() as reader:
-            raw = reader.transaction_state(transactional_id)
-        return None if raw is None else kq_pb2.TransactionState.FromString(raw)
-
     def _abort_expired(self, transactional_id: str, now_ms: int) -> None:
         """Proposes the abort of the id's transaction if, read now, it is ONGOING past its timeout (its
         producer fenced); apply aborts only that transaction (the same producer id and epoch, ONGOING)."""
-        state = self._state(transactional_id)
+        state = stored_state(self._store, transactional_id)
         if state is None or state.phase != ONGOING or now_ms - state.started_ms <= state.timeout_ms:
             return
         end = kq_pb2.EndTransactionCommand(

@@ -678,10 +678,10 @@ TXN_HANGING_CHECK_S = 60.0  # How often a group's leader looks for such transact
 TXN_HANGING_ROWS_MAX = 10_000  # Open transactions one such look reads.
 
 # Kafka's consumer-group protocol (KIP-848: broker/kafka/consumer_groups.py, raft/consumer_groups.py).
-# Kafka's group.consumer.heartbeat.interval.ms and group.consumer.session.timeout.ms (its defaults):
-# the interval every ConsumerGroupHeartbeat answer gives, and the silence after which the leader's
-# coordinator expires a member (the group's setting: the protocol lets no member choose its own).
-# Defaults of `--group-consumer-heartbeat-interval-ms` and `--group-consumer-session-timeout-ms`; the
+# Kafka's group.consumer.heartbeat.interval.ms and group.consumer.session.timeout.ms (its defaults, and
+# those of `--group-consumer-heartbeat-interval-ms` and `--group-consumer-session-timeout-ms`): the
+# interval every ConsumerGroupHeartbeat answer gives, and the silence after which the leader's
+# coordinator expires a member (the group's setting: the protocol lets no member choose its own). The
 # interval is at least CONSUMER_HEARTBEAT_INTERVAL_MS_MIN and below the session timeout, which is within
 # SESSION_TIMEOUT_MS_MIN .. SESSION_TIMEOUT_MS_MAX (apply's bounds on a member's).
 CONSUMER_HEARTBEAT_INTERVAL_MS = 5_000

@@ -304,13 +304,12 @@ def _marker(writer: StoreWriter, command: kq_pb2.TransactionMarkerCommand) -> Tr
 
     `coordinator_epoch` (group 0's term when the coordinator read the transaction as prepared; 0: a
     marker of no coordinator, a partition leader's abort of a hanging transaction) fences deposed
-    coordinators, as Kafka's does: a marker naming an older epoch than one applied here before does
-    nothing. A newer coordinator finishes every prepared transaction again (markers in each of its
+    coordinators, as Kafka's does: a marker naming an older epoch than one applied here before is
+    refused whole. A newer coordinator finishes every prepared transaction again (markers in each of its
     groups first), and the producer's next transaction, which keeps the same producer id and epoch,
     starts only once that one completed: so a deposed coordinator's late marker would act on that
     next transaction, and the newer coordinator's markers for its own transaction are written anyway.
-    So it is refused whole (INVALID_TXN_STATE: the transaction moved on without it), and the
-    deposed coordinator stops there."""
+    INVALID_TXN_STATE (the transaction moved on without it): the deposed coordinator stops there."""
     if command.coordinator_epoch:
         if command.coordinator_epoch < writer.coordinator_epoch():
             return TransactionResult(ErrorCode.INVALID_TXN_STATE, command.producer_id, command.producer_epoch)
