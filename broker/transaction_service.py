@@ -141,6 +141,8 @@ class TransactionRpcs(ServiceBase):
             group=request.group,
             offsets=request.offsets,
             commit_ms=wall_clock_ms(),
+            member_id=request.member_id,
+            generation=request.generation,
         )
         result = self._propose_transaction(commands.transaction(offsets), request.transactional_id)
         return _response(result)

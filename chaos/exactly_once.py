@@ -64,8 +64,8 @@ CALL_TIMEOUT_S = 15.0  # One transactional call (init, send offsets, commit, abo
 CALL_TRIES = 4  # A retriable error of a commit or an abort: tried again this often, then recreated.
 # A worker stuck longer than its transaction's timeout has it aborted by the coordinator, its producer
 # fenced, before its partitions move to the other worker (a consumer that stops polling leaves the
-# group after max.poll.interval.ms): kq does not yet check the consumer's generation in
-# TxnOffsetCommit (KIP-447, DESIGN.md "Transactions"), so a zombie's transaction must end first.
+# group after max.poll.interval.ms); TxnOffsetCommit also refuses a zombie's offsets (its member id
+# and generation, KIP-447: DESIGN.md "Transactions"), so its transaction cannot commit either way.
 TRANSACTION_TIMEOUT_MS = 20_000
 MAX_POLL_INTERVAL_MS = 40_000
 SESSION_TIMEOUT_MS = 10_000

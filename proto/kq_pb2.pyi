@@ -838,11 +838,20 @@ class TxnCommitOffsetsCommand(_message.Message):
     GROUP_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
     COMMIT_MS_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     producer_id: _builtins.int
     producer_epoch: _builtins.int
     group: _builtins.str
     commit_ms: _builtins.int
+    member_id: _builtins.str
+    """KIP-447: the consumer whose records the transaction processed (TxnOffsetCommit v3+). With a member
+    id, apply refuses the offsets unless it is a member of the group at this generation (a classic
+    group's generation, a consumer group's member epoch): a zombie that lost its partitions is fenced.
+    No member id: not checked (TxnOffsetCommit before v3, or a producer without the group's metadata).
+    """
+    generation: _builtins.int
     @_builtins.property
     def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
     def __init__(
@@ -854,10 +863,12 @@ class TxnCommitOffsetsCommand(_message.Message):
         group: _builtins.str = ...,
         offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
         commit_ms: _builtins.int = ...,
+        member_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_ms", b"commit_ms", "group", b"group", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_ms", b"commit_ms", "generation", b"generation", "group", b"group", "member_id", b"member_id", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4526,10 +4537,15 @@ class TxnCommitOffsetsRequest(_message.Message):
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     GROUP_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     producer_id: _builtins.int
     producer_epoch: _builtins.int
     group: _builtins.str
+    member_id: _builtins.str
+    """KIP-447's consumer (TxnCommitOffsetsCommand): its member id ("": unchecked) and generation."""
+    generation: _builtins.int
     @_builtins.property
     def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
     def __init__(
@@ -4540,10 +4556,12 @@ class TxnCommitOffsetsRequest(_message.Message):
         producer_epoch: _builtins.int = ...,
         group: _builtins.str = ...,
         offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
+        member_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "member_id", b"member_id", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -132,6 +132,26 @@ def apply_leave(writer: StoreWriter, command: kq_pb2.LeaveGroupCommand) -> Group
     return _save(writer, state)
 
 
+def transactional_commit_problem(
+    writer: StoreWriter, group: str, member_id: str, generation: int
+) -> ErrorCode:
+    """KIP-447's fencing of a TxnOffsetCommit (raft/transactions.py): OK without a member id (a client
+    before TxnOffsetCommit v3, or one without the consumer's group metadata, as Kafka accepts); else
+    the member must be in the group (UNKNOWN_MEMBER) at this generation (STALE_GENERATION: a classic
+    group's generation, a consumer group's member epoch; Kafka's ILLEGAL_GENERATION for both here). A
+    zombie whose partitions moved to another member is refused, so the transaction cannot commit."""
+    if not member_id:
+        return ErrorCode.OK
+    state = load(writer, group)
+    if state is None:
+        return ErrorCode.STALE_GENERATION  # No generation exists: Kafka's ILLEGAL_GENERATION.
+    member = kafka_groups.find(state, member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER
+    current = member.member_epoch if consumer_groups.is_consumer_group(state) else state.generation
+    return ErrorCode.OK if generation == current else ErrorCode.STALE_GENERATION
+
+
 def apply_commit(
     writer: StoreWriter, command: kq_pb2.CommitOffsetsCommand, check_log_end: bool = True
 ) -> GroupResult | KafkaGroupResult:

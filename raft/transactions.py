@@ -33,7 +33,7 @@ from kq.proto.limits import (
 from kq.proto.records import control_batch
 from kq.raft import groups
 from kq.raft.results import ErrorCode, ExpiryResult, TransactionResult
-from kq.raft.validation import offsets_problem, topic_name_problem
+from kq.raft.validation import member_id_problem, offsets_problem, topic_name_problem
 from kq.storage import StoreWriter
 from kq.storage.transactions import AbortedTransaction, PendingOffset
 
@@ -133,6 +133,7 @@ def transaction_problem(command: kq_pb2.Command) -> str | None:
             or _producer_problem(commit.producer_id, commit.producer_epoch)
             or topic_name_problem(commit.group, "group")
             or offsets_problem(list(commit.offsets))
+            or (member_id_problem(commit.member_id) if commit.member_id else None)
         )
     return f"{kind} is not a transaction command"
 
@@ -356,13 +357,18 @@ def _marker(writer: StoreWriter, command: kq_pb2.TransactionMarkerCommand) -> Tr
 
 def _commit_offsets(writer: StoreWriter, command: kq_pb2.TxnCommitOffsetsCommand) -> TransactionResult:
     """TxnOffsetCommit: offsets of a group the ONGOING transaction added (AddOffsetsToTxn), pending
-    until its marker. The group is created as an offset commit outside group management creates it."""
+    until its marker, from the group's current member when one is named (KIP-447: `groups.
+    transactional_commit_problem`). The group is created as an offset commit outside group management
+    creates it."""
     state = load_state(writer, command.transactional_id)
     problem = _owner_problem(state, command.producer_id, command.producer_epoch)
     if problem is not None or state is None:
         return _refused(problem or ErrorCode.INVALID_PRODUCER_ID_MAPPING, state)
     if state.phase != ONGOING or command.group not in state.groups:
         return _refused(ErrorCode.INVALID_TXN_STATE, state)
+    fenced = groups.transactional_commit_problem(writer, command.group, command.member_id, command.generation)
+    if fenced != ErrorCode.OK:
+        return _refused(fenced, state)
     resolved: list[PendingOffset] = []
     for entry in command.offsets:
         topic = writer.topic(entry.topic)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from typing import Any
 
@@ -177,6 +178,42 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it(kafka_cluster: Loca
     assert committed() == (0, "plain", None)  # OffsetCommit keeps metadata too; no epoch: none.
     consumer.close()
     assert _consume_all(kafka_cluster, sink, "read_committed", 2, partitions=1) == [b"out-5", b"out-12"]
+
+
+def test_a_zombie_consumer_s_offsets_are_fenced(kafka_cluster: LocalCluster) -> None:
+    """KIP-447 through librdkafka: the group metadata of a consumer that was a member sends its member
+    id and generation with TxnOffsetCommit; once it left the group (its partitions would be another
+    member's), offsets sent with that metadata are refused and the transaction cannot commit, while
+    the metadata of the member that holds the group now is taken."""
+    source = _topic(kafka_cluster, 1)
+    group = f"zombie-{uuid.uuid4().hex[:6]}"
+    settings = {"bootstrap.servers": kafka_cluster.kafka_bootstrap, "group.id": group}
+
+    def member() -> Consumer:
+        consumer = Consumer({**settings, "auto.offset.reset": "earliest"})
+        consumer.subscribe([source])
+        deadline = time.monotonic() + WAIT_S
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "the member got no partition"
+            consumer.poll(0.2)
+        return consumer
+
+    first = member()
+    stale = first.consumer_group_metadata()
+    first.close()  # Leaves the group: its metadata is a zombie's now.
+    producer = _producer(kafka_cluster, f"zombie-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    with pytest.raises(KafkaException) as refused:
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, 3)], stale, 30)
+    assert refused.value.args[0].txn_requires_abort(), refused.value.args[0]
+    producer.abort_transaction(30)
+    second = member()
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 4)], second.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+    assert second.committed([TopicPartition(source, 0)], 30)[0].offset == 4
+    second.close()
 
 
 def test_aiokafka_transactional_producer_commits_and_aborts(kafka_cluster: LocalCluster) -> None:

@@ -23,7 +23,7 @@ from kq.proto.records import (
     read_header,
 )
 from kq.raft import commands, transactions
-from kq.raft.results import AppendResult, ErrorCode, TransactionResult
+from kq.raft.results import AppendResult, ErrorCode, GroupResult, TransactionResult
 from kq.raft.state_machine import apply
 from kq.storage import Store
 from tests.raft.helpers import CLOCK_MS, create
@@ -152,7 +152,9 @@ def complete(producer_id: int, epoch: int, commit: bool) -> kq_pb2.Command:
     )
 
 
-def offsets(producer_id: int, epoch: int, offset: int) -> kq_pb2.Command:
+def offsets(
+    producer_id: int, epoch: int, offset: int, member_id: str = "", generation: int = -1
+) -> kq_pb2.Command:
     entry = kq_pb2.OffsetEntry(topic="t", partition=1, offset=offset)
     return commands.transaction(
         kq_pb2.TxnCommitOffsetsCommand(
@@ -162,6 +164,8 @@ def offsets(producer_id: int, epoch: int, offset: int) -> kq_pb2.Command:
             group="g",
             offsets=[entry],
             commit_ms=6,
+            member_id=member_id,
+            generation=generation,
         )
     )
 
@@ -273,6 +277,41 @@ def test_a_deposed_coordinator_s_late_marker_does_nothing_to_the_next_transactio
     log.produce(pid, 0, 2, b"hanging")
     assert log.txn(marker(pid, 0, False, 0)).written == 1  # Epoch 0: no coordinator's, never fenced.
     assert log.lso() == 6
+
+
+def test_offsets_from_a_consumer_that_lost_its_generation_are_refused(log: Log) -> None:
+    """KIP-447: a TxnOffsetCommit naming its consumer (member id and generation) is taken only from a
+    member of the group at the group's generation; a zombie (rebalanced away, or no longer a member)
+    gets STALE_GENERATION or UNKNOWN_MEMBER (Kafka's ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID) and its
+    offsets never become pending; a commit naming no member is not checked (clients before v3)."""
+    pid = log.txn(init()).producer_id
+    log.txn(add(pid, 0, 0, groups=("g",)))
+    with_member = kq_pb2.GroupMember(
+        member_id="m1", topics=["t"], session_timeout_ms=10_000, rebalance_timeout_ms=30_000
+    )
+    joined = log.run(commands.join_group("g", with_member, "range", 6))
+    assert isinstance(joined, GroupResult) and joined.error == ErrorCode.OK
+    generation = joined.generation
+    assert log.txn(offsets(pid, 0, 4, "m1", generation + 1)).error == ErrorCode.STALE_GENERATION
+    assert log.txn(offsets(pid, 0, 4, "m1", -1)).error == ErrorCode.STALE_GENERATION
+    assert log.txn(offsets(pid, 0, 4, "zombie", generation)).error == ErrorCode.UNKNOWN_MEMBER
+    with log.store.read() as reader:
+        assert reader.pending_offsets(pid, 10) == []
+    assert log.txn(offsets(pid, 0, 5, "m1", generation)).error == ErrorCode.OK
+    assert log.txn(offsets(pid, 0, 6)).error == ErrorCode.OK  # No member named: not checked.
+    with log.store.read() as reader:
+        assert [row.offset for row in reader.pending_offsets(pid, 10)] == [6]
+    unknown_group = kq_pb2.TxnCommitOffsetsCommand(
+        transactional_id=TXN,
+        producer_id=pid,
+        producer_epoch=0,
+        group="h",
+        offsets=[kq_pb2.OffsetEntry(topic="t", partition=1, offset=1)],
+        member_id="m1",
+        generation=1,
+    )
+    log.txn(add(pid, 0, groups=("h",)))
+    assert log.txn(commands.transaction(unknown_group)).error == ErrorCode.STALE_GENERATION
 
 
 def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(log: Log) -> None:

@@ -295,6 +295,8 @@ def transaction_commands(draw: st.DrawFn) -> kq_pb2.Command:
             group=draw(st.sampled_from(["g", "", "bad name"])),
             offsets=offsets,
             commit_ms=9,
+            member_id=draw(st.sampled_from(["", "m", "x" * 300])),
+            generation=draw(st.integers(-(2**31), 2**31 - 1)),
         )
     return commands.transaction(message)
 

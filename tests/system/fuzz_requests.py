@@ -428,6 +428,8 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
             kq_pb2.OffsetEntry(topic=h.topic(), partition=h.partition(), offset=h.offset(), metadata=h.text())
             for _ in range(h.rng.choice([0, 1, 3]))
         ],
+        member_id=h.member()[1],  # KIP-447's consumer: a live member, or hostile ids.
+        generation=h.rng.choice([-1, 0, 1, 2, 2**31 - 1, -(2**31)]),
     ),
     "WriteTxnMarkers": lambda h: kq_pb2.WriteTxnMarkersRequest(
         group=h.rng.choice([0, 1, h.u32()]),

@@ -197,6 +197,8 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
         producer_epoch=h.rng.choice([0, 1]),
         group=h.rng.choice(GROUPS),
         offsets=[kq_pb2.OffsetEntry(topic="fz-a", partition=0, offset=1, metadata="fz")],
+        member_id=h.rng.choice(["", "fz-member"]),
+        generation=h.rng.choice([-1, 0, 1]),
     ),
     "WriteTxnMarkers": lambda h: kq_pb2.WriteTxnMarkersRequest(
         group=0,
