@@ -48,6 +48,7 @@ from kq.storage import Store
 
 logger = logging.getLogger(__name__)
 
+
 def stored_state(store: Store, transactional_id: str) -> kq_pb2.TransactionState | None:
     """The id's transaction state in this process's store (group 0's replica), or None."""
     with store.read() as reader:
