@@ -259,7 +259,9 @@ class TransactionDriver(BackgroundThread):
         """On any group's leader: aborts each transaction open in one of its partitions for longer than
         `older_than_ms` (its coordinator never marked it there: a producer that wrote to a partition it
         did not add, or a transaction lost with its coordinator), so the partition's last stable
-        offset moves on, as Kafka's `kafka-transactions.sh abort` does by hand. Returns how many."""
+        offset moves on, as Kafka's `kafka-transactions.sh abort` does by hand. Each abort names the
+        first offset it read open (`opened_at`): if its coordinator marked that transaction meanwhile
+        and the producer opened its next one there, the abort writes nothing. Returns how many."""
         now_ms = self._clock_ms()
         with self._store.read() as reader:
             opened = reader.every_open_transaction(TXN_HANGING_ROWS_MAX)
@@ -275,6 +277,7 @@ class TransactionDriver(BackgroundThread):
                 partitions=[kq_pb2.TxnPartition(topic=names[topic_id], partition=partition)],
                 timestamp_ms=now_ms,
                 leader_epoch=self._consensus.term(),
+                opened_at=transaction.first_offset,  # That transaction alone, if still open.
             )
             propose_and_wait(self._consensus, commands.transaction(marker), PROPOSAL_TIMEOUT_S)
             logger.warning(

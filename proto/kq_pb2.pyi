@@ -795,6 +795,7 @@ class TransactionMarkerCommand(_message.Message):
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    OPENED_AT_FIELD_NUMBER: _builtins.int
     producer_id: _builtins.int
     producer_epoch: _builtins.int
     commit: _builtins.bool
@@ -802,6 +803,10 @@ class TransactionMarkerCommand(_message.Message):
     coordinator_epoch: _builtins.int
     leader_epoch: _builtins.int
     """The proposing leader's Raft term: the markers' partitionLeaderEpoch, as an append's (0: none)."""
+    opened_at: _builtins.int
+    """A partition leader's abort of a hanging transaction (one partition): only the transaction open
+    there at this first offset, the one it read (none: any open transaction of the producer).
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnPartition]: ...
     @_builtins.property
@@ -817,12 +822,15 @@ class TransactionMarkerCommand(_message.Message):
         timestamp_ms: _builtins.int = ...,
         coordinator_epoch: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
+        opened_at: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_opened_at", b"_opened_at", "opened_at", b"opened_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit", b"commit", "coordinator_epoch", b"coordinator_epoch", "groups", b"groups", "leader_epoch", b"leader_epoch", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_opened_at", b"_opened_at", "commit", b"commit", "coordinator_epoch", b"coordinator_epoch", "groups", b"groups", "leader_epoch", b"leader_epoch", "opened_at", b"opened_at", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__opened_at: _TypeAlias = _typing.Literal["opened_at"]  # noqa: Y015
+    _WhichOneofArgType__opened_at: _TypeAlias = _typing.Literal["_opened_at", b"_opened_at"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__opened_at) -> _WhichOneofReturnType__opened_at | None: ...
 
 Global___TransactionMarkerCommand: _TypeAlias = TransactionMarkerCommand  # noqa: Y015
 

@@ -123,6 +123,8 @@ def transaction_problem(command: kq_pb2.Command) -> str | None:
         )
     if kind == "transaction_marker":
         marker = command.transaction_marker
+        if marker.HasField("opened_at") and marker.opened_at < 0:
+            return f"a marker's opened_at is an offset, not {marker.opened_at}"
         return _producer_problem(marker.producer_id, marker.producer_epoch) or _members_problem(
             list(marker.partitions), list(marker.groups)
         )
@@ -302,6 +304,8 @@ def _marker(writer: StoreWriter, command: kq_pb2.TransactionMarkerCommand) -> Tr
     newer than the marker's), which closes it there (an ABORT also records its range); then the
     transaction's pending offsets of the named groups, committed or dropped. What this group does not
     hold (another group's partition, no pending offsets) is nothing to do: a repeat writes nothing.
+    `opened_at` (a partition leader's abort of a hanging transaction) closes only the transaction open
+    at that first offset, the one the leader read.
 
     `coordinator_epoch` (group 0's term when the coordinator read the transaction as prepared; 0: a
     marker of no coordinator, a partition leader's abort of a hanging transaction) fences deposed
@@ -323,6 +327,8 @@ def _marker(writer: StoreWriter, command: kq_pb2.TransactionMarkerCommand) -> Tr
         opened = writer.open_transaction(topic.topic_id, named.partition, command.producer_id)
         if opened is None or opened.producer_epoch > command.producer_epoch:
             continue
+        if command.HasField("opened_at") and opened.first_offset != command.opened_at:
+            continue  # Not the hanging transaction its leader read: that one was marked meanwhile.
         batch = control_batch(
             command.producer_id,
             command.producer_epoch,

@@ -314,6 +314,31 @@ def test_offsets_from_a_consumer_that_lost_its_generation_are_refused(log: Log) 
     assert log.txn(commands.transaction(unknown_group)).error == ErrorCode.STALE_GENERATION
 
 
+def test_a_hanging_abort_closes_only_the_transaction_its_leader_read(log: Log) -> None:
+    """A partition leader's abort of a hanging transaction names the first offset it read open
+    (`opened_at`): proposed after that transaction was marked and the producer's next one opened there
+    (the same producer id and epoch), it writes nothing; naming the open one, it aborts it. A negative
+    offset is refused by the shared validation."""
+    pid = log.txn(init()).producer_id
+    log.txn(add(pid, 0, 0))
+    log.produce(pid, 0, 0, b"next")  # Offset 0: the transaction open now.
+    hanging = kq_pb2.TransactionMarkerCommand(
+        producer_id=pid,
+        producer_epoch=0,
+        commit=False,
+        partitions=[kq_pb2.TxnPartition(topic="t", partition=0)],
+        timestamp_ms=4,
+        opened_at=7,  # The one the leader read (since marked).
+    )
+    assert log.txn(commands.transaction(hanging)).written == 0
+    assert log.lso() == 0
+    hanging.opened_at = 0
+    assert log.txn(commands.transaction(hanging)).written == 1
+    assert log.lso() == 2
+    hanging.opened_at = -1
+    assert transactions.transaction_problem(commands.transaction(hanging)) is not None
+
+
 def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(log: Log) -> None:
     """InitProducerId during an open transaction bumps the epoch and prepares the abort; the old
     epoch is fenced at the coordinator and, after the marker, at the partition."""

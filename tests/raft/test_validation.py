@@ -285,6 +285,7 @@ def transaction_commands(draw: st.DrawFn) -> kq_pb2.Command:
             groups=groups,
             timestamp_ms=9,
             coordinator_epoch=draw(uint32),
+            opened_at=draw(st.none() | st.integers(-(2**63), 2**63 - 1)),
         )
     else:
         offsets = [draw(offset_entries()) for _ in range(draw(st.integers(0, 3)))]
