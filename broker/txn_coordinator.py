@@ -116,10 +116,10 @@ class TransactionFinisher:
         # One finisher at a time per transactional id (striped: a lock per id would be a map to bound).
         self._locks = tuple(threading.Lock() for _ in range(TXN_FINISH_LOCKS))
 
-    def finish(self, transactional_id: str) -> None:
+    def finish(self, transactional_id: str) -> bool:
         """Markers, then completion, of the id's transaction if it is PREPARE_COMMIT or PREPARE_ABORT
-        (else nothing); raises KqError when a group's leader is unknown or a step does not commit (the
-        driver tries again).
+        (else nothing); whether it finished one. Raises KqError when a group's leader is unknown or a
+        step does not commit (the driver tries again).
 
         The state is read here, under the id's lock, never taken from a caller: EndTxn's handler and the
         driver both finish, and one that read the state before the other completed the transaction
@@ -134,7 +134,7 @@ class TransactionFinisher:
             epoch = self._consensus.term()  # Read first: the state below is this term's leader's or newer.
             state = self._prepared(transactional_id)
             if state is None:
-                return
+                return False
             commit = state.phase == PREPARE_COMMIT
             for group, marker in self._markers(state, commit, epoch).items():
                 if (
@@ -154,6 +154,7 @@ class TransactionFinisher:
                 now_ms=self._clock_ms(),
             )
             propose_and_wait(self._consensus, commands.transaction(complete), PROPOSAL_TIMEOUT_S)
+            return True
 
     def _prepared(self, transactional_id: str) -> kq_pb2.TransactionState | None:
         """The id's state in this process's store when it is PREPARE_COMMIT or PREPARE_ABORT, else None."""
@@ -309,9 +310,7 @@ class TransactionDriver(BackgroundThread):
             try:
                 if expired:
                     self._abort_expired(transactional_id, now_ms)
-                state = stored_state(self._store, transactional_id) or state
-                if state.phase in PREPARED:
-                    self._finisher.finish(transactional_id)
+                if self._finisher.finish(transactional_id):  # It reads the state as it is now.
                     moved += 1
                 self._failing.discard(transactional_id)
             except KqError as error:

@@ -166,9 +166,9 @@ class _LateFinisher:
         self._inner = inner
         self._before = before
 
-    def finish(self, *args: Any) -> None:
+    def finish(self, *args: Any) -> bool:
         self._before()
-        self._inner.finish(*args)
+        return self._inner.finish(*args)
 
 
 def test_a_round_that_read_a_transaction_before_its_end_finished_leaves_the_next_one_alone(
