@@ -441,7 +441,7 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
             groups=[h.group()],
             timestamp_ms=h.i64(),
             coordinator_epoch=h.u32(),
-            opened_at=h.rng.choice([None, 0, -1, h.offset(), 2**63 - 1]),
+            opened_at=h.rng.choice([None, 0, -1, h.rng.randrange(50), h.i64()]),  # An int64: never u64's.
         ),
     ),
     "ListTransactions": lambda h: kq_pb2.ListTransactionsRequest(transactional_id=_transactional_id(h)),
