@@ -126,6 +126,21 @@ def _poll_until(members: list[Member], done: Callable[[], bool], what: str) -> N
             member.poll()
 
 
+def _wait_for_commits(cluster: LocalCluster, members: list[Member], group: str, total: int) -> None:
+    """Polls and commits until the group's commits add up to ``total``: a commit sent with the epoch a
+    heartbeat had just replaced fails (STALE_MEMBER_EPOCH, as Kafka answers), so the partition's next
+    owner reads those records again and commits them (at least once); the union of records seen can
+    be whole before that happens."""
+
+    def committed() -> int:
+        for member in members:
+            member.commit_positions()
+        with KqClient(cluster.bootstrap) as client:
+            return sum(client.committed_offsets(group).values())
+
+    _poll_until(members, lambda: committed() == total, f"the commits adding up to {total}")
+
+
 def _owners_never_overlap(events: list[Event]) -> None:
     """Per partition, the members' ownership intervals (assign .. revoke) are disjoint in time."""
     owner: dict[int, str] = {}
@@ -170,6 +185,7 @@ def test_consumer_protocol_members_leave_join_and_own_each_partition_alone(
     everyone = [*members, joining]
     _poll_until(now, lambda: len({v for m in everyone for v in m.values}) == 2 * RECORDS, "every record")
     assert {v for m in everyone for v in m.values} == {f"v{i}".encode() for i in range(2 * RECORDS)}
+    _wait_for_commits(kafka_cluster, now, group, 2 * RECORDS)
     _owners_never_overlap(events)
     with KqClient(kafka_cluster.bootstrap) as client:
         described = client.describe_group(group)
@@ -382,8 +398,8 @@ def test_a_leader_kill_keeps_the_group_and_its_owners(kafka_cluster: LocalCluste
         "four members in balance, every record consumed",
     )
     _owners_never_overlap(events)
+    _wait_for_commits(kafka_cluster, members, group, 2 * RECORDS)
     for member in members:
-        member.commit_positions()
         member.consumer.close()
     with KqClient(kafka_cluster.bootstrap) as client:
         committed = client.committed_offsets(group)
