@@ -195,6 +195,10 @@ _REJECTIONS: dict[ErrorCode, tuple[type[KqError], str]] = {
         RebalanceError,
         "stale generation for group {subject}: it rebalanced; rejoin",
     ),
+    ErrorCode.FENCED_INSTANCE_ID: (
+        RebalanceError,
+        "transactional id {subject}: a newer member holds the consumer's group.instance.id; it is fenced",
+    ),
     ErrorCode.GROUP_HAS_MEMBERS: (
         GroupNotEmptyError,
         "group {subject} has active members; stop its consumers first",

@@ -143,6 +143,7 @@ class TransactionRpcs(ServiceBase):
             commit_ms=wall_clock_ms(),
             member_id=request.member_id,
             generation=request.generation,
+            group_instance_id=request.group_instance_id,
         )
         result = self._propose_transaction(commands.transaction(offsets), request.transactional_id)
         return _response(result)

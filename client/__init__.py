@@ -12,6 +12,7 @@ from kq.client.client import KqClient
 from kq.client.consumer import Consumer
 from kq.client.errors import (
     AuthenticationError,
+    FencedInstanceError,
     GroupNotEmptyError,
     GroupNotFoundError,
     InvalidRequestError,
@@ -64,6 +65,7 @@ __all__ = [
     "AuthenticationError",
     "Consumer",
     "ConsumerRecord",
+    "FencedInstanceError",
     "GroupConsumer",
     "GroupDescription",
     "GroupLeaderInfo",

@@ -93,6 +93,10 @@ class StaleGenerationError(RebalanceError):
     """The group rebalanced since the member's generation: rejoin with the same member id."""
 
 
+class FencedInstanceError(RebalanceError):
+    """A newer member holds the consumer's group.instance.id: this instance is fenced and should stop."""
+
+
 class LimitReachedError(KqClientError):
     """A limit of the cluster is reached: topics, groups, or members of one group."""
 
@@ -195,6 +199,7 @@ CLASS_BY_CODE: dict[ErrorCode, type[KqClientError]] = {
     ErrorCode.UNKNOWN_GROUP: GroupNotFoundError,
     ErrorCode.UNKNOWN_MEMBER: UnknownMemberError,
     ErrorCode.STALE_GENERATION: StaleGenerationError,
+    ErrorCode.FENCED_INSTANCE_ID: FencedInstanceError,
     ErrorCode.GROUP_HAS_MEMBERS: GroupNotEmptyError,
     ErrorCode.TOO_MANY_GROUPS: LimitReachedError,
     ErrorCode.GROUP_FULL: LimitReachedError,

@@ -28,8 +28,8 @@ LEADER_METADATA_KEY = "kq-leader"  # Trailing metadata of a NOT_LEADER answer: t
 
 
 class ErrorCode(enum.IntEnum):
-    """Why a request failed. 1-15, 24, 25, 27, 31-37 and 39-40 are decided in apply (the same on every node);
-    16-23, 26-30, 38 and 41 at the edge."""
+    """Why a request failed. 1-15, 24, 25, 27, 31-37, 39-40 and 42 are decided in apply (the same on every
+    node); 16-23, 26-30, 38 and 41 at the edge."""
 
     OK = 0
     UNKNOWN_TOPIC = 1
@@ -81,6 +81,9 @@ class ErrorCode(enum.IntEnum):
     # At the edge: a batch this node stores failed its checksum (on-disk corruption); the node serves
     # no byte of it, and another replica holds it whole: retriable there.
     CORRUPT_DATA = 41
+    # Decided in apply: a static member's group.instance.id is held by another member id now (a newer
+    # instance of the consumer joined): the older one is fenced (TxnOffsetCommit, KIP-447).
+    FENCED_INSTANCE_ID = 42
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +221,10 @@ ERROR_TABLE: dict[ErrorCode, ErrorSpec] = {
     # refreshes its metadata and finds a healthy leader). DATA_LOSS: what the read met on this node.
     ErrorCode.CORRUPT_DATA: ErrorSpec(
         _S.DATA_LOSS, 56, True, "a batch this node stores failed its checksum; another replica has it"
+    ),
+    # Kafka's FENCED_INSTANCE_ID.
+    ErrorCode.FENCED_INSTANCE_ID: ErrorSpec(
+        _S.ABORTED, 82, False, "a newer member holds this group.instance.id: this consumer is fenced"
     ),
 }
 

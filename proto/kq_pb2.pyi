@@ -848,6 +848,7 @@ class TxnCommitOffsetsCommand(_message.Message):
     COMMIT_MS_FIELD_NUMBER: _builtins.int
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     producer_id: _builtins.int
     producer_epoch: _builtins.int
@@ -860,6 +861,10 @@ class TxnCommitOffsetsCommand(_message.Message):
     No member id: not checked (TxnOffsetCommit before v3, or a producer without the group's metadata).
     """
     generation: _builtins.int
+    group_instance_id: _builtins.str
+    """The consumer's group.instance.id ("": none). In a classic group a static member's instance must be
+    held by this member id: an instance that a newer member took answers FENCED_INSTANCE_ID, as Kafka.
+    """
     @_builtins.property
     def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
     def __init__(
@@ -873,10 +878,11 @@ class TxnCommitOffsetsCommand(_message.Message):
         commit_ms: _builtins.int = ...,
         member_id: _builtins.str = ...,
         generation: _builtins.int = ...,
+        group_instance_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_ms", b"commit_ms", "generation", b"generation", "group", b"group", "member_id", b"member_id", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_ms", b"commit_ms", "generation", b"generation", "group", b"group", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -4547,13 +4553,17 @@ class TxnCommitOffsetsRequest(_message.Message):
     OFFSETS_FIELD_NUMBER: _builtins.int
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
     producer_id: _builtins.int
     producer_epoch: _builtins.int
     group: _builtins.str
     member_id: _builtins.str
-    """KIP-447's consumer (TxnCommitOffsetsCommand): its member id ("": unchecked) and generation."""
+    """KIP-447's consumer (TxnCommitOffsetsCommand): its member id ("": unchecked), generation and
+    group.instance.id ("": none).
+    """
     generation: _builtins.int
+    group_instance_id: _builtins.str
     @_builtins.property
     def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetEntry]: ...
     def __init__(
@@ -4566,10 +4576,11 @@ class TxnCommitOffsetsRequest(_message.Message):
         offsets: _abc.Iterable[Global___OffsetEntry] | None = ...,
         member_id: _builtins.str = ...,
         generation: _builtins.int = ...,
+        group_instance_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "member_id", b"member_id", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "group", b"group", "group_instance_id", b"group_instance_id", "member_id", b"member_id", "offsets", b"offsets", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

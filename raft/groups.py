@@ -133,22 +133,34 @@ def apply_leave(writer: StoreWriter, command: kq_pb2.LeaveGroupCommand) -> Group
 
 
 def transactional_commit_problem(
-    writer: StoreWriter, group: str, member_id: str, generation: int
+    writer: StoreWriter, group: str, member_id: str, generation: int, instance_id: str = ""
 ) -> ErrorCode:
     """KIP-447's fencing of a TxnOffsetCommit (raft/transactions.py): OK without a member id (a client
     before TxnOffsetCommit v3, or one without the consumer's group metadata, as Kafka accepts); else
     the member must be in the group (UNKNOWN_MEMBER) at this generation (STALE_GENERATION: a classic
     group's generation, a consumer group's member epoch; Kafka's ILLEGAL_GENERATION for both here). A
-    zombie whose partitions moved to another member is refused, so the transaction cannot commit."""
+    zombie whose partitions moved to another member is refused, so the transaction cannot commit.
+
+    In a classic group a named `instance_id` (group.instance.id) is checked first, as Kafka's
+    `ClassicGroup.validateMember`: held by another member id, the sender is an older instance of a
+    static member (FENCED_INSTANCE_ID); held by none, UNKNOWN_MEMBER. A consumer group checks the
+    member and its epoch alone (Kafka's `ConsumerGroup.validateOffsetCommit`)."""
     if not member_id:
         return ErrorCode.OK
     state = load(writer, group)
     if state is None:
         return ErrorCode.STALE_GENERATION  # No generation exists: Kafka's ILLEGAL_GENERATION.
+    consumer_group = consumer_groups.is_consumer_group(state)
+    if instance_id and not consumer_group:
+        holder = next((m for m in state.members if m.group_instance_id == instance_id), None)
+        if holder is None:
+            return ErrorCode.UNKNOWN_MEMBER
+        if holder.member_id != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
     member = kafka_groups.find(state, member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER
-    current = member.member_epoch if consumer_groups.is_consumer_group(state) else state.generation
+    current = member.member_epoch if consumer_group else state.generation
     return ErrorCode.OK if generation == current else ErrorCode.STALE_GENERATION
 
 

@@ -33,7 +33,12 @@ from kq.proto.limits import (
 from kq.proto.records import control_batch
 from kq.raft import groups
 from kq.raft.results import ErrorCode, ExpiryResult, TransactionResult
-from kq.raft.validation import member_id_problem, offsets_problem, topic_name_problem
+from kq.raft.validation import (
+    group_instance_id_problem,
+    member_id_problem,
+    offsets_problem,
+    topic_name_problem,
+)
 from kq.storage import StoreWriter
 from kq.storage.transactions import AbortedTransaction, PendingOffset
 
@@ -136,6 +141,7 @@ def transaction_problem(command: kq_pb2.Command) -> str | None:
             or topic_name_problem(commit.group, "group")
             or offsets_problem(list(commit.offsets))
             or (member_id_problem(commit.member_id) if commit.member_id else None)
+            or group_instance_id_problem(commit.group_instance_id)
         )
     return f"{kind} is not a transaction command"
 
@@ -372,7 +378,9 @@ def _commit_offsets(writer: StoreWriter, command: kq_pb2.TxnCommitOffsetsCommand
         return _refused(problem or ErrorCode.INVALID_PRODUCER_ID_MAPPING, state)
     if state.phase != ONGOING or command.group not in state.groups:
         return _refused(ErrorCode.INVALID_TXN_STATE, state)
-    fenced = groups.transactional_commit_problem(writer, command.group, command.member_id, command.generation)
+    fenced = groups.transactional_commit_problem(
+        writer, command.group, command.member_id, command.generation, command.group_instance_id
+    )
     if fenced != ErrorCode.OK:
         return _refused(fenced, state)
     resolved: list[PendingOffset] = []

@@ -219,9 +219,10 @@ class TransactionApis(KafkaBase):
                     producer_epoch=body.producer_epoch,
                     group=body.group_id,
                     offsets=[_offset_entry(t, p, o, details) for t, p, o in allowed],
-                    # KIP-447 (v3+): the consumer's member id and generation, checked in apply.
+                    # KIP-447 (v3+): the consumer's member id, generation and instance, checked in apply.
                     member_id=getattr(body, "member_id", "") or "",
                     generation=int(getattr(body, "generation_id", -1)),
+                    group_instance_id=getattr(body, "group_instance_id", None) or "",
                 )
                 if any(offset_metadata_problem(entry) for entry in call.offsets):
                     code = OFFSET_METADATA_TOO_LARGE

@@ -564,6 +564,7 @@ def test_the_table_has_a_sane_row_for_every_code() -> None:
     assert [code for code, spec in ERROR_TABLE.items() if spec.status == _S.ABORTED] == [
         ErrorCode.UNKNOWN_MEMBER,
         ErrorCode.STALE_GENERATION,
+        ErrorCode.FENCED_INSTANCE_ID,  # The group's membership refused the caller, as the two above.
     ]
 
 
@@ -572,6 +573,7 @@ def test_known_kafka_error_codes() -> None:
     expected = {
         ErrorCode.UNKNOWN_TOPIC: 3,  # UNKNOWN_TOPIC_OR_PARTITION
         ErrorCode.TOPIC_EXISTS: 36,  # TOPIC_ALREADY_EXISTS
+        ErrorCode.FENCED_INSTANCE_ID: 82,
         ErrorCode.OFFSET_OUT_OF_RANGE: 1,
         ErrorCode.NOT_LEADER: 6,  # NOT_LEADER_OR_FOLLOWER
         ErrorCode.LEADER_UNKNOWN: 5,  # LEADER_NOT_AVAILABLE

@@ -216,6 +216,48 @@ def test_a_zombie_consumer_s_offsets_are_fenced(kafka_cluster: LocalCluster) -> 
     second.close()
 
 
+def test_an_older_instance_of_a_static_consumer_is_fenced(kafka_cluster: LocalCluster) -> None:
+    """A static consumer (group.instance.id) restarted: the newer instance takes the instance's place
+    under a new member id, and offsets sent with the older instance's group metadata are refused with
+    FENCED_INSTANCE_ID (librdkafka sends the instance id in TxnOffsetCommit v3), so its transaction
+    must abort; the newer instance's are committed."""
+    source = _topic(kafka_cluster, 1)
+    group = f"static-{uuid.uuid4().hex[:6]}"
+    settings = {
+        "bootstrap.servers": kafka_cluster.kafka_bootstrap,
+        "group.id": group,
+        "group.instance.id": "worker-1",
+        "auto.offset.reset": "earliest",
+    }
+
+    def member() -> Consumer:
+        consumer = Consumer(settings)
+        consumer.subscribe([source])
+        deadline = time.monotonic() + WAIT_S
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "the member got no partition"
+            consumer.poll(0.2)
+        return consumer
+
+    first = member()
+    stale = first.consumer_group_metadata()
+    first.close()  # A static member does not leave on close: the instance keeps its place.
+    second = member()  # The restarted instance: a new member id for "worker-1".
+    producer = _producer(kafka_cluster, f"static-{uuid.uuid4().hex[:6]}")
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    with pytest.raises(KafkaException) as refused:
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, 3)], stale, 30)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.FENCED_INSTANCE_ID and error.txn_requires_abort(), error
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 4)], second.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+    assert second.committed([TopicPartition(source, 0)], 30)[0].offset == 4
+    second.close()
+
+
 def test_aiokafka_transactional_producer_commits_and_aborts(kafka_cluster: LocalCluster) -> None:
     """aiokafka's transactional producer: a committed batch is read, an aborted one is not."""
     topic = _topic(kafka_cluster, 1)

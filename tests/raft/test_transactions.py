@@ -23,7 +23,7 @@ from kq.proto.records import (
     read_header,
 )
 from kq.raft import commands, transactions
-from kq.raft.results import AppendResult, ErrorCode, GroupResult, TransactionResult
+from kq.raft.results import AppendResult, ErrorCode, GroupResult, KafkaGroupResult, TransactionResult
 from kq.raft.state_machine import apply
 from kq.storage import Store
 from tests.raft.helpers import CLOCK_MS, create
@@ -153,7 +153,7 @@ def complete(producer_id: int, epoch: int, commit: bool) -> kq_pb2.Command:
 
 
 def offsets(
-    producer_id: int, epoch: int, offset: int, member_id: str = "", generation: int = -1
+    producer_id: int, epoch: int, offset: int, member_id: str = "", generation: int = -1, instance: str = ""
 ) -> kq_pb2.Command:
     entry = kq_pb2.OffsetEntry(topic="t", partition=1, offset=offset)
     return commands.transaction(
@@ -166,6 +166,7 @@ def offsets(
             commit_ms=6,
             member_id=member_id,
             generation=generation,
+            group_instance_id=instance,
         )
     )
 
@@ -312,6 +313,41 @@ def test_offsets_from_a_consumer_that_lost_its_generation_are_refused(log: Log) 
     )
     log.txn(add(pid, 0, groups=("h",)))
     assert log.txn(commands.transaction(unknown_group)).error == ErrorCode.STALE_GENERATION
+
+
+def test_offsets_from_an_older_instance_of_a_static_member_are_fenced(log: Log) -> None:
+    """A classic group's static member (group.instance.id) replaced by a newer instance: offsets sent
+    with the older instance's member id and that instance id answer FENCED_INSTANCE_ID (Kafka's
+    `ClassicGroup.validateMember`), an instance no member holds UNKNOWN_MEMBER, and the current
+    instance's are taken. The member check alone would have said UNKNOWN_MEMBER, which a client
+    reads as "rejoin", not "another instance of you is running"."""
+    pid = log.txn(init()).producer_id
+    log.txn(add(pid, 0, 0, groups=("g",)))
+
+    def static_join(member_id: str) -> KafkaGroupResult:
+        member = kq_pb2.GroupMember(
+            member_id=member_id,
+            group_instance_id="i1",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=30_000,
+            protocols=[kq_pb2.KafkaProtocol(name="range", metadata=b"m")],
+        )
+        result = log.run(commands.kafka_join_group("g", member, "consumer", 6, True))
+        assert isinstance(result, KafkaGroupResult) and result.kafka_error == 0, result
+        return result
+
+    static_join("old")
+    generation = static_join("new").generation  # The newer instance takes "i1" from "old".
+    assert log.txn(offsets(pid, 0, 4, "old", generation, "i1")).error == ErrorCode.FENCED_INSTANCE_ID
+    assert log.txn(offsets(pid, 0, 4, "new", generation, "i2")).error == ErrorCode.UNKNOWN_MEMBER
+    with log.store.read() as reader:
+        assert reader.pending_offsets(pid, 10) == []
+    assert log.txn(offsets(pid, 0, 5, "new", generation, "i1")).error == ErrorCode.OK
+    assert log.txn(offsets(pid, 0, 6, "new", generation)).error == ErrorCode.OK  # No instance named.
+    with log.store.read() as reader:
+        assert [row.offset for row in reader.pending_offsets(pid, 10)] == [6]
+    illegal = offsets(pid, 0, 7, "new", generation, "not an id")
+    assert transactions.transaction_problem(illegal) is not None
 
 
 def test_a_hanging_abort_closes_only_the_transaction_its_leader_read(log: Log) -> None:

@@ -298,6 +298,7 @@ def transaction_commands(draw: st.DrawFn) -> kq_pb2.Command:
             commit_ms=9,
             member_id=draw(st.sampled_from(["", "m", "x" * 300])),
             generation=draw(st.integers(-(2**31), 2**31 - 1)),
+            group_instance_id=draw(st.sampled_from(["", "i", "bad id", "y" * 300])),
         )
     return commands.transaction(message)
 

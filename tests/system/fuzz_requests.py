@@ -430,6 +430,7 @@ BUILDERS: dict[str, Callable[[Hostile], Message]] = {
         ],
         member_id=h.member()[1],  # KIP-447's consumer: a live member, or hostile ids.
         generation=h.rng.choice([-1, 0, 1, 2, 2**31 - 1, -(2**31)]),
+        group_instance_id=h.rng.choice(["", "fz-static", h.text()]),
     ),
     "WriteTxnMarkers": lambda h: kq_pb2.WriteTxnMarkersRequest(
         group=h.rng.choice([0, 1, h.u32()]),

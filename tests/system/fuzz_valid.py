@@ -199,6 +199,7 @@ VALID: dict[str, Callable[[Hostile], Message]] = {
         offsets=[kq_pb2.OffsetEntry(topic="fz-a", partition=0, offset=1, metadata="fz")],
         member_id=h.rng.choice(["", "fz-member"]),
         generation=h.rng.choice([-1, 0, 1]),
+        group_instance_id=h.rng.choice(["", "fz-static"]),
     ),
     "WriteTxnMarkers": lambda h: kq_pb2.WriteTxnMarkersRequest(
         group=0,
