@@ -62,6 +62,7 @@ KAFKA_POLL_S = 0.05  # librdkafka's queue is full: serve delivery reports this l
 KAFKA_FAILURES_KEPT = 10
 METRICS_TIMEOUT_S = 10.0
 PRODUCE_REQUESTS_METRIC = 'kq_kafka_request_latency_seconds_count{request="produce"}'
+COMMIT_INDEX_METRIC = "kq_raft_commit_index{"  # Each Raft group's; summed: the entries committed.
 IDLE_LEAVES = (  # Innermost frames of a thread that waits: not work, though the OS may call it running.
     "PollPoller.poll (pysyncobj/poller.py:88)",
     "EpollSelector.select",
@@ -329,11 +330,14 @@ def main(
         spy_dir.mkdir(parents=True, exist_ok=True)
         before = procfs.cpu_seconds_each(pids)
         kafka = scenario == "kafka-producer"  # Only its requests are counted (the leader's metrics).
-        requests_before = produce_requests(cluster.nodes[leader].metrics_url) if kafka else 0.0
+        metrics_url = cluster.nodes[leader].metrics_url
+        requests_before = metric_sum(metrics_url, PRODUCE_REQUESTS_METRIC) if kafka else 0.0
+        entries_before = metric_sum(metrics_url, COMMIT_INDEX_METRIC) if kafka else 0.0
         with spying(names, spy_seconds, spy_dir, native) as files:
             elapsed_s = run_workload(cluster, scenario, messages, value, shape)
             after = procfs.cpu_seconds_each(pids)
-        requests = produce_requests(cluster.nodes[leader].metrics_url) - requests_before if kafka else 0.0
+        requests = metric_sum(metrics_url, PRODUCE_REQUESTS_METRIC) - requests_before if kafka else 0.0
+        entries = metric_sum(metrics_url, COMMIT_INDEX_METRIC) - entries_before if kafka else 0.0
         cpu_us = {
             ("leader " if node == leader else "follower ") + node: (after[node] - before[node])
             * 1e6
@@ -342,20 +346,22 @@ def main(
         }
         profiles = {name: path.read_text() for name, path in files.items() if path.exists()}
         lines = report(scenario, messages, elapsed_s, cpu_us, profiles)
-        if requests > 0:  # What a request costs is what its records share.
-            lines.insert(1, f"{requests:,.0f} Produce requests: {messages / requests:,.1f} records a request")
+        if requests > 0 and entries > 0:  # What a request and an entry cost is what their records share.
+            lines.insert(
+                1,
+                f"{requests:,.0f} Produce requests: {messages / requests:,.1f} records a request; "
+                f"{entries:,.0f} Raft entries: {requests / entries:,.2f} requests an entry",
+            )
         click.echo("\n".join(lines))
 
 
-def produce_requests(metrics_url: str) -> float:
-    """The Kafka Produce requests a node has answered (its metrics: the request latency's count)."""
+def metric_sum(metrics_url: str, metric: str) -> float:
+    """The sum of a node's samples whose line starts with `metric`: the Kafka Produce requests it has
+    answered (PRODUCE_REQUESTS_METRIC, the request latency's count), or the entries its Raft groups
+    committed (COMMIT_INDEX_METRIC). The entries include the few of group changes and heartbeats."""
     with urllib.request.urlopen(metrics_url, timeout=METRICS_TIMEOUT_S) as response:
         text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(PRODUCE_REQUESTS_METRIC)
-    )
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(metric))
 
 
 def run_timeline(base: Path, messages: int, value: bytes) -> list[str]:

@@ -212,9 +212,16 @@ class Batcher:
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
 
-    async def append_async(self, checked: CheckedAppend, timeout_s: float) -> AppendOutcome:
-        """Queues one produce request and waits for its result, on the serving loop: no thread waits."""
-        return await wait_async(self.submit(checked), timeout_s, self._consensus)
+    async def append_async(
+        self, checked: CheckedAppend, timeout_s: float, queued: Callable[[], None] | None = None
+    ) -> AppendOutcome:
+        """Queues one produce request and waits for its result, on the serving loop: no thread waits.
+        `queued` is called once the request is in the queue (a Kafka connection then reads its next
+        request: broker/kafka/listener.py, "pipelined")."""
+        future = self.submit(checked)
+        if queued is not None:
+            queued()
+        return await wait_async(future, timeout_s, self._consensus)
 
     def submit(self, checked: CheckedAppend) -> Future[AppendOutcome]:
         """Queues one produce request; its future resolves when the entry carrying it is applied.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -319,14 +319,17 @@ class BrokerService(SecurityRpcs, GroupRpcs, TransactionRpcs, kq_pb2_grpc.Broker
         # Read once: each read of the field copies the batch.
         return await self.produce_records(request, request.records)
 
-    async def produce_records(self, request: kq_pb2.ProduceRequest, records: bytes) -> kq_pb2.ProduceResponse:
+    async def produce_records(
+        self, request: kq_pb2.ProduceRequest, records: bytes, queued: Callable[[], None] | None = None
+    ) -> kq_pb2.ProduceResponse:
         """`produce` of a request whose batch is `records` (its own `records` field is not read): the
-        Kafka edge passes the batch it decoded, where a protobuf field would copy it in and out."""
+        Kafka edge passes the batch it decoded, where a protobuf field would copy it in and out, and
+        `queued`, called once the batch is in the batcher's queue (`Batcher.append_async`)."""
         if checks_on_loop(records):
             append = self.prepared_append(request, records)
         else:
             append = await self._in_workers(self.prepared_append, request, records)
-        outcome = await self._batcher.append_async(append, PROPOSAL_TIMEOUT_S)
+        outcome = await self._batcher.append_async(append, PROPOSAL_TIMEOUT_S, queued)
         return self.produced(request, outcome, records)
 
     def prepared_append(self, request: kq_pb2.ProduceRequest, records: bytes) -> CheckedAppend:

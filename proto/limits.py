@@ -589,6 +589,11 @@ KAFKA_LAG_CHECK_TOPICS_MAX = 16  # Topics of one Fetch a lagging follower asks t
 RACK_NAME_LENGTH_MAX = 64  # A node's --rack (Kafka's broker.rack): letters, digits, '.', '_', '-'.
 KAFKA_DEFAULT_PARTITIONS = 1  # Kafka's num.partitions: auto-created topics; --default-partitions.
 KAFKA_UNACKNOWLEDGED_APPENDS_MAX = 10_000  # acks=0 appends in progress per node; more are dropped.
+# A connection's Produce requests handed to the batcher and waiting for their commit while the listener
+# reads the next (broker/kafka/listener.py, "pipelined"), and the request bytes they may hold: past
+# either, the next frame is read once the oldest is answered. Kafka's producers keep 5 in flight.
+KAFKA_PIPELINED_PRODUCES_MAX = 8
+KAFKA_PIPELINED_BYTES_MAX = 4 * 1024 * 1024
 # SASL on the Kafka listener (`--kafka-sasl`, broker/kafka/sasl.py). Before a connection authenticates
 # it may send only ApiVersions and the SASL APIs, in frames of at most this many bytes (Kafka's
 # sasl.server.max.receive.size is 512 KiB; a SASL exchange needs a few hundred bytes), and it must

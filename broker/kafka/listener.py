@@ -2,7 +2,13 @@
 
 Each connection is served by one coroutine that reads a frame, answers it, and reads the next, so
 responses leave in request order, as Kafka requires (a Kafka broker also handles one request per
-connection at a time). A frame's size is checked against the configured limit before its body is
+connection at a time). Produce requests are *pipelined*: once a request's batches are all in the
+batcher's queue (`Connection.queued`), the next frame is read while it waits for its commit, so the
+requests a producer keeps in flight (librdkafka and Java: 5) can share a Raft entry instead of
+taking one each; each request still reaches the batcher after the one before it (the order of a
+connection's appends, which idempotent sequences rely on, is the order sent), and the answers leave
+in request order (`_Pipeline`). Any other request waits until every earlier answer is written.
+A frame's size is checked against the configured limit before its body is
 read; a frame that cannot be answered (no size, over the limit, an unknown API, undecodable bytes)
 closes that connection only, with one log line per reason per interval. The handlers
 (`broker/kafka/apis.py`) run on the same loop; what blocks (proposals, LMDB reads) they hand to the
@@ -23,6 +29,7 @@ import socket
 import ssl
 import struct
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -33,6 +40,8 @@ from kq.proto.limits import (
     KAFKA_AUTHENTICATION_S,
     KAFKA_CONNECTIONS_MAX,
     KAFKA_IDLE_CONNECTION_S,
+    KAFKA_PIPELINED_BYTES_MAX,
+    KAFKA_PIPELINED_PRODUCES_MAX,
     KAFKA_RECEIVE_BUFFER_BYTES,
     KAFKA_UNAUTHENTICATED_FRAME_BYTES_MAX,
     LOG_INTERVAL_S,
@@ -41,7 +50,8 @@ from kq.proto.limits import (
 logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-Answer = Callable[[bytes | memoryview, "Connection"], Awaitable[bytes | None]]
+_PRODUCE = b"\x00\x00"  # A Produce request's first two bytes: its API key (0, a big-endian int16).
+Answer = Callable[[bytes | memoryview, "Connection"], Coroutine[Any, Any, bytes | None]]
 
 
 class CloseConnectionError(Exception):
@@ -59,6 +69,15 @@ class Connection:
         self.principal: Principal | None = None  # Bound by KafkaApis.connected or by SASL.
         self.sasl: SaslSession | None = None  # On a --kafka-sasl listener.
         self.close_reason: str | None = None  # Set by a handler: closed after its response is sent.
+        # The pipelined Produce request being handed to the batcher: resolved by `queued` (or when
+        # its handler returns), then the listener reads the next frame.
+        self.submitted: asyncio.Future[None] | None = None
+
+    def queued(self) -> None:
+        """Called by Produce once its request's every batch is in the batcher's queue: the listener
+        may read the next request, whose appends then queue behind these."""
+        if self.submitted is not None and not self.submitted.done():
+            self.submitted.set_result(None)
 
 
 def certificate_common_name(peer_certificate: Any) -> str:
@@ -70,6 +89,68 @@ def certificate_common_name(peer_certificate: Any) -> str:
             if key == "commonName" and isinstance(value, str):
                 return value
     return ""
+
+
+class _Pipeline:
+    """A connection's pipelined Produce requests not yet answered, oldest first. Each answer is
+    written as soon as it and every older one are done (a done callback: no task of its own), so
+    responses leave in request order. A request that failed (CloseConnectionError, a bug) or asked
+    to close the connection closes the stream; the reader then raises its failure."""
+
+    def __init__(self, stream: FrameStream, connection: Connection) -> None:
+        self._stream = stream
+        self._connection = connection
+        self._tasks: deque[tuple[asyncio.Task[bytes | None], int]] = deque()
+        self.bytes = 0  # The frames of the requests not yet answered.
+        self._failure: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None  # The reader, waiting for an answer to leave.
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def add(self, task: asyncio.Task[bytes | None], size: int) -> None:
+        self._tasks.append((task, size))
+        self.bytes += size
+        task.add_done_callback(self._done)
+
+    def _done(self, _task: asyncio.Task[bytes | None]) -> None:
+        while self._tasks and self._tasks[0][0].done():
+            task, size = self._tasks.popleft()
+            self.bytes -= size
+            error = asyncio.CancelledError() if task.cancelled() else task.exception()  # Retrieved always.
+            if self._failure is not None:
+                continue  # The connection is closing: no answer after the first failure.
+            if error is None:
+                response = task.result()
+                if response is not None:
+                    self._stream.write(response)
+                if self._connection.close_reason is not None:
+                    error = CloseConnectionError(self._connection.close_reason)
+            if error is not None:
+                self._failure = error
+                self._stream.close()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def shrunk(self) -> None:
+        """Returns once an answer left (at once when none is pending)."""
+        if self._tasks:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+
+    async def emptied(self) -> None:
+        """Returns once every pipelined request is answered; raises a failure among them."""
+        while self._tasks:
+            await self.shrunk()
+        self.raise_failure()
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def cancel(self) -> None:
+        for task, _ in self._tasks:
+            task.cancel()
 
 
 class FrameStream(asyncio.BufferedProtocol):
@@ -332,15 +413,54 @@ class KafkaListener:
                 await stream.wait_closed()
 
     async def _requests(self, stream: FrameStream, connection: Connection) -> None:
-        while True:
-            frame = await self._read_frame(stream, connection)
-            response = await self._answer(frame, connection)
-            del frame
-            if response is not None:
-                stream.write(response)
-                await stream.drain()
-            if connection.close_reason is not None:
-                raise CloseConnectionError(connection.close_reason)
+        pipeline = _Pipeline(stream, connection)
+        try:
+            while True:
+                frame = await self._read_frame(stream, connection)
+                if connection.principal is not None and frame[:2] == _PRODUCE:
+                    await self._pipelined(frame, connection, stream, pipeline)
+                    continue
+                await pipeline.emptied()
+                response = await self._answer(frame, connection)
+                del frame
+                if response is not None:
+                    stream.write(response)
+                    await stream.drain()
+                if connection.close_reason is not None:
+                    raise CloseConnectionError(connection.close_reason)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pipeline.raise_failure()  # A pipelined request's failure closed the stream: that is why.
+            raise
+        finally:
+            pipeline.cancel()
+
+    async def _pipelined(
+        self, frame: bytes | memoryview, connection: Connection, stream: FrameStream, pipeline: _Pipeline
+    ) -> None:
+        """Starts answering a Produce request and returns once its batches are queued (or it is
+        answered), leaving the answer to `pipeline`; then, while the connection holds
+        KAFKA_PIPELINED_PRODUCES_MAX requests or KAFKA_PIPELINED_BYTES_MAX of their frames, waits
+        for the oldest to be answered."""
+        loop = asyncio.get_running_loop()
+        submitted: asyncio.Future[None] = loop.create_future()
+        connection.submitted = submitted
+        task = loop.create_task(self._answer(frame, connection))
+
+        def answered(_task: asyncio.Task[bytes | None]) -> None:  # Answered, or failed, before queueing.
+            if not submitted.done():
+                submitted.set_result(None)
+
+        task.add_done_callback(answered)
+        pipeline.add(task, len(frame))
+        del frame
+        try:
+            await submitted
+        finally:
+            connection.submitted = None
+        await stream.drain()
+        while len(pipeline) >= KAFKA_PIPELINED_PRODUCES_MAX or pipeline.bytes >= KAFKA_PIPELINED_BYTES_MAX:
+            await pipeline.shrunk()
+        pipeline.raise_failure()
 
     async def _read_frame(self, stream: FrameStream, connection: Connection) -> bytes | memoryview:
         """The next request frame. An authenticated connection may be idle for KAFKA_IDLE_CONNECTION_S

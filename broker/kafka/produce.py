@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kq.broker.auth import TOPIC, TRANSACTIONAL_ID
@@ -75,8 +76,12 @@ class ProduceApis(KafkaBase):
             ] * len(wanted)
         else:
             refused = self._refused(connection, ApiKey.PRODUCE, TOPIC, [name for name, _, _ in wanted])
+            # One partition: the listener may read the next request once its batches are queued (its
+            # appends then queue behind them). Several are appended side by side, so the request is
+            # answered before the next is read, as before.
+            queued = connection.queued if len(wanted) == 1 else None
             appends = [
-                _refusal(name) if name in refused else self._append_partition(name, index, records)
+                _refusal(name) if name in refused else self._append_partition(name, index, records, queued)
                 for name, index, records in wanted
             ]
             if body.acks == 0:
@@ -97,9 +102,10 @@ class ProduceApis(KafkaBase):
             task.add_done_callback(self._unacknowledged.discard)
 
     async def _append_partition(
-        self, topic: str, partition: int, records: bytes | None
+        self, topic: str, partition: int, records: bytes | None, queued: Callable[[], None] | None = None
     ) -> tuple[int, int, str | None]:
-        """(Kafka error code, base offset, message) of one partition's records."""
+        """(Kafka error code, base offset, message) of one partition's records; `queued` is called once
+        the last of its batches is in the batcher's queue (each waits for the one before it)."""
         if not records:
             return INVALID_RECORD, -1, "no records"
         try:
@@ -108,11 +114,13 @@ class ProduceApis(KafkaBase):
             return INVALID_RECORD, -1, str(error)
         base_offset = -1
         request = kq_pb2.ProduceRequest(topic=topic, partition=partition)  # The batch goes beside it.
-        for batch in batches:
+        for number, batch in enumerate(batches, 1):
             # One batch, as producers send: the decoded field itself, not a copy of it.
             whole = len(batches) == 1 and len(batch) == len(records)
+            last = queued if number == len(batches) else None
+            data = records if whole else bytes(batch)
             try:
-                answer = await self._service.produce_records(request, records if whole else bytes(batch))
+                answer = await self._service.produce_records(request, data, last)
             except BatchTooLargeError as error:
                 return RECORD_LIST_TOO_LARGE, -1, str(error)
             except KqError as error:

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from kq.bench.profile import KafkaShape, produce_requests, report, thread_profile, timeline
+from kq.bench.profile import (
+    COMMIT_INDEX_METRIC,
+    PRODUCE_REQUESTS_METRIC,
+    KafkaShape,
+    metric_sum,
+    report,
+    thread_profile,
+    timeline,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TIMELINE_RUN_TIMEOUT_S = 180.0  # Three nodes start, 200 sends, they stop: seconds; bounds a hang.
@@ -123,16 +131,20 @@ def test_a_timeline_run_reads_every_step_of_the_commit_path() -> None:
     assert steps[-1] == "leader produce ends"
 
 
-def test_the_produce_requests_are_read_from_the_leaders_metrics() -> None:
+def test_the_produce_requests_and_entries_are_read_from_the_leaders_metrics() -> None:
     """The Kafka Produce requests a node answered: the count of its Produce latency (the report's
-    records a request), other requests' and other metrics' lines left out; the Kafka producer
-    batches as kq.bench.scale's unless told otherwise."""
+    records a request), other requests' and other metrics' lines left out; the entries its Raft
+    groups committed, summed over the groups; the Kafka producer batches as kq.bench.scale's unless
+    told otherwise."""
     text = "\n".join(
         [
             "# HELP kq_kafka_request_latency_seconds Kafka requests",
             'kq_kafka_request_latency_seconds_count{request="produce"} 314.0',
             'kq_kafka_request_latency_seconds_count{request="metadata"} 3.0',
             'kq_kafka_request_latency_seconds_sum{request="produce"} 2.5',
+            'kq_raft_commit_index{raft_group="0"} 40.0',
+            'kq_raft_commit_index{raft_group="1"} 2.0',
+            "kq_raft_commit_index_other 7.0",
         ]
     ).encode()
 
@@ -149,7 +161,9 @@ def test_the_produce_requests_are_read_from_the_leaders_metrics() -> None:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
-            assert produce_requests(f"http://127.0.0.1:{server.server_address[1]}/metrics") == 314.0
+            url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+            assert metric_sum(url, PRODUCE_REQUESTS_METRIC) == 314.0
+            assert metric_sum(url, COMMIT_INDEX_METRIC) == 42.0
         finally:
             server.shutdown()
     assert KafkaShape().batch_bytes is None and KafkaShape().keys == 0  # kq.bench.scale's batching, no key.

@@ -1,0 +1,168 @@
+"""The Kafka listener's pipelined Produce requests (broker/kafka/listener.py `_Pipeline`), in process
+with a scripted `answer`: the next frame is read only once the request before it has queued its
+batches (so a connection's appends keep the order sent), answers leave in request order whatever
+order they finish in, any other request waits for every earlier answer, the pipeline's depth is
+bounded, and a request that fails closes the connection after the answers before it."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+
+from kq.broker.auth import Principal
+from kq.broker.kafka.listener import CloseConnectionError, Connection, KafkaListener
+from kq.proto.limits import KAFKA_PIPELINED_PRODUCES_MAX
+
+WAIT_S = 10.0
+
+
+def _frame(api_key: int, number: int) -> bytes:
+    """A frame whose API key is `api_key` (0: Produce), numbered in its body."""
+    body = struct.pack(">hi", api_key, number)
+    return struct.pack(">i", len(body)) + body
+
+
+class Script:
+    """`answer` for the listener: records when each request started and queued, and holds each
+    request's answer until the test releases it."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+        self.release: dict[int, asyncio.Event] = {}
+        self.fail: set[int] = set()
+
+    def gate(self, number: int) -> asyncio.Event:
+        return self.release.setdefault(number, asyncio.Event())
+
+    async def answer(self, frame: bytes | memoryview, connection: Connection) -> bytes | None:
+        connection.principal = Principal("User:tester", False)
+        api_key, number = struct.unpack(">hi", bytes(frame))
+        self.events.append(("start", number))
+        if api_key == 0:
+            await asyncio.sleep(0)  # Queued after a turn of the loop, as an append checked on a worker.
+            self.events.append(("queued", number))
+            connection.queued()
+            await self.gate(number).wait()
+        if number in self.fail:
+            raise CloseConnectionError(f"request {number} failed")
+        self.events.append(("answered", number))
+        answer = struct.pack(">i", number)
+        return struct.pack(">i", len(answer)) + answer
+
+
+async def _with_listener(script: Script, scenario: Callable[[int], Awaitable[None]]) -> None:
+    listener = KafkaListener("127.0.0.1:0", script.answer, 1024 * 1024, on_connect=lambda _connection: None)
+    port = await listener.start()
+    try:
+        await asyncio.wait_for(scenario(port), WAIT_S * 3)
+    finally:
+        await listener.stop()
+
+
+async def _answers(reader: asyncio.StreamReader, count: int) -> list[int]:
+    numbers = []
+    for _ in range(count):
+        await asyncio.wait_for(reader.readexactly(4), WAIT_S)
+        numbers.append(struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), WAIT_S))[0])
+    return numbers
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_produce_requests_overlap_queue_in_order_and_answer_in_order() -> None:
+    """Five Produce requests (after a first, unpipelined, that binds the principal): each starts only
+    after the one before it queued; all five wait at once; released last first, they answer first
+    to last."""
+    script = Script()
+
+    async def scenario(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_frame(18, 0))  # ApiVersions: binds the principal (as KafkaApis.connected would).
+        assert await _answers(reader, 1) == [0]
+        writer.write(b"".join(_frame(0, n) for n in range(1, 6)))
+        await _until(lambda: ("queued", 5) in script.events)
+        assert not [e for e in script.events if e[0] == "answered" and e[1] > 0]  # All five waiting.
+        for number in range(5, 0, -1):
+            script.gate(number).set()
+            await asyncio.sleep(0.01)
+        assert await _answers(reader, 5) == [1, 2, 3, 4, 5]
+        order = [e for e in script.events if e[0] in ("start", "queued") and e[1] > 0]
+        assert order == [(kind, n) for n in range(1, 6) for kind in ("start", "queued")]
+        writer.close()
+
+    asyncio.run(_with_listener(script, scenario))
+
+
+def test_another_request_waits_for_every_earlier_answer() -> None:
+    """A Metadata request after two waiting Produce requests starts only once both are answered, and
+    its answer follows theirs."""
+    script = Script()
+
+    async def scenario(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_frame(18, 0))
+        assert await _answers(reader, 1) == [0]
+        writer.write(_frame(0, 1) + _frame(0, 2) + _frame(3, 3))
+        await _until(lambda: ("queued", 2) in script.events)
+        await asyncio.sleep(0.05)
+        assert ("start", 3) not in script.events
+        script.gate(2).set()
+        await asyncio.sleep(0.05)
+        assert ("start", 3) not in script.events  # 1 still waits.
+        script.gate(1).set()
+        assert await _answers(reader, 3) == [1, 2, 3]
+        assert script.events.index(("answered", 1)) < script.events.index(("start", 3))
+        writer.close()
+
+    asyncio.run(_with_listener(script, scenario))
+
+
+def test_the_pipeline_holds_at_most_its_depth() -> None:
+    """Requests that queue and never finish: the listener reads KAFKA_PIPELINED_PRODUCES_MAX of them,
+    then the next only once the oldest is answered."""
+    script = Script()
+    count = KAFKA_PIPELINED_PRODUCES_MAX + 3
+
+    async def scenario(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_frame(18, 0))
+        assert await _answers(reader, 1) == [0]
+        writer.write(b"".join(_frame(0, n) for n in range(1, count + 1)))
+        depth = KAFKA_PIPELINED_PRODUCES_MAX
+        await _until(lambda: ("queued", depth) in script.events)
+        await asyncio.sleep(0.1)
+        assert ("start", depth + 1) not in script.events
+        script.gate(1).set()
+        await _until(lambda: ("queued", depth + 1) in script.events)
+        assert ("start", depth + 2) not in script.events
+        for number in range(2, count + 1):
+            script.gate(number).set()
+        assert await _answers(reader, count) == list(range(1, count + 1))
+        writer.close()
+
+    asyncio.run(_with_listener(script, scenario))
+
+
+def test_a_failed_pipelined_request_closes_the_connection_after_the_answers_before_it() -> None:
+    """Request 2 of three fails: 1's answer arrives, then the connection closes; 3's never comes."""
+    script = Script()
+    script.fail.add(2)
+
+    async def scenario(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_frame(18, 0))
+        assert await _answers(reader, 1) == [0]
+        writer.write(_frame(0, 1) + _frame(0, 2) + _frame(0, 3))
+        await _until(lambda: ("queued", 3) in script.events)
+        for number in (3, 2, 1):
+            script.gate(number).set()
+        assert await _answers(reader, 1) == [1]
+        assert await asyncio.wait_for(reader.read(), WAIT_S) == b""  # Closed: nothing after 1's answer.
+        writer.close()
+
+    asyncio.run(_with_listener(script, scenario))
