@@ -375,7 +375,11 @@ MEMBERSHIP_GROUPS_TIMEOUT_S = 30.0
 MEMBERSHIP_CLIENT_TIMEOUT_S = MEMBERSHIP_CALL_TIMEOUT_S + MEMBERSHIP_GROUPS_TIMEOUT_S
 LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
 BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
-PROPOSALS_IN_FLIGHT_MAX = 2  # Entries proposed but not yet committed; more queue up and get batched.
+# Produce entries proposed but not yet committed; more requests queue up and share the next entry.
+# One: with two, a producer's pipelined requests (broker/kafka/listener.py) mostly found a free slot
+# and took an entry each (1.17 requests an entry); with one they share entries (1.75), and each
+# entry costs every node a Raft round (bench/README.md, "Eighth session").
+PROPOSALS_IN_FLIGHT_MAX = 1
 ENTRY_OVERHEAD_BYTES = 64  # Envelope bytes outside the appends, a generous bound.
 
 # broker/service.py

@@ -82,7 +82,7 @@ def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> No
     while consensus.held:
         consensus.commit_next()
     offsets = sorted(f.result(timeout=10).result.base_offset for f in first + queued)
-    assert offsets == list(range(12))
+    assert offsets == list(range(PROPOSALS_IN_FLIGHT_MAX + 10))
     batcher.stop()
     store.close()
 
@@ -135,7 +135,8 @@ def test_entries_are_packed_within_the_work_budget(tmp_path: Path) -> None:
         sizes.append(appends_in(consensus.held[0][0]))
         consensus.commit_next()
     outcomes = [f.result(timeout=10) for f in futures]
-    assert sizes == [1, 1, 1, 1, 6]  # Each heavy one alone; the last heavy one carries the light ones.
+    # The slots' light ones, each heavy one alone; the last heavy one carries the light ones.
+    assert sizes == [1] * PROPOSALS_IN_FLIGHT_MAX + [1, 1, 6]
     assert all(o.result.error == 0 for o in outcomes)
     batcher.stop()
     store.close()
