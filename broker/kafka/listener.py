@@ -114,6 +114,7 @@ class _Pipeline:
         task.add_done_callback(self._done)
 
     def _done(self, _task: asyncio.Task[bytes | None]) -> None:
+        answers: list[bytes] = []  # Those done together (one entry's) leave in one write.
         while self._tasks and self._tasks[0][0].done():
             task, size = self._tasks.popleft()
             self.bytes -= size
@@ -123,12 +124,15 @@ class _Pipeline:
             if error is None:
                 response = task.result()
                 if response is not None:
-                    self._stream.write(response)
+                    answers.append(response)
                 if self._connection.close_reason is not None:
                     error = CloseConnectionError(self._connection.close_reason)
             if error is not None:
                 self._failure = error
-                self._stream.close()
+        if answers:
+            self._stream.write(answers[0] if len(answers) == 1 else b"".join(answers))
+        if self._failure is not None:
+            self._stream.close()  # After the answers before the failure.
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
