@@ -78,8 +78,9 @@ class ProduceApis(KafkaBase):
             refused = self._refused(connection, ApiKey.PRODUCE, TOPIC, [name for name, _, _ in wanted])
             # One partition: the listener may read the next request once its batches are queued (its
             # appends then queue behind them). Several are appended side by side, so the request is
-            # answered before the next is read, as before.
-            queued = connection.queued if len(wanted) == 1 else None
+            # answered before the next is read, as before; acks=0 appends run on after the handler
+            # returned (so the next request is read at once), and must not signal a later request.
+            queued = connection.queued if len(wanted) == 1 and body.acks != 0 else None
             appends = [
                 _refusal(name) if name in refused else self._append_partition(name, index, records, queued)
                 for name, index, records in wanted
