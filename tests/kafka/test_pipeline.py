@@ -2,17 +2,23 @@
 with a scripted `answer`: the next frame is read only once the request before it has queued its
 batches (so a connection's appends keep the order sent), answers leave in request order whatever
 order they finish in, any other request waits for every earlier answer, the pipeline's depth is
-bounded, and a request that fails closes the connection after the answers before it."""
+bounded, and a request that fails closes the connection after the answers before it. Then a real
+idempotent producer with many small requests in flight: every record once, in the order sent."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import struct
 from collections.abc import Awaitable, Callable
 
+from confluent_kafka import Producer
+
 from kq.broker.auth import Principal
 from kq.broker.kafka.listener import CloseConnectionError, Connection, KafkaListener
+from kq.deploy.cluster import LocalCluster
 from kq.proto.limits import KAFKA_PIPELINED_PRODUCES_MAX
+from tests.kafka.test_clients import _consume_confluent, _topic
 
 WAIT_S = 10.0
 
@@ -166,3 +172,37 @@ def test_a_failed_pipelined_request_closes_the_connection_after_the_answers_befo
         writer.close()
 
     asyncio.run(_with_listener(script, scenario))
+
+
+def test_a_producer_s_pipelined_requests_land_in_the_order_sent(kafka_cluster: LocalCluster) -> None:
+    """librdkafka, 5 requests in flight, gzip: every tenth record is 200 KB of random hex (~110 KB
+    compressed), a request of its own whose batch is checked on a worker thread (a compressed one over
+    PRODUCE_CHECK_ON_LOOP_BYTES_MAX), and the small ones between are checked on the loop, so a
+    request read before the one ahead of it had queued would overtake it.
+    The partition holds every record once, in the order sent. Not idempotent: its sequence numbers
+    would have the node refuse a request that overtook another and the producer send it again,
+    hiding the reordering this checks."""
+    topic = _topic(kafka_cluster)
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_cluster.kafka_bootstrap,
+            "enable.idempotence": False,
+            "acks": "all",
+            "compression.type": "gzip",
+            "batch.size": 4096,
+            "linger.ms": 0,
+            "max.in.flight.requests.per.connection": 5,
+        }
+    )
+    rng = random.Random(7)
+    values = [
+        f"{i:06d}".encode() + (rng.randbytes(100_000).hex().encode() if i % 10 == 0 else b"x" * 200)
+        for i in range(600)
+    ]
+    for value in values:
+        producer.produce(topic, value, partition=0)
+        producer.poll(0)
+    assert producer.flush(WAIT_S * 3) == 0
+    messages = _consume_confluent(kafka_cluster, topic, len(values))
+    assert [m.value()[:6] for m in messages] == [v[:6] for v in values]  # type: ignore[attr-defined]
+    assert [m.value() for m in messages] == values  # type: ignore[attr-defined]
