@@ -376,7 +376,7 @@ class RaftNode(PySyncObjAdapter):
                 # Entries added while the last tick polled (a new leader's no-op, ...) reach the disk
                 # before this tick's commit count includes the leader itself (fsync mode).
                 self.sync_journal()
-                self.doTick(TICK_WAIT_S)
+                self.doTick(0.0 if self.is_leader() and self.commits_alone() else TICK_WAIT_S)
             except Exception:  # As PySyncObj's own tick thread: log, pause, carry on (apply fail-stops).
                 logger.exception("Raft tick failed")
                 self._stopping.wait(TICK_FAILED_PAUSE_S)
@@ -444,6 +444,8 @@ class RaftNode(PySyncObjAdapter):
             self.doTick(0.0)  # The poller is attached: PySyncObj's poll returns at once.
             if self.is_leader():
                 pause_s = min(pause_s, max(0.0, self.append_entries_due_s()))
+                if self.commits_alone():
+                    pause_s = 0.0  # What this tick appended commits at the next (a one-node cluster).
             elif (election_s := self.election_due_s()) > 0.0:
                 # Stand when due, not up to LOOP_TICK_IDLE_S late (a follower that lost its leader's
                 # connection stands within a fraction of a second). An overdue deadline stays on the

@@ -655,6 +655,16 @@ class PySyncObjAdapter(SyncObj):  # type: ignore[misc]  # PySyncObj ships no typ
         """This node's commit index."""
         return int(self._SyncObj__raftCommitIndex)
 
+    def commits_alone(self) -> bool:
+        """Whether this node is its cluster's only voter and its log holds entries past its commit
+        index. PySyncObj counts the match indexes before it takes a tick's new commands, so a lone
+        leader commits what a tick appended at its next tick, and no follower's answer brings that
+        tick on: a leader ticks again at once (one produce entry in flight, a one-node cluster
+        waited a timer's pause for each). Tick thread only."""
+        return not self._SyncObj__otherNodes and int(self._SyncObj__raftLog[-1][1]) > int(
+            self._SyncObj__raftCommitIndex
+        )
+
     def send_to_peers(self, message: dict[str, Any]) -> None:
         """Sends `message` to every other node (PySyncObj ignores types it does not know)."""
         transport = self._SyncObj__transport

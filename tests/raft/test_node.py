@@ -716,9 +716,13 @@ class _LoopTickState:
         self._tick_due = 0.0
         self.due_s = due_s
         self.ticks: list[float] = []
+        self.alone_uncommitted = False  # A lone leader's appended entries, committed at its next tick.
 
     def sync_journal(self) -> None:
         pass
+
+    def commits_alone(self) -> bool:
+        return self.alone_uncommitted
 
     def doTick(self, _wait: float) -> None:  # noqa: N802 - PySyncObj's name.
         self.ticks.append(self._loop.now)
@@ -737,6 +741,19 @@ class _LoopTickState:
 
     def _arm_timer(self, due_s: float) -> None:
         RaftNode._arm_timer(self, due_s)  # type: ignore[arg-type]
+
+
+def test_a_lone_leader_with_entries_past_its_commit_ticks_again_at_once() -> None:
+    """A one-node cluster's leader commits what a tick appended at its next tick, and no follower's
+    answer brings that tick on: the loop ticks again at once instead of at the heartbeat's timer."""
+    state = _LoopTickState(due_s=0.005)
+    state.alone_uncommitted = True
+    state._loop_tick()
+    assert state._loop.pending() == [0.0]
+    state.alone_uncommitted = False
+    state._loop.advance(0.0)
+    assert state.ticks == [0.0, 0.0]
+    assert state._loop.pending() == [0.005]
 
 
 def test_the_timer_ticks_only_when_no_tick_since_moved_the_next_one_later() -> None:
