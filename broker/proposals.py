@@ -9,17 +9,14 @@ append's measured by the edge's check, proto/records.py WorkMeter). No sleeps.
 A request that finds nothing in flight and nothing queued is proposed at once by the thread that
 submits it (the serving loop), without the hand-off to `kq-batcher` and back: one thread wake-up
 less for every request of a lightly loaded leader (measured: bench/README.md, "Profiles"). Once an
-entry is in flight, requests queue, and the commit's callback (on the Raft tick thread, which is
-the serving loop's) packs what waits into the next entry and proposes it there: no wake-up of
-`kq-batcher` and back either (bench/README.md, "Eighth session"). `kq-batcher` proposes only what
-no callback did: after a slot freed by its deadline (a callback that never came), and at stop.
+entry is in flight, requests queue, and the batcher packs them as before.
 
-Threads: the constructor starts none; `start()` starts `kq-batcher`. `_in_flight_changed` (a
-condition, reentrant) guards `_in_flight`, `_queued`, the carry and every take from the queue
-(`queue.Queue`), and is held from taking requests to handing their entry to the consensus, so
-entries are proposed in the order requests were submitted whichever thread (a submitter, a callback
-on the tick thread, `kq-batcher`) proposes them. Submitters (the serving loop) wait on their
-futures. `stop()` queues a sentinel: what was queued before it is proposed, then the thread returns.
+Threads: the constructor starts none; `start()` starts `kq-batcher`, the only thread that takes from
+the queue (`queue.Queue`, its own lock). `_in_flight_changed` (a condition, reentrant) guards
+`_in_flight` and `_queued`, which the proposal callbacks on the Raft tick thread also change, and
+is held while an entry is handed to the consensus, so entries are proposed in the order requests
+were submitted whichever thread proposes them. Submitters (the serving loop) wait on their futures.
+`stop()` queues a sentinel: the thread proposes what was queued before it, then returns.
 """
 
 from __future__ import annotations
@@ -201,8 +198,7 @@ class Batcher:
         self._in_flight_changed = threading.Condition()  # Reentrant: a callback may run inside propose.
         self._proposal_number = 0
         self._carry: _Pending | None = None
-        self._stopping = False  # The sentinel was taken (under _in_flight_changed).
-        self._taking = False  # _propose_queued is running (a callback inside its propose re-entered it).
+        self._stopping = False  # Read and written by the kq-batcher thread only.
         self._stopping_requested = False  # Set by stop(), under _in_flight_changed.
         self._thread: threading.Thread | None = None
 
@@ -242,7 +238,6 @@ class Batcher:
             except queue.Full as error:
                 raise ResourceExhaustedError("produce queue is full; retry later") from error
             self._queued += 1
-            self._in_flight_changed.notify()  # kq-batcher proposes it if a slot is free and no callback will.
         return pending.future
 
     def stop(self) -> None:
@@ -254,62 +249,22 @@ class Batcher:
             return
         with contextlib.suppress(queue.Full):  # A full queue drains while the thread runs.
             self._queue.put(None, timeout=PROPOSAL_TIMEOUT_S)
-        with self._in_flight_changed:
-            self._in_flight_changed.notify()
         self._thread.join(timeout=PROPOSAL_TIMEOUT_S)
 
     def _run(self) -> None:
-        """kq-batcher: proposes what is queued whenever a slot is free and no callback did; forgets
-        in-flight entries past their deadline (their callback never came: lost leadership); returns
-        once stopping with nothing left to propose (none queued, or the sentinel taken and the carry
-        proposed)."""
-        with self._in_flight_changed:
-            while True:
-                left = self._queued and not (self._stopping and self._carry is None)
-                if self._stopping_requested and not left:
-                    return
-                now = time.monotonic()
-                for number, deadline in list(self._in_flight.items()):
-                    if deadline <= now:  # Its callback never came (lost leadership): free the slot.
-                        del self._in_flight[number]
-                if len(self._in_flight) < PROPOSALS_IN_FLIGHT_MAX and (
-                    self._carry is not None or (not self._stopping and not self._queue.empty())
-                ):
-                    self._propose_queued()
-                    continue
-                timeout = min(self._in_flight.values()) - now if self._in_flight else None
-                self._in_flight_changed.wait(timeout=timeout)
+        while True:
+            self._wait_for_slot()
+            batch = self._take_batch()
+            if batch is None:
+                return
+            self._propose(batch, queued=True)
 
-    def _propose_queued(self) -> None:
-        """Proposes what is queued while a slot is free, an entry at a time; under `_in_flight_changed`
-        (kq-batcher, or a commit's callback). A failed proposal's callback may run inside the
-        consensus's propose and call this again: that inner call returns, the outer loop goes on."""
-        if self._taking:
-            return
-        self._taking = True
-        try:
-            while len(self._in_flight) < PROPOSALS_IN_FLIGHT_MAX:
-                batch = self._take_batch()
-                if not batch:
-                    return
-                self._propose(batch, queued=True)
-        finally:
-            self._taking = False
-
-    def _take_batch(self) -> list[_Pending]:
-        """The next entry's requests: what is queued now, within the entry limits (none: nothing is,
-        or the stop sentinel came first). Under `_in_flight_changed`."""
-        first = self._carry
+    def _take_batch(self) -> list[_Pending] | None:
+        """The next entry's requests: what is queued now, within the entry limits; None to stop."""
+        first = self._carry if self._carry is not None else None if self._stopping else self._queue.get()
         self._carry = None
-        if first is None and not self._stopping:
-            try:
-                first = self._queue.get_nowait()
-            except queue.Empty:
-                return []
-            if first is None:
-                self._stopping = True
         if first is None:
-            return []
+            return None
         batch, size_bytes, work = [first], first.size_bytes + ENTRY_OVERHEAD_BYTES, first.work
         while len(batch) < APPENDS_PER_ENTRY_MAX:
             try:
@@ -326,6 +281,18 @@ class Batcher:
             size_bytes += item.size_bytes
             work += item.work
         return batch
+
+    def _wait_for_slot(self) -> None:
+        """Blocks while PROPOSALS_IN_FLIGHT_MAX entries are uncommitted; forgets ones past their deadline."""
+        with self._in_flight_changed:
+            while True:
+                now = time.monotonic()
+                for number, deadline in list(self._in_flight.items()):
+                    if deadline <= now:  # Its callback never came (lost leadership): free the slot.
+                        del self._in_flight[number]
+                if len(self._in_flight) < PROPOSALS_IN_FLIGHT_MAX:
+                    return
+                self._in_flight_changed.wait(timeout=min(self._in_flight.values()) - now)
 
     def _propose(self, batch: list[_Pending], queued: bool) -> None:
         """Hands `batch` to the consensus as one entry: the batcher thread's requests (`queued`), or a
@@ -353,7 +320,6 @@ class Batcher:
             def on_result(result: ApplyResult | None, reason: int) -> None:
                 with self._in_flight_changed:
                     self._in_flight.pop(number, None)
-                    self._propose_queued()  # What waited goes into the next entry, from here.
                     self._in_flight_changed.notify()
                 if reason == PYSYNCOBJ_SUCCESS and isinstance(result, AppendResult):
                     assert len(result.appends) == len(batch)
