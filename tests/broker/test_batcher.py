@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -163,5 +165,43 @@ def test_a_request_with_nothing_ahead_is_proposed_by_its_submitter_and_order_hol
     consensus.commit_next()
     offsets = [future.result(timeout=WAIT_S).result.base_offset for future in futures]
     assert offsets == [0, 1, 2]
+    batcher.stop()
+    store.close()
+
+
+def test_entries_keep_the_order_of_submission_whoever_proposes_them(tmp_path: Path) -> None:
+    """Requests submitted one after another while a committer thread commits entries at random moments
+    (a request finding nothing in flight is proposed by its submitter, the rest by kq-batcher once a
+    slot frees): every request gets its offset in the order it was submitted, and the requests that
+    waited shared entries."""
+    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
+    apply(store, 1, create("t", 1))
+    consensus = HeldConsensus(store)
+    batcher = Batcher(consensus, lambda: 1_000)
+    batcher.start()
+    request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
+    done = threading.Event()
+    entries: list[int] = []
+
+    def commit() -> None:
+        rng = random.Random(3)
+        while not done.is_set() or consensus.held:
+            if consensus.held:
+                entries.append(appends_in(consensus.held[0][0]))
+                consensus.commit_next()
+            time.sleep(rng.choice((0, 0, 0.0005, 0.002)))
+
+    committer = threading.Thread(target=commit, daemon=True)
+    committer.start()
+    futures = []
+    for number in range(2_000):
+        futures.append(batcher.submit(request))
+        if number % 7 == 0:
+            time.sleep(0.0003)
+    offsets = [f.result(timeout=WAIT_S).result.base_offset for f in futures]
+    done.set()
+    committer.join(WAIT_S)
+    assert offsets == list(range(2_000))
+    assert sum(entries) == 2_000 and len(entries) < 2_000  # Some waited and shared an entry.
     batcher.stop()
     store.close()
