@@ -63,13 +63,19 @@ def appends_in(data: bytes) -> int:
     return len(commands.decode(data).append.appends)
 
 
-def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> None:
-    """With every slot busy, ten queued requests become one entry; every request gets its own offset."""
+def _started(tmp_path: Path) -> tuple[Store, HeldConsensus, Batcher]:
+    """A store holding topic "t", a consensus that commits when told, and a started batcher on it."""
     store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
     apply(store, 1, create("t", 1))
     consensus = HeldConsensus(store)
     batcher = Batcher(consensus, lambda: 1_000)
     batcher.start()
+    return store, consensus, batcher
+
+
+def test_requests_queued_behind_full_slots_share_one_entry(tmp_path: Path) -> None:
+    """With every slot busy, ten queued requests become one entry; every request gets its own offset."""
+    store, consensus, batcher = _started(tmp_path)
     request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
     first: list[Future[AppendOutcome]] = []
     for slot in range(PROPOSALS_IN_FLIGHT_MAX):  # One at a time: each fills a slot alone.
@@ -174,11 +180,7 @@ def test_entries_keep_the_order_of_submission_whoever_proposes_them(tmp_path: Pa
     (a request finding nothing in flight is proposed by its submitter, the rest by kq-batcher once a
     slot frees): every request gets its offset in the order it was submitted, and the requests that
     waited shared entries."""
-    store = Store.open(tmp_path / "store", map_size_bytes=64 * 1024**2)
-    apply(store, 1, create("t", 1))
-    consensus = HeldConsensus(store)
-    batcher = Batcher(consensus, lambda: 1_000)
-    batcher.start()
+    store, consensus, batcher = _started(tmp_path)
     request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
     done = threading.Event()
     entries: list[int] = []

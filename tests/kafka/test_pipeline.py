@@ -74,6 +74,15 @@ async def _answers(reader: asyncio.StreamReader, count: int) -> list[int]:
     return numbers
 
 
+async def _connected(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection whose first request (ApiVersions, answered alone) bound its principal, as
+    KafkaApis.connected would: the Produce frames after it are pipelined."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_frame(18, 0))
+    assert await _answers(reader, 1) == [0]
+    return reader, writer
+
+
 async def _until(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(WAIT_S):
         while not condition():
@@ -87,9 +96,7 @@ def test_produce_requests_overlap_queue_in_order_and_answer_in_order() -> None:
     script = Script()
 
     async def scenario(port: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_frame(18, 0))  # ApiVersions: binds the principal (as KafkaApis.connected would).
-        assert await _answers(reader, 1) == [0]
+        reader, writer = await _connected(port)
         writer.write(b"".join(_frame(0, n) for n in range(1, 6)))
         await _until(lambda: ("queued", 5) in script.events)
         assert not [e for e in script.events if e[0] == "answered" and e[1] > 0]  # All five waiting.
@@ -110,9 +117,7 @@ def test_another_request_waits_for_every_earlier_answer() -> None:
     script = Script()
 
     async def scenario(port: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_frame(18, 0))
-        assert await _answers(reader, 1) == [0]
+        reader, writer = await _connected(port)
         writer.write(_frame(0, 1) + _frame(0, 2) + _frame(3, 3))
         await _until(lambda: ("queued", 2) in script.events)
         await asyncio.sleep(0.05)
@@ -135,9 +140,7 @@ def test_the_pipeline_holds_at_most_its_depth() -> None:
     count = KAFKA_PIPELINED_PRODUCES_MAX + 3
 
     async def scenario(port: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_frame(18, 0))
-        assert await _answers(reader, 1) == [0]
+        reader, writer = await _connected(port)
         writer.write(b"".join(_frame(0, n) for n in range(1, count + 1)))
         depth = KAFKA_PIPELINED_PRODUCES_MAX
         await _until(lambda: ("queued", depth) in script.events)
@@ -160,9 +163,7 @@ def test_a_failed_pipelined_request_closes_the_connection_after_the_answers_befo
     script.fail.add(2)
 
     async def scenario(port: int) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(_frame(18, 0))
-        assert await _answers(reader, 1) == [0]
+        reader, writer = await _connected(port)
         writer.write(_frame(0, 1) + _frame(0, 2) + _frame(0, 3))
         await _until(lambda: ("queued", 3) in script.events)
         for number in (3, 2, 1):

@@ -180,6 +180,17 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it(kafka_cluster: Loca
     assert _consume_all(kafka_cluster, sink, "read_committed", 2, partitions=1) == [b"out-5", b"out-12"]
 
 
+def _member(settings: dict[str, str], topic: str) -> Consumer:
+    """A group member subscribed to `topic`, returned once it owns a partition."""
+    consumer = Consumer({"auto.offset.reset": "earliest", **settings})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + WAIT_S
+    while not consumer.assignment():
+        assert time.monotonic() < deadline, "the member got no partition"
+        consumer.poll(0.2)
+    return consumer
+
+
 def test_a_zombie_consumer_s_offsets_are_fenced(kafka_cluster: LocalCluster) -> None:
     """KIP-447 through librdkafka: the group metadata of a consumer that was a member sends its member
     id and generation with TxnOffsetCommit; once it left the group (its partitions would be another
@@ -188,17 +199,7 @@ def test_a_zombie_consumer_s_offsets_are_fenced(kafka_cluster: LocalCluster) -> 
     source = _topic(kafka_cluster, 1)
     group = f"zombie-{uuid.uuid4().hex[:6]}"
     settings = {"bootstrap.servers": kafka_cluster.kafka_bootstrap, "group.id": group}
-
-    def member() -> Consumer:
-        consumer = Consumer({**settings, "auto.offset.reset": "earliest"})
-        consumer.subscribe([source])
-        deadline = time.monotonic() + WAIT_S
-        while not consumer.assignment():
-            assert time.monotonic() < deadline, "the member got no partition"
-            consumer.poll(0.2)
-        return consumer
-
-    first = member()
+    first = _member(settings, source)
     stale = first.consumer_group_metadata()
     first.close()  # Leaves the group: its metadata is a zombie's now.
     producer = _producer(kafka_cluster, f"zombie-{uuid.uuid4().hex[:6]}")
@@ -208,7 +209,7 @@ def test_a_zombie_consumer_s_offsets_are_fenced(kafka_cluster: LocalCluster) -> 
         producer.send_offsets_to_transaction([TopicPartition(source, 0, 3)], stale, 30)
     assert refused.value.args[0].txn_requires_abort(), refused.value.args[0]
     producer.abort_transaction(30)
-    second = member()
+    second = _member(settings, source)
     producer.begin_transaction()
     producer.send_offsets_to_transaction([TopicPartition(source, 0, 4)], second.consumer_group_metadata(), 30)
     producer.commit_transaction(30)
@@ -227,22 +228,11 @@ def test_an_older_instance_of_a_static_consumer_is_fenced(kafka_cluster: LocalCl
         "bootstrap.servers": kafka_cluster.kafka_bootstrap,
         "group.id": group,
         "group.instance.id": "worker-1",
-        "auto.offset.reset": "earliest",
     }
-
-    def member() -> Consumer:
-        consumer = Consumer(settings)
-        consumer.subscribe([source])
-        deadline = time.monotonic() + WAIT_S
-        while not consumer.assignment():
-            assert time.monotonic() < deadline, "the member got no partition"
-            consumer.poll(0.2)
-        return consumer
-
-    first = member()
+    first = _member(settings, source)
     stale = first.consumer_group_metadata()
     first.close()  # A static member does not leave on close: the instance keeps its place.
-    second = member()  # The restarted instance: a new member id for "worker-1".
+    second = _member(settings, source)  # The restarted instance: a new member id for "worker-1".
     producer = _producer(kafka_cluster, f"static-{uuid.uuid4().hex[:6]}")
     producer.init_transactions(30)
     producer.begin_transaction()
