@@ -3,7 +3,9 @@
 Each connection is served by one coroutine that reads a frame, answers it, and reads the next, so
 responses leave in request order, as Kafka requires (a Kafka broker also handles one request per
 connection at a time). Produce requests are *pipelined*: once a request's batches are all in the
-batcher's queue (`Connection.queued`), the next frame is read while it waits for its commit, so the
+batcher's queue (`Connection.queued`; broker/kafka/produce.py calls it, for a request of several
+partitions once each partition's append queued or ended), the next frame is read while it waits
+for its commit, so the
 requests a producer keeps in flight (librdkafka and Java: 5) can share a Raft entry instead of
 taking one each; each request still reaches the batcher after the one before it (the order of a
 connection's appends, which idempotent sequences rely on, is the order sent), and the answers leave

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from kq.broker.auth import TOPIC, TRANSACTIONAL_ID
 from kq.broker.errors import BatchTooLargeError, KqError
@@ -46,6 +46,7 @@ from kq.raft.commands import varint
 
 PRODUCE = 0
 ACKS = (-1, 0, 1)
+T = TypeVar("T")
 
 
 class ProduceApis(KafkaBase):
@@ -76,18 +77,28 @@ class ProduceApis(KafkaBase):
             ] * len(wanted)
         else:
             refused = self._refused(connection, ApiKey.PRODUCE, TOPIC, [name for name, _, _ in wanted])
-            # One partition: the listener may read the next request once its batches are queued (its
-            # appends then queue behind them). Several are appended side by side, so the request is
-            # answered before the next is read, as before; acks=0 appends run on after the handler
-            # returned (so the next request is read at once), and must not signal a later request.
-            queued = connection.queued if len(wanted) == 1 and body.acks != 0 else None
-            appends = [
-                _refusal(name) if name in refused else self._append_partition(name, index, records, queued)
-                for name, index, records in wanted
-            ]
-            if body.acks == 0:
-                self._append_unacknowledged(appends)
+
+            def append(
+                name: str, index: int, records: bytes | None, queued: Callable[[], None] | None
+            ) -> Coroutine[Any, Any, tuple[int, int, str | None]]:
+                if name in refused:
+                    return _refusal(name)
+                return self._append_partition(name, index, records, queued)
+
+            if body.acks == 0:  # Appends run on after the handler returns: they signal no later request.
+                self._append_unacknowledged([append(*partition, None) for partition in wanted])
                 return None
+            # The listener reads the next request once this one's batches are all queued (its appends
+            # then queue behind them): one partition's signals itself; several count down, each
+            # partition once it queued or ended (refused, failed before queueing).
+            if len(wanted) == 1:
+                appends = [append(*wanted[0], connection.queued)]
+            else:
+                marks = _Countdown(len(wanted), connection.queued).marks()
+                appends = [
+                    _counted(append(name, index, records, mark), mark)
+                    for (name, index, records), mark in zip(wanted, marks, strict=True)
+                ]
             # One partition (a producer's usual request): awaited itself, without gather's task.
             results = [await appends[0]] if len(appends) == 1 else list(await asyncio.gather(*appends))
         return produce_response(request.api_version, wanted, results)
@@ -131,6 +142,40 @@ class ProduceApis(KafkaBase):
                 return code, -1, str(error)
             base_offset = answer.base_offset if base_offset < 0 else base_offset
         return NONE, base_offset, None
+
+
+class _Countdown:
+    """Calls `done` once each of `count` marks was called (each counts once, however often called):
+    a Produce request of several partitions has the listener read the next request only once every
+    partition's append queued its batches or ended."""
+
+    def __init__(self, count: int, done: Callable[[], None]) -> None:
+        self._left = count
+        self._done = done
+
+    def marks(self) -> list[Callable[[], None]]:
+        return [self._mark() for _ in range(self._left)]
+
+    def _mark(self) -> Callable[[], None]:
+        called = False
+
+        def mark() -> None:
+            nonlocal called
+            if not called:
+                called = True
+                self._left -= 1
+                if self._left == 0:
+                    self._done()
+
+        return mark
+
+
+async def _counted(append: Coroutine[Any, Any, T], mark: Callable[[], None]) -> T:
+    """`append`, marking its partition done when it ends (queued or not)."""
+    try:
+        return await append
+    finally:
+        mark()
 
 
 _PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, log append time (-1: none).

@@ -13,6 +13,7 @@ import struct
 from collections.abc import Awaitable, Callable
 
 from confluent_kafka import Producer
+from kafka import KafkaProducer
 
 from kq.broker.auth import Principal
 from kq.broker.kafka.listener import CloseConnectionError, Connection, KafkaListener
@@ -207,3 +208,37 @@ def test_a_producer_s_pipelined_requests_land_in_the_order_sent(kafka_cluster: L
     messages = _consume_confluent(kafka_cluster, topic, len(values))
     assert [m.value()[:6] for m in messages] == [v[:6] for v in values]  # type: ignore[attr-defined]
     assert [m.value() for m in messages] == values  # type: ignore[attr-defined]
+
+
+def test_a_producer_s_pipelined_requests_of_several_partitions_land_in_the_order_sent(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """kafka-python sends one request a node, holding a batch of each ready partition: such a request
+    lets the next one be read once every partition's batches queued. Its large gzip batches (checked
+    on a worker) beside small ones (on the loop) in the same and the next requests: each partition
+    holds its records once, in the order sent."""
+    topic = _topic(kafka_cluster, 3)
+    producer = KafkaProducer(
+        bootstrap_servers=kafka_cluster.kafka_bootstrap,
+        acks="all",
+        compression_type="gzip",
+        batch_size=4096,
+        linger_ms=1,
+        max_in_flight_requests_per_connection=5,
+        retries=0,
+    )
+    rng = random.Random(11)
+    values = [
+        f"{i:06d}".encode() + (rng.randbytes(100_000).hex().encode() if i % 7 == 0 else b"x" * 200)
+        for i in range(300)
+    ]
+    futures = [producer.send(topic, value, partition=i % 3) for i, value in enumerate(values)]
+    producer.flush(WAIT_S * 3)
+    for future in futures:
+        future.get(WAIT_S)
+    producer.close()
+    for partition in range(3):
+        sent = [v for i, v in enumerate(values) if i % 3 == partition]
+        messages = _consume_confluent(kafka_cluster, topic, len(sent), partition)
+        assert [m.value()[:6] for m in messages] == [v[:6] for v in sent]  # type: ignore[attr-defined]
+        assert [m.value() for m in messages] == sent  # type: ignore[attr-defined]
