@@ -9,7 +9,8 @@ append's measured by the edge's check, proto/records.py WorkMeter). No sleeps.
 A request that finds nothing in flight and nothing queued is proposed at once by the thread that
 submits it (the serving loop), without the hand-off to `kq-batcher` and back: one thread wake-up
 less for every request of a lightly loaded leader (measured: bench/README.md, "Profiles"). Once an
-entry is in flight, requests queue, and the batcher packs them as before.
+entry is in flight, requests queue, and the batcher packs them as before. A Kafka request of several
+partitions submits each apart: it holds the batcher meanwhile (`hold`), so its parts share an entry.
 
 Threads: the constructor starts none; `start()` starts `kq-batcher`, the only thread that takes from
 the queue (`queue.Queue`, its own lock). `_in_flight_changed` (a condition, reentrant) guards
@@ -40,6 +41,7 @@ from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
     APPENDS_PER_ENTRY_MAX,
+    BATCHER_HOLD_WAIT_S,
     BATCHER_QUEUE_MAX,
     ENTRY_BYTES_MAX,
     ENTRY_OVERHEAD_BYTES,
@@ -200,6 +202,7 @@ class Batcher:
         self._carry: _Pending | None = None
         self._stopping = False  # Read and written by the kq-batcher thread only.
         self._stopping_requested = False  # Set by stop(), under _in_flight_changed.
+        self._holds = 0  # Requests whose parts are being queued (`hold`): no part is proposed alone.
         self._thread: threading.Thread | None = None
 
     def queue_depth(self) -> int:
@@ -230,7 +233,7 @@ class Batcher:
         assert pending.size_bytes + ENTRY_OVERHEAD_BYTES <= ENTRY_BYTES_MAX, "the edge checks request size"
         assert pending.work <= ENTRY_WORK_MAX, "the edge checked it against an entry's budget"
         with self._in_flight_changed:
-            if not self._in_flight and not self._queued and not self._stopping_requested:
+            if not self._in_flight and not self._queued and not self._holds and not self._stopping_requested:
                 self._propose([pending], queued=False)  # Nothing ahead: no hand-off to the batcher thread.
                 return pending.future
             try:
@@ -239,6 +242,26 @@ class Batcher:
                 raise ResourceExhaustedError("produce queue is full; retry later") from error
             self._queued += 1
         return pending.future
+
+    def hold(self) -> Callable[[], None]:
+        """Holds back the submitter's proposal of a request found alone, until the returned release is
+        called (once; later calls do nothing): a Kafka Produce request of several partitions submits
+        each partition apart, and the first, finding nothing ahead, took an entry by itself, the
+        rest the next (two or three entries a request, each a Raft round on every node). Held, they
+        queue, and kq-batcher packs them (with whatever else waits) into one entry at the release."""
+        with self._in_flight_changed:
+            self._holds += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._in_flight_changed:
+                if not released:
+                    released = True
+                    self._holds -= 1
+                    self._in_flight_changed.notify()
+
+        return release
 
     def stop(self) -> None:
         """Stops the kq-batcher thread after proposing the requests already queued (call it once no
@@ -265,6 +288,7 @@ class Batcher:
         self._carry = None
         if first is None:
             return None
+        self._wait_for_release()
         batch, size_bytes, work = [first], first.size_bytes + ENTRY_OVERHEAD_BYTES, first.work
         while len(batch) < APPENDS_PER_ENTRY_MAX:
             try:
@@ -281,6 +305,14 @@ class Batcher:
             size_bytes += item.size_bytes
             work += item.work
         return batch
+
+    def _wait_for_release(self) -> None:
+        """Waits while a request's parts are being queued (`hold`), at most BATCHER_HOLD_WAIT_S: the
+        rest of them then join the entry this thread is packing."""
+        deadline = time.monotonic() + BATCHER_HOLD_WAIT_S
+        with self._in_flight_changed:
+            while self._holds and (left := deadline - time.monotonic()) > 0:
+                self._in_flight_changed.wait(timeout=left)
 
     def _wait_for_slot(self) -> None:
         """Blocks while PROPOSALS_IN_FLIGHT_MAX entries are uncommitted; forgets ones past their deadline."""

@@ -375,6 +375,9 @@ MEMBERSHIP_GROUPS_TIMEOUT_S = 30.0
 MEMBERSHIP_CLIENT_TIMEOUT_S = MEMBERSHIP_CALL_TIMEOUT_S + MEMBERSHIP_GROUPS_TIMEOUT_S
 LEADERSHIP_CHECK_S = 0.1  # A waiting request checks this often that this node still leads.
 BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond it RESOURCE_EXHAUSTED.
+# The most the batcher waits for the rest of a Kafka Produce request of several partitions to queue
+# (`Batcher.hold`: each partition is submitted apart; a compressed one is checked on a worker first).
+BATCHER_HOLD_WAIT_S = 0.05
 # Produce entries proposed but not yet committed; more requests queue up and share the next entry.
 # One: with two, a producer's pipelined requests (broker/kafka/listener.py) mostly found a free slot
 # and took an entry each (1.17 requests an entry); with one they share entries (1.75), and each

@@ -93,14 +93,24 @@ class ProduceApis(KafkaBase):
             # partition once it queued or ended (refused, failed before queueing).
             if len(wanted) == 1:
                 appends = [append(*wanted[0], connection.queued)]
+                results = [await appends[0]]  # A producer's usual request: without gather's task.
             else:
-                marks = _Countdown(len(wanted), connection.queued).marks()
+                # Its partitions are submitted apart: held, they share an entry (`Batcher.hold`).
+                release = self._batcher.hold()
+
+                def all_queued() -> None:
+                    release()
+                    connection.queued()
+
+                marks = _Countdown(len(wanted), all_queued).marks()
                 appends = [
                     _counted(append(name, index, records, mark), mark)
                     for (name, index, records), mark in zip(wanted, marks, strict=True)
                 ]
-            # One partition (a producer's usual request): awaited itself, without gather's task.
-            results = [await appends[0]] if len(appends) == 1 else list(await asyncio.gather(*appends))
+                try:
+                    results = list(await asyncio.gather(*appends))
+                finally:
+                    release()  # However the request ended (once: later calls do nothing).
         return produce_response(request.api_version, wanted, results)
 
     def _append_unacknowledged(self, appends: list[Any]) -> None:

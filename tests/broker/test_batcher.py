@@ -10,6 +10,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
+import pytest
+
+from kq.broker import proposals
 from kq.broker.consensus import ConsensusStatus
 from kq.broker.proposals import AppendOutcome, Batcher
 from kq.broker.validation import checked_append
@@ -205,5 +208,34 @@ def test_entries_keep_the_order_of_submission_whoever_proposes_them(tmp_path: Pa
     committer.join(WAIT_S)
     assert offsets == list(range(2_000))
     assert sum(entries) == 2_000 and len(entries) < 2_000  # Some waited and shared an entry.
+    batcher.stop()
+    store.close()
+
+
+def test_a_held_request_s_parts_share_one_entry_and_a_hold_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Kafka request of several partitions submits each apart; held (`Batcher.hold`), the first is
+    not proposed alone but with the rest once released, in one entry; a hold never released delays
+    what waits by BATCHER_HOLD_WAIT_S at most."""
+    store, consensus, batcher = _started(tmp_path)
+    request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
+    monkeypatch.setattr(proposals, "BATCHER_HOLD_WAIT_S", WAIT_S)
+    release = batcher.hold()
+    parts = [batcher.submit(request) for _ in range(3)]
+    time.sleep(0.05)
+    assert consensus.held == []  # Not the first part alone.
+    release()
+    release()  # Once: a second call does nothing.
+    wait_for(lambda: len(consensus.held) == 1, "one entry", WAIT_S, poll_s=0.005)
+    assert appends_in(consensus.held[0][0]) == 3
+    consensus.commit_next()
+    assert [f.result(timeout=WAIT_S).result.base_offset for f in parts] == [0, 1, 2]
+    monkeypatch.setattr(proposals, "BATCHER_HOLD_WAIT_S", 0.05)
+    batcher.hold()  # Never released.
+    late = batcher.submit(request)
+    wait_for(lambda: len(consensus.held) == 1, "the entry after the bound", WAIT_S, poll_s=0.005)
+    consensus.commit_next()
+    assert late.result(timeout=WAIT_S).result.base_offset == 3
     batcher.stop()
     store.close()
