@@ -133,7 +133,7 @@ def apply_leave(writer: StoreWriter, command: kq_pb2.LeaveGroupCommand) -> Group
 
 
 def transactional_commit_problem(
-    writer: StoreWriter, group: str, member_id: str, generation: int, instance_id: str = ""
+    writer: StoreWriter, group: str, member_id: str, generation: int, instance_id: str
 ) -> ErrorCode:
     """KIP-447's fencing of a TxnOffsetCommit (raft/transactions.py): OK without a member id (a client
     before TxnOffsetCommit v3, or one without the consumer's group metadata, as Kafka accepts); else

@@ -92,8 +92,7 @@ class ProduceApis(KafkaBase):
             # then queue behind them): one partition's signals itself; several count down, each
             # partition once it queued or ended (refused, failed before queueing).
             if len(wanted) == 1:
-                appends = [append(*wanted[0], connection.queued)]
-                results = [await appends[0]]  # A producer's usual request: without gather's task.
+                results = [await append(*wanted[0], connection.queued)]  # Usual: no gather's task.
             else:
                 # Its partitions are submitted apart: held, they share an entry (`Batcher.hold`).
                 release = self._batcher.hold()
