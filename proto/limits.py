@@ -482,6 +482,11 @@ JOURNAL_HELD_BYTES_MAX = 16 * 1024 * 1024
 # compacting a log of its compaction threshold's 128 MiB costs this and JOURNAL_HELD_BYTES_MAX of
 # RAM, not the file's size twice over. A window always holds at least one whole record.
 JOURNAL_READ_BYTES = 4 * 1024 * 1024
+# Journal files a compaction replaced whose descriptors wait for `kq-journal-closer` (raft/journal.py
+# `Disk.retire`): closing the last descriptor of a replaced 128 MiB journal frees its pages, which
+# waits for their writeback (126-141 ms on the VM) and so stalled the serving loop at every
+# compaction. Past this many waiting, the tick thread closes the file itself.
+JOURNAL_RETIRED_FILES_MAX = 4
 COMMANDS_QUEUE_MAX = 10_000  # Proposals waiting for the tick thread; beyond it QUEUE_FULL.
 # PySyncObj drops a peer connection idle for connectionTimeout at its next use. Followers never talk
 # to each other while a leader lives, so the first vote request after the leader dies was lost and

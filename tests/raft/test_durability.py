@@ -28,13 +28,15 @@ from pysyncobj.journal import FileJournal
 
 from kq.deploy.cluster import free_ports
 from kq.deploy.waiting import wait_for
-from kq.proto.limits import JOURNAL_READ_BYTES
+from kq.proto.limits import JOURNAL_READ_BYTES, JOURNAL_RETIRED_FILES_MAX
 from kq.raft.journal import (
     JOURNAL_NAME,
     MAGIC,
+    RETIRED_FILES,
     Disk,
     JournalFaultError,
     RaftJournal,
+    RetiredFiles,
     convert_legacy_journal,
     encode_record,
     file_records,
@@ -90,6 +92,66 @@ def test_truncation_and_compaction_survive_a_reopen(tmp_path: Path) -> None:
     ]
     assert again[-1][0] == b"after"
     again.close()
+
+
+def _replaced_journals_open() -> list[str]:
+    """This process's descriptors of journal files a rename has replaced (`/proc/self/fd`)."""
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except FileNotFoundError:  # The directory's own descriptor, closed by now.
+            continue
+    return [t for t in targets if JOURNAL_NAME in t and t.endswith("(deleted)")]
+
+
+def test_a_compaction_closes_the_replaced_file_off_the_tick_thread(tmp_path: Path) -> None:
+    """The file a compaction replaced is closed by `kq-journal-closer` (its last close frees its pages,
+    which waits for their writeback): the compacting thread hands it over, it is closed, and the
+    journal goes on writing to the new file."""
+    closed_on: list[str] = []
+
+    class WatchingDisk(Disk):
+        def close(self, fd: int) -> None:
+            closed_on.append(threading.current_thread().name)
+            super().close(fd)
+
+    journal = RaftJournal(tmp_path, sync=False, disk=WatchingDisk())
+    for index in range(1, 11):
+        journal.add(b"x" * 1000, index, 1)
+    journal.deleteEntriesTo(5)  # Keeps indexes 6..10.
+    journal.add(b"after", 11, 1)
+    RETIRED_FILES.wait_closed()
+    assert closed_on == ["kq-journal-closer"]
+    assert _replaced_journals_open() == []
+    journal.close()
+    again = RaftJournal(tmp_path, sync=False)
+    assert [again[i][1] for i in range(len(again))] == list(range(6, 12))
+    assert again[-1][0] == b"after"
+    again.close()
+
+
+def test_retired_files_past_the_bound_are_closed_by_the_caller() -> None:
+    """While the closer is busy, at most JOURNAL_RETIRED_FILES_MAX files wait; the next is closed on the
+    caller's thread (bounded either way), and every one is closed in the end."""
+    retired = RetiredFiles()
+    release = threading.Event()
+    closed: list[tuple[int, str]] = []
+
+    def close(fd: int) -> None:
+        if threading.current_thread().name == "kq-journal-closer":
+            release.wait(WAIT_S)
+        closed.append((fd, threading.current_thread().name))
+
+    retired.close(0, close)  # The closer takes it and blocks in it.
+    wait_for(lambda: retired._queue.qsize() == 0, "the closer to take the first file", WAIT_S)
+    for fd in range(1, JOURNAL_RETIRED_FILES_MAX + 1):
+        retired.close(fd, close)  # They wait.
+    retired.close(99, close)  # The queue is full: closed here.
+    assert closed == [(99, threading.current_thread().name)]
+    release.set()
+    retired.wait_closed()
+    assert sorted(fd for fd, _ in closed) == [*range(JOURNAL_RETIRED_FILES_MAX + 1), 99]
 
 
 @settings(max_examples=40, deadline=None)
