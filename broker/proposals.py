@@ -4,13 +4,17 @@ The batcher packs concurrent produce requests into one Raft entry (group commit)
 is queued when a proposal slot is free: under light load an entry carries one request (lowest
 latency), under heavy load the queue fills while the slots are busy, so entries grow by themselves
 up to ENTRY_BYTES_MAX, APPENDS_PER_ENTRY_MAX appends, or ENTRY_WORK_MAX units of apply's work (each
-append's measured by the edge's check, proto/records.py WorkMeter). No sleeps.
+append's measured by the edge's check, proto/records.py WorkMeter). Its only waits are bounded: for a
+slot, for a held request's parts (`hold`), and the gathering moment below.
 
 A request that finds nothing in flight and nothing queued is proposed at once by the thread that
 submits it (the serving loop), without the hand-off to `kq-batcher` and back: one thread wake-up
 less for every request of a lightly loaded leader (measured: bench/README.md, "Profiles"). Once an
 entry is in flight, requests queue, and the batcher packs them as before. A Kafka request of several
 partitions submits each apart: it holds the batcher meanwhile (`hold`), so its parts share an entry.
+Before packing queued requests the batcher gives the entry a moment to fill (`_gather`: at most
+BATCHER_GATHER_WAIT_S, for the requests that may still come, or BATCHER_GATHER_BYTES), so a
+producer that keeps a few requests in flight sends them in one entry rather than one an entry.
 
 Threads: the constructor starts none; `start()` starts `kq-batcher`, the only thread that takes from
 the queue (`queue.Queue`, its own lock). `_in_flight_changed` (a condition, reentrant) guards
@@ -41,6 +45,9 @@ from kq.proto import kq_pb2
 from kq.proto.errors import ErrorCode
 from kq.proto.limits import (
     APPENDS_PER_ENTRY_MAX,
+    BATCHER_GATHER_BYTES,
+    BATCHER_GATHER_REQUESTS,
+    BATCHER_GATHER_WAIT_S,
     BATCHER_HOLD_WAIT_S,
     BATCHER_QUEUE_MAX,
     ENTRY_BYTES_MAX,
@@ -197,12 +204,17 @@ class Batcher:
         self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=BATCHER_QUEUE_MAX)
         self._in_flight: dict[int, float] = {}  # Proposal number -> monotonic deadline.
         self._queued = 0  # Requests put in the queue and not proposed yet (the carry included).
+        self._queued_bytes = 0  # Their size_bytes and work, under _in_flight_changed like `_queued`.
+        self._queued_work = 0
         self._in_flight_changed = threading.Condition()  # Reentrant: a callback may run inside propose.
         self._proposal_number = 0
         self._carry: _Pending | None = None
         self._stopping = False  # Read and written by the kq-batcher thread only.
         self._stopping_requested = False  # Set by stop(), under _in_flight_changed.
         self._holds = 0  # Requests whose parts are being queued (`hold`): no part is proposed alone.
+        self._gathering = False  # kq-batcher waits for requests to join the next entry (`_gather`).
+        self._gather_target = 0  # The requests it waits for (`_gather`).
+        self._answered = 0  # Requests the entry that committed last carried.
         self._thread: threading.Thread | None = None
 
     def queue_depth(self) -> int:
@@ -241,6 +253,10 @@ class Batcher:
             except queue.Full as error:
                 raise ResourceExhaustedError("produce queue is full; retry later") from error
             self._queued += 1
+            self._queued_bytes += pending.size_bytes
+            self._queued_work += pending.work
+            if self._gathering and self._gathered():
+                self._in_flight_changed.notify()
         return pending.future
 
     def hold(self) -> Callable[[], None]:
@@ -276,19 +292,24 @@ class Batcher:
 
     def _run(self) -> None:
         while True:
-            self._wait_for_slot()
             batch = self._take_batch()
             if batch is None:
                 return
             self._propose(batch, queued=True)
 
     def _take_batch(self) -> list[_Pending] | None:
-        """The next entry's requests: what is queued now, within the entry limits; None to stop."""
+        """The next entry's requests: once one is queued, a slot free, the request's parts queued
+        (`hold`) and the entry given its moment (`_gather`), what is queued, within the entry limits;
+        None to stop. The slot is waited for after the first request is taken, not before: a
+        submitter may have taken a free slot meanwhile (a request with nothing ahead), and the entry
+        would have gone beside it, past PROPOSALS_IN_FLIGHT_MAX."""
         first = self._carry if self._carry is not None else None if self._stopping else self._queue.get()
         self._carry = None
         if first is None:
             return None
+        self._wait_for_slot()
         self._wait_for_release()
+        self._gather()
         batch, size_bytes, work = [first], first.size_bytes + ENTRY_OVERHEAD_BYTES, first.work
         while len(batch) < APPENDS_PER_ENTRY_MAX:
             try:
@@ -314,6 +335,37 @@ class Batcher:
             while self._holds and (left := deadline - time.monotonic()) > 0:
                 self._in_flight_changed.wait(timeout=left)
 
+    def _gather(self) -> None:
+        """Waits, at most BATCHER_GATHER_WAIT_S, until the next entry holds what may still come for it
+        (`_gathered`). Only queued requests get here, so only while entries are in flight: a Kafka
+        producer keeps up to 5 requests in flight on a connection and sends the next as answers come
+        back; packed at once, whatever arrived during the last round took an entry (1.75 requests an
+        entry under librdkafka with 16 KiB batches), and every entry costs each node a Raft round.
+        It waits for the requests queued and as many again as the last commit answered (a client
+        answered may send its next; one waiting for its answer sends nothing), BATCHER_GATHER_REQUESTS
+        at most; submitters wake it once they are there."""
+        deadline = time.monotonic() + BATCHER_GATHER_WAIT_S
+        with self._in_flight_changed:
+            self._gather_target = min(BATCHER_GATHER_REQUESTS, self._queued + self._answered)
+            self._gathering = True
+            try:
+                while not self._gathered() and (left := deadline - time.monotonic()) > 0:
+                    self._in_flight_changed.wait(timeout=left)
+            finally:
+                self._gathering = False
+
+    def _gathered(self) -> bool:
+        """Whether the queued requests (the one taken included) make an entry worth proposing now:
+        the gathering's target, or BATCHER_GATHER_BYTES or half an entry's work (an entry that large
+        spends most of its cost on its records, and their producer sends the next request much
+        later). Called under `_in_flight_changed`."""
+        return (
+            self._queued >= self._gather_target
+            or self._queued_bytes >= BATCHER_GATHER_BYTES
+            or 2 * self._queued_work >= ENTRY_WORK_MAX
+            or self._stopping_requested
+        )
+
     def _wait_for_slot(self) -> None:
         """Blocks while PROPOSALS_IN_FLIGHT_MAX entries are uncommitted; forgets ones past their deadline."""
         with self._in_flight_changed:
@@ -336,7 +388,7 @@ class Batcher:
             check(append_envelope_problem(len(batch), epoch))
         except InvalidArgumentError as error:
             with self._in_flight_changed:
-                self._queued -= len(batch) if queued else 0
+                self._unqueue(batch, queued)
             for pending in batch:
                 pending.future.set_exception(error)
             return
@@ -347,11 +399,12 @@ class Batcher:
             self._proposal_number += 1
             number = self._proposal_number
             self._in_flight[number] = time.monotonic() + PROPOSAL_TIMEOUT_S
-            self._queued -= len(batch) if queued else 0
+            self._unqueue(batch, queued)
 
             def on_result(result: ApplyResult | None, reason: int) -> None:
                 with self._in_flight_changed:
                     self._in_flight.pop(number, None)
+                    self._answered = len(batch)
                     self._in_flight_changed.notify()
                 if reason == PYSYNCOBJ_SUCCESS and isinstance(result, AppendResult):
                     assert len(result.appends) == len(batch)
@@ -366,6 +419,13 @@ class Batcher:
                         pending.future.set_exception(error)
 
             self._consensus.propose(data, on_result)
+
+    def _unqueue(self, batch: list[_Pending], queued: bool) -> None:
+        """Counts the batcher thread's requests (`queued`) as no longer queued; under `_in_flight_changed`."""
+        if queued:
+            self._queued -= len(batch)
+            self._queued_bytes -= sum(pending.size_bytes for pending in batch)
+            self._queued_work -= sum(pending.work for pending in batch)
 
 
 def wall_clock_ms() -> int:

@@ -378,6 +378,19 @@ BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond i
 # The most the batcher waits for the rest of a Kafka Produce request of several partitions to queue
 # (`Batcher.hold`: each partition is submitted apart; a compressed one is checked on a worker first).
 BATCHER_HOLD_WAIT_S = 0.05
+# Behind an entry in flight, kq-batcher waits up to BATCHER_GATHER_WAIT_S for more requests before
+# packing the next: as many as are queued plus those the last commit answered (each answered client
+# may send its next), BATCHER_GATHER_REQUESTS at most, or until BATCHER_GATHER_BYTES (or half an
+# entry's work) are queued: an entry that large spends most of its cost on its bytes, and a big
+# request's producer sends the next one many milliseconds later. A Kafka producer keeps up to 5
+# requests in flight on its connection; packed at once, whatever it sent during the last round took an
+# entry, each a Raft round on every node. A lone request (nothing in flight) never waits. Measured
+# (bench/README.md, "Ninth session"): one librdkafka producer of 16 KiB batches, 1.75 -> 3 requests
+# an entry, -26 % CPU a record; 3 or 8 requests, 1 or 4 ms, or a stop after 0.5 ms without an arrival
+# did less; two threads sending one record at a time: p99 +1.5-2 ms.
+BATCHER_GATHER_REQUESTS = 4
+BATCHER_GATHER_WAIT_S = 0.002
+BATCHER_GATHER_BYTES = 256 * 1024
 # Produce entries proposed but not yet committed; more requests queue up and share the next entry.
 # One: with two, a producer's pipelined requests (broker/kafka/listener.py) mostly found a free slot
 # and took an entry each (1.17 requests an entry); with one they share entries (1.75), and each

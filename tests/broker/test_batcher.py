@@ -19,7 +19,12 @@ from kq.broker.validation import checked_append
 from kq.deploy.waiting import wait_for
 from kq.proto import kq_pb2
 from kq.proto.compression import ZSTD
-from kq.proto.limits import ENTRY_WORK_MAX, PROPOSALS_IN_FLIGHT_MAX
+from kq.proto.limits import (
+    BATCHER_GATHER_BYTES,
+    BATCHER_GATHER_REQUESTS,
+    ENTRY_WORK_MAX,
+    PROPOSALS_IN_FLIGHT_MAX,
+)
 from kq.proto.records import NewRecord, encode_batch
 from kq.raft import commands
 from kq.raft.results import ApplyResult
@@ -178,6 +183,26 @@ def test_a_request_with_nothing_ahead_is_proposed_by_its_submitter_and_order_hol
     store.close()
 
 
+def test_a_request_queued_behind_a_submitter_s_entry_waits_for_its_slot(tmp_path: Path) -> None:
+    """kq-batcher, idle with a slot free, takes the next queued request only to wait for a slot: a
+    submitter that found nothing ahead took the free one meanwhile, and an entry proposed beside it
+    would be past PROPOSALS_IN_FLIGHT_MAX."""
+    store, consensus, batcher = _started(tmp_path)  # Its thread waits for a request, the slots free.
+    request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
+    futures = [batcher.submit(request) for _ in range(PROPOSALS_IN_FLIGHT_MAX)]  # By their submitter.
+    futures.append(batcher.submit(request))  # Queued: kq-batcher takes it.
+    wait_for(lambda: batcher._queue.qsize() == 0, "the batcher to take it", WAIT_S, poll_s=0.005)
+    time.sleep(0.05)
+    assert len(consensus.held) == PROPOSALS_IN_FLIGHT_MAX
+    consensus.commit_next()
+    wait_for(lambda: len(consensus.held) == PROPOSALS_IN_FLIGHT_MAX, "the queued entry", WAIT_S, poll_s=0.005)
+    while consensus.held:
+        consensus.commit_next()
+    assert [f.result(timeout=WAIT_S).result.base_offset for f in futures] == list(range(len(futures)))
+    batcher.stop()
+    store.close()
+
+
 def test_entries_keep_the_order_of_submission_whoever_proposes_them(tmp_path: Path) -> None:
     """Requests submitted one after another while a committer thread commits entries at random moments
     (a request finding nothing in flight is proposed by its submitter, the rest by kq-batcher once a
@@ -237,5 +262,66 @@ def test_a_held_request_s_parts_share_one_entry_and_a_hold_is_bounded(
     wait_for(lambda: len(consensus.held) == 1, "the entry after the bound", WAIT_S, poll_s=0.005)
     consensus.commit_next()
     assert late.result(timeout=WAIT_S).result.base_offset == 3
+    batcher.stop()
+    store.close()
+
+
+def test_queued_requests_gather_until_enough_wait_and_no_longer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind an entry in flight, kq-batcher waits for as many requests as may come: those queued and
+    those the commit just answered (each client answered may send its next), BATCHER_GATHER_REQUESTS
+    at most. It packs them as soon as the last arrives (not at the bound), and a request that waits
+    alone waits for the bound at most."""
+    monkeypatch.setattr(proposals, "BATCHER_GATHER_WAIT_S", WAIT_S)  # Only the count can end it early.
+    store, consensus, batcher = _started(tmp_path)
+    request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
+    futures = [batcher.submit(request)]  # Nothing ahead: proposed at once.
+    futures += [batcher.submit(request) for _ in range(BATCHER_GATHER_REQUESTS - 1)]  # Queued behind it.
+    consensus.commit_next()  # One answered, three queued: it waits for one more (four at most).
+    wait_for(lambda: batcher._gathering, "the batcher gathering", WAIT_S, poll_s=0.005)
+    time.sleep(0.05)
+    assert consensus.held == [], "proposed before enough requests queued"
+    started = time.monotonic()
+    futures.append(batcher.submit(request))  # The last one needed: the entry goes at once.
+    wait_for(lambda: len(consensus.held) == 1, "the gathered entry", WAIT_S / 2, poll_s=0.005)
+    assert time.monotonic() - started < WAIT_S / 2
+    assert appends_in(consensus.held[0][0]) == BATCHER_GATHER_REQUESTS
+    monkeypatch.setattr(proposals, "BATCHER_GATHER_WAIT_S", 0.05)
+    futures.append(batcher.submit(request))  # Queued behind the gathered entry, and none follows.
+    consensus.commit_next()
+    wait_for(lambda: len(consensus.held) == 1, "the lone request after the bound", WAIT_S, poll_s=0.005)
+    assert appends_in(consensus.held[0][0]) == 1
+    monkeypatch.setattr(proposals, "BATCHER_GATHER_WAIT_S", WAIT_S)
+    futures.append(batcher.submit(request))
+    consensus.commit_next()  # One answered, one queued: it waits for one more, not for four.
+    wait_for(lambda: batcher._gathering, "the batcher gathering", WAIT_S, poll_s=0.005)
+    futures.append(batcher.submit(request))
+    wait_for(lambda: len(consensus.held) == 1, "the entry of two", WAIT_S / 2, poll_s=0.005)
+    assert appends_in(consensus.held[0][0]) == 2
+    consensus.commit_next()
+    offsets = [future.result(timeout=WAIT_S).result.base_offset for future in futures]
+    assert offsets == list(range(len(futures)))
+    batcher.stop()
+    store.close()
+
+
+def test_gather_bytes_are_packed_without_waiting_for_the_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queued requests of BATCHER_GATHER_BYTES are packed at once: such an entry spends most of its cost
+    on its bytes, and waiting for the count would only delay them."""
+    monkeypatch.setattr(proposals, "BATCHER_GATHER_WAIT_S", WAIT_S)
+    store, consensus, batcher = _started(tmp_path)
+    small = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
+    values = [bytes(100_000)] * (BATCHER_GATHER_BYTES // 100_000 + 1)
+    large = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(*values)))
+    futures = [batcher.submit(small), batcher.submit(large)]
+    started = time.monotonic()
+    consensus.commit_next()
+    wait_for(lambda: len(consensus.held) == 1, "the large request's entry", WAIT_S / 2, poll_s=0.005)
+    assert time.monotonic() - started < WAIT_S / 2
+    consensus.commit_next()
+    assert [future.result(timeout=WAIT_S).result.base_offset for future in futures] == [0, 1]
     batcher.stop()
     store.close()
