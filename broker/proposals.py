@@ -337,7 +337,7 @@ class Batcher:
 
     def _gather(self) -> None:
         """Waits, at most BATCHER_GATHER_WAIT_S, until the next entry holds what may still come for it
-        (`_gathered`). Only queued requests get here, so only while entries are in flight: a Kafka
+        (`_gathered`). Only requests that queued behind an entry in flight get here: a Kafka
         producer keeps up to 5 requests in flight on a connection and sends the next as answers come
         back; packed at once, whatever arrived during the last round took an entry (1.75 requests an
         entry under librdkafka with 16 KiB batches), and every entry costs each node a Raft round.

@@ -152,7 +152,7 @@ class Disk:
     def retire(self, fd: int) -> None:
         """Closes, on `kq-journal-closer`, a file `open` returned whose path a rename has since given to
         a new file (a compaction's). Nothing reads or writes it any more; its last close frees its
-        pages, which waits for their writeback (126-141 ms for a 128 MiB journal on the VM), so the
+        pages, which waits for their writeback (up to ~140 ms for a 128 MiB journal on the VM), so the
         tick thread no longer waits for it. Past JOURNAL_RETIRED_FILES_MAX waiting, closed here."""
         RETIRED_FILES.close(fd, self.close)
 
