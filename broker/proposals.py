@@ -215,6 +215,7 @@ class Batcher:
         self._gathering = False  # kq-batcher waits for requests to join the next entry (`_gather`).
         self._gather_target = 0  # The requests it waits for (`_gather`).
         self._answered = 0  # Requests the entry that committed last carried.
+        self._arrived = 0  # Requests queued since that commit (some of them its clients' next).
         self._thread: threading.Thread | None = None
 
     def queue_depth(self) -> int:
@@ -253,6 +254,7 @@ class Batcher:
             except queue.Full as error:
                 raise ResourceExhaustedError("produce queue is full; retry later") from error
             self._queued += 1
+            self._arrived += 1
             self._queued_bytes += pending.size_bytes
             self._queued_work += pending.work
             if self._gathering and self._gathered():
@@ -341,12 +343,15 @@ class Batcher:
         producer keeps up to 5 requests in flight on a connection and sends the next as answers come
         back; packed at once, whatever arrived during the last round took an entry (1.75 requests an
         entry under librdkafka with 16 KiB batches), and every entry costs each node a Raft round.
-        It waits for the requests queued and as many again as the last commit answered (a client
-        answered may send its next; one waiting for its answer sends nothing), BATCHER_GATHER_REQUESTS
-        at most; submitters wake it once they are there."""
+        It waits for the requests queued and for those the last commit's clients may still send (a
+        client answered may send its next; one waiting for its answer sends nothing): as many as that
+        commit answered, less those queued since it (a client that waits for each answer has sent its
+        next already: that request is all that comes), BATCHER_GATHER_REQUESTS at most; submitters
+        wake it once they are there."""
         deadline = time.monotonic() + BATCHER_GATHER_WAIT_S
         with self._in_flight_changed:
-            self._gather_target = min(BATCHER_GATHER_REQUESTS, self._queued + self._answered)
+            coming = max(0, self._answered - self._arrived)
+            self._gather_target = min(BATCHER_GATHER_REQUESTS, self._queued + coming)
             self._gathering = True
             try:
                 while not self._gathered() and (left := deadline - time.monotonic()) > 0:
@@ -404,7 +409,7 @@ class Batcher:
             def on_result(result: ApplyResult | None, reason: int) -> None:
                 with self._in_flight_changed:
                     self._in_flight.pop(number, None)
-                    self._answered = len(batch)
+                    self._answered, self._arrived = len(batch), 0
                     self._in_flight_changed.notify()
                 if reason == PYSYNCOBJ_SUCCESS and isinstance(result, AppendResult):
                     assert len(result.appends) == len(batch)

@@ -380,7 +380,8 @@ BATCHER_QUEUE_MAX = 10_000  # Produce requests waiting for the batcher; beyond i
 BATCHER_HOLD_WAIT_S = 0.05
 # Behind an entry in flight, kq-batcher waits up to BATCHER_GATHER_WAIT_S for more requests before
 # packing the next: as many as are queued plus those the last commit answered (each answered client
-# may send its next), BATCHER_GATHER_REQUESTS at most, or until BATCHER_GATHER_BYTES (or half an
+# may send its next) less those queued since that commit (a client that waits for each answer has
+# sent its next already), BATCHER_GATHER_REQUESTS at most, or until BATCHER_GATHER_BYTES (or half an
 # entry's work) are queued: an entry that large spends most of its cost on its bytes, and a big
 # request's producer sends the next one many milliseconds later. A Kafka producer keeps up to 5
 # requests in flight on its connection; packed at once, whatever it sent during the last round took an

@@ -325,3 +325,27 @@ def test_gather_bytes_are_packed_without_waiting_for_the_count(
     assert [future.result(timeout=WAIT_S).result.base_offset for future in futures] == [0, 1]
     batcher.stop()
     store.close()
+
+
+def test_a_request_sent_after_the_last_commit_is_not_kept_waiting_for_its_own_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that waits for each answer sends its next request once answered: that request, queued
+    since the commit, is all its client sends, so the entry goes without waiting for more (a Kafka
+    request of three partitions, held while they queue, after a commit of one)."""
+    monkeypatch.setattr(proposals, "BATCHER_GATHER_WAIT_S", WAIT_S)  # Only the count can end it early.
+    store, consensus, batcher = _started(tmp_path)
+    request = checked_append(kq_pb2.ProduceRequest(topic="t", partition=0, records=batch(b"v")))
+    futures = [batcher.submit(request)]  # Nothing ahead: proposed at once.
+    consensus.commit_next()  # Its client is answered, and sends its next: three partitions.
+    release = batcher.hold()
+    futures += [batcher.submit(request) for _ in range(3)]
+    started = time.monotonic()
+    release()
+    wait_for(lambda: len(consensus.held) == 1, "the request's entry", WAIT_S / 2, poll_s=0.005)
+    assert time.monotonic() - started < WAIT_S / 2
+    assert appends_in(consensus.held[0][0]) == 3
+    consensus.commit_next()
+    assert [f.result(timeout=WAIT_S).result.base_offset for f in futures] == [0, 1, 2, 3]
+    batcher.stop()
+    store.close()
