@@ -3,7 +3,10 @@
 Starts a three-node cluster (the harness, 127.0.0.1, a temporary directory), runs one workload of
 the comparison's (`one-in-flight`: `KqClient.send` one record at a time; `producer`: one
 `client.Producer` with the comparison's settings; `kafka-producer`: one librdkafka producer through
-the Kafka port with `kq.bench.scale`'s settings, the path whose bytes issue 40 follows), and reports
+the Kafka port with `kq.bench.scale`'s settings, the path whose bytes issue 40 follows;
+`kafka-python-producer`: one kafka-python producer with Java's defaults, 16 KiB batches and 5 ms
+linger, whose requests carry a batch of every ready partition of a broker, as Java's do, where
+librdkafka sends one a partition), and reports
 each node's CPU per message (utime + stime from /proc over the run) and, with py-spy installed (`pip
 install py-spy`; it ptraces the nodes, so it needs the permission to), the top frames of every busy
 thread of the leader and of one follower: the samples whose innermost frame is that function
@@ -49,9 +52,12 @@ from kq.client import KqClient, Producer
 from kq.client.producer import BATCH_BYTES_DEFAULT
 from kq.deploy.cluster import LocalCluster, work_dir
 
-SCENARIOS = ("one-in-flight", "producer", "kafka-producer")
+SCENARIOS = ("one-in-flight", "producer", "kafka-producer", "kafka-python-producer")
+KAFKA_SCENARIOS = ("kafka-producer", "kafka-python-producer")
 TOPIC = "profile"
-PARTITIONS = {"one-in-flight": 1, "producer": 6, "kafka-producer": 6}
+PARTITIONS = {"one-in-flight": 1, "producer": 6, "kafka-producer": 6, "kafka-python-producer": 6}
+KAFKA_PYTHON_BATCH_BYTES = 16 * 1024  # Java's batch.size.
+KAFKA_PYTHON_LINGER_MS = 5  # Java's linger.ms since Kafka 4.0.
 SAMPLES_PER_S = 300  # py-spy's rate: enough samples in seconds, little load of its own.
 SPY_START_S = 1.0  # py-spy attaches before the measured run starts.
 SPY_STOP_TIMEOUT_S = 30.0
@@ -204,10 +210,14 @@ class KafkaShape:
     """How the `kafka-producer` scenario's librdkafka producer batches: `batch.size` (None:
     `kq.bench.scale`'s, librdkafka's default of 1,000,000; Java's clients default to 16 KiB), and
     how many keys its records cycle through (0: none, librdkafka's sticky partitioner fills one
-    partition's batch at a time)."""
+    partition's batch at a time); how many requests either Kafka scenario's producer keeps in
+    flight on a connection (`in_flight`: 1 waits for each answer before it sends the next); and the
+    topic's partitions, which kafka-python's records take in turn when they have no key."""
 
     batch_bytes: int | None = None
     keys: int = 0
+    in_flight: int = 5
+    partitions: int = PARTITIONS["kafka-python-producer"]
 
 
 def run_workload(
@@ -220,6 +230,9 @@ def run_workload(
         return time.monotonic() - started
     if scenario == "kafka-producer":
         kafka_produce(cluster.kafka_bootstrap, messages, value, kafka)
+        return time.monotonic() - started
+    if scenario == "kafka-python-producer":
+        kafka_python_produce(cluster.kafka_bootstrap, messages, value, kafka)
         return time.monotonic() - started
     with KqClient(cluster.bootstrap) as client, Producer(client, batch_size=BATCH_BYTES_DEFAULT) as producer:
         for _ in range(messages):
@@ -242,7 +255,10 @@ def kafka_produce(bootstrap: str, messages: int, value: bytes, shape: KafkaShape
             failures.append(str(error))
 
     settings = ScaleSettings() if shape.batch_bytes is None else ScaleSettings(batch_bytes=shape.batch_bytes)
-    config = producer_config(bootstrap, settings)
+    config = {
+        **producer_config(bootstrap, settings),
+        "max.in.flight.requests.per.connection": shape.in_flight,
+    }
     producer = KafkaProducer({**config, "on_delivery": delivered})
     keys: list[bytes | None] = [f"key-{index}".encode() for index in range(shape.keys)] or [None]
     for index in range(messages):
@@ -255,6 +271,39 @@ def kafka_produce(bootstrap: str, messages: int, value: bytes, shape: KafkaShape
         producer.poll(0)
     if producer.flush(PRODUCER_TIMEOUT_S) or failures:
         raise click.ClickException(f"Kafka produce failed: {failures[:1] or 'flush timed out'}")
+
+
+def kafka_python_produce(bootstrap: str, messages: int, value: bytes, shape: KafkaShape) -> None:
+    """`messages` records of `value` through kafka-python (acks=all, idempotent, Java's 16 KiB
+    batches and 5 ms linger, `shape.in_flight` requests a connection), spread over the topic's
+    partitions in turn (or by `shape.keys` keys), every send's result awaited; raises on an error."""
+    from kafka import KafkaProducer  # Only this scenario needs the client.
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        batch_size=KAFKA_PYTHON_BATCH_BYTES if shape.batch_bytes is None else shape.batch_bytes,
+        linger_ms=KAFKA_PYTHON_LINGER_MS,
+        max_in_flight_requests_per_connection=shape.in_flight,
+    )
+    try:
+        keys: list[bytes | None] = [f"key-{index}".encode() for index in range(shape.keys)] or [None]
+        futures = [
+            producer.send(
+                TOPIC,
+                value,
+                key=keys[index % len(keys)],
+                partition=None if shape.keys else index % shape.partitions,
+            )
+            for index in range(messages)
+        ]
+        producer.flush(PRODUCER_TIMEOUT_S)
+        failures = [str(future.exception) for future in futures if future.failed()][:1]
+    finally:
+        producer.close()
+    if failures:
+        raise click.ClickException(f"Kafka produce failed: {failures[0]}")
 
 
 def report(
@@ -288,14 +337,30 @@ def report(
     "--kafka-batch-bytes",
     type=click.IntRange(1024, 16 * 1024 * 1024),
     default=None,
-    help="kafka-producer: librdkafka's batch.size (default kq.bench.scale's, 1,000,000; Java's: 16384).",
+    help=(
+        "Either Kafka scenario's batch.size (default: librdkafka's kq.bench.scale's, 1,000,000;"
+        " kafka-python's 16384)."
+    ),
 )
 @click.option(
     "--keys",
     type=click.IntRange(0, 1_000_000),
     default=0,
     show_default=True,
-    help="kafka-producer: keys the records cycle through (0: no key).",
+    help="kafka-producer, kafka-python-producer: keys the records cycle through (0: no key).",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 1_000),
+    default=None,
+    help="The topic's partitions (default: 1 one in flight, 6 otherwise).",
+)
+@click.option(
+    "--kafka-in-flight",
+    type=click.IntRange(1, 5),
+    default=5,
+    show_default=True,
+    help="Either Kafka scenario: requests a connection keeps in flight (1: it waits for each answer).",
 )
 def main(
     scenario: str,
@@ -307,6 +372,8 @@ def main(
     native: bool,
     kafka_batch_bytes: int | None,
     keys: int,
+    partitions: int | None,
+    kafka_in_flight: int,
 ) -> None:
     """Profiles one workload on a fresh three-node cluster (see the module docstring)."""
     if timeline:
@@ -318,9 +385,9 @@ def main(
     with work_dir(None, "kq-profile-") as base, LocalCluster(base / "cluster") as cluster:
         leader = cluster.wait_ready()
         with KqClient(cluster.bootstrap) as admin:
-            admin.create_topic(TOPIC, PARTITIONS[scenario])
+            admin.create_topic(TOPIC, partitions or PARTITIONS[scenario])
         value = b"v" * value_bytes
-        shape = KafkaShape(kafka_batch_bytes, keys)
+        shape = KafkaShape(kafka_batch_bytes, keys, kafka_in_flight, partitions or PARTITIONS[scenario])
         run_workload(cluster, scenario, min(messages, 300), value, shape)  # Warm-up: connections, ids.
         pids = cluster.pids()
         follower = next(node for node in sorted(pids) if node != leader)
@@ -329,7 +396,7 @@ def main(
         spy_dir = output_dir or Path(tempfile.mkdtemp(dir=base))
         spy_dir.mkdir(parents=True, exist_ok=True)
         before = procfs.cpu_seconds_each(pids)
-        kafka = scenario == "kafka-producer"  # Only its requests are counted (the leader's metrics).
+        kafka = scenario in KAFKA_SCENARIOS  # Only their requests are counted (the leader's metrics).
         metrics_url = cluster.nodes[leader].metrics_url
         requests_before = metric_sum(metrics_url, PRODUCE_REQUESTS_METRIC) if kafka else 0.0
         entries_before = metric_sum(metrics_url, COMMIT_INDEX_METRIC) if kafka else 0.0
