@@ -287,19 +287,22 @@ def kafka_python_produce(bootstrap: str, messages: int, value: bytes, shape: Kaf
         linger_ms=KAFKA_PYTHON_LINGER_MS,
         max_in_flight_requests_per_connection=shape.in_flight,
     )
+    failures: list[str] = []
+
+    def failed(error: Exception) -> None:
+        if len(failures) < KAFKA_FAILURES_KEPT:
+            failures.append(str(error))
+
     try:
         keys: list[bytes | None] = [f"key-{index}".encode() for index in range(shape.keys)] or [None]
-        futures = [
+        for index in range(messages):  # Failures by callback: no future is kept per record.
             producer.send(
                 TOPIC,
                 value,
                 key=keys[index % len(keys)],
                 partition=None if shape.keys else index % shape.partitions,
-            )
-            for index in range(messages)
-        ]
+            ).add_errback(failed)
         producer.flush(PRODUCER_TIMEOUT_S)
-        failures = [str(future.exception) for future in futures if future.failed()][:1]
     finally:
         producer.close()
     if failures:
@@ -385,9 +388,10 @@ def main(
     with work_dir(None, "kq-profile-") as base, LocalCluster(base / "cluster") as cluster:
         leader = cluster.wait_ready()
         with KqClient(cluster.bootstrap) as admin:
-            admin.create_topic(TOPIC, partitions or PARTITIONS[scenario])
+            partitions = partitions or PARTITIONS[scenario]
+            admin.create_topic(TOPIC, partitions)
         value = b"v" * value_bytes
-        shape = KafkaShape(kafka_batch_bytes, keys, kafka_in_flight, partitions or PARTITIONS[scenario])
+        shape = KafkaShape(kafka_batch_bytes, keys, kafka_in_flight, partitions)
         run_workload(cluster, scenario, min(messages, 300), value, shape)  # Warm-up: connections, ids.
         pids = cluster.pids()
         follower = next(node for node in sorted(pids) if node != leader)
